@@ -1,0 +1,70 @@
+// Eager autograd: the tape (GradNode per recorded op), backward(), functional grad()/vjp() and
+// gradcheck. Gradient rules live with their ops (OpDef::grad) and are written in Kiln ops.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/dispatch/dispatch.h"
+
+namespace kiln {
+
+struct GradNode;
+
+/// Where a gradient flows: into another node's output slot, or into a leaf tensor.
+struct Edge {
+  std::shared_ptr<GradNode> fn;
+  uint32_t output_nr = 0;
+  std::shared_ptr<TensorImpl> leaf;
+  bool defined() const { return fn || leaf; }
+};
+
+/// One recorded op application.
+struct GradNode {
+  const OpDef* op = nullptr;
+  Attrs attrs;
+  TensorList inputs;                              // saved with their autograd identity
+  TensorList outputs;                             // saved data-only aliases (no cycle)
+  SmallVec<std::weak_ptr<TensorImpl>, 2> out_impls;  // for retain_grad
+  SmallVec<uint32_t, 4> input_versions;
+  SmallVec<Edge, 4> next;  // one per input
+  uint64_t seq = 0;
+  bool released = false;
+  std::string name() const { return op ? op->name : "?"; }
+};
+
+/// Backpropagates `grad_outputs` (ones for scalar outputs when omitted) from `outputs`,
+/// accumulating into the .grad() of leaves.
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
+              bool retain_graph = false, bool create_graph = false);
+
+/// Gradients of `outputs` w.r.t. `inputs` (torch.autograd.grad): nothing is accumulated.
+/// With create_graph the results are differentiable (gradients of gradients).
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
+                         bool create_graph = false, bool allow_unused = false);
+
+using TensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
+using TensorsFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+/// Functional gradient of a scalar-valued fn at `inputs` (jax.grad style).
+std::vector<Tensor> grad(const TensorFn& fn, const std::vector<Tensor>& inputs);
+/// Vector-Jacobian product: returns fn(inputs) and v^T J for each input.
+std::pair<Tensor, std::vector<Tensor>> vjp(const TensorFn& fn, const std::vector<Tensor>& inputs,
+                                           const Tensor& v);
+
+struct GradcheckResult {
+  bool ok = true;
+  std::string message;  ///< which input/element disagreed, analytic vs numeric
+  double max_abs_err = 0;
+};
+
+/// Compares analytic gradients of <v, fn(x)> (v random) with central differences, in float64.
+/// Inputs are cast to float64; integer inputs are passed through and not checked.
+GradcheckResult gradcheck(const TensorsFn& fn, const std::vector<Tensor>& inputs,
+                          double eps = 1e-6, double atol = 1e-5, double rtol = 1e-3);
+GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, double eps = 1e-6,
+                          double atol = 1e-5, double rtol = 1e-3);
+
+}  // namespace kiln

@@ -1,0 +1,276 @@
+// Tensor storage, metadata, host reads and raw (non-op) helpers.
+#include "kiln/core/tensor.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace kiln {
+
+Storage::Storage(size_t nbytes) : nbytes_(nbytes) { data_ = cached_alloc(nbytes, &capacity_); }
+
+Storage::Storage(void* data, size_t nbytes, void (*deleter)(void*, void*), void* ctx)
+    : data_(data), nbytes_(nbytes), deleter_(deleter), ctx_(ctx) {}
+
+Storage::~Storage() {
+  if (capacity_)
+    cached_free(data_, capacity_);
+  else if (deleter_)
+    deleter_(data_, ctx_);
+}
+
+void TensorImpl::recompute_contiguous() {
+  int64_t acc = 1;
+  contiguous = true;
+  for (int64_t i = shape.rank() - 1; i >= 0; --i) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != acc) {
+      contiguous = false;
+      return;
+    }
+    acc *= shape[i];
+  }
+}
+
+namespace {
+HostReadHook g_host_read_hook = nullptr;
+}
+void set_host_read_hook(HostReadHook h) { g_host_read_hook = h; }
+
+int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::shares_storage(const Tensor& o) const {
+  return impl_ && o.impl_ && impl_->storage && impl_->storage == o.impl_->storage;
+}
+
+void Tensor::check_concrete(const char* what) const {
+  if (!impl_) fail(what, "tensor is undefined");
+  if (!impl_->storage)
+    fail(what,
+         "value of this tensor is unknown while building a graph; fetch it with Session::run");
+}
+
+Tensor Tensor::host_value(const char* what, const std::source_location& loc) const {
+  if (!impl_) fail(what, "tensor is undefined");
+  if (impl_->storage) return *this;
+  if (g_host_read_hook) return g_host_read_hook(*this, what, loc);
+  fail(what, "value of this tensor is unknown while building a graph; fetch it with Session::run");
+}
+
+namespace {
+template <typename T>
+T read_as(const void* p, DType dt) {
+  switch (dt) {
+    case DType::Float32: return static_cast<T>(*static_cast<const float*>(p));
+    case DType::Float64: return static_cast<T>(*static_cast<const double*>(p));
+    case DType::Int64: return static_cast<T>(*static_cast<const int64_t*>(p));
+    case DType::Int32: return static_cast<T>(*static_cast<const int32_t*>(p));
+    case DType::Bool: return static_cast<T>(*static_cast<const bool*>(p));
+  }
+  return T();
+}
+
+// Visits every element offset (in elements, from storage start) in row-major order.
+template <typename F>
+void for_each_offset(const TensorImpl& t, F&& f) {
+  int64_t n = t.shape.numel();
+  if (n <= 0) return;
+  int64_t r = t.shape.rank();
+  if (t.contiguous) {
+    for (int64_t i = 0; i < n; ++i) f(t.offset + i);
+    return;
+  }
+  SmallVec<int64_t, 6> idx(static_cast<size_t>(r), 0);
+  int64_t off = t.offset;
+  for (int64_t i = 0; i < n; ++i) {
+    f(off);
+    for (int64_t d = r - 1; d >= 0; --d) {
+      if (++idx[d] < t.shape[d]) {
+        off += t.strides[d];
+        break;
+      }
+      off -= t.strides[d] * (t.shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+}  // namespace
+
+template <typename T>
+T Tensor::item(const std::source_location& loc) const {
+  Tensor v = host_value("item", loc);
+  if (v.numel() != 1)
+    fail("item", "expected a tensor with one element, got shape ", v.shape());
+  const char* base = static_cast<const char*>(v.impl_->storage->data());
+  return read_as<T>(base + v.impl_->offset * v.element_size(), v.dtype());
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector(const std::source_location& loc) const {
+  Tensor v = host_value("to_vector", loc);
+  std::vector<T> out;
+  out.reserve(static_cast<size_t>(v.numel()));
+  const char* base = static_cast<const char*>(v.impl_->storage->data());
+  size_t es = v.element_size();
+  DType dt = v.dtype();
+  for_each_offset(*v.impl_, [&](int64_t off) { out.push_back(read_as<T>(base + off * es, dt)); });
+  return out;
+}
+
+#define KILN_INST_(T)                                                             \
+  template T Tensor::item<T>(const std::source_location&) const;                 \
+  template std::vector<T> Tensor::to_vector<T>(const std::source_location&) const;
+KILN_INST_(float)
+KILN_INST_(double)
+KILN_INST_(int64_t)
+KILN_INST_(int32_t)
+KILN_INST_(bool)
+#undef KILN_INST_
+
+Tensor::operator bool() const {
+  Tensor v = host_value("bool", std::source_location::current());
+  if (v.numel() != 1)
+    fail("bool", "truth value of a tensor with shape ", v.shape(), " is ambiguous; expected one element");
+  return v.item<double>() != 0.0;
+}
+
+double Tensor::at(std::initializer_list<int64_t> idx) const {
+  check_concrete("at");
+  if (static_cast<int64_t>(idx.size()) != dim())
+    fail("at", "expected ", dim(), " indices for shape ", shape(), ", got ", idx.size());
+  int64_t off = impl_->offset;
+  int64_t d = 0;
+  for (int64_t i : idx) {
+    if (i < 0) i += impl_->shape[d];
+    if (i < 0 || i >= impl_->shape[d])
+      fail("at", "index ", i, " out of range for dim ", d, " of shape ", shape());
+    off += i * impl_->strides[d++];
+  }
+  return read_as<double>(static_cast<const char*>(impl_->storage->data()) + off * element_size(),
+                         dtype());
+}
+
+// ---- construction ---------------------------------------------------------------------------
+
+Tensor empty(const Shape& shape, DType dtype) {
+  for (int64_t d : shape)
+    if (d < 0) fail("empty", "shape ", shape, " has a negative or dynamic dim");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor full(const Shape& shape, double value, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  int64_t n = t.numel();
+  KILN_DISPATCH_ALL(dtype, "full", [&] {
+    scalar_t* p = static_cast<scalar_t*>(t.raw_data());
+    scalar_t v = static_cast<scalar_t>(value);
+    for (int64_t i = 0; i < n; ++i) p[i] = v;
+  });
+  return t;
+}
+
+Tensor zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.raw_data(), 0, static_cast<size_t>(t.numel()) * dtype_size(dtype));
+  return t;
+}
+Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor scalar_tensor(double value, DType dtype) { return full(Shape{}, value, dtype); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+Tensor full_like(const Tensor& t, double v) { return full(t.shape(), v, t.dtype()); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype()); }
+
+Tensor arange(double end) { return arange(0, end, 1, Int64); }
+
+Tensor arange(double start, double end, double step, DType dtype) {
+  if (step == 0) fail("arange", "step must be nonzero");
+  double span = (end - start) / step;
+  int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
+  Tensor t = empty({n}, dtype);
+  KILN_DISPATCH_NUMERIC(dtype, "arange", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
+  });
+  return t;
+}
+
+Tensor linspace(double start, double end, int64_t steps, DType dtype) {
+  if (steps < 0) fail("linspace", "steps must be >= 0, got ", steps);
+  Tensor t = empty({steps}, dtype);
+  KILN_DISPATCH_FLOAT(dtype, "linspace", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < steps; ++i)
+      p[i] = steps == 1 ? static_cast<scalar_t>(start)
+                        : static_cast<scalar_t>(start + (end - start) * static_cast<double>(i) /
+                                                            static_cast<double>(steps - 1));
+  });
+  return t;
+}
+
+Tensor eye(int64_t n, int64_t m, DType dtype) {
+  if (m < 0) m = n;
+  if (n < 0) fail("eye", "n must be >= 0, got ", n);
+  Tensor t = zeros({n, m}, dtype);
+  KILN_DISPATCH_ALL(dtype, "eye", [&] {
+    scalar_t* p = static_cast<scalar_t*>(t.raw_data());
+    for (int64_t i = 0; i < std::min(n, m); ++i) p[i * m + i] = static_cast<scalar_t>(1);
+  });
+  return t;
+}
+
+namespace {
+template <typename T, typename V>
+Tensor from_host(const V& v, const Shape& shape_in) {
+  Shape shape = shape_in.empty() ? Shape{static_cast<int64_t>(v.size())} : shape_in;
+  if (shape.numel() != static_cast<int64_t>(v.size()))
+    fail("tensor", "shape ", shape, " has ", shape.numel(), " elements but ", v.size(),
+         " values were given");
+  Tensor t = empty(shape, dtype_of<T>::value);
+  T* p = static_cast<T*>(t.raw_data());
+  size_t i = 0;
+  for (auto x : v) p[i++] = static_cast<T>(x);
+  return t;
+}
+}  // namespace
+
+Tensor tensor(const std::vector<float>& v, const Shape& s) { return from_host<float>(v, s); }
+Tensor tensor(const std::vector<double>& v, const Shape& s) { return from_host<double>(v, s); }
+Tensor tensor(const std::vector<int64_t>& v, const Shape& s) { return from_host<int64_t>(v, s); }
+Tensor tensor(const std::vector<int32_t>& v, const Shape& s) { return from_host<int32_t>(v, s); }
+Tensor tensor(const std::vector<bool>& v, const Shape& s) { return from_host<bool>(v, s); }
+Tensor tensor(std::initializer_list<float> v, const Shape& s) { return from_host<float>(v, s); }
+
+Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.impl()->storage;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  impl->recompute_contiguous();
+  return Tensor(std::move(impl));
+}
+
+Tensor raw_contiguous_copy(const Tensor& t) {
+  Tensor out = empty(t.shape(), t.dtype());
+  size_t es = t.element_size();
+  const char* src = static_cast<const char*>(t.impl()->storage->data());
+  char* dst = static_cast<char*>(out.raw_data());
+  if (t.is_contiguous()) {
+    std::memcpy(dst, src + t.offset() * es, static_cast<size_t>(t.numel()) * es);
+    return out;
+  }
+  for_each_offset(*t.impl(), [&](int64_t off) {
+    std::memcpy(dst, src + off * es, es);
+    dst += es;
+  });
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,220 @@
+// Tensor: a strided view of a Storage, or a symbolic name for a value in a graph being built or
+// traced. Methods that are ops (views, arithmetic, casts) are declared here and defined in
+// kiln/ops, so that they go through the one dispatcher (as ATen does with TensorBody.h).
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <ostream>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "kiln/core/allocator.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/shape.h"
+
+namespace kiln {
+
+struct GradNode;       // kiln/autograd: the node that produced a tensor
+struct SymbolicValue;  // kiln/graph, kiln/jit: what a symbolic tensor names
+class Tensor;
+
+/// A reference-counted byte buffer from the caching allocator (or an external buffer).
+class Storage {
+ public:
+  explicit Storage(size_t nbytes);
+  /// Wraps external memory; `deleter` (may be null) runs when the last tensor lets go.
+  Storage(void* data, size_t nbytes, void (*deleter)(void*, void*), void* ctx);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  size_t capacity_ = 0;
+  void (*deleter_)(void*, void*) = nullptr;
+  void* ctx_ = nullptr;
+};
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool retains_grad = false;
+  std::shared_ptr<struct TensorImpl> grad;
+  std::shared_ptr<GradNode> grad_fn;
+  uint32_t output_nr = 0;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = Float32;
+  bool contiguous = true;
+  uint32_t version = 0;  // bumped by in-place writes
+  std::unique_ptr<AutogradMeta> autograd;
+  std::shared_ptr<SymbolicValue> sym;  // set for symbolic tensors
+  void recompute_contiguous();
+};
+
+/// Hook that graph building and JIT tracing install to answer host reads of symbolic tensors
+/// (in a graph: an error; under jit: a graph break that returns the concrete value).
+using HostReadHook = Tensor (*)(const Tensor& t, const char* what, const std::source_location& loc);
+void set_host_read_hook(HostReadHook h);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata ------------------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  DType dtype() const { return impl_->dtype; }
+  const Shape& shape() const { return impl_->shape; }
+  int64_t dim() const { return impl_->shape.rank(); }
+  /// Size of dim d (negative counts from the end).
+  int64_t size(int64_t d) const;
+  const Strides& strides() const { return impl_->strides; }
+  int64_t stride(int64_t d) const;
+  int64_t offset() const { return impl_->offset; }
+  int64_t numel() const { return impl_->shape.numel(); }
+  bool is_contiguous() const { return impl_->contiguous; }
+  bool is_symbolic() const { return impl_ && impl_->sym != nullptr; }
+  bool is_concrete() const { return impl_ && impl_->storage != nullptr; }
+  size_t element_size() const { return dtype_size(impl_->dtype); }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+  /// Whether the two tensors share a storage.
+  bool shares_storage(const Tensor& o) const;
+
+  /// Typed pointer to element 0 of this view (checks the dtype).
+  template <typename T>
+  T* data_ptr() const {
+    check_concrete("data_ptr");
+    if (dtype_of<T>::value != impl_->dtype)
+      fail("data_ptr", "tensor has dtype ", impl_->dtype, ", requested ",
+           dtype_name(dtype_of<T>::value));
+    return static_cast<T*>(impl_->storage->data()) + impl_->offset;
+  }
+  void* raw_data() const {
+    check_concrete("raw_data");
+    return static_cast<char*>(impl_->storage->data()) + impl_->offset * element_size();
+  }
+
+  // ---- host reads ----------------------------------------------------------------------
+  /// The single element as T (converting). A symbolic tensor raises in a graph and breaks the
+  /// graph under jit.
+  template <typename T>
+  T item(const std::source_location& loc = std::source_location::current()) const;
+  /// All elements in row-major order as T (converting).
+  template <typename T>
+  std::vector<T> to_vector(const std::source_location& loc = std::source_location::current()) const;
+  /// Truth value of a one-element tensor.
+  explicit operator bool() const;
+  /// Element at a multi-index, as double (for tests and printing).
+  double at(std::initializer_list<int64_t> idx) const;
+
+  // ---- autograd ------------------------------------------------------------------------
+  bool requires_grad() const { return impl_ && impl_->autograd && impl_->autograd->requires_grad; }
+  /// Marks a leaf as requiring grad (floating dtypes only). Returns *this.
+  Tensor& requires_grad_(bool on = true);
+  /// Accumulated gradient (undefined until backward reaches this leaf).
+  Tensor grad() const;
+  void set_grad(const Tensor& g) const;
+  /// Drops the accumulated gradient.
+  void zero_grad() const;
+  /// Keep .grad() for this non-leaf during backward.
+  void retain_grad() const;
+  bool is_leaf() const;
+  const std::shared_ptr<GradNode>& grad_fn() const;
+  /// Backpropagates from this tensor. Non-scalars need an explicit `gradient`.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
+                bool create_graph = false) const;
+  /// Same data, cut from the autograd graph.
+  Tensor detach() const;
+
+  // ---- views and copies (ops; defined in kiln/ops) --------------------------------------
+  Tensor reshape(const Shape& s) const;
+  Tensor view(const Shape& s) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  /// Transpose of a 2-D tensor.
+  Tensor t() const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  /// Elements start, start+step, ... < end along dim (negative indices count from the end).
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  /// Selects index i along dim, removing the dim.
+  Tensor select(int64_t dim, int64_t i) const;
+  Tensor expand(const Shape& s) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType t) const;
+  /// Copies src (broadcast to this shape, cast to this dtype) into this tensor in place.
+  Tensor& copy_(const Tensor& src);
+  /// Fills this tensor in place.
+  Tensor& fill_(double v);
+
+  // ---- reductions as methods (ops) -----------------------------------------------------
+  Tensor sum() const;
+  Tensor mean() const;
+
+ private:
+  void check_concrete(const char* what) const;
+  Tensor host_value(const char* what, const std::source_location& loc) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---- construction (concrete tensors) --------------------------------------------------
+/// Uninitialized tensor from the caching allocator.
+Tensor empty(const Shape& shape, DType dtype = Float32);
+Tensor zeros(const Shape& shape, DType dtype = Float32);
+Tensor ones(const Shape& shape, DType dtype = Float32);
+Tensor full(const Shape& shape, double value, DType dtype = Float32);
+/// 0-d tensor.
+Tensor scalar_tensor(double value, DType dtype = Float32);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double v);
+Tensor empty_like(const Tensor& t);
+/// [start, end) by step; int64 when all are integral-valued and dtype not given.
+Tensor arange(double end);
+Tensor arange(double start, double end, double step = 1.0, DType dtype = Int64);
+Tensor linspace(double start, double end, int64_t steps, DType dtype = Float32);
+Tensor eye(int64_t n, int64_t m = -1, DType dtype = Float32);
+/// From host data; the shape defaults to 1-D.
+Tensor tensor(const std::vector<float>& v, const Shape& shape = {});
+Tensor tensor(const std::vector<double>& v, const Shape& shape = {});
+Tensor tensor(const std::vector<int64_t>& v, const Shape& shape = {});
+Tensor tensor(const std::vector<int32_t>& v, const Shape& shape = {});
+Tensor tensor(const std::vector<bool>& v, const Shape& shape = {});
+Tensor tensor(std::initializer_list<float> v, const Shape& shape = {});
+/// Wraps an existing view: shares storage, new shape/strides/offset. Not an op; no autograd.
+Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset);
+/// Copy of any concrete tensor into a new contiguous buffer (raw; no autograd, no dispatch).
+Tensor raw_contiguous_copy(const Tensor& t);
+
+// ---- random -----------------------------------------------------------------------------
+/// Seeds the global generator (rand, randn, randint, dropout).
+void manual_seed(uint64_t seed);
+/// Uniform [0, 1).
+Tensor rand(const Shape& shape, DType dtype = Float32);
+/// Standard normal.
+Tensor randn(const Shape& shape, DType dtype = Float32);
+/// Uniform integers in [low, high).
+Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = Int64);
+/// Next 64 random bits of the global generator (for kernels such as dropout).
+uint64_t random_u64();
+
+}  // namespace kiln

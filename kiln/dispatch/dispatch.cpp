@@ -1,0 +1,80 @@
+// Eager dispatch. Hot path for a small op: one handler check, inference, one allocation per
+// output from the caching allocator, the kernel, and a branch on grad mode.
+#include "kiln/dispatch/dispatch.h"
+
+#include <atomic>
+
+namespace kiln {
+namespace {
+thread_local bool t_grad_mode = true;
+thread_local SymbolicHandler* t_handler = nullptr;
+thread_local bool t_capture_all = false;
+AutogradRecorder g_recorder = nullptr;
+std::atomic<uint64_t> g_count{0};
+}  // namespace
+
+bool grad_mode_enabled() { return t_grad_mode; }
+void set_grad_mode(bool on) { t_grad_mode = on; }
+SymbolicHandler* set_symbolic_handler(SymbolicHandler* h) {
+  SymbolicHandler* p = t_handler;
+  t_handler = h;
+  return p;
+}
+SymbolicHandler* symbolic_handler() { return t_handler; }
+void set_capture_all(bool on) { t_capture_all = on; }
+void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
+uint64_t eager_op_count() { return g_count.load(std::memory_order_relaxed); }
+
+TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
+    fail(op.name.c_str(), "expected ", op.num_inputs, " inputs, got ", inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (!inputs[k].defined()) fail(op.name.c_str(), "input ", k, " is an undefined tensor");
+  g_count.fetch_add(1, std::memory_order_relaxed);
+  if (op.view) return op.view(inputs, attrs);
+  MetaList metas = op.infer(inputs, attrs);
+  TensorList outs;
+  outs.reserve(metas.size());
+  for (const auto& m : metas) outs.push_back(empty(m.shape, m.dtype));
+  if (op.contiguous_inputs) {
+    bool all = true;
+    for (const auto& t : inputs) all = all && t.is_contiguous();
+    if (!all) {
+      TensorList cin;
+      for (const auto& t : inputs)
+        cin.push_back(t.is_contiguous() ? t : raw_contiguous_copy(t));
+      op.kernel(std::span<const Tensor>(cin.data(), cin.size()),
+                std::span<Tensor>(outs.data(), outs.size()), attrs);
+      return outs;
+    }
+  }
+  op.kernel(inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
+  return outs;
+}
+
+TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  if (t_handler) {
+    bool sym = t_capture_all;
+    for (const auto& t : inputs) sym = sym || (t.defined() && t.is_symbolic());
+    if (sym) return t_handler->handle(op, inputs, attrs);
+  } else {
+    for (const auto& t : inputs)
+      if (t.defined() && !t.is_concrete())
+        fail(op.name.c_str(), "input is symbolic but no graph is being built; use the tensor "
+                              "inside its graph or fetch it with Session::run");
+  }
+  TensorList outs = run_kernel(op, inputs, attrs);
+  if (t_grad_mode && op.grad && g_recorder) {
+    bool need = false;
+    for (const auto& t : inputs) need = need || t.requires_grad();
+    if (need) g_recorder(op, inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
+  }
+  return outs;
+}
+
+Tensor call1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  TensorList outs = call(op, inputs, attrs);
+  return std::move(outs[0]);
+}
+
+}  // namespace kiln

@@ -1,0 +1,73 @@
+// The one switch every op call goes through: run now (eager), or hand to the active symbolic
+// handler (graph building, JIT tracing). Autograd recording is hooked in by kiln/autograd.
+#pragma once
+#include <initializer_list>
+#include <span>
+
+#include "kiln/ops/op_def.h"
+
+namespace kiln {
+
+/// Whether eager ops record autograd nodes (thread-local). See NoGradGuard.
+bool grad_mode_enabled();
+void set_grad_mode(bool on);
+
+/// Disables autograd recording in a scope (torch.no_grad()).
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(grad_mode_enabled()) { set_grad_mode(false); }
+  ~NoGradGuard() { set_grad_mode(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+/// Re-enables recording in a scope.
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : prev_(grad_mode_enabled()) { set_grad_mode(true); }
+  ~EnableGradGuard() { set_grad_mode(prev_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+/// Receives op calls whose inputs are symbolic, or every call while installed as the capturing
+/// handler (tracing). Implemented by kiln/graph and kiln/jit.
+class SymbolicHandler {
+ public:
+  virtual ~SymbolicHandler() = default;
+  virtual TensorList handle(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) = 0;
+};
+/// Handler for calls with a symbolic input (thread-local); returns the previous one.
+SymbolicHandler* set_symbolic_handler(SymbolicHandler* h);
+SymbolicHandler* symbolic_handler();
+/// When true, every op call goes to the handler even with concrete inputs (tracing).
+void set_capture_all(bool on);
+
+/// Called after an eager op ran with grad mode on and an input requiring grad.
+using AutogradRecorder = void (*)(const OpDef& op, std::span<const Tensor> inputs,
+                                  std::span<Tensor> outputs, const Attrs& attrs);
+void set_autograd_recorder(AutogradRecorder r);
+
+/// Runs `op` on `inputs`: checks, infers, allocates, runs the kernel, records autograd.
+TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs = {});
+inline TensorList call(const OpDef& op, std::initializer_list<Tensor> inputs,
+                       const Attrs& attrs = {}) {
+  return call(op, std::span<const Tensor>(inputs.begin(), inputs.size()), attrs);
+}
+/// Single-output form.
+Tensor call1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs = {});
+inline Tensor call1(const OpDef& op, std::initializer_list<Tensor> inputs, const Attrs& attrs = {}) {
+  return call1(op, std::span<const Tensor>(inputs.begin(), inputs.size()), attrs);
+}
+/// Eager execution only (no handler check, no autograd): used by executors and folding.
+TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs);
+
+/// Counts eager op calls (for tests and profiling).
+uint64_t eager_op_count();
+
+}  // namespace kiln

@@ -1,0 +1,38 @@
+// parallel_for on OpenMP: Debian's oneDNN runs on libgomp, so sharing its threads avoids
+// oversubscription. Small ranges run inline (a parallel region costs ~1-2 us).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include <omp.h>
+
+namespace kiln {
+
+/// Elements below which elementwise loops stay on one thread.
+inline constexpr int64_t kParallelGrain = 32768;
+
+/// Threads Kiln (and oneDNN) use.
+int get_num_threads();
+void set_num_threads(int n);
+
+/// Calls f(begin, end) over [0, n) split into contiguous chunks, one per thread, when
+/// n * cost_per_item is large enough; inline otherwise.
+template <typename F>
+void parallel_for(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  int nt = omp_get_max_threads();
+  if (nt <= 1 || n < grain || omp_in_parallel()) {
+    f(int64_t(0), n);
+    return;
+  }
+  int64_t chunks = std::min<int64_t>(nt, (n + grain - 1) / grain);
+#pragma omp parallel num_threads(static_cast<int>(chunks))
+  {
+    int64_t t = omp_get_thread_num();
+    int64_t per = (n + chunks - 1) / chunks;
+    int64_t b = t * per, e = std::min(n, b + per);
+    if (b < e) f(b, e);
+  }
+}
+
+}  // namespace kiln

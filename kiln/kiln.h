@@ -1,0 +1,7 @@
+// Umbrella header: everything a Kiln user needs.
+#pragma once
+#include "kiln/autograd/autograd.h"
+#include "kiln/core/tensor.h"
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/kernels/cpu/parallel.h"
+#include "kiln/ops/ops.h"

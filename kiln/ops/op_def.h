@@ -1,0 +1,115 @@
+// OpDef: the one definition of a primitive op (name, attributes, inference, kernel, gradient rule,
+// traits, scalar expression). Eager dispatch, graph building, tracing, autodiff, passes and
+// printers all read the registry; nothing else lists ops.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+using AttrValue = std::variant<int64_t, double, bool, std::vector<int64_t>, std::string>;
+
+/// Positional attribute values; the names live in OpDef::attr_names.
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<AttrValue> v) : v_(v) {}
+  size_t size() const { return v_.size(); }
+  const AttrValue& operator[](size_t k) const { return v_[k]; }
+  int64_t i(size_t k) const { return std::get<int64_t>(v_[k]); }
+  double f(size_t k) const { return std::get<double>(v_[k]); }
+  bool b(size_t k) const { return std::get<bool>(v_[k]); }
+  const std::vector<int64_t>& ints(size_t k) const { return std::get<std::vector<int64_t>>(v_[k]); }
+  const std::string& s(size_t k) const { return std::get<std::string>(v_[k]); }
+  void push(AttrValue v) { v_.push_back(std::move(v)); }
+  bool operator==(const Attrs& o) const { return v_ == o.v_; }
+  size_t hash() const;
+  std::string str(const std::vector<std::string>& names) const;
+
+ private:
+  std::vector<AttrValue> v_;
+};
+
+struct TensorMeta {
+  DType dtype = Float32;
+  Shape shape;
+};
+
+using TensorList = SmallVec<Tensor, 4>;
+using MetaList = SmallVec<TensorMeta, 4>;
+
+/// What a gradient rule sees. Rules are written with Kiln ops, so the same rule serves eager
+/// backward, symbolic gradients(), JIT backward and gradients of gradients.
+struct GradCtx {
+  const struct OpDef& op;
+  const Attrs& attrs;
+  std::span<const Tensor> inputs;
+  std::span<const Tensor> outputs;
+  /// Gradient w.r.t. each output; zeros where nothing flowed (undefined for non-float outputs).
+  std::span<const Tensor> grads;
+  /// Which inputs need a gradient (rules may skip the others and return undefined).
+  std::span<const bool> needs;
+  const Tensor& in(size_t k) const { return inputs[k]; }
+  const Tensor& out(size_t k) const { return outputs[k]; }
+  const Tensor& g(size_t k = 0) const { return grads[k]; }
+  bool need(size_t k) const { return needs[k]; }
+};
+
+enum OpTrait : uint32_t {
+  kElementwise = 1u << 0,   ///< output[i] depends on input[i] (after broadcasting) only
+  kFusable = 1u << 1,       ///< may join an elementwise fusion group
+  kInplaceable = 1u << 2,   ///< output may reuse an input's buffer
+  kControlFlow = 1u << 3,   ///< switch/merge and friends: deadness semantics
+  kSideEffect = 1u << 4,    ///< never pruned or CSE'd (print, assign)
+  kView = 1u << 5,          ///< output aliases input 0 (no copy)
+  kRandom = 1u << 6,        ///< draws from the generator: never CSE'd or folded
+  kReduction = 1u << 7,     ///< reduces over dims (fusion may end a group with it)
+};
+
+using InferFn = MetaList (*)(std::span<const Tensor> in, const Attrs& attrs);
+using KernelFn = void (*)(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs);
+using ViewFn = TensorList (*)(std::span<const Tensor> in, const Attrs& attrs);
+using GradFn = TensorList (*)(const GradCtx& ctx);
+
+struct OpDef {
+  std::string name;
+  int num_inputs = 1;   ///< -1: variadic
+  int num_outputs = 1;  ///< -1: decided by infer
+  std::vector<std::string> attr_names;
+  uint32_t traits = 0;
+  InferFn infer = nullptr;
+  KernelFn kernel = nullptr;  ///< writes into outputs allocated from infer's metas
+  ViewFn view = nullptr;      ///< for kView ops: builds outputs aliasing the input
+  GradFn grad = nullptr;      ///< null: not differentiable
+  /// For elementwise ops: the scalar expression fusion and codegen use; $0, $1 are inputs,
+  /// @0, @1 attributes, e.g. "($0 + $1)".
+  std::string expr;
+  /// Inputs handed to the kernel are made contiguous first (once, by the dispatcher).
+  bool contiguous_inputs = false;
+  std::string doc;
+
+  bool has(OpTrait t) const { return (traits & t) != 0; }
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& get();
+  /// Adds an op; a duplicate name is an error. The returned reference is stable.
+  const OpDef& add(OpDef def);
+  const OpDef* find(std::string_view name) const;
+  const OpDef& at(std::string_view name) const;
+  std::vector<const OpDef*> all() const;
+
+ private:
+  std::vector<std::unique_ptr<OpDef>> ops_;
+};
+
+/// Registers an op at static-init time: `static const OpDef& kAdd = def_op({...});`
+inline const OpDef& def_op(OpDef d) { return OpRegistry::get().add(std::move(d)); }
+
+}  // namespace kiln

@@ -1,0 +1,34 @@
+// Helpers shared by the op family files: common inference rules and kernel adapters.
+#pragma once
+#include <cmath>
+#include <limits>
+
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/kernels/cpu/elementwise.h"
+#include "kiln/ops/op_def.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln::opu {
+
+inline MetaList one(DType dt, Shape s) {
+  MetaList m;
+  m.push_back(TensorMeta{dt, std::move(s)});
+  return m;
+}
+
+inline void require_float(const char* op, const Tensor& t, const char* what = "input") {
+  if (!is_floating(t.dtype()))
+    fail(op, what, " must be float32 or float64, got ", t.dtype(), " (shape ", t.shape(), ")");
+}
+inline void require_numeric(const char* op, const Tensor& t) {
+  if (t.dtype() == Bool) fail(op, "input must be numeric, got bool (shape ", t.shape(), ")");
+}
+inline void require_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype())
+    fail(op, "dtypes differ: ", a.dtype(), " ", a.shape(), " vs ", b.dtype(), " ", b.shape());
+}
+
+/// A 0-d constant of t's dtype (broadcasts anywhere).
+inline Tensor scalar_like(const Tensor& t, double v) { return scalar_tensor(v, t.dtype()); }
+
+}  // namespace kiln::opu

@@ -1,0 +1,171 @@
+// The public op functions. Each is a thin wrapper that calls the dispatcher with its OpDef, so
+// it works eagerly, while building a graph and while tracing. Definitions live in the family
+// files beside this header (elementwise.cpp, shape_ops.cpp, reduce.cpp, linalg.cpp, nn_ops.cpp,
+// index_ops.cpp).
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// ---- elementwise arithmetic (NumPy broadcasting, dtype promotion) --------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+/// a - b and a / b with the host scalar on the left.
+Tensor sub(double a, const Tensor& b);
+Tensor div(double a, const Tensor& b);
+Tensor neg(const Tensor& a);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor sign(const Tensor& a);
+Tensor erf(const Tensor& a);
+/// Clamps to [lo, hi]; pass -inf/+inf for one-sided.
+Tensor clamp(const Tensor& a, double lo, double hi);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+// comparisons (bool out)
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& a);
+/// cond ? a : b, broadcasting all three; cond is bool.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// ---- activations ---------------------------------------------------------------------------
+Tensor relu(const Tensor& a);
+Tensor leaky_relu(const Tensor& a, double negative_slope = 0.01);
+Tensor sigmoid(const Tensor& a);
+Tensor tanh(const Tensor& a);
+/// approximate = false: x * Phi(x) with erf; true: the tanh form.
+Tensor gelu(const Tensor& a, bool approximate = false);
+Tensor silu(const Tensor& a);
+
+// ---- operators -----------------------------------------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+
+// ---- shape and copy ops (views where possible) ---------------------------------------------
+Tensor reshape(const Tensor& a, const Shape& shape);
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& a, const std::vector<int64_t>& dims);
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor expand(const Tensor& a, const Shape& shape);
+Tensor squeeze(const Tensor& a, std::optional<int64_t> dim = std::nullopt);
+Tensor unsqueeze(const Tensor& a, int64_t dim);
+Tensor flatten(const Tensor& a, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor contiguous(const Tensor& a);
+Tensor clone(const Tensor& a);
+/// Cast; the gradient casts back.
+Tensor cast(const Tensor& a, DType dtype);
+/// Same data, no gradient flows back (stop_gradient).
+Tensor detach(const Tensor& a);
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
+/// Pieces of `split_size` along dim (the last may be smaller).
+std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim = 0);
+/// Pieces of the given sizes along dim.
+std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
+
+// ---- reductions ----------------------------------------------------------------------------
+/// Empty dims: reduce all.
+Tensor sum(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor max(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor min(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// Variance with Bessel's correction by default (correction = 1), as torch.var.
+Tensor var(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false,
+           int64_t correction = 1);
+/// Index of the max along dim (int64); dim = nullopt: over the flattened tensor.
+Tensor argmax(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor argmin(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+/// Sums a broadcast tensor back down to `shape` (the gradient of broadcasting).
+Tensor sum_to(const Tensor& a, const Shape& shape);
+Tensor softmax(const Tensor& a, int64_t dim = -1);
+Tensor log_softmax(const Tensor& a, int64_t dim = -1);
+
+// ---- linear algebra, convolution, pooling --------------------------------------------------
+/// torch.matmul semantics: 1-D, 2-D, batched with broadcasting of batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// x @ w^T + b, w is [out, in] (PyTorch layout).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+/// x [N, C, H, W], w [O, C/groups, kH, kW].
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+              std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
+              std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0});
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0});
+
+// ---- normalization, embedding, losses, dropout ---------------------------------------------
+/// Normalizes over the trailing dims given by normalized_shape.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+/// x [N, C, ...]. In training, uses batch statistics and updates running_mean/var in place
+/// (when given) with `momentum`; in eval, uses the running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  bool training = true, double momentum = 0.1, double eps = 1e-5);
+/// Rows of `weight` [V, D] picked by integer `indices` (any shape) -> indices.shape + [D].
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
+/// Out-of-place: a copy of `a` with `src` added at `index` along dim.
+Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+
+enum class Reduction { None, Mean, Sum };
+/// logits [N, C] (or [N, C, d...]) and class indices [N] (int64).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                     Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+/// log-probabilities [N, C] and class indices [N].
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
+                Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::Mean);
+/// Zeroes elements with probability p and scales the rest by 1/(1-p), from the seeded generator.
+Tensor dropout(const Tensor& a, double p = 0.5, bool training = true);
+
+}  // namespace kiln

@@ -1,0 +1,301 @@
+// Reduction family: sum, mean, max, min, var, argmax, argmin over dims with keepdim, and
+// sum_to (the gradient of broadcasting). Non-trailing, non-leading reduced dims are permuted to
+// the end and made contiguous once, then reduced row-wise.
+#include <algorithm>
+
+#include "kiln/kernels/cpu/reduce.h"
+#include "kiln/ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+using opu::one;
+
+struct RedDims {
+  std::vector<int64_t> dims;  // sorted, unique, wrapped
+  Shape keep_shape;           // input shape with reduced dims set to 1
+  Shape out_shape;
+  int64_t count = 1;          // elements reduced per output
+};
+
+RedDims red_dims(const Shape& s, const std::vector<int64_t>& dims_in, bool keepdim,
+                 const char* op) {
+  RedDims r;
+  int64_t rank = s.rank();
+  if (dims_in.empty()) {
+    for (int64_t d = 0; d < rank; ++d) r.dims.push_back(d);
+  } else {
+    for (auto d : dims_in) r.dims.push_back(wrap_dim(d, rank, op));
+    std::sort(r.dims.begin(), r.dims.end());
+    if (std::adjacent_find(r.dims.begin(), r.dims.end()) != r.dims.end())
+      fail(op, "dim appears more than once in the reduction dims for shape ", s);
+    if (rank == 0) r.dims.clear();
+  }
+  r.keep_shape = s;
+  for (auto d : r.dims) {
+    r.count = (r.count < 0 || s[d] < 0) ? -1 : r.count * s[d];
+    r.keep_shape[d] = 1;
+  }
+  if (keepdim) {
+    r.out_shape = r.keep_shape;
+  } else {
+    for (int64_t d = 0; d < rank; ++d)
+      if (!std::binary_search(r.dims.begin(), r.dims.end(), d)) r.out_shape.push_back(s[d]);
+  }
+  return r;
+}
+
+std::vector<int64_t> dims_attr(const Attrs& a) { return a.ints(0); }
+
+// Reduces x over rd.dims into out (contiguous, out numel = product of kept dims).
+template <typename T>
+void reduce_into(const Tensor& x, const RedDims& rd, T* out, cpu::RedKind k) {
+  int64_t rank = x.dim();
+  int64_t kept = 1, red = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::binary_search(rd.dims.begin(), rd.dims.end(), d))
+      red *= x.shape()[d];
+    else
+      kept *= x.shape()[d];
+  }
+  if (kept == 0) return;
+  if (red == 0) {
+    if (k != cpu::RedKind::Sum)
+      fail(k == cpu::RedKind::Max ? "max" : "min", "cannot reduce an empty dim of shape ",
+           x.shape());
+    for (int64_t i = 0; i < kept; ++i) out[i] = T(0);
+    return;
+  }
+  bool trailing = true, leading = true;
+  int64_t nr = static_cast<int64_t>(rd.dims.size());
+  for (int64_t i = 0; i < nr; ++i) {
+    trailing = trailing && rd.dims[i] == rank - nr + i;
+    leading = leading && rd.dims[i] == i;
+  }
+  if (x.is_contiguous() && trailing) {
+    cpu::reduce_rows<T>(x.data_ptr<T>(), out, kept, red, k);
+  } else if (x.is_contiguous() && leading) {
+    cpu::reduce_cols<T>(x.data_ptr<T>(), out, red, kept, k);
+  } else {
+    std::vector<int64_t> perm;
+    for (int64_t d = 0; d < rank; ++d)
+      if (!std::binary_search(rd.dims.begin(), rd.dims.end(), d)) perm.push_back(d);
+    for (auto d : rd.dims) perm.push_back(d);
+    Shape ps;
+    Strides pst;
+    for (auto d : perm) {
+      ps.push_back(x.shape()[d]);
+      pst.push_back(x.strides()[d]);
+    }
+    Tensor c = raw_contiguous_copy(make_view(x, ps, pst, x.offset()));
+    cpu::reduce_rows<T>(c.data_ptr<T>(), out, kept, red, k);
+  }
+}
+
+MetaList infer_red(const char* op, std::span<const Tensor> in, const Attrs& a, bool float_only) {
+  if (float_only) opu::require_float(op, in[0]);
+  opu::require_numeric(op, in[0]);
+  RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), op);
+  return one(in[0].dtype(), rd.out_shape);
+}
+
+// Gradient of a reduction broadcast back: reshape g to the keepdim shape, then expand.
+Tensor unreduce(const Tensor& g, const Tensor& x, const Attrs& a, const char* op) {
+  RedDims rd = red_dims(x.shape(), dims_attr(a), a.b(1), op);
+  return expand(reshape(g, rd.keep_shape), x.shape());
+}
+
+const OpDef& kSum = def_op({.name = "sum", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("sum", in, a, false); },
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+      RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "sum");
+      KILN_DISPATCH_NUMERIC(in[0].dtype(), "sum", [&] {
+        reduce_into<scalar_t>(in[0], rd, out[0].data_ptr<scalar_t>(), cpu::RedKind::Sum);
+      });
+    },
+    .grad = [](const GradCtx& c) { return TensorList{unreduce(c.g(), c.in(0), c.attrs, "sum")}; }});
+
+const OpDef& kMean = def_op({.name = "mean", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("mean", in, a, true); },
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+      RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "mean");
+      KILN_DISPATCH_FLOAT(in[0].dtype(), "mean", [&] {
+        scalar_t* o = out[0].data_ptr<scalar_t>();
+        reduce_into<scalar_t>(in[0], rd, o, cpu::RedKind::Sum);
+        scalar_t inv = rd.count > 0 ? scalar_t(1) / static_cast<scalar_t>(rd.count)
+                                    : std::numeric_limits<scalar_t>::quiet_NaN();
+        for (int64_t i = 0; i < out[0].numel(); ++i) o[i] *= inv;
+      });
+    },
+    // d mean / dx = 1/N broadcast
+    .grad = [](const GradCtx& c) {
+      RedDims rd = red_dims(c.in(0).shape(), dims_attr(c.attrs), c.attrs.b(1), "mean");
+      return TensorList{div(unreduce(c.g(), c.in(0), c.attrs, "mean"), static_cast<double>(rd.count))};
+    }});
+
+// max/min: the gradient is shared equally among tied extrema (as torch.amax).
+TensorList minmax_grad(const GradCtx& c, const char* op) {
+  Tensor x = c.in(0);
+  RedDims rd = red_dims(x.shape(), dims_attr(c.attrs), c.attrs.b(1), op);
+  Tensor o = reshape(c.out(0), rd.keep_shape);
+  Tensor mask = eq(x, o);
+  Tensor cnt = sum(cast(mask, x.dtype()), rd.dims, true);
+  Tensor g = div(reshape(c.g(), rd.keep_shape), cnt);
+  return TensorList{where(mask, expand(g, x.shape()), opu::scalar_like(g, 0))};
+}
+
+const OpDef& kMax = def_op({.name = "max", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("max", in, a, false); },
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+      RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "max");
+      KILN_DISPATCH_NUMERIC(in[0].dtype(), "max", [&] {
+        reduce_into<scalar_t>(in[0], rd, out[0].data_ptr<scalar_t>(), cpu::RedKind::Max);
+      });
+    },
+    .grad = [](const GradCtx& c) { return minmax_grad(c, "max"); }});
+
+const OpDef& kMin = def_op({.name = "min", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("min", in, a, false); },
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+      RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "min");
+      KILN_DISPATCH_NUMERIC(in[0].dtype(), "min", [&] {
+        reduce_into<scalar_t>(in[0], rd, out[0].data_ptr<scalar_t>(), cpu::RedKind::Min);
+      });
+    },
+    .grad = [](const GradCtx& c) { return minmax_grad(c, "min"); }});
+
+const OpDef& kVar = def_op({.name = "var", .attr_names = {"dims", "keepdim", "correction"},
+    .traits = kReduction,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("var", in, a, true); },
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+      // Two passes (mean, then squared deviations) for accuracy.
+      const Tensor& x = in[0];
+      RedDims rd = red_dims(x.shape(), dims_attr(a), true, "var");
+      KILN_DISPATCH_FLOAT(x.dtype(), "var", [&] {
+        Tensor m = empty(rd.keep_shape, x.dtype());
+        scalar_t* mp = m.data_ptr<scalar_t>();
+        reduce_into<scalar_t>(x, rd, mp, cpu::RedKind::Sum);
+        for (int64_t i = 0; i < m.numel(); ++i) mp[i] /= static_cast<scalar_t>(rd.count);
+        Tensor d = empty(x.shape(), x.dtype());
+        cpu::binary_loop<scalar_t, scalar_t, scalar_t>(x, m, d, [](scalar_t u, scalar_t v) {
+          return (u - v) * (u - v);
+        });
+        scalar_t* o = out[0].data_ptr<scalar_t>();
+        reduce_into<scalar_t>(d, rd, o, cpu::RedKind::Sum);
+        double denom = static_cast<double>(rd.count - a.i(2));
+        for (int64_t i = 0; i < out[0].numel(); ++i)
+          o[i] = denom > 0 ? static_cast<scalar_t>(o[i] / denom)
+                           : std::numeric_limits<scalar_t>::quiet_NaN();
+      });
+    },
+    // d var / dx = 2 (x - mean) / (N - correction)
+    .grad = [](const GradCtx& c) {
+      const Tensor& x = c.in(0);
+      RedDims rd = red_dims(x.shape(), dims_attr(c.attrs), c.attrs.b(1), "var");
+      Tensor m = mean(x, rd.dims, true);
+      double denom = static_cast<double>(rd.count - c.attrs.i(2));
+      Tensor g = reshape(c.g(), rd.keep_shape);
+      return TensorList{mul(mul(sub(x, m), g), 2.0 / denom)};
+    }});
+
+template <bool IsMax>
+void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x0 = in[0];
+  bool flat = a.i(0) == INT64_MIN;
+  Tensor x = flat ? raw_contiguous_copy(x0) : x0;
+  int64_t rank = flat ? 1 : x.dim();
+  int64_t dim = flat ? 0 : wrap_dim(a.i(0), std::max<int64_t>(rank, 1), IsMax ? "argmax" : "argmin");
+  Shape shp = flat ? Shape{x.numel()} : x.shape();
+  if (rank == 0) shp = Shape{1};
+  int64_t n = shp.rank() ? shp[dim] : 1;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= shp[d];
+  for (int64_t d = dim + 1; d < shp.rank(); ++d) inner *= shp[d];
+  Tensor c = x.is_contiguous() ? x : raw_contiguous_copy(x);
+  int64_t* o = out[0].data_ptr<int64_t>();
+  KILN_DISPATCH_NUMERIC(x.dtype(), "argmax", [&] {
+    const scalar_t* p = c.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < outer; ++i)
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t best = 0;
+        scalar_t bv = p[i * n * inner + j];
+        for (int64_t k = 1; k < n; ++k) {
+          scalar_t v = p[(i * n + k) * inner + j];
+          if (bv != bv) break;  // NaN wins, as in PyTorch
+          if (v != v || (IsMax ? v > bv : v < bv)) {
+            bv = v;
+            best = k;
+          }
+        }
+        o[i * inner + j] = best;
+      }
+  });
+}
+
+MetaList infer_arg(const char* op, std::span<const Tensor> in, const Attrs& a) {
+  opu::require_numeric(op, in[0]);
+  const Shape& s = in[0].shape();
+  if (s.numel() == 0) fail(op, "cannot take ", op, " of an empty tensor of shape ", s);
+  if (a.i(0) == INT64_MIN) return one(Int64, a.b(1) ? Shape(static_cast<size_t>(s.rank()), 1) : Shape{});
+  int64_t d = wrap_dim(a.i(0), std::max<int64_t>(s.rank(), 1), op);
+  if (s.rank() == 0) return one(Int64, Shape{});
+  if (s[d] == 0) fail(op, "dim ", d, " of shape ", s, " is empty");
+  Shape o;
+  for (int64_t i = 0; i < s.rank(); ++i) {
+    if (i == d) {
+      if (a.b(1)) o.push_back(1);
+    } else {
+      o.push_back(s[i]);
+    }
+  }
+  return one(Int64, o);
+}
+
+const OpDef& kArgmax = def_op({.name = "argmax", .attr_names = {"dim", "keepdim"}, .traits = kReduction,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_arg("argmax", in, a); },
+    .kernel = arg_kernel<true>});
+const OpDef& kArgmin = def_op({.name = "argmin", .attr_names = {"dim", "keepdim"}, .traits = kReduction,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_arg("argmin", in, a); },
+    .kernel = arg_kernel<false>});
+
+}  // namespace
+
+Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor x = a.defined() && a.dtype() == Bool ? cast(a, Int64) : a;
+  return call1(kSum, {x}, {dims, keepdim});
+}
+Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return call1(kMean, {a}, {dims, keepdim});
+}
+Tensor max(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return call1(kMax, {a}, {dims, keepdim});
+}
+Tensor min(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return call1(kMin, {a}, {dims, keepdim});
+}
+Tensor var(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim, int64_t correction) {
+  return call1(kVar, {a}, {dims, keepdim, correction});
+}
+Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
+  return call1(kArgmax, {a}, {dim ? *dim : INT64_MIN, keepdim});
+}
+Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
+  return call1(kArgmin, {a}, {dim ? *dim : INT64_MIN, keepdim});
+}
+
+Tensor sum_to(const Tensor& a, const Shape& shape) {
+  if (a.shape() == shape) return a;
+  if (!broadcastable_to(shape, a.shape()))
+    fail("sum_to", "shape ", shape, " does not broadcast to ", a.shape());
+  int64_t lead = a.dim() - shape.rank();
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && a.shape()[d] != 1)) dims.push_back(d);
+  Tensor s = dims.empty() ? a : sum(a, dims, true);
+  return reshape(s, shape);
+}
+
+Tensor Tensor::sum() const { return kiln::sum(*this); }
+Tensor Tensor::mean() const { return kiln::mean(*this); }
+
+}  // namespace kiln

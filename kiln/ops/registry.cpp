@@ -1,0 +1,83 @@
+// The op registry and attribute helpers.
+#include <memory>
+#include <sstream>
+
+#include "kiln/ops/op_def.h"
+
+namespace kiln {
+
+OpRegistry& OpRegistry::get() {
+  static OpRegistry* r = new OpRegistry();
+  return *r;
+}
+
+const OpDef& OpRegistry::add(OpDef def) {
+  if (find(def.name)) fail("registry", "op '", def.name, "' is registered twice");
+  if (!def.infer) fail("registry", "op '", def.name, "' has no shape inference");
+  if (!def.kernel && !def.view && !def.has(kControlFlow))
+    fail("registry", "op '", def.name, "' has neither a kernel nor a view function");
+  ops_.push_back(std::make_unique<OpDef>(std::move(def)));
+  return *ops_.back();
+}
+
+const OpDef* OpRegistry::find(std::string_view name) const {
+  for (const auto& o : ops_)
+    if (o->name == name) return o.get();
+  return nullptr;
+}
+
+const OpDef& OpRegistry::at(std::string_view name) const {
+  const OpDef* d = find(name);
+  if (!d) fail("registry", "no op named '", std::string(name), "'");
+  return *d;
+}
+
+std::vector<const OpDef*> OpRegistry::all() const {
+  std::vector<const OpDef*> v;
+  for (const auto& o : ops_) v.push_back(o.get());
+  return v;
+}
+
+size_t Attrs::hash() const {
+  size_t h = v_.size();
+  auto mix = [&](size_t x) { h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  for (const auto& a : v_) {
+    mix(a.index());
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            for (auto e : x) mix(std::hash<int64_t>()(e));
+          } else {
+            mix(std::hash<T>()(x));
+          }
+        },
+        a);
+  }
+  return h;
+}
+
+std::string Attrs::str(const std::vector<std::string>& names) const {
+  std::ostringstream os;
+  for (size_t k = 0; k < v_.size(); ++k) {
+    if (k) os << ", ";
+    os << (k < names.size() ? names[k] : "attr" + std::to_string(k)) << "=";
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            os << "[";
+            for (size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << x[i];
+            os << "]";
+          } else if constexpr (std::is_same_v<T, bool>) {
+            os << (x ? "true" : "false");
+          } else {
+            os << x;
+          }
+        },
+        v_[k]);
+  }
+  return os.str();
+}
+
+}  // namespace kiln

@@ -1,0 +1,554 @@
+// Shape family: views (reshape, transpose, permute, slice, expand, squeeze, unsqueeze) that
+// alias their input, and copies (contiguous, clone, cast, cat, slice_grad). Composite shape
+// functions (flatten, stack, split, chunk, select) are built from these in the wrappers.
+#include <cstring>
+#include <numeric>
+
+#include "kiln/ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+using opu::one;
+
+Shape resolve_shape(const Shape& in, const std::vector<int64_t>& want, const char* op) {
+  Shape out;
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] == -1) {
+      if (infer_at >= 0) fail(op, "only one dim can be -1, got shape [", str_cat(want.size()), " dims] for input ", in);
+      infer_at = static_cast<int64_t>(i);
+      out.push_back(1);
+    } else if (want[i] < 0) {
+      fail(op, "invalid size ", want[i], " in target shape for input ", in);
+    } else {
+      known *= want[i];
+      out.push_back(want[i]);
+    }
+  }
+  int64_t n = in.numel();
+  if (n < 0) {  // dynamic input: keep -1 where inferred
+    if (infer_at >= 0) out[infer_at] = -1;
+    return out;
+  }
+  if (infer_at >= 0) {
+    if (known == 0 || n % known != 0)
+      fail(op, "cannot reshape tensor of shape ", in, " (", n, " elements) into ", Shape(want));
+    out[infer_at] = n / known;
+  } else if (known != n) {
+    fail(op, "cannot reshape tensor of shape ", in, " (", n, " elements) into ", out, " (", known,
+         " elements)");
+  }
+  return out;
+}
+
+// Strides for viewing t as `shape` without a copy; false if impossible (PyTorch's computeStride).
+bool view_strides(const Tensor& t, const Shape& shape, Strides* out) {
+  if (t.is_contiguous() || t.numel() == 0) {
+    *out = contiguous_strides(shape);
+    return true;
+  }
+  const Shape& os = t.shape();
+  const Strides& ost = t.strides();
+  Strides ns(shape.size(), 0);
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  int64_t chunk_base = ost[os.size() - 1];
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = os.rank() - 1; d >= 0; --d) {
+    tensor_numel *= os[d];
+    if (d == 0 || (os[d - 1] != 1 && ost[d - 1] != tensor_numel * chunk_base)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        ns[view_d] = view_numel * chunk_base;
+        view_numel *= shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (d > 0) {
+        chunk_base = ost[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return false;
+  *out = ns;
+  return true;
+}
+
+MetaList infer_reshape(std::span<const Tensor> in, const Attrs& a) {
+  return one(in[0].dtype(), resolve_shape(in[0].shape(), a.ints(0), "reshape"));
+}
+
+TensorList view_reshape(std::span<const Tensor> in, const Attrs& a) {
+  const Tensor& x = in[0];
+  Shape s = resolve_shape(x.shape(), a.ints(0), "reshape");
+  Strides st;
+  if (view_strides(x, s, &st)) return TensorList{make_view(x, s, st, x.offset())};
+  Tensor c = raw_contiguous_copy(x);
+  return TensorList{make_view(c, s, contiguous_strides(s), 0)};
+}
+
+std::vector<int64_t> perm_of(const Attrs& a, int64_t rank, const char* op) {
+  std::vector<int64_t> p = a.ints(0);
+  if (static_cast<int64_t>(p.size()) != rank)
+    fail(op, "permutation has ", p.size(), " dims but the tensor has rank ", rank);
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  for (auto& d : p) {
+    d = wrap_dim(d, rank, op);
+    if (seen[d]) fail(op, "dim ", d, " appears twice in the permutation");
+    seen[d] = true;
+  }
+  return p;
+}
+
+struct SliceArgs {
+  int64_t dim, start, end, step, len;
+};
+SliceArgs slice_args(const Shape& s, const Attrs& a) {
+  if (s.rank() == 0) fail("slice", "cannot slice a 0-d tensor");
+  SliceArgs r;
+  r.dim = wrap_dim(a.i(0), s.rank(), "slice");
+  r.step = a.i(3);
+  if (r.step <= 0) fail("slice", "step must be positive, got ", r.step);
+  int64_t n = s[r.dim];
+  auto clampi = [&](int64_t v) {
+    if (v < 0) v += n;
+    return std::min(std::max<int64_t>(v, 0), n);
+  };
+  r.start = clampi(a.i(1));
+  r.end = clampi(a.i(2));
+  r.len = r.end > r.start ? (r.end - r.start + r.step - 1) / r.step : 0;
+  return r;
+}
+
+Shape squeezed(const Shape& s, const Attrs& a) {
+  Shape out;
+  if (a.size() == 0 || a.i(0) == INT64_MIN) {
+    for (auto d : s)
+      if (d != 1) out.push_back(d);
+    return out;
+  }
+  int64_t dim = wrap_dim(a.i(0), s.rank(), "squeeze");
+  for (int64_t d = 0; d < s.rank(); ++d)
+    if (d != dim || s[d] != 1) out.push_back(s[d]);
+  return out;
+}
+
+void copy_cast_kernel(const Tensor& src, Tensor& dst) {
+  KILN_DISPATCH_ALL(src.dtype(), "cast", [&] {
+    using S = scalar_t;
+    KILN_DISPATCH_ALL(dst.dtype(), "cast", [&] {
+      using D = scalar_t;
+      cpu::unary_loop<S, D>(src, dst, [](S v) { return static_cast<D>(v); });
+    });
+  });
+}
+
+const OpDef& kReshape = def_op({.name = "reshape", .attr_names = {"shape"}, .traits = kView,
+    .infer = infer_reshape, .view = view_reshape,
+    .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
+
+const OpDef& kTranspose = def_op({.name = "transpose", .attr_names = {"dim0", "dim1"}, .traits = kView,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) {
+      Shape s = in[0].shape();
+      int64_t r = s.rank();
+      if (r == 0) return one(in[0].dtype(), s);
+      std::swap(s[wrap_dim(a.i(0), r, "transpose")], s[wrap_dim(a.i(1), r, "transpose")]);
+      return one(in[0].dtype(), s);
+    },
+    .view = [](std::span<const Tensor> in, const Attrs& a) {
+      const Tensor& x = in[0];
+      Shape s = x.shape();
+      Strides st = x.strides();
+      if (s.rank() > 0) {
+        int64_t d0 = wrap_dim(a.i(0), s.rank(), "transpose"), d1 = wrap_dim(a.i(1), s.rank(), "transpose");
+        std::swap(s[d0], s[d1]);
+        std::swap(st[d0], st[d1]);
+      }
+      return TensorList{make_view(x, s, st, x.offset())};
+    },
+    .grad = [](const GradCtx& c) {
+      return TensorList{transpose(c.g(), c.attrs.i(0), c.attrs.i(1))};
+    }});
+
+const OpDef& kPermute = def_op({.name = "permute", .attr_names = {"dims"}, .traits = kView,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) {
+      auto p = perm_of(a, in[0].dim(), "permute");
+      Shape s;
+      for (auto d : p) s.push_back(in[0].shape()[d]);
+      return one(in[0].dtype(), s);
+    },
+    .view = [](std::span<const Tensor> in, const Attrs& a) {
+      const Tensor& x = in[0];
+      auto p = perm_of(a, x.dim(), "permute");
+      Shape s;
+      Strides st;
+      for (auto d : p) {
+        s.push_back(x.shape()[d]);
+        st.push_back(x.strides()[d]);
+      }
+      return TensorList{make_view(x, s, st, x.offset())};
+    },
+    .grad = [](const GradCtx& c) {
+      auto p = c.attrs.ints(0);
+      int64_t r = c.in(0).dim();
+      std::vector<int64_t> inv(p.size());
+      for (size_t i = 0; i < p.size(); ++i) inv[wrap_dim(p[i], r, "permute")] = static_cast<int64_t>(i);
+      return TensorList{permute(c.g(), inv)};
+    }});
+
+const OpDef& kSliceGrad = def_op({.name = "slice_grad",
+    .attr_names = {"input_shape", "dim", "start", "end", "step"},
+    .infer = [](std::span<const Tensor> in, const Attrs& a) {
+      return one(in[0].dtype(), Shape(a.ints(0)));
+    },
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+      Tensor& o = out[0];
+      std::memset(o.raw_data(), 0, static_cast<size_t>(o.numel()) * o.element_size());
+      Attrs sa{a.i(1), a.i(2), a.i(3), a.i(4)};
+      SliceArgs r = slice_args(o.shape(), sa);
+      Shape vs = o.shape();
+      vs[r.dim] = r.len;
+      Strides st = o.strides();
+      int64_t off = r.start * st[r.dim];
+      st[r.dim] *= r.step;
+      Tensor dst = make_view(o, vs, st, off);
+      copy_cast_kernel(in[0], dst);
+    },
+    .grad = [](const GradCtx& c) {
+      const Attrs& a = c.attrs;
+      return TensorList{slice(c.g(), a.i(1), a.i(2), a.i(3), a.i(4))};
+    }});
+
+const OpDef& kSlice = def_op({.name = "slice", .attr_names = {"dim", "start", "end", "step"},
+    .traits = kView,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) {
+      SliceArgs r = slice_args(in[0].shape(), a);
+      Shape s = in[0].shape();
+      s[r.dim] = r.len;
+      return one(in[0].dtype(), s);
+    },
+    .view = [](std::span<const Tensor> in, const Attrs& a) {
+      const Tensor& x = in[0];
+      SliceArgs r = slice_args(x.shape(), a);
+      Shape s = x.shape();
+      Strides st = x.strides();
+      s[r.dim] = r.len;
+      int64_t off = x.offset() + r.start * st[r.dim];
+      st[r.dim] *= r.step;
+      return TensorList{make_view(x, s, st, off)};
+    },
+    .grad = [](const GradCtx& c) {
+      SliceArgs r = slice_args(c.in(0).shape(), c.attrs);
+      return TensorList{call1(kSliceGrad, {c.g()},
+                              {c.in(0).shape().vec(), r.dim, r.start, r.end, r.step})};
+    }});
+
+const OpDef& kExpand = def_op({.name = "expand", .attr_names = {"shape"}, .traits = kView,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) {
+      Shape want(a.ints(0));
+      const Shape& s = in[0].shape();
+      if (want.rank() < s.rank())
+        fail("expand", "cannot expand shape ", s, " to fewer dims ", want);
+      size_t off = want.size() - s.size();
+      for (size_t d = 0; d < want.size(); ++d) {
+        if (want[d] == -1) {
+          if (d < off) fail("expand", "-1 is not allowed in a new leading dim: ", want);
+          want[d] = s[d - off];
+        }
+        if (d >= off && s[d - off] != 1 && s[d - off] != want[d])
+          fail("expand", "cannot expand shape ", s, " to ", want, " (dim ", d, ")");
+      }
+      return one(in[0].dtype(), want);
+    },
+    .view = [](std::span<const Tensor> in, const Attrs& a) {
+      const Tensor& x = in[0];
+      Shape want(a.ints(0));
+      size_t off = want.size() - x.shape().size();
+      Strides st(want.size(), 0);
+      for (size_t d = 0; d < want.size(); ++d) {
+        if (d < off) continue;
+        int64_t sd = x.shape()[d - off];
+        if (want[d] == -1) want[d] = sd;
+        st[d] = (sd == 1 && want[d] != 1) ? 0 : x.strides()[d - off];
+      }
+      return TensorList{make_view(x, want, st, x.offset())};
+    },
+    .grad = [](const GradCtx& c) { return TensorList{sum_to(c.g(), c.in(0).shape())}; }});
+
+const OpDef& kSqueeze = def_op({.name = "squeeze", .attr_names = {"dim"}, .traits = kView,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) {
+      return one(in[0].dtype(), squeezed(in[0].shape(), a));
+    },
+    .view = [](std::span<const Tensor> in, const Attrs& a) {
+      const Tensor& x = in[0];
+      Shape s;
+      Strides st;
+      bool all = a.i(0) == INT64_MIN;
+      int64_t dim = all ? -1 : wrap_dim(a.i(0), x.dim(), "squeeze");
+      for (int64_t d = 0; d < x.dim(); ++d) {
+        bool drop = x.shape()[d] == 1 && (all || d == dim);
+        if (!drop) {
+          s.push_back(x.shape()[d]);
+          st.push_back(x.strides()[d]);
+        }
+      }
+      return TensorList{make_view(x, s, st, x.offset())};
+    },
+    .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
+
+const OpDef& kUnsqueeze = def_op({.name = "unsqueeze", .attr_names = {"dim"}, .traits = kView,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) {
+      Shape s = in[0].shape();
+      int64_t d = wrap_dim(a.i(0), s.rank() + 1, "unsqueeze");
+      Shape out;
+      for (int64_t i = 0; i <= s.rank(); ++i) {
+        if (i == d) out.push_back(1);
+        if (i < s.rank()) out.push_back(s[i]);
+      }
+      return one(in[0].dtype(), out);
+    },
+    .view = [](std::span<const Tensor> in, const Attrs& a) {
+      const Tensor& x = in[0];
+      int64_t d = wrap_dim(a.i(0), x.dim() + 1, "unsqueeze");
+      Shape s;
+      Strides st;
+      for (int64_t i = 0; i <= x.dim(); ++i) {
+        if (i == d) {
+          s.push_back(1);
+          st.push_back(i < x.dim() ? x.strides()[i] * x.shape()[i] : 1);
+        }
+        if (i < x.dim()) {
+          s.push_back(x.shape()[i]);
+          st.push_back(x.strides()[i]);
+        }
+      }
+      return TensorList{make_view(x, s, st, x.offset())};
+    },
+    .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
+
+const OpDef& kDetach = def_op({.name = "detach", .traits = kView,
+    .infer = [](std::span<const Tensor> in, const Attrs&) { return one(in[0].dtype(), in[0].shape()); },
+    .view = [](std::span<const Tensor> in, const Attrs&) {
+      const Tensor& x = in[0];
+      return TensorList{make_view(x, x.shape(), x.strides(), x.offset())};
+    }});
+
+const OpDef& kClone = def_op({.name = "clone", .traits = kElementwise | kFusable,
+    .infer = [](std::span<const Tensor> in, const Attrs&) { return one(in[0].dtype(), in[0].shape()); },
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+      copy_cast_kernel(in[0], out[0]);
+    },
+    .grad = [](const GradCtx& c) { return TensorList{c.g()}; },
+    .expr = "$0"});
+
+const OpDef& kCast = def_op({.name = "cast", .attr_names = {"dtype"}, .traits = kElementwise | kFusable,
+    .infer = [](std::span<const Tensor> in, const Attrs& a) {
+      int64_t d = a.i(0);
+      if (d < 0 || d > 4) fail("cast", "unknown dtype code ", d);
+      return one(static_cast<DType>(d), in[0].shape());
+    },
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+      copy_cast_kernel(in[0], out[0]);
+    },
+    .grad = [](const GradCtx& c) {
+      if (!is_floating(c.in(0).dtype())) return TensorList{Tensor()};
+      return TensorList{cast(c.g(), c.in(0).dtype())};
+    },
+    .expr = "cast($0, @0)"});
+
+const OpDef& kCat = def_op({.name = "cat", .num_inputs = -1, .attr_names = {"dim"},
+    .infer = [](std::span<const Tensor> in, const Attrs& a) {
+      if (in.empty()) fail("cat", "expected at least one tensor");
+      const Shape& s0 = in[0].shape();
+      if (s0.rank() == 0) fail("cat", "zero-dimensional tensor cannot be concatenated");
+      int64_t d = wrap_dim(a.i(0), s0.rank(), "cat");
+      Shape out = s0;
+      for (size_t k = 1; k < in.size(); ++k) {
+        const Shape& s = in[k].shape();
+        if (in[k].dtype() != in[0].dtype())
+          fail("cat", "tensor ", k, " has dtype ", in[k].dtype(), ", expected ", in[0].dtype());
+        if (s.rank() != s0.rank())
+          fail("cat", "tensor ", k, " has shape ", s, ", expected rank ", s0.rank(), " like ", s0);
+        for (int64_t i = 0; i < s.rank(); ++i)
+          if (i != d && s[i] != s0[i])
+            fail("cat", "tensor ", k, " has shape ", s, ", which differs from ", s0,
+                 " outside dim ", d);
+        out[d] = (out[d] < 0 || s[d] < 0) ? -1 : out[d] + s[d];
+      }
+      return one(in[0].dtype(), out);
+    },
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+      Tensor& o = out[0];
+      int64_t d = wrap_dim(a.i(0), o.dim(), "cat");
+      int64_t at = 0;
+      for (const auto& t : in) {
+        Shape vs = o.shape();
+        vs[d] = t.shape()[d];
+        Tensor dst = make_view(o, vs, o.strides(), at * o.strides()[d]);
+        if (t.numel() > 0) copy_cast_kernel(t, dst);
+        at += t.shape()[d];
+      }
+    },
+    .grad = [](const GradCtx& c) {
+      int64_t d = wrap_dim(c.attrs.i(0), c.g().dim(), "cat");
+      TensorList gs;
+      int64_t at = 0;
+      for (size_t k = 0; k < c.inputs.size(); ++k) {
+        int64_t n = c.in(k).shape()[d];
+        gs.push_back(c.need(k) ? slice(c.g(), d, at, at + n, 1) : Tensor());
+        at += n;
+      }
+      return gs;
+    }});
+
+}  // namespace
+
+Tensor reshape(const Tensor& a, const Shape& s) { return call1(kReshape, {a}, {s.vec()}); }
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) { return call1(kTranspose, {a}, {d0, d1}); }
+Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) { return call1(kPermute, {a}, {dims}); }
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  return call1(kSlice, {a}, {dim, start, end, step});
+}
+Tensor expand(const Tensor& a, const Shape& s) { return call1(kExpand, {a}, {s.vec()}); }
+Tensor squeeze(const Tensor& a, std::optional<int64_t> dim) {
+  return call1(kSqueeze, {a}, {dim ? *dim : INT64_MIN});
+}
+Tensor unsqueeze(const Tensor& a, int64_t dim) { return call1(kUnsqueeze, {a}, {dim}); }
+Tensor flatten(const Tensor& a, int64_t start, int64_t end) {
+  if (a.dim() == 0) return reshape(a, {1});
+  int64_t s = wrap_dim(start, a.dim(), "flatten"), e = wrap_dim(end, a.dim(), "flatten");
+  if (s > e) fail("flatten", "start_dim ", start, " comes after end_dim ", end, " for shape ", a.shape());
+  Shape out;
+  for (int64_t i = 0; i < s; ++i) out.push_back(a.shape()[i]);
+  int64_t m = 1;
+  for (int64_t i = s; i <= e; ++i) m = (m < 0 || a.shape()[i] < 0) ? -1 : m * a.shape()[i];
+  out.push_back(m);
+  for (int64_t i = e + 1; i < a.dim(); ++i) out.push_back(a.shape()[i]);
+  return reshape(a, out);
+}
+Tensor contiguous(const Tensor& a) {
+  if (a.is_concrete() && a.is_contiguous()) return a;
+  return call1(kClone, {a});
+}
+Tensor clone(const Tensor& a) { return call1(kClone, {a}); }
+Tensor cast(const Tensor& a, DType t) {
+  if (a.defined() && a.dtype() == t) return a;
+  return call1(kCast, {a}, {static_cast<int64_t>(t)});
+}
+Tensor detach(const Tensor& a) { return call1(kDetach, {a}); }
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  return call1(kCat, std::span<const Tensor>(xs.data(), xs.size()), {dim});
+}
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
+  if (xs.empty()) fail("stack", "expected at least one tensor");
+  for (size_t k = 1; k < xs.size(); ++k)
+    if (xs[k].shape() != xs[0].shape())
+      fail("stack", "tensor ", k, " has shape ", xs[k].shape(), ", expected ", xs[0].shape());
+  int64_t d = wrap_dim(dim, xs[0].dim() + 1, "stack");
+  std::vector<Tensor> us;
+  for (const auto& x : xs) us.push_back(unsqueeze(x, d));
+  return cat(us, d);
+}
+std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim) {
+  int64_t d = wrap_dim(dim, a.dim(), "split");
+  int64_t total = 0;
+  for (auto s : sizes) {
+    if (s < 0) fail("split", "negative split size ", s);
+    total += s;
+  }
+  if (total != a.shape()[d])
+    fail("split", "sizes sum to ", total, " but dim ", d, " of shape ", a.shape(), " is ",
+         a.shape()[d]);
+  std::vector<Tensor> out;
+  int64_t at = 0;
+  for (auto s : sizes) {
+    out.push_back(slice(a, d, at, at + s, 1));
+    at += s;
+  }
+  return out;
+}
+std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
+  if (split_size <= 0) fail("split", "split_size must be positive, got ", split_size);
+  int64_t d = wrap_dim(dim, a.dim(), "split");
+  int64_t n = a.shape()[d];
+  std::vector<int64_t> sizes;
+  for (int64_t at = 0; at < n; at += split_size) sizes.push_back(std::min(split_size, n - at));
+  if (sizes.empty()) sizes.push_back(0);
+  return split(a, sizes, d);
+}
+std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
+  if (chunks <= 0) fail("chunk", "chunks must be positive, got ", chunks);
+  int64_t d = wrap_dim(dim, a.dim(), "chunk");
+  int64_t n = a.shape()[d];
+  return split(a, std::max<int64_t>(1, (n + chunks - 1) / chunks), d);
+}
+
+// ---- Tensor methods that are ops -------------------------------------------------------------
+
+Tensor Tensor::reshape(const Shape& s) const { return kiln::reshape(*this, s); }
+Tensor Tensor::view(const Shape& s) const {
+  if (is_concrete()) {
+    Shape r = resolve_shape(shape(), s.vec(), "view");
+    Strides st;
+    if (!view_strides(*this, r, &st))
+      fail("view", "shape ", shape(), " with strides cannot be viewed as ", s,
+           " without a copy; use reshape()");
+  }
+  return kiln::reshape(*this, s);
+}
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const { return kiln::transpose(*this, d0, d1); }
+Tensor Tensor::t() const {
+  if (dim() != 2) fail("t", "expected a 2-D tensor, got shape ", shape());
+  return kiln::transpose(*this, 0, 1);
+}
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const { return kiln::permute(*this, dims); }
+Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) const {
+  return kiln::slice(*this, dim, start, end, step);
+}
+Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
+  int64_t d = wrap_dim(dim, this->dim(), "narrow");
+  int64_t n = shape()[d];
+  if (start < 0) start += n;
+  if (start < 0 || length < 0 || start + length > n)
+    fail("narrow", "start ", start, " + length ", length, " exceeds dim ", d, " of shape ", shape());
+  return kiln::slice(*this, d, start, start + length, 1);
+}
+Tensor Tensor::select(int64_t dim, int64_t i) const {
+  int64_t d = wrap_dim(dim, this->dim(), "select");
+  int64_t n = shape()[d];
+  if (i < -n || i >= n) fail("select", "index ", i, " out of range for dim ", d, " of shape ", shape());
+  if (i < 0) i += n;
+  return kiln::squeeze(kiln::slice(*this, d, i, i + 1, 1), d);
+}
+Tensor Tensor::expand(const Shape& s) const { return kiln::expand(*this, s); }
+Tensor Tensor::squeeze() const { return kiln::squeeze(*this); }
+Tensor Tensor::squeeze(int64_t dim) const { return kiln::squeeze(*this, dim); }
+Tensor Tensor::unsqueeze(int64_t dim) const { return kiln::unsqueeze(*this, dim); }
+Tensor Tensor::flatten(int64_t s, int64_t e) const { return kiln::flatten(*this, s, e); }
+Tensor Tensor::contiguous() const { return kiln::contiguous(*this); }
+Tensor Tensor::clone() const { return kiln::clone(*this); }
+Tensor Tensor::to(DType t) const { return kiln::cast(*this, t); }
+Tensor Tensor::detach() const { return kiln::detach(*this); }
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_concrete("copy_");
+  if (!src.defined()) fail("copy_", "source is undefined");
+  if (requires_grad() && grad_mode_enabled())
+    fail("copy_", "in-place write into a tensor that requires grad (shape ", shape(),
+         "); wrap it in NoGradGuard");
+  if (!broadcastable_to(src.shape(), shape()))
+    fail("copy_", "source shape ", src.shape(), " does not broadcast to ", shape());
+  Tensor s = src.is_concrete() ? src : src.host_value("copy_", std::source_location::current());
+  // Copy through a temporary when the source overlaps this tensor's storage.
+  if (s.shares_storage(*this)) s = raw_contiguous_copy(s);
+  copy_cast_kernel(s, *this);
+  ++impl_->version;
+  return *this;
+}
+
+Tensor& Tensor::fill_(double v) {
+  return copy_(scalar_tensor(v, dtype()));
+}
+
+}  // namespace kiln
