@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -60,6 +61,43 @@ void system_free(void* p, size_t cap) {
     std::free(p);
 }
 
+// Per-thread front cache for small blocks: the eager hot path takes no lock. Blocks freed on
+// another thread simply join that thread's cache; overflow goes to the shared pool.
+constexpr size_t kThreadCacheMax = 32;
+constexpr size_t kThreadCacheBytes = size_t(256) << 10;
+
+std::atomic<int64_t> g_in_use{0};
+std::atomic<int64_t> g_peak{0};
+
+thread_local bool t_cache_alive = true;
+
+struct ThreadCache {
+  std::vector<void*> small[21];
+  uint64_t hits = 0;
+  ThreadCache() {
+    for (auto& v : small) v.reserve(kThreadCacheMax);
+  }
+  ~ThreadCache() {
+    t_cache_alive = false;
+    Pool& P = pool();
+    std::lock_guard<std::mutex> lk(P.mu);
+    P.stats.hits += hits;
+    for (int k = 0; k < 21; ++k)
+      for (void* p : small[k]) {
+        P.small[k].push_back(p);
+        P.stats.cached_bytes += size_t(64) << k;
+      }
+  }
+};
+thread_local ThreadCache t_cache;
+std::atomic<uint64_t> g_tc_cached{0};
+
+void note_alloc(size_t cap) {
+  int64_t now = g_in_use.fetch_add(static_cast<int64_t>(cap), std::memory_order_relaxed) +
+                static_cast<int64_t>(cap);
+  if (now > g_peak.load(std::memory_order_relaxed)) g_peak.store(now, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 void* cached_alloc(size_t nbytes, size_t* capacity) {
@@ -74,18 +112,26 @@ void* cached_alloc(size_t nbytes, size_t* capacity) {
     cap = (nbytes + kHugeGranule - 1) / kHugeGranule * kHugeGranule;
   }
   *capacity = cap;
+  note_alloc(cap);
+  if (cls >= 0 && cap <= kThreadCacheBytes) {
+    auto& v = t_cache.small[cls];
+    if (!v.empty()) {
+      void* p = v.back();
+      v.pop_back();
+      ++t_cache.hits;
+      g_tc_cached.fetch_sub(cap, std::memory_order_relaxed);
+      return p;
+    }
+  }
   {
     std::lock_guard<std::mutex> lk(P.mu);
     std::vector<void*>* list = nullptr;
-    if (cls >= 0 && cap < kLargeThreshold) {
+    if (cls >= 0) {
       list = &P.small[cls];
     } else {
       auto it = P.large.find(cap);
       if (it != P.large.end()) list = &it->second;
     }
-    P.stats.in_use_bytes += cap;
-    if (P.stats.in_use_bytes > P.stats.peak_in_use_bytes)
-      P.stats.peak_in_use_bytes = P.stats.in_use_bytes;
     if (list && !list->empty()) {
       void* p = list->back();
       list->pop_back();
@@ -98,17 +144,24 @@ void* cached_alloc(size_t nbytes, size_t* capacity) {
   try {
     return system_alloc(cap);
   } catch (...) {
-    std::lock_guard<std::mutex> lk(P.mu);
-    P.stats.in_use_bytes -= cap;
+    g_in_use.fetch_sub(static_cast<int64_t>(cap), std::memory_order_relaxed);
     throw;
   }
 }
 
 void cached_free(void* p, size_t cap) {
   if (!p) return;
+  g_in_use.fetch_sub(static_cast<int64_t>(cap), std::memory_order_relaxed);
+  if (cap <= kThreadCacheBytes && t_cache_alive) {
+    auto& v = t_cache.small[small_class(cap)];
+    if (v.size() < kThreadCacheMax) {
+      v.push_back(p);
+      g_tc_cached.fetch_add(cap, std::memory_order_relaxed);
+      return;
+    }
+  }
   Pool& P = pool();
   std::lock_guard<std::mutex> lk(P.mu);
-  P.stats.in_use_bytes -= cap;
   if (P.stats.cached_bytes + cap > kMaxCachedBytes) {
     system_free(p, cap);
     return;
@@ -123,18 +176,26 @@ void cached_free(void* p, size_t cap) {
 AllocatorStats allocator_stats() {
   Pool& P = pool();
   std::lock_guard<std::mutex> lk(P.mu);
-  return P.stats;
+  AllocatorStats s = P.stats;
+  s.in_use_bytes = static_cast<size_t>(g_in_use.load(std::memory_order_relaxed));
+  s.peak_in_use_bytes = static_cast<size_t>(g_peak.load(std::memory_order_relaxed));
+  s.cached_bytes += g_tc_cached.load(std::memory_order_relaxed);
+  s.hits += t_cache.hits;  // this thread's front-cache hits (others are added at thread exit)
+  return s;
 }
 
-void reset_peak_memory() {
-  Pool& P = pool();
-  std::lock_guard<std::mutex> lk(P.mu);
-  P.stats.peak_in_use_bytes = P.stats.in_use_bytes;
-}
+void reset_peak_memory() { g_peak.store(g_in_use.load(std::memory_order_relaxed)); }
 
 void empty_cache() {
   Pool& P = pool();
   std::lock_guard<std::mutex> lk(P.mu);
+  for (int k = 0; k < 21; ++k) {
+    for (void* p : t_cache.small[k]) {
+      system_free(p, size_t(64) << k);
+      g_tc_cached.fetch_sub(size_t(64) << k, std::memory_order_relaxed);
+    }
+    t_cache.small[k].clear();
+  }
   for (int k = 0; k < 21; ++k) {
     for (void* p : P.small[k]) system_free(p, size_t(64) << k);
     P.small[k].clear();

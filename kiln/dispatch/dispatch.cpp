@@ -2,7 +2,6 @@
 // output from the caching allocator, the kernel, and a branch on grad mode.
 #include "kiln/dispatch/dispatch.h"
 
-#include <atomic>
 
 namespace kiln {
 namespace {
@@ -10,7 +9,7 @@ thread_local bool t_grad_mode = true;
 thread_local SymbolicHandler* t_handler = nullptr;
 thread_local bool t_capture_all = false;
 AutogradRecorder g_recorder = nullptr;
-std::atomic<uint64_t> g_count{0};
+thread_local uint64_t t_count = 0;
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
@@ -23,14 +22,14 @@ SymbolicHandler* set_symbolic_handler(SymbolicHandler* h) {
 SymbolicHandler* symbolic_handler() { return t_handler; }
 void set_capture_all(bool on) { t_capture_all = on; }
 void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
-uint64_t eager_op_count() { return g_count.load(std::memory_order_relaxed); }
+uint64_t eager_op_count() { return t_count; }
 
 TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
   if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
     fail(op.name.c_str(), "expected ", op.num_inputs, " inputs, got ", inputs.size());
   for (size_t k = 0; k < inputs.size(); ++k)
     if (!inputs[k].defined()) fail(op.name.c_str(), "input ", k, " is an undefined tensor");
-  g_count.fetch_add(1, std::memory_order_relaxed);
+  ++t_count;
   if (op.view) return op.view(inputs, attrs);
   MetaList metas = op.infer(inputs, attrs);
   TensorList outs;

@@ -67,7 +67,7 @@ inline Tensor call1(const OpDef& op, std::initializer_list<Tensor> inputs, const
 /// Eager execution only (no handler check, no autograd): used by executors and folding.
 TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs);
 
-/// Counts eager op calls (for tests and profiling).
+/// Counts kernel executions on this thread (for tests and profiling).
 uint64_t eager_op_count();
 
 }  // namespace kiln

@@ -109,6 +109,16 @@ void for_each_row(const EwPlan<N>& p, Row&& row) {
 /// out = f(a) elementwise; out may be any strided view; a broadcasts to out's shape.
 template <typename TA, typename TO, typename F>
 void unary_loop(const Tensor& a, Tensor& out, F f) {
+  if (a.is_contiguous() && out.is_contiguous() && a.shape() == out.shape()) {
+    // Fast path: one flat loop, no plan (small eager ops live here).
+    const TA* x = static_cast<const TA*>(a.raw_data());
+    TO* o = static_cast<TO*>(out.raw_data());
+    parallel_for(out.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) o[i] = f(x[i]);
+    });
+    return;
+  }
   auto p = make_plan<1>(out, {&a});
   const TA* A = static_cast<const TA*>(a.impl()->storage->data());
   TO* O = static_cast<TO*>(out.impl()->storage->data());
@@ -129,6 +139,17 @@ void unary_loop(const Tensor& a, Tensor& out, F f) {
 /// out = f(a, b) with broadcasting.
 template <typename TA, typename TB, typename TO, typename F>
 void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  if (a.is_contiguous() && b.is_contiguous() && out.is_contiguous() &&
+      a.shape() == out.shape() && b.shape() == out.shape()) {
+    const TA* x = static_cast<const TA*>(a.raw_data());
+    const TB* y = static_cast<const TB*>(b.raw_data());
+    TO* o = static_cast<TO*>(out.raw_data());
+    parallel_for(out.numel(), kParallelGrain, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) o[i] = f(x[i], y[i]);
+    });
+    return;
+  }
   auto p = make_plan<2>(out, {&a, &b});
   const TA* A = static_cast<const TA*>(a.impl()->storage->data());
   const TB* B = static_cast<const TB*>(b.impl()->storage->data());

@@ -1,0 +1,55 @@
+# Kiln's front door: `make demo` and `make test` do all set-up on a fresh Debian 12 machine
+# (as root: missing packages are installed with apt-get), then build and run.
+SHELL := /bin/bash
+BUILD_DEPS := cmake ninja-build g++ make libdnnl-dev libopenblas-dev libgtest-dev libgmock-dev \
+              libbenchmark-dev zlib1g-dev pkg-config
+DATA_DEPS := dataset-fashion-mnist
+BENCH_DEPS := python3-torch libtorch-dev
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps bench-deps build demo test test-asan asan bench format clean
+
+all: build
+
+# Installs only what is missing, so repeated runs cost a dpkg query each.
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+endef
+
+deps:
+	$(call apt_install,$(BUILD_DEPS) $(DATA_DEPS))
+
+bench-deps: deps
+	$(call apt_install,$(BENCH_DEPS))
+
+build: deps
+	cmake --preset release >/dev/null
+	cmake --build --preset release -j $(JOBS)
+
+demo: build
+	./build/release/examples/mlp_demo
+
+test: build
+	ctest --preset release -j $(JOBS)
+
+asan: deps
+	cmake --preset asan >/dev/null
+	cmake --build --preset asan -j $(JOBS)
+
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer (the slow label is skipped).
+test-asan: asan
+	ASAN_OPTIONS=detect_leaks=0 ctest --preset asan -j $(JOBS) -LE slow
+
+bench: bench-deps build
+	bench/run
+
+format:
+	git ls-files '*.h' '*.cpp' | xargs clang-format -i
+
+clean:
+	rm -rf build
