@@ -1,0 +1,43 @@
+#!/usr/bin/python3
+"""Ratio table from bench/run's JSON lines: per workload/name/params/threads, Kiln's median per
+mode beside raw references and the best PyTorch configuration. Ratios > 1 mean Kiln is better
+(for us/op, lower is better, so the ratio is inverted)."""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+LOWER_IS_BETTER = {"us/op", "ms", "s"}
+
+
+def key_params(p):
+    return json.dumps({k: v for k, v in p.items() if k != "config"}, sort_keys=True)
+
+
+def main(path):
+    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+    groups = defaultdict(lambda: defaultdict(list))
+    rss = defaultdict(list)
+    for r in rows:
+        k = (r["workload"], r["name"], key_params(r["params"]), r["threads"], r["metric"])
+        impl = r["impl"] if r["impl"] != "pytorch" else "pytorch:" + r["params"].get("config", "?")
+        groups[k][(impl, r["mode"])].append(r["value"])
+        rss[(k, impl)].append(r["peak_rss_mib"])
+    print(f"{'workload':8} {'name':16} {'params':14} {'T':>2} {'impl/mode':24} {'value':>10} {'metric':8} {'vs best pytorch':>15}")
+    for k in sorted(groups):
+        w, name, params, t, metric = k
+        g = groups[k]
+        lower = metric in LOWER_IS_BETTER
+        torch_vals = [statistics.median(v) for (impl, _), v in g.items() if impl.startswith("pytorch")]
+        best_torch = (min(torch_vals) if lower else max(torch_vals)) if torch_vals else None
+        for (impl, mode), v in sorted(g.items()):
+            m = statistics.median(v)
+            ratio = ""
+            if best_torch and not impl.startswith("pytorch"):
+                ratio = f"{(best_torch / m) if lower else (m / best_torch):.2f}x"
+            short = params.replace('"', "").replace(" ", "")[:14]
+            print(f"{w:8} {name:16} {short:14} {t:>2} {impl + '/' + mode:24} {m:10.3f} {metric:8} {ratio:>15}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
