@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "kiln/kiln.h"
-#include "kiln/optim/sgd.h"
+#include "kiln/optim/optim.h"
 
 using namespace kiln;
 

@@ -3,5 +3,7 @@
 #include "kiln/autograd/autograd.h"
 #include "kiln/core/tensor.h"
 #include "kiln/dispatch/dispatch.h"
+#include "kiln/exec/session.h"
+#include "kiln/graph/graph.h"
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/ops/ops.h"

@@ -181,9 +181,6 @@ Tensor zeros(const Shape& shape, DType dtype) {
 }
 Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 Tensor scalar_tensor(double value, DType dtype) { return full(Shape{}, value, dtype); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
-Tensor full_like(const Tensor& t, double v) { return full(t.shape(), v, t.dtype()); }
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype()); }
 
 Tensor arange(double end) { return arange(0, end, 1, Int64); }

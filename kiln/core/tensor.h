@@ -32,6 +32,10 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  /// Bumped by every in-place write through any view of this storage; autograd compares it with
+  /// the value saved at record time (PyTorch's version counter, shared by all views).
+  uint32_t version() const { return version_; }
+  void bump_version() { ++version_; }
 
  private:
   void* data_ = nullptr;
@@ -39,6 +43,7 @@ class Storage {
   size_t capacity_ = 0;
   void (*deleter_)(void*, void*) = nullptr;
   void* ctx_ = nullptr;
+  uint32_t version_ = 0;
 };
 
 struct AutogradMeta {
@@ -56,7 +61,8 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = Float32;
   bool contiguous = true;
-  uint32_t version = 0;  // bumped by in-place writes
+  /// Version of the data (shared by every view of the storage; 0 for symbolic tensors).
+  uint32_t version() const { return storage ? storage->version() : 0; }
   std::unique_ptr<AutogradMeta> autograd;
   std::shared_ptr<SymbolicValue> sym;  // set for symbolic tensors
   void recompute_contiguous();
@@ -184,6 +190,8 @@ Tensor ones(const Shape& shape, DType dtype = Float32);
 Tensor full(const Shape& shape, double value, DType dtype = Float32);
 /// 0-d tensor.
 Tensor scalar_tensor(double value, DType dtype = Float32);
+/// Same shape and dtype as t (ops: on a symbolic tensor they add a fill node, so dynamic dims
+/// work; defined in kiln/ops).
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double v);

@@ -7,6 +7,7 @@ namespace kiln {
 namespace {
 thread_local bool t_grad_mode = true;
 thread_local SymbolicHandler* t_handler = nullptr;
+SymbolicHandler* g_graph_handler = nullptr;
 thread_local bool t_capture_all = false;
 AutogradRecorder g_recorder = nullptr;
 thread_local uint64_t t_count = 0;
@@ -20,6 +21,7 @@ SymbolicHandler* set_symbolic_handler(SymbolicHandler* h) {
   return p;
 }
 SymbolicHandler* symbolic_handler() { return t_handler; }
+void set_graph_handler(SymbolicHandler* h) { g_graph_handler = h; }
 void set_capture_all(bool on) { t_capture_all = on; }
 void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
 uint64_t eager_op_count() { return t_count; }
@@ -52,15 +54,15 @@ TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Att
 }
 
 TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
-  if (t_handler) {
-    bool sym = t_capture_all;
-    for (const auto& t : inputs) sym = sym || (t.defined() && t.is_symbolic());
-    if (sym) return t_handler->handle(op, inputs, attrs);
-  } else {
-    for (const auto& t : inputs)
-      if (t.defined() && !t.is_concrete())
+  if (t_capture_all && t_handler) return t_handler->handle(op, inputs, attrs);
+  for (const auto& t : inputs) {
+    if (t.defined() && t.is_symbolic()) {
+      SymbolicHandler* h = t_handler ? t_handler : g_graph_handler;
+      if (!h)
         fail(op.name.c_str(), "input is symbolic but no graph is being built; use the tensor "
                               "inside its graph or fetch it with Session::run");
+      return h->handle(op, inputs, attrs);
+    }
   }
   TensorList outs = run_kernel(op, inputs, attrs);
   if (t_grad_mode && op.grad && g_recorder) {

@@ -45,6 +45,9 @@ class SymbolicHandler {
 /// Handler for calls with a symbolic input (thread-local); returns the previous one.
 SymbolicHandler* set_symbolic_handler(SymbolicHandler* h);
 SymbolicHandler* symbolic_handler();
+/// The process-wide handler for symbolic inputs when no thread-local one is set (kiln/graph
+/// installs the graph builder here).
+void set_graph_handler(SymbolicHandler* h);
 /// When true, every op call goes to the handler even with concrete inputs (tracing).
 void set_capture_all(bool on);
 

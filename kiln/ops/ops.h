@@ -4,6 +4,7 @@
 // index_ops.cpp).
 #pragma once
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/core/tensor.h"
@@ -93,6 +94,8 @@ Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
 Tensor permute(const Tensor& a, const std::vector<int64_t>& dims);
 Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 Tensor expand(const Tensor& a, const Shape& shape);
+/// Broadcasts `a` to the (run-time) shape of `like`, without a copy.
+Tensor expand_as(const Tensor& a, const Tensor& like);
 Tensor squeeze(const Tensor& a, std::optional<int64_t> dim = std::nullopt);
 Tensor unsqueeze(const Tensor& a, int64_t dim);
 Tensor flatten(const Tensor& a, int64_t start_dim = 0, int64_t end_dim = -1);
@@ -167,5 +170,15 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::Mean);
 /// Zeroes elements with probability p and scales the rest by 1/(1-p), from the seeded generator.
 Tensor dropout(const Tensor& a, double p = 0.5, bool training = true);
+
+// ---- state and side effects (graphs; also work eagerly) ----------------------------------
+/// Identity that prints `message` and the value each time it executes (TF1's tf.Print).
+Tensor print(const Tensor& t, const std::string& message = "");
+/// Writes `value` (broadcast, cast) into `var` in place when executed; returns `var`. In a graph
+/// `var` is a variable; eagerly any tensor that does not require grad.
+Tensor assign(const Tensor& var, const Tensor& value);
+/// One node that depends on all `deps` (TF1 tf.group); fetching it runs them. Returns a 0-d
+/// float32 zero.
+Tensor group(const std::vector<Tensor>& deps);
 
 }  // namespace kiln

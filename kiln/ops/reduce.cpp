@@ -99,10 +99,20 @@ MetaList infer_red(const char* op, std::span<const Tensor> in, const Attrs& a, b
   return one(in[0].dtype(), rd.out_shape);
 }
 
-// Gradient of a reduction broadcast back: reshape g to the keepdim shape, then expand.
+// A reduced tensor with its reduced dims restored as size 1 (works with dynamic dims, unlike a
+// reshape to the keepdim shape).
+Tensor keepdims(const Tensor& t, const RedDims& rd, bool keepdim) {
+  if (keepdim) return t;
+  Tensor r = t;
+  for (auto d : rd.dims) r = unsqueeze(r, d);
+  return r;
+}
+
+// Gradient of a reduction broadcast back: restore the reduced dims, then expand to x's
+// run-time shape.
 Tensor unreduce(const Tensor& g, const Tensor& x, const Attrs& a, const char* op) {
   RedDims rd = red_dims(x.shape(), dims_attr(a), a.b(1), op);
-  return expand(reshape(g, rd.keep_shape), x.shape());
+  return expand_as(keepdims(g, rd, a.b(1)), x);
 }
 
 const OpDef& kSum = def_op({.name = "sum", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
@@ -137,11 +147,11 @@ const OpDef& kMean = def_op({.name = "mean", .attr_names = {"dims", "keepdim"}, 
 TensorList minmax_grad(const GradCtx& c, const char* op) {
   Tensor x = c.in(0);
   RedDims rd = red_dims(x.shape(), dims_attr(c.attrs), c.attrs.b(1), op);
-  Tensor o = reshape(c.out(0), rd.keep_shape);
+  Tensor o = keepdims(c.out(0), rd, c.attrs.b(1));
   Tensor mask = eq(x, o);
   Tensor cnt = sum(cast(mask, x.dtype()), rd.dims, true);
-  Tensor g = div(reshape(c.g(), rd.keep_shape), cnt);
-  return TensorList{where(mask, expand(g, x.shape()), opu::scalar_like(g, 0))};
+  Tensor g = div(keepdims(c.g(), rd, c.attrs.b(1)), cnt);
+  return TensorList{where(mask, expand_as(g, x), opu::scalar_like(g, 0))};
 }
 
 const OpDef& kMax = def_op({.name = "max", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
@@ -194,7 +204,7 @@ const OpDef& kVar = def_op({.name = "var", .attr_names = {"dims", "keepdim", "co
       RedDims rd = red_dims(x.shape(), dims_attr(c.attrs), c.attrs.b(1), "var");
       Tensor m = mean(x, rd.dims, true);
       double denom = static_cast<double>(rd.count - c.attrs.i(2));
-      Tensor g = reshape(c.g(), rd.keep_shape);
+      Tensor g = keepdims(c.g(), rd, c.attrs.b(1));
       return TensorList{mul(mul(sub(x, m), g), 2.0 / denom)};
     }});
 
@@ -292,7 +302,11 @@ Tensor sum_to(const Tensor& a, const Shape& shape) {
   for (int64_t d = 0; d < a.dim(); ++d)
     if (d < lead || (shape[d - lead] == 1 && a.shape()[d] != 1)) dims.push_back(d);
   Tensor s = dims.empty() ? a : sum(a, dims, true);
-  return reshape(s, shape);
+  // Same rank: the shapes already agree (dynamic dims included); otherwise drop leading dims.
+  if (s.dim() == shape.rank()) return s;
+  Tensor r = s;
+  for (int64_t d = lead - 1; d >= 0; --d) r = squeeze(r, d);
+  return r;
 }
 
 Tensor Tensor::sum() const { return kiln::sum(*this); }

@@ -276,6 +276,33 @@ const OpDef& kExpand = def_op({.name = "expand", .attr_names = {"shape"}, .trait
     },
     .grad = [](const GradCtx& c) { return TensorList{sum_to(c.g(), c.in(0).shape())}; }});
 
+// expand to another tensor's run-time shape (so gradients of broadcasts work with dynamic dims).
+const OpDef& kExpandAs = def_op({.name = "expand_as", .num_inputs = 2, .traits = kView,
+    .infer = [](std::span<const Tensor> in, const Attrs&) {
+      const Shape& s = in[0].shape();
+      const Shape& want = in[1].shape();
+      if (s.rank() > want.rank()) fail("expand_as", "cannot expand shape ", s, " to ", want);
+      size_t off = want.size() - s.size();
+      for (size_t d = 0; d < s.size(); ++d)
+        if (s[d] != 1 && s[d] != want[d + off] && s[d] >= 0 && want[d + off] >= 0)
+          fail("expand_as", "cannot expand shape ", s, " to ", want, " (dim ", d + off, ")");
+      return one(in[0].dtype(), want);
+    },
+    .view = [](std::span<const Tensor> in, const Attrs&) {
+      const Tensor& x = in[0];
+      const Shape& want = in[1].shape();
+      if (!broadcastable_to(x.shape(), want))
+        fail("expand_as", "cannot expand shape ", x.shape(), " to ", want);
+      size_t off = want.size() - x.shape().size();
+      Strides st(want.size(), 0);
+      for (size_t d = off; d < want.size(); ++d)
+        st[d] = (x.shape()[d - off] == 1 && want[d] != 1) ? 0 : x.strides()[d - off];
+      return TensorList{make_view(x, want, st, x.offset())};
+    },
+    .grad = [](const GradCtx& c) {
+      return TensorList{sum_to(c.g(), c.in(0).shape()), Tensor()};
+    }});
+
 const OpDef& kSqueeze = def_op({.name = "squeeze", .attr_names = {"dim"}, .traits = kView,
     .infer = [](std::span<const Tensor> in, const Attrs& a) {
       return one(in[0].dtype(), squeezed(in[0].shape(), a));
@@ -411,6 +438,7 @@ Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t s
   return call1(kSlice, {a}, {dim, start, end, step});
 }
 Tensor expand(const Tensor& a, const Shape& s) { return call1(kExpand, {a}, {s.vec()}); }
+Tensor expand_as(const Tensor& a, const Tensor& like) { return call1(kExpandAs, {a, like}); }
 Tensor squeeze(const Tensor& a, std::optional<int64_t> dim) {
   return call1(kSqueeze, {a}, {dim ? *dim : INT64_MIN});
 }
@@ -543,7 +571,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   // Copy through a temporary when the source overlaps this tensor's storage.
   if (s.shares_storage(*this)) s = raw_contiguous_copy(s);
   copy_cast_kernel(s, *this);
-  ++impl_->version;
+  impl_->storage->bump_version();
   return *this;
 }
 

@@ -1,0 +1,55 @@
+// Session: runs a Graph define-then-run style. Per set of fetches and fed placeholders it prunes,
+// optimizes and plans once (a flat list of kernel steps over value slots), then runs that plan
+// many times. Variables live in the Session and survive across runs.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+#include "kiln/passes/passes.h"
+
+namespace kiln {
+
+/// {placeholder, value} pairs: `sess.run(y, {{x, xb}, {y_, yb}})`.
+using FeedDict = std::vector<std::pair<Tensor, Tensor>>;
+
+struct RunStats {
+  int64_t nodes_executed = 0;  ///< kernels run in the last run()
+  int64_t plan_steps = 0;      ///< steps in the plan used
+  std::string passes;          ///< what the optimizer did when the plan was built
+};
+
+class Session {
+ public:
+  /// Verifies the graph and initializes every variable from its initial value.
+  explicit Session(const Graph& g);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Computes the fetches (only the subgraph they need) and returns concrete tensors.
+  std::vector<Tensor> run(const std::vector<Tensor>& fetches, const FeedDict& feeds = {});
+  Tensor run(const Tensor& fetch, const FeedDict& feeds = {});
+
+  /// Current value of a variable (a copy).
+  Tensor variable(const std::string& name) const;
+  /// Overwrites a variable's value (shape and dtype must match).
+  void set_variable(const std::string& name, const Tensor& value);
+  const RunStats& last_run() const { return stats_; }
+  /// Number of distinct plans built so far (one per fetch/feed signature).
+  size_t plans_built() const;
+
+  struct Plan;
+
+ private:
+  Plan& plan_for(const std::vector<Tensor>& fetches, const FeedDict& feeds);
+  Graph graph_;
+  std::map<std::string, Tensor> vars_;
+  std::map<std::string, std::unique_ptr<Plan>> plans_;
+  RunStats stats_;
+};
+
+}  // namespace kiln

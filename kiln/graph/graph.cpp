@@ -1,0 +1,228 @@
+// Graph building: the dispatcher's handler for symbolic inputs, placeholders, variables,
+// constants, the host-read error, and the verifier.
+#include "kiln/graph/graph.h"
+
+#include <atomic>
+#include <set>
+#include <sstream>
+
+#include "kiln/dispatch/dispatch.h"
+
+namespace kiln {
+namespace {
+
+std::atomic<uint64_t> g_graph_uid{1};
+
+std::shared_ptr<GraphImpl> graph_of(const Tensor& t) {
+  if (!t.is_symbolic()) return nullptr;
+  return t.impl()->sym->graph;
+}
+
+Tensor make_symbolic(const std::shared_ptr<GraphImpl>& g, Node* n, int index) {
+  auto impl = std::make_shared<TensorImpl>();
+  const TensorMeta& m = n->outputs[static_cast<size_t>(index)];
+  impl->shape = m.shape;
+  impl->strides = contiguous_strides(m.shape);
+  impl->dtype = m.dtype;
+  impl->sym = std::make_shared<SymbolicValue>(SymbolicValue{g, n, index});
+  return Tensor(std::move(impl));
+}
+
+// Constant node for a concrete tensor used in the graph (one node per tensor object).
+Node* constant_node(const std::shared_ptr<GraphImpl>& g, const Tensor& t, const std::string& name) {
+  auto it = g->constants.find(t.impl());
+  if (it != g->constants.end()) return it->second;
+  auto n = std::make_unique<Node>();
+  n->kind = NodeKind::Constant;
+  n->name = name;
+  n->value = t.detach();
+  n->outputs.push_back(TensorMeta{t.dtype(), t.shape()});
+  Node* p = g->add_node(std::move(n));
+  g->constants[t.impl()] = p;
+  return p;
+}
+
+class GraphBuilder : public SymbolicHandler {
+ public:
+  TensorList handle(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) override {
+    std::shared_ptr<GraphImpl> g;
+    for (const auto& t : inputs) {
+      auto gt = graph_of(t);
+      if (!gt) continue;
+      if (g && gt != g)
+        fail(op.name.c_str(), "inputs belong to different graphs; ops can only combine tensors "
+                              "of one graph");
+      g = gt;
+    }
+    if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
+      fail(op.name.c_str(), "expected ", op.num_inputs, " inputs, got ", inputs.size());
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (!inputs[k].defined()) fail(op.name.c_str(), "input ", k, " is an undefined tensor");
+    // Shape and dtype inference runs now, so errors surface at build time with the shapes.
+    MetaList metas = op.infer(inputs, attrs);
+    auto n = std::make_unique<Node>();
+    n->kind = NodeKind::Op;
+    n->op = &op;
+    n->attrs = attrs;
+    for (const auto& t : inputs) {
+      if (t.is_symbolic())
+        n->inputs.push_back(ValueRef{t.impl()->sym->node, t.impl()->sym->index});
+      else
+        n->inputs.push_back(ValueRef{constant_node(g, t, ""), 0});
+    }
+    for (auto& m : metas) n->outputs.push_back(m);
+    Node* p = g->add_node(std::move(n));
+    TensorList outs;
+    for (int i = 0; i < static_cast<int>(p->outputs.size()); ++i) outs.push_back(make_symbolic(g, p, i));
+    return outs;
+  }
+};
+
+Tensor host_read(const Tensor& t, const char* what, const std::source_location& loc) {
+  std::string name = "?";
+  if (t.is_symbolic()) {
+    Node* n = t.impl()->sym->node;
+    name = n->name.empty() ? n->label() : n->name;
+  }
+  fail(what, "value of '", name, "' is unknown while building a graph; fetch it with Session::run",
+       " (at ", loc.file_name(), ":", loc.line(), ")");
+}
+
+struct Install {
+  Install() {
+    static GraphBuilder builder;
+    set_graph_handler(&builder);
+    set_host_read_hook(&host_read);
+  }
+} g_install;
+
+}  // namespace
+
+std::string Node::label() const {
+  switch (kind) {
+    case NodeKind::Placeholder:
+    case NodeKind::Variable: return name;
+    case NodeKind::Constant: {
+      if (!name.empty()) return name;
+      if (value.defined() && value.numel() == 1) {
+        std::ostringstream os;
+        os << value.item<double>();
+        return os.str();
+      }
+      return "const" + value.shape().str();
+    }
+    case NodeKind::Op: return op->name;
+  }
+  return "?";
+}
+
+Node* GraphImpl::add_node(std::unique_ptr<Node> n) {
+  n->id = static_cast<int>(nodes.size());
+  nodes.push_back(std::move(n));
+  return nodes.back().get();
+}
+
+Tensor GraphImpl::tensor_of(const std::shared_ptr<GraphImpl>& self, ValueRef v) const {
+  return make_symbolic(self, v.node, v.index);
+}
+
+Graph::Graph() : impl_(std::make_shared<GraphImpl>()) { impl_->uid = g_graph_uid++; }
+
+Graph Graph::of(const Tensor& t) {
+  if (!t.defined() || !t.is_symbolic()) fail("graph", "tensor is not symbolic");
+  return Graph(t.impl()->sym->graph);
+}
+
+std::string Graph::unique_name(const std::string& base) const {
+  if (!find(base)) return base;
+  for (int i = 1;; ++i)
+    if (!find(base + "_" + std::to_string(i))) return base + "_" + std::to_string(i);
+}
+
+Tensor Graph::placeholder(const std::string& name, DType dtype, const Shape& shape) {
+  if (name.empty()) fail("placeholder", "a placeholder needs a name");
+  if (find(name)) fail("placeholder", "name '", name, "' is already used in this graph");
+  for (auto d : shape)
+    if (d < -1) fail("placeholder", "invalid dim ", d, " in shape ", shape, " of '", name, "'");
+  auto n = std::make_unique<Node>();
+  n->kind = NodeKind::Placeholder;
+  n->name = name;
+  n->outputs.push_back(TensorMeta{dtype, shape});
+  Node* p = impl_->add_node(std::move(n));
+  return make_symbolic(impl_, p, 0);
+}
+
+Tensor Graph::variable(const std::string& name, const Tensor& initial) {
+  if (name.empty()) fail("variable", "a variable needs a name");
+  if (find(name)) fail("variable", "name '", name, "' is already used in this graph");
+  if (!initial.defined() || !initial.is_concrete())
+    fail("variable", "initial value of '", name, "' must be a concrete tensor");
+  auto n = std::make_unique<Node>();
+  n->kind = NodeKind::Variable;
+  n->name = name;
+  n->value = initial.detach().clone();
+  n->outputs.push_back(TensorMeta{initial.dtype(), initial.shape()});
+  Node* p = impl_->add_node(std::move(n));
+  return make_symbolic(impl_, p, 0);
+}
+
+Tensor Graph::constant(const Tensor& value, const std::string& name) {
+  if (!value.defined() || !value.is_concrete())
+    fail("constant", "value must be a concrete tensor");
+  return make_symbolic(impl_, constant_node(impl_, value, name), 0);
+}
+
+Node* Graph::node_of(const Tensor& t, const char* what) const {
+  return value_of(t, what).node;
+}
+
+ValueRef Graph::value_of(const Tensor& t, const char* what) const {
+  if (!t.defined()) fail(what, "tensor is undefined");
+  if (!t.is_symbolic())
+    fail(what, "tensor of shape ", t.shape(), " is concrete, not a node of this graph");
+  if (t.impl()->sym->graph != impl_)
+    fail(what, "tensor of shape ", t.shape(), " belongs to another graph");
+  return ValueRef{t.impl()->sym->node, t.impl()->sym->index};
+}
+
+std::vector<Node*> Graph::variables() const {
+  std::vector<Node*> v;
+  for (const auto& n : impl_->nodes)
+    if (n->kind == NodeKind::Variable) v.push_back(n.get());
+  return v;
+}
+
+std::vector<Node*> Graph::placeholders() const {
+  std::vector<Node*> v;
+  for (const auto& n : impl_->nodes)
+    if (n->kind == NodeKind::Placeholder) v.push_back(n.get());
+  return v;
+}
+
+Node* Graph::find(const std::string& name) const {
+  for (const auto& n : impl_->nodes)
+    if ((n->kind == NodeKind::Placeholder || n->kind == NodeKind::Variable) && n->name == name)
+      return n.get();
+  return nullptr;
+}
+
+void Graph::verify() const {
+  std::set<const Node*> seen;
+  for (const auto& n : impl_->nodes) {
+    for (const auto& in : n->inputs) {
+      if (!seen.count(in.node))
+        fail("verify", "node %", n->id, " (", n->label(), ") uses a node defined after it");
+      if (in.index < 0 || in.index >= static_cast<int>(in.node->outputs.size()))
+        fail("verify", "node %", n->id, " uses output ", in.index, " of %", in.node->id,
+             " which has ", in.node->outputs.size(), " outputs");
+    }
+    if (n->kind == NodeKind::Op) {
+      if (n->op->num_inputs >= 0 && static_cast<int>(n->inputs.size()) != n->op->num_inputs)
+        fail("verify", "node %", n->id, " (", n->op->name, ") has ", n->inputs.size(),
+             " inputs, expected ", n->op->num_inputs);
+    }
+    seen.insert(n.get());
+  }
+}
+
+}  // namespace kiln

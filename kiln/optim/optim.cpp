@@ -1,0 +1,144 @@
+// Optimizer updates written once in Kiln ops; eager step() writes them into parameters and
+// slots with copy_, graph minimize() turns them into assign nodes.
+#include "kiln/optim/optim.h"
+
+#include <cmath>
+
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/graph/graph.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln::optim {
+
+Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!params_[i].defined() || !params_[i].is_concrete() || !params_[i].requires_grad() ||
+        !params_[i].is_leaf())
+      fail("optimizer", "parameter ", i, " must be a concrete leaf tensor that requires grad");
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) p.zero_grad();
+}
+
+void Optimizer::step() {
+  NoGradGuard ng;
+  if (slots_.empty()) {
+    slots_.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i)
+      for (size_t k = 0; k < slot_names().size(); ++k) slots_[i].push_back(zeros_like(params_[i]));
+    step_ = scalar_tensor(0.0, Float64);
+  }
+  step_ = add(step_, 1.0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    std::vector<Tensor> slots = slots_[i];
+    Tensor np = update(p, g, slots, step_);
+    for (size_t k = 0; k < slots.size(); ++k)
+      if (!slots[k].is_same(slots_[i][k])) slots_[i][k].copy_(slots[k]);
+    p.copy_(np);
+  }
+}
+
+Tensor Optimizer::minimize(const Tensor& loss, const std::vector<Tensor>& var_list) {
+  if (!loss.defined() || !loss.is_symbolic())
+    fail("minimize", "loss must be a symbolic tensor of a graph; eagerly use backward() and step()");
+  if (loss.numel() != 1) fail("minimize", "loss must have one element, got shape ", loss.shape());
+  Graph g = Graph::of(loss);
+  std::vector<Tensor> vars = var_list;
+  if (vars.empty())
+    for (Node* v : g.variables())
+      if (is_floating(v->outputs[0].dtype) && v->name.find('/') == std::string::npos)
+        vars.push_back(g.tensor_of(ValueRef{v, 0}));
+  std::vector<Tensor> grads = gradients({loss}, vars);
+  // One step counter per minimize() call.
+  Tensor step = g.variable(g.unique_name("optimizer/step"), scalar_tensor(0.0, Float64));
+  Tensor next_step = add(step, 1.0);
+  std::vector<Tensor> updates;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    Node* vn = g.node_of(vars[i], "minimize");
+    std::vector<Tensor> slots, slot_vars;
+    for (const auto& s : slot_names()) {
+      Tensor v = g.variable(g.unique_name(vn->name + "/" + s), zeros_like(vn->value));
+      slots.push_back(v);
+      slot_vars.push_back(v);
+    }
+    Tensor np = update(vars[i], grads[i], slots, next_step);
+    for (size_t k = 0; k < slots.size(); ++k)
+      if (!slots[k].is_same(slot_vars[k])) updates.push_back(assign(slot_vars[k], slots[k]));
+    updates.push_back(assign(vars[i], np));
+  }
+  if (updates.empty()) fail("minimize", "the loss depends on none of the variables");
+  updates.push_back(assign(step, next_step));
+  return group(updates);
+}
+
+// ---- SGD ------------------------------------------------------------------------------------
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions opts) : Optimizer(std::move(params)), opts_(opts) {
+  if (opts.lr < 0) fail("SGD", "learning rate must be >= 0, got ", opts.lr);
+  if (opts.momentum < 0) fail("SGD", "momentum must be >= 0, got ", opts.momentum);
+  if (opts.nesterov && opts.momentum <= 0) fail("SGD", "nesterov needs momentum > 0");
+}
+SGD::SGD(double lr, double momentum) : SGD(SGDOptions{.lr = lr, .momentum = momentum}) {}
+SGD::SGD(SGDOptions opts) : SGD(std::vector<Tensor>{}, opts) {}
+
+std::vector<std::string> SGD::slot_names() const {
+  if (opts_.momentum != 0) return {"momentum"};
+  return {};
+}
+
+// v = momentum * v + g';  p -= lr * (nesterov ? g' + momentum * v : v), g' = g + wd * p.
+// With momentum, PyTorch starts v at g on the first step; v starts at zero here, which gives
+// the same first step (0 * momentum + g).
+Tensor SGD::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slots, const Tensor&) {
+  Tensor g = opts_.weight_decay != 0 ? add(g0, mul(p, opts_.weight_decay)) : g0;
+  if (opts_.momentum != 0) {
+    slots[0] = add(mul(slots[0], opts_.momentum), g);
+    g = opts_.nesterov ? add(g, mul(slots[0], opts_.momentum)) : slots[0];
+  }
+  return sub(p, mul(g, opts_.lr));
+}
+
+// ---- Adam / AdamW ---------------------------------------------------------------------------
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions opts) : Optimizer(std::move(params)), opts_(opts) {
+  if (opts.lr < 0) fail("Adam", "learning rate must be >= 0, got ", opts.lr);
+  if (opts.beta1 < 0 || opts.beta1 >= 1 || opts.beta2 < 0 || opts.beta2 >= 1)
+    fail("Adam", "betas must be in [0, 1), got ", opts.beta1, ", ", opts.beta2);
+}
+Adam::Adam(double lr, double b1, double b2, double eps)
+    : Adam(AdamOptions{.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps}) {}
+Adam::Adam(AdamOptions opts) : Adam(std::vector<Tensor>{}, opts) {}
+
+std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
+
+// m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// AdamW also subtracts lr * wd * p; Adam adds wd * p to g instead.
+Tensor Adam::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slots, const Tensor& t) {
+  const auto& o = opts_;
+  Tensor g = (!o.decoupled && o.weight_decay != 0) ? add(g0, mul(p, o.weight_decay)) : g0;
+  slots[0] = add(mul(slots[0], o.beta1), mul(g, 1 - o.beta1));
+  slots[1] = add(mul(slots[1], o.beta2), mul(mul(g, g), 1 - o.beta2));
+  // Bias corrections as tensors of the step, so a graph computes them per run.
+  Tensor bc1 = sub(1.0, pow(full_like(t, o.beta1), t));
+  Tensor bc2 = sub(1.0, pow(full_like(t, o.beta2), t));
+  Tensor mhat = div(slots[0], cast(bc1, p.dtype()));
+  Tensor vhat = div(slots[1], cast(bc2, p.dtype()));
+  Tensor upd = div(mhat, add(sqrt(vhat), o.eps));
+  if (o.decoupled && o.weight_decay != 0) upd = add(upd, mul(p, o.weight_decay));
+  return sub(p, mul(upd, o.lr));
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions opts)
+    : Adam(std::move(params), [&] {
+        opts.decoupled = true;
+        if (opts.weight_decay == 0) opts.weight_decay = 0.01;
+        return opts;
+      }()) {}
+AdamW::AdamW(AdamOptions opts) : AdamW(std::vector<Tensor>{}, opts) {}
+
+}  // namespace kiln::optim

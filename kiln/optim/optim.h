@@ -1,0 +1,98 @@
+// Optimizers that work both ways. Eagerly (torch.optim): construct with the parameters, then
+// zero_grad() / backward() / step(). In a graph (TF1 tf.train): construct with hyperparameters
+// only and call minimize(loss), which adds gradients() and assign nodes and returns one node
+// whose run performs a training step; optimizer slots are graph variables.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln::optim {
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  /// true: decoupled weight decay (AdamW); false: L2 added to the gradient (Adam).
+  bool decoupled = false;
+};
+
+/// Common parts: parameter list, zero_grad, and the graph-mode driver.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  /// Eager: one update from each parameter's .grad() (parameters without a gradient are skipped).
+  void step();
+  /// Eager: drops every parameter's gradient.
+  void zero_grad();
+  /// Graph: adds the update for `var_list` (default: every trainable variable the loss depends
+  /// on) and returns one node that performs it when run.
+  Tensor minimize(const Tensor& loss, const std::vector<Tensor>& var_list = {});
+  const std::vector<Tensor>& params() const { return params_; }
+
+ protected:
+  explicit Optimizer(std::vector<Tensor> params);
+  /// Computes the new value of parameter i from its gradient, reading and returning its slot
+  /// tensors (same order as make_slots). Written in Kiln ops, so it serves both modes.
+  virtual Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
+                        const Tensor& step) = 0;
+  virtual std::vector<std::string> slot_names() const = 0;
+  std::vector<Tensor> params_;
+  std::vector<std::vector<Tensor>> slots_;  // eager state per parameter
+  Tensor step_;                             // eager step counter (float64 scalar)
+};
+
+class SGD : public Optimizer {
+ public:
+  /// Eager form.
+  SGD(std::vector<Tensor> params, SGDOptions opts);
+  /// Graph form (`SGD(0.5).minimize(loss)`).
+  explicit SGD(double lr, double momentum = 0.0);
+  explicit SGD(SGDOptions opts);
+  double lr() const { return opts_.lr; }
+  void set_lr(double lr) { opts_.lr = lr; }
+
+ protected:
+  Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
+                const Tensor& step) override;
+  std::vector<std::string> slot_names() const override;
+
+ private:
+  SGDOptions opts_;
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions opts);
+  explicit Adam(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8);
+  explicit Adam(AdamOptions opts);
+  double lr() const { return opts_.lr; }
+  void set_lr(double lr) { opts_.lr = lr; }
+
+ protected:
+  Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
+                const Tensor& step) override;
+  std::vector<std::string> slot_names() const override;
+
+ private:
+  AdamOptions opts_;
+};
+
+/// Adam with decoupled weight decay.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamOptions opts);
+  explicit AdamW(AdamOptions opts);
+};
+
+}  // namespace kiln::optim

@@ -1,0 +1,161 @@
+// prune, CSE, constant folding and DCE over a Program.
+#include "kiln/passes/passes.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <unordered_map>
+
+#include "kiln/dispatch/dispatch.h"
+
+namespace kiln {
+namespace {
+
+// Rewrites every use of `from` into `to` (inputs and fetches).
+void replace_uses(Program& p, const std::unordered_map<const Node*, Node*>& node_map) {
+  for (auto& n : p.graph->nodes)
+    for (auto& in : n->inputs) {
+      auto it = node_map.find(in.node);
+      if (it != node_map.end()) in.node = it->second;
+    }
+  for (auto& f : p.fetches) {
+    auto it = node_map.find(f.node);
+    if (it != node_map.end()) f.node = it->second;
+  }
+}
+
+void renumber(GraphImpl& g) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) g.nodes[i]->id = static_cast<int>(i);
+}
+
+}  // namespace
+
+Program prune(const GraphImpl& g, const std::vector<ValueRef>& fetches) {
+  std::vector<char> need(g.nodes.size(), 0);
+  for (const auto& f : fetches) need[static_cast<size_t>(f.node->id)] = 1;
+  for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it)
+    if (need[static_cast<size_t>((*it)->id)])
+      for (const auto& in : (*it)->inputs) need[static_cast<size_t>(in.node->id)] = 1;
+  Program p;
+  std::unordered_map<const Node*, Node*> map;
+  for (const auto& n : g.nodes) {
+    if (!need[static_cast<size_t>(n->id)]) continue;
+    auto c = std::make_unique<Node>(*n);
+    for (auto& in : c->inputs) in.node = map.at(in.node);
+    map[n.get()] = p.graph->add_node(std::move(c));
+  }
+  for (const auto& f : fetches) p.fetches.push_back(ValueRef{map.at(f.node), f.index});
+  return p;
+}
+
+int cse(Program& p) {
+  auto hash_node = [](const Node* n) {
+    size_t h = std::hash<const void*>()(n->op) ^ (n->attrs.hash() * 31);
+    for (const auto& in : n->inputs) h = h * 1000003u ^ (std::hash<const void*>()(in.node) + static_cast<size_t>(in.index));
+    return h;
+  };
+  auto same = [](const Node* a, const Node* b) {
+    if (a->op != b->op || a->inputs.size() != b->inputs.size() || !(a->attrs == b->attrs)) return false;
+    for (size_t i = 0; i < a->inputs.size(); ++i)
+      if (!(a->inputs[i] == b->inputs[i])) return false;
+    return true;
+  };
+  std::unordered_multimap<size_t, Node*> seen;
+  std::unordered_map<const Node*, Node*> map;
+  int merged = 0;
+  for (auto& up : p.graph->nodes) {
+    Node* n = up.get();
+    // Inputs may point at merged nodes: rewrite as we go (topological order).
+    for (auto& in : n->inputs) {
+      auto it = map.find(in.node);
+      if (it != map.end()) in.node = it->second;
+    }
+    if (n->kind != NodeKind::Op || n->op->has(kRandom) || n->op->has(kSideEffect) ||
+        n->op->has(kControlFlow))
+      continue;
+    size_t h = hash_node(n);
+    Node* found = nullptr;
+    auto range = seen.equal_range(h);
+    for (auto it = range.first; it != range.second; ++it)
+      if (same(it->second, n)) found = it->second;
+    if (found) {
+      map[n] = found;
+      ++merged;
+    } else {
+      seen.emplace(h, n);
+    }
+  }
+  if (merged) {
+    replace_uses(p, map);
+    dce(p);
+  }
+  return merged;
+}
+
+int const_fold(Program& p, int64_t max_elems) {
+  int folded = 0;
+  NoGradGuard ng;
+  for (auto& up : p.graph->nodes) {
+    Node* n = up.get();
+    if (n->kind != NodeKind::Op || n->op->has(kRandom) || n->op->has(kSideEffect) ||
+        n->op->has(kControlFlow) || n->inputs.empty())
+      continue;
+    bool all_const = true;
+    for (const auto& in : n->inputs) all_const = all_const && in.node->kind == NodeKind::Constant;
+    if (!all_const) continue;
+    bool small = true;
+    for (const auto& m : n->outputs) small = small && m.shape.is_static() && m.shape.numel() <= max_elems;
+    if (!small || n->outputs.size() != 1) continue;
+    TensorList ins;
+    for (const auto& in : n->inputs) ins.push_back(in.node->value);
+    TensorList outs = run_kernel(*n->op, std::span<const Tensor>(ins.data(), ins.size()), n->attrs);
+    n->kind = NodeKind::Constant;
+    n->value = outs[0].is_contiguous() ? outs[0] : raw_contiguous_copy(outs[0]);
+    n->inputs.clear();
+    n->op = nullptr;
+    n->attrs = Attrs();
+    ++folded;
+  }
+  if (folded) dce(p);
+  return folded;
+}
+
+int dce(Program& p) {
+  auto& nodes = p.graph->nodes;
+  renumber(*p.graph);
+  std::vector<char> need(nodes.size(), 0);
+  for (const auto& f : p.fetches) need[static_cast<size_t>(f.node->id)] = 1;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it)
+    if (need[static_cast<size_t>((*it)->id)])
+      for (const auto& in : (*it)->inputs) need[static_cast<size_t>(in.node->id)] = 1;
+  int removed = 0;
+  std::vector<std::unique_ptr<Node>> kept;
+  for (auto& n : nodes) {
+    if (need[static_cast<size_t>(n->id)])
+      kept.push_back(std::move(n));
+    else
+      ++removed;
+  }
+  nodes = std::move(kept);
+  renumber(*p.graph);
+  return removed;
+}
+
+bool pass_enabled(const std::string& name) {
+  const char* env = std::getenv("KILN_DISABLE_PASSES");
+  if (!env) return true;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (item == name || item == "all") return false;
+  return true;
+}
+
+std::string optimize(Program& p) {
+  std::ostringstream os;
+  if (pass_enabled("const_fold")) os << "const_fold: " << const_fold(p) << "  ";
+  if (pass_enabled("cse")) os << "cse: " << cse(p) << "  ";
+  if (pass_enabled("dce")) os << "dce: " << dce(p);
+  return os.str();
+}
+
+}  // namespace kiln

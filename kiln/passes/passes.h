@@ -1,0 +1,34 @@
+// Graph -> graph passes. Each works on a private copy (a Program) that a Session or the JIT
+// owns, is tested alone, and can be switched off with KILN_DISABLE_PASSES=cse,const_fold,...
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+
+namespace kiln {
+
+/// A graph pruned to what some fetches need, plus which values are fetched. Nodes stay in
+/// topological order.
+struct Program {
+  std::shared_ptr<GraphImpl> graph = std::make_shared<GraphImpl>();
+  std::vector<ValueRef> fetches;
+};
+
+/// Copies the nodes `fetches` depend on into a new Program (placeholders and variables keep
+/// their names; constants keep their values).
+Program prune(const GraphImpl& g, const std::vector<ValueRef>& fetches);
+/// Merges nodes with the same op, attributes and inputs (not random or side-effecting ones).
+int cse(Program& p);
+/// Evaluates op nodes whose inputs are all constants (not random, not side-effecting) and
+/// replaces them with constants. Skips results larger than `max_elems`.
+int const_fold(Program& p, int64_t max_elems = 1 << 20);
+/// Removes nodes no fetch depends on.
+int dce(Program& p);
+/// Whether a pass is disabled through KILN_DISABLE_PASSES.
+bool pass_enabled(const std::string& name);
+/// Runs the enabled default pipeline; returns a one-line summary ("cse: 3, const_fold: 1, ...").
+std::string optimize(Program& p);
+
+}  // namespace kiln

@@ -1,0 +1,216 @@
+// Static graphs: building with placeholders/variables, Session::run with feeds and pruning,
+// symbolic gradients equal to eager backward, optimizers in the graph, printers and errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/kiln.h"
+#include "kiln/optim/optim.h"
+
+using namespace kiln;
+
+namespace {
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+TEST(GraphSession, PlaceholderVariableRun) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 3});
+  Tensor w = g.variable("w", tensor({1.f, 2.f, 3.f}, {3}));
+  Tensor y = sum(mul(x, w), {1});
+  EXPECT_TRUE(y.is_symbolic());
+  EXPECT_EQ(y.shape(), (Shape{-1}));
+  Session sess(g);
+  Tensor out = sess.run(y, {{x, tensor({1.f, 1.f, 1.f, 2.f, 0.f, 1.f}, {2, 3})}});
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{6.f, 5.f}));
+  // A different batch size uses the same plan.
+  out = sess.run(y, {{x, ones({4, 3})}});
+  EXPECT_EQ(out.shape(), (Shape{4}));
+  EXPECT_EQ(sess.plans_built(), 1u);
+}
+
+TEST(GraphSession, PruningRunsOnlyWhatFetchesNeed) {
+  Graph g;
+  Tensor a = g.placeholder("a", Float32, {2});
+  Tensor b = g.placeholder("b", Float32, {2});
+  Tensor c = exp(a);
+  Tensor d = add(log(b), 1.0);
+  Session sess(g);
+  // b is not fed and not needed for c.
+  Tensor out = sess.run(c, {{a, zeros({2})}});
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{1.f, 1.f}));
+  EXPECT_EQ(sess.last_run().nodes_executed, 1);
+  (void)d;
+}
+
+TEST(GraphSession, CseAndConstantFolding) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {3});
+  Tensor k = mul(full({3}, 2.0), full({3}, 3.0));  // eager: concrete, becomes a constant
+  Tensor c = g.constant(tensor({1.f, 1.f, 1.f}));
+  Tensor folded = add(c, c);                          // constant-folded in the session
+  Tensor y1 = mul(x, folded), y2 = mul(x, folded);    // CSE merges these
+  Tensor z = add(add(y1, y2), k);
+  Session sess(g);
+  Tensor out = sess.run(z, {{x, tensor({1.f, 2.f, 3.f})}});
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{10.f, 14.f, 18.f}));
+  // add(c,c) folded; one of the two muls merged: mul, add, add remain.
+  EXPECT_EQ(sess.last_run().nodes_executed, 3) << sess.last_run().passes;
+}
+
+TEST(GraphSession, VariablesPersistAndAssign) {
+  Graph g;
+  Tensor v = g.variable("v", zeros({2}));
+  Tensor inc = assign(v, add(v, 1.0));
+  Session sess(g);
+  for (int i = 0; i < 3; ++i) sess.run(inc);
+  EXPECT_EQ(sess.variable("v").to_vector<float>(), (std::vector<float>{3.f, 3.f}));
+  // A second session starts from the initial value.
+  Session s2(g);
+  EXPECT_EQ(s2.run(v).to_vector<float>(), (std::vector<float>{0.f, 0.f}));
+}
+
+TEST(GraphSession, GradientsMatchEager) {
+  manual_seed(3);
+  Tensor xv = randn({4, 3}), wv = randn({3}), bv = randn({1});
+  // Eager
+  Tensor we = wv.clone().requires_grad_(), be = bv.clone().requires_grad_();
+  Tensor le = mean(mul(tanh(add(sum(mul(xv, we), {1}), be)), 2.0));
+  le.backward();
+  // Graph
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 3});
+  Tensor w = g.variable("w", wv), b = g.variable("b", bv);
+  Tensor lg = mean(mul(tanh(add(sum(mul(x, w), {1}), b)), 2.0));
+  auto gr = gradients({lg}, {w, b});
+  Session sess(g);
+  auto out = sess.run({lg, gr[0], gr[1]}, {{x, xv}});
+  EXPECT_LT(max_abs_diff(out[0], le), 1e-6);
+  EXPECT_LT(max_abs_diff(out[1], we.grad()), 1e-6);
+  EXPECT_LT(max_abs_diff(out[2], be.grad()), 1e-6);
+}
+
+TEST(GraphSession, SgdMinimizeFitsLinearRegression) {
+  manual_seed(5);
+  Tensor xs = randn({64, 2});
+  Tensor ys = add(sum(mul(xs, tensor({2.f, -3.f})), {1}), 0.5);
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 2});
+  Tensor y = g.placeholder("y", Float32, {Dim::any()});
+  Tensor w = g.variable("w", zeros({2})), b = g.variable("b", zeros({1}));
+  Tensor pred = add(sum(mul(x, w), {1}), b);
+  Tensor loss = mean(mul(sub(pred, y), sub(pred, y)));
+  Tensor step = optim::SGD(0.1, 0.9).minimize(loss);
+  Session sess(g);
+  double first = sess.run(loss, {{x, xs}, {y, ys}}).item<double>();
+  for (int i = 0; i < 200; ++i) sess.run(step, {{x, xs}, {y, ys}});
+  double last = sess.run(loss, {{x, xs}, {y, ys}}).item<double>();
+  EXPECT_LT(last, 1e-4 * first);
+  auto wv = sess.variable("w").to_vector<float>();
+  EXPECT_NEAR(wv[0], 2.0, 1e-2);
+  EXPECT_NEAR(wv[1], -3.0, 1e-2);
+}
+
+TEST(GraphSession, AdamMinimizeMatchesEagerAdam) {
+  manual_seed(6);
+  Tensor xs = randn({16, 3}), ys = randn({16});
+  Tensor w0 = randn({3});
+  // Eager Adam
+  Tensor we = w0.clone().requires_grad_();
+  optim::Adam eopt({we}, {.lr = 0.05});
+  for (int i = 0; i < 5; ++i) {
+    Tensor r = sub(sum(mul(xs, we), {1}), ys);
+    Tensor l = mean(mul(r, r));
+    eopt.zero_grad();
+    l.backward();
+    eopt.step();
+  }
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {16, 3}), y = g.placeholder("y", Float32, {16});
+  Tensor w = g.variable("w", w0);
+  Tensor r = sub(sum(mul(x, w), {1}), y);
+  Tensor step = optim::Adam(0.05).minimize(mean(mul(r, r)));
+  Session sess(g);
+  for (int i = 0; i < 5; ++i) sess.run(step, {{x, xs}, {y, ys}});
+  EXPECT_LT(max_abs_diff(sess.variable("w"), we.detach()), 1e-5);
+}
+
+TEST(GraphSession, PrintRunsEachExecution) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {2});
+  Tensor y = mul(print(x, "x is"), 2.0);
+  Session sess(g);
+  ::testing::internal::CaptureStdout();
+  sess.run(y, {{x, tensor({1.f, 2.f})}});
+  sess.run(y, {{x, tensor({3.f, 4.f})}});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("x is tensor([1., 2.])"), std::string::npos) << out;
+  EXPECT_NE(out.find("x is tensor([3., 4.])"), std::string::npos) << out;
+}
+
+TEST(GraphSession, PrintersShowTheGraph) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 4});
+  Tensor w = g.variable("w", zeros({4}));
+  Tensor y = exp(mul(x, w));
+  std::string m = g.to_mermaid();
+  EXPECT_NE(m.find("graph LR"), std::string::npos);
+  EXPECT_NE(m.find("n0[x]"), std::string::npos) << m;
+  EXPECT_NE(m.find("n1[w]"), std::string::npos) << m;
+  EXPECT_NE(m.find("n0 --> n2"), std::string::npos) << m;
+  EXPECT_NE(m.find("n2 --> n3"), std::string::npos) << m;
+  std::string t = g.to_text();
+  EXPECT_NE(t.find("%2 = mul(%0, %1) : float32[?, 4]"), std::string::npos) << t;
+  EXPECT_NE(g.to_dot().find("n2 -> n3"), std::string::npos);
+  (void)y;
+}
+
+TEST(GraphSession, Errors) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 3});
+  Tensor y = exp(x);
+  Session sess(g);
+  auto expect_msg = [](auto f, const std::string& part) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected: " << part;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_msg([&] { sess.run(y); }, "placeholder 'x'");
+  expect_msg([&] { sess.run(y, {{x, ones({2, 4})}}); }, "has shape [2, 4], expected [?, 3]");
+  expect_msg([&] { sess.run(y, {{x, ones({2, 3}, Float64)}}); }, "dtype float64, expected float32");
+  expect_msg([&] { sess.run(y, {{x, ones({3})}}); }, "'x'");
+  expect_msg([&] { (void)y.item<float>(); }, "fetch it with Session::run");
+  expect_msg([&] { (void)add(x, ones({2, 4})); }, "[add]");
+  Graph g2;
+  Tensor z = g2.placeholder("z", Float32, {3});
+  expect_msg([&] { sess.run(z); }, "another graph");
+  expect_msg([&] { (void)add(x, z); }, "different graphs");
+  // The session still works after the errors.
+  EXPECT_EQ(sess.run(y, {{x, zeros({1, 3})}}).to_vector<float>(), (std::vector<float>{1, 1, 1}));
+}
+
+TEST(GraphSession, ManyRunsDoNotGrowMemory) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 8});
+  Tensor w = g.variable("w", ones({8, 8}));
+  Tensor loss = mean(tanh(sum(mul(unsqueeze(x, 2), w), {1})));
+  Tensor step = optim::SGD(0.01).minimize(loss);
+  Session sess(g);
+  Tensor xb = ones({4, 8});
+  for (int i = 0; i < 100; ++i) sess.run(step, {{x, xb}});
+  size_t before = allocator_stats().in_use_bytes;
+  for (int i = 0; i < 10000; ++i) sess.run(step, {{x, xb}});
+  size_t after = allocator_stats().in_use_bytes;
+  EXPECT_EQ(before, after);
+}
+
+}  // namespace
