@@ -31,14 +31,14 @@ Tensor make_symbolic(const std::shared_ptr<GraphImpl>& g, Node* n, int index) {
 // Constant node for a concrete tensor used in the graph (one node per tensor object).
 Node* constant_node(const std::shared_ptr<GraphImpl>& g, const Tensor& t, const std::string& name) {
   auto it = g->constants.find(t.impl());
-  if (it != g->constants.end()) return it->second;
+  if (it != g->constants.end()) return it->second.second;
   auto n = std::make_unique<Node>();
   n->kind = NodeKind::Constant;
   n->name = name;
   n->value = t.detach();
   n->outputs.push_back(TensorMeta{t.dtype(), t.shape()});
   Node* p = g->add_node(std::move(n));
-  g->constants[t.impl()] = p;
+  g->constants[t.impl()] = {t, p};
   return p;
 }
 

@@ -44,7 +44,8 @@ struct SymbolicValue {
 
 struct GraphImpl {
   std::vector<std::unique_ptr<Node>> nodes;
-  std::unordered_map<const TensorImpl*, Node*> constants;  // concrete tensor -> its node
+  // Concrete tensor -> its constant node. The tensor is held so its address is not reused.
+  std::unordered_map<const TensorImpl*, std::pair<Tensor, Node*>> constants;
   uint64_t uid = 0;
   Node* add_node(std::unique_ptr<Node> n);
   /// A symbolic tensor for a node output.

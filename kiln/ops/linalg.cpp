@@ -1,0 +1,229 @@
+// Linear-algebra family: matmul (torch.matmul semantics) on GEMM, and linear as a composite.
+// Transposed operands reach the GEMM as a flag, never as a copy; batches broadcast by stride 0.
+#include <algorithm>
+#include <optional>
+#include <type_traits>
+
+#include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/cpu/parallel.h"
+#include "kiln/ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+using opu::one;
+
+// ---- argument checks (shared by the wrapper, on the user's shapes, and by inference) --------
+
+void check_matmul(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) fail("matmul", "both arguments must be defined tensors");
+  if (a.dim() == 0 || b.dim() == 0)
+    fail("matmul", "both arguments must be at least 1-D, got shapes ", a.shape(), " and ",
+         b.shape());
+  if (!is_floating(a.dtype()) || !is_floating(b.dtype()))
+    fail("matmul", "only float32 and float64 are supported, got ", a.dtype(), " and ", b.dtype(),
+         " (shapes ", a.shape(), " and ", b.shape(), ")");
+  opu::require_same_dtype("matmul", a, b);
+  int64_t ka = a.shape()[a.dim() - 1];
+  int64_t kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
+  if (ka >= 0 && kb >= 0 && ka != kb)
+    fail("matmul", "cannot multiply shapes ", a.shape(), " and ", b.shape(), ": inner dims ", ka,
+         " and ", kb, " differ");
+  // Batch dims (all but the last two) broadcast, right-aligned.
+  int64_t ra = std::max<int64_t>(a.dim() - 2, 0), rb = std::max<int64_t>(b.dim() - 2, 0);
+  for (int64_t i = 1; i <= std::min(ra, rb); ++i) {
+    int64_t da = a.shape()[ra - i], db = b.shape()[rb - i];
+    if (da >= 0 && db >= 0 && da != db && da != 1 && db != 1)
+      fail("matmul", "batch dims of shapes ", a.shape(), " and ", b.shape(),
+           " do not broadcast: ", da, " vs ", db);
+  }
+}
+
+// Output shape of the rank >= 2 op: broadcast batch dims + [m, n].
+Shape matmul_shape(const Shape& a, const Shape& b) {
+  Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  Shape out = broadcast_shapes(ba, bb, "matmul");
+  out.push_back(a[a.rank() - 2]);
+  out.push_back(b[b.rank() - 1]);
+  return out;
+}
+
+// ---- kernel --------------------------------------------------------------------------------
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
+  else
+    dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
+/// How a rows x cols matrix with strides (sr, sc) is handed to a row-major GEMM.
+struct MatArg {
+  bool trans;
+  int64_t ld;
+};
+
+// Row-major (sc == 1) passes as is; column-major (sr == 1, a transposed view) passes with the
+// transpose flag. The stride of a size-1 dim never matters, so it is ignored (unsqueezed vectors
+// and [1, k] rows qualify either way). Anything else (sliced with a step, expanded) is nullopt.
+std::optional<MatArg> blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= std::max<int64_t>(cols, 1)))
+    return MatArg{false, rows <= 1 ? std::max<int64_t>(cols, 1) : sr};
+  if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= std::max<int64_t>(rows, 1)))
+    return MatArg{true, cols <= 1 ? std::max<int64_t>(rows, 1) : sc};
+  return std::nullopt;
+}
+
+// Strides of t's matrices along the output's batch dims: 0 where t broadcasts. Inline storage,
+// so the batched path allocates nothing.
+Strides batch_strides(const Tensor& t, const Shape& out) {
+  int64_t R = out.rank() - 2, rt = t.dim() - 2;
+  Strides st(static_cast<size_t>(R), 0);
+  for (int64_t d = 0; d < R; ++d) {
+    int64_t td = d - (R - rt);
+    if (td >= 0 && t.shape()[td] != 1) st[d] = t.strides()[td];
+  }
+  return st;
+}
+
+// Element offset of output batch i's matrix within an operand with batch strides st.
+int64_t batch_offset(int64_t i, const Shape& out, const Strides& st) {
+  int64_t off = 0;
+  for (int64_t d = static_cast<int64_t>(st.size()) - 1; d >= 0; --d) {
+    off += (i % out[d]) * st[d];
+    i /= out[d];
+  }
+  return off;
+}
+
+// Below this many multiply-adds per matrix, one GEMM call is too small for oneDNN to thread
+// well, so batches are spread over threads instead (each GEMM then runs single-threaded: oneDNN
+// sees omp_in_parallel and does not nest).
+constexpr double kSmallGemm = 1 << 21;
+// Work per thread chunk that amortizes a parallel region (~1-2 us).
+constexpr double kBatchChunkWork = 1 << 17;
+
+template <typename T>
+void matmul_impl(const Tensor& a0, const Tensor& b0, Tensor& out) {
+  Tensor a = a0, b = b0;
+  const int64_t ra = a.dim(), rb = b.dim();
+  const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
+  auto la = blas_layout(m, k, a.strides()[ra - 2], a.strides()[ra - 1]);
+  if (!la) {  // neither row- nor column-major: one copy, then row-major
+    a = raw_contiguous_copy(a);
+    la = blas_layout(m, k, a.strides()[ra - 2], a.strides()[ra - 1]);
+  }
+  auto lb = blas_layout(k, n, b.strides()[rb - 2], b.strides()[rb - 1]);
+  if (!lb) {
+    b = raw_contiguous_copy(b);
+    lb = blas_layout(k, n, b.strides()[rb - 2], b.strides()[rb - 1]);
+  }
+  const Shape& os = out.shape();
+  int64_t nbatch = 1;
+  for (int64_t d = 0; d < os.rank() - 2; ++d) nbatch *= os[d];
+  if (nbatch == 0 || m == 0 || n == 0) return;
+  const T* pa = a.data_ptr<T>();
+  const T* pb = b.data_ptr<T>();
+  T* pc = out.data_ptr<T>();
+  if (nbatch == 1) {  // every batch dim is 1: offsets are 0 (no allocation on the 2-D path)
+    gemm<T>(la->trans, lb->trans, m, n, k, pa, la->ld, pb, lb->ld, T(0), pc, n);
+    return;
+  }
+  const Strides sa = batch_strides(a, os), sb = batch_strides(b, os);
+  // [batch..., m, k] @ [k, n] with a's rows evenly spaced across batches (x @ W^T in a linear
+  // layer): one tall GEMM of (batch*m) rows instead of a loop.
+  if (!la->trans) {
+    bool collapse = true;
+    for (int64_t i = 1; i < nbatch && collapse; ++i)
+      collapse = batch_offset(i, os, sb) == 0 && batch_offset(i, os, sa) == i * m * la->ld;
+    if (collapse) {
+      gemm<T>(false, lb->trans, nbatch * m, n, k, pa, la->ld, pb, lb->ld, T(0), pc, n);
+      return;
+    }
+  }
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      gemm<T>(la->trans, lb->trans, m, n, k, pa + batch_offset(i, os, sa), la->ld,
+              pb + batch_offset(i, os, sb), lb->ld, T(0), pc + i * m * n, n);
+  };
+  double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  // float64 goes to OpenBLAS, whose own threads must not be called from several OpenMP
+  // threads at once; it only serves references and gradcheck, so it stays serial.
+  if (std::is_same_v<T, float> && work < kSmallGemm) {
+    int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kBatchChunkWork / std::max(work, 1.0)));
+    parallel_for(nbatch, grain, run);
+  } else {
+    run(0, nbatch);
+  }
+}
+
+MetaList infer_matmul(std::span<const Tensor> in, const Attrs&) {
+  check_matmul(in[0], in[1]);
+  if (in[0].dim() < 2 || in[1].dim() < 2)
+    fail("matmul", "the op takes matrices (rank >= 2; the matmul() wrapper promotes vectors), "
+                   "got shapes ", in[0].shape(), " and ", in[1].shape());
+  return one(in[0].dtype(), matmul_shape(in[0].shape(), in[1].shape()));
+}
+
+const OpDef& kMatmul = def_op({.name = "matmul", .num_inputs = 2,
+    .infer = infer_matmul,
+    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+      KILN_DISPATCH_FLOAT(out[0].dtype(), "matmul", [&] {
+        matmul_impl<scalar_t>(in[0], in[1], out[0]);
+      });
+    },
+    // C = A B, so dL/dA = G B^T and dL/dB = A^T G (per batch). Broadcast batch dims come out
+    // at the output's batch shape and the engine's sum_to folds them back to each input.
+    // When B is a plain matrix shared by all batches of A, dB = sum_b A_b^T G_b is one GEMM on
+    // the batch-flattened operands: A^T [k, batch*m] @ G [batch*m, n], with no [batch, k, n]
+    // temporary to reduce. Written with matmul/transpose so it differentiates again.
+    .grad = [](const GradCtx& c) {
+      const Tensor& a = c.in(0);
+      const Tensor& b = c.in(1);
+      Tensor da, db;
+      if (c.need(0)) da = matmul(c.g(), transpose(b, -1, -2));
+      if (c.need(1)) {
+        if (b.dim() == 2 && a.dim() > 2)
+          db = matmul(transpose(flatten(a, 0, -2), 0, 1), flatten(c.g(), 0, -2));
+        else
+          db = matmul(transpose(a, -1, -2), c.g());
+      }
+      return TensorList{da, db};
+    },
+    .doc = "batched matrix product of rank >= 2 operands with broadcast batch dims"});
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_matmul(a, b);
+  // Vectors are promoted to matrices and the added dim removed again (torch.matmul), so the
+  // op only ever sees rank >= 2; the views carry the gradient back to the 1-D shapes.
+  if (a.dim() == 1 && b.dim() == 1)
+    return reshape(call1(kMatmul, {unsqueeze(a, 0), unsqueeze(b, 1)}), Shape{});
+  if (a.dim() == 1) return squeeze(call1(kMatmul, {unsqueeze(a, 0), b}), -2);
+  if (b.dim() == 1) return squeeze(call1(kMatmul, {a, unsqueeze(b, 1)}), -1);
+  return call1(kMatmul, {a, b});
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (!x.defined() || !w.defined()) fail("linear", "input and weight must be defined tensors");
+  if (w.dim() != 2)
+    fail("linear", "weight must be 2-D [out, in], got shape ", w.shape(), " (input shape ",
+         x.shape(), ")");
+  if (x.dim() < 1) fail("linear", "input must be at least 1-D, got shape ", x.shape());
+  int64_t in_x = x.shape()[x.dim() - 1], in_w = w.shape()[1], out_w = w.shape()[0];
+  if (in_x >= 0 && in_w >= 0 && in_x != in_w)
+    fail("linear", "input shape ", x.shape(), " has ", in_x, " features but weight shape ",
+         w.shape(), " expects ", in_w);
+  if (b.defined() && (b.dim() != 1 || (b.shape()[0] >= 0 && out_w >= 0 && b.shape()[0] != out_w)))
+    fail("linear", "bias must be 1-D [", out_w, "], got shape ", b.shape(), " (weight shape ",
+         w.shape(), ")");
+  // Composite: w^T is a transposed view, which matmul passes to the GEMM as a flag; a
+  // [batch..., in] input becomes one tall GEMM.
+  Tensor y = matmul(x, transpose(w, 0, 1));
+  return b.defined() ? add(y, b) : y;
+}
+
+}  // namespace kiln

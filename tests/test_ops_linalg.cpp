@@ -1,0 +1,281 @@
+// matmul / linear / conv2d / pooling beyond the registry samples: transposed operands reach the
+// GEMM without copies, float32 (oneDNN, batch-parallel) agrees with float64 (OpenBLAS, serial),
+// gradients of gradients, max-pool routing, and every bad input raises a kiln::Error that
+// names the op and the shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+double max_abs(const Tensor& a) {
+  double m = 0;
+  for (double v : a.to_vector<double>()) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// Size-class rounding of the caching allocator below 1 MiB.
+size_t pow2ceil(size_t n) {
+  size_t p = 64;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Bytes the caching allocator handed out at the peak of f, beyond what was in use before.
+template <typename F>
+size_t peak_extra_bytes(F&& f) {
+  size_t before = allocator_stats().in_use_bytes;
+  reset_peak_memory();
+  f();
+  return allocator_stats().peak_in_use_bytes - before;
+}
+
+TEST(Matmul, TransposedOperandsMatchContiguousAndAreNotCopied) {
+  manual_seed(1);
+  Tensor a = randn({512, 256});  // used as a^T [256, 512]
+  Tensor b = randn({256, 512});  // used as b^T [512, 256]
+  Tensor at = a.t(), bt = b.t();
+  ASSERT_FALSE(at.is_contiguous());
+  ASSERT_FALSE(bt.is_contiguous());
+  Tensor want = matmul(at.contiguous(), bt.contiguous());
+  Tensor got;
+  size_t extra = peak_extra_bytes([&] { got = matmul(at, bt); });
+  const size_t out_bytes = 256 * 256 * sizeof(float), operand_bytes = 512 * 256 * sizeof(float);
+  // Only the output is allocated; a copy of either operand would add 512 KiB.
+  EXPECT_GE(extra, out_bytes);
+  EXPECT_LT(extra, out_bytes + operand_bytes / 2) << "a transposed operand was copied";
+  EXPECT_EQ(got.shape(), (Shape{256, 256}));
+  EXPECT_LT(max_abs_diff(got, want), 1e-3 * (1 + max_abs(want)));
+}
+
+TEST(Matmul, BatchedTransposedAndSharedWeightNotCopied) {
+  manual_seed(2);
+  Tensor a = randn({4, 64, 48}), b = randn({4, 64, 32});
+  Tensor at = a.transpose(-1, -2);  // [4, 48, 64], per-matrix strides (1, 48)
+  Tensor want = matmul(at.contiguous(), b);
+  Tensor got;
+  size_t extra = peak_extra_bytes([&] { got = matmul(at, b); });
+  EXPECT_LT(extra, pow2ceil(4 * 48 * 32 * sizeof(float)) + 4 * 64 * 48 * sizeof(float) / 2);
+  EXPECT_LT(max_abs_diff(got, want), 1e-4 * (1 + max_abs(want)));
+
+  // x [batch, T, in] @ w^T: one tall GEMM on the transposed weight view.
+  Tensor x = randn({3, 50, 64}), w = randn({96, 64});
+  Tensor want2 = matmul(x, w.t().contiguous());
+  Tensor got2;
+  extra = peak_extra_bytes([&] { got2 = linear(x, w); });
+  EXPECT_LT(extra, pow2ceil(3 * 50 * 96 * sizeof(float)) + 96 * 64 * sizeof(float) / 2);
+  EXPECT_LT(max_abs_diff(got2, want2), 1e-4 * (1 + max_abs(want2)));
+}
+
+TEST(Matmul, ShapesFollowTorch) {
+  EXPECT_EQ(matmul(ones({4}), ones({4})).shape(), Shape{});
+  EXPECT_DOUBLE_EQ(matmul(ones({4}), full({4}, 2.0)).item<double>(), 8.0);
+  EXPECT_EQ(matmul(ones({4}), ones({4, 5})).shape(), (Shape{5}));
+  EXPECT_EQ(matmul(ones({3, 4}), ones({4})).shape(), (Shape{3}));
+  EXPECT_EQ(matmul(ones({2, 1, 3, 4}), ones({5, 4, 6})).shape(), (Shape{2, 5, 3, 6}));
+  EXPECT_EQ(matmul(ones({4}), ones({2, 4, 6})).shape(), (Shape{2, 6}));
+  EXPECT_EQ(matmul(ones({2, 3, 4}), ones({4})).shape(), (Shape{2, 3}));
+  EXPECT_EQ(matmul(ones({0, 4}), ones({4, 3})).shape(), (Shape{0, 3}));
+  // k = 0: an empty sum is zero.
+  Tensor z = matmul(ones({2, 0}), ones({0, 3}));
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  EXPECT_EQ(max_abs(z), 0.0);
+  EXPECT_EQ(matmul(ones({2, 3}, Float64), ones({3, 2}, Float64)).dtype(), Float64);
+}
+
+TEST(Matmul, ManySmallBatchesMatchFloat64) {
+  // Small matrices spread over threads; float64 runs serially through OpenBLAS.
+  manual_seed(3);
+  Tensor a = randn({64, 8, 16}), b = randn({64, 16, 8});
+  Tensor got = matmul(a, b);
+  Tensor want = matmul(a.to(Float64), b.to(Float64));
+  EXPECT_LT(max_abs_diff(got, want), 1e-4 * (1 + max_abs(want)));
+}
+
+TEST(Linear, MatchesCompositeAndGradients) {
+  manual_seed(4);
+  Tensor x = randn({2, 3, 5}, Float64), w = randn({4, 5}, Float64), b = randn({4}, Float64);
+  Tensor y = linear(x, w, b);
+  Tensor want = add(matmul(x, transpose(w, 0, 1)), b);
+  EXPECT_LT(max_abs_diff(y, want), 1e-12);
+  auto r = gradcheck([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+                     {x, w, b});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(Conv2d, Float32BatchParallelMatchesFloat64) {
+  // float32: batch-parallel im2col + oneDNN; float64: serial + OpenBLAS. Forward and both
+  // gradients must agree.
+  manual_seed(5);
+  Tensor x = randn({6, 8, 12, 12}), w = mul(randn({16, 4, 3, 3}), 0.3), bias = randn({16});
+  Tensor r = randn({6, 16, 6, 10});
+  auto run = [&](DType dt) {
+    Tensor xx = x.to(dt).detach(), ww = w.to(dt).detach(), bb = bias.to(dt).detach();
+    xx.requires_grad_();
+    ww.requires_grad_();
+    bb.requires_grad_();
+    Tensor y = conv2d(xx, ww, bb, {2, 1}, {1, 1}, {1, 2}, 2);
+    EXPECT_EQ(y.shape(), (Shape{6, 16, 6, 10}));
+    sum(mul(y, r.to(dt))).backward();
+    return std::vector<Tensor>{y, xx.grad(), ww.grad(), bb.grad()};
+  };
+  auto f32 = run(Float32), f64 = run(Float64);
+  for (size_t k = 0; k < f32.size(); ++k)
+    EXPECT_LT(max_abs_diff(f32[k], f64[k]), 1e-4 * (1 + max_abs(f64[k]))) << "result " << k;
+}
+
+TEST(Conv2d, PointwiseEqualsMatmulOverChannels) {
+  manual_seed(6);
+  Tensor x = randn({2, 3, 4, 5}, Float64), w = randn({6, 3, 1, 1}, Float64);
+  Tensor y = conv2d(x, w);
+  // y[n, o, h, w] = sum_c w[o, c] x[n, c, h, w]
+  Tensor want = matmul(reshape(w, {6, 3}), reshape(x, {2, 3, 20}));
+  EXPECT_LT(max_abs_diff(y, reshape(want, {2, 6, 4, 5})), 1e-12);
+}
+
+// Second-order gradients: gradcheck of a function that itself returns first-order gradients
+// (computed with create_graph) runs each gradient op's own rule.
+Tensor leaf_for_grad(const Tensor& t) {
+  if (t.requires_grad()) return t;  // analytic pass: keep the link to gradcheck's inputs
+  Tensor l = t.detach();
+  l.requires_grad_();
+  return l;
+}
+
+TEST(SecondOrder, MatmulConvAndPoolGradientsOfGradients) {
+  auto mm = [](const std::vector<Tensor>& in) {
+    EnableGradGuard eg;
+    Tensor a = leaf_for_grad(in[0]), b = leaf_for_grad(in[1]);
+    Tensor y = matmul(a, b);
+    auto g = grad({sum(mul(y, y))}, {a, b}, {}, true, true);
+    return add(sum(mul(g[0], g[0])), sum(mul(g[1], g[1])));
+  };
+  manual_seed(7);
+  auto r = gradcheck(mm, {randn({2, 3, 4}, Float64), randn({4, 2}, Float64)});
+  EXPECT_TRUE(r.ok) << r.message;
+
+  auto conv = [](const std::vector<Tensor>& in) {
+    EnableGradGuard eg;
+    Tensor x = leaf_for_grad(in[0]), w = leaf_for_grad(in[1]);
+    Tensor y = conv2d(x, w, Tensor(), {2, 2}, {1, 1}, {1, 1}, 2);
+    auto g = grad({sum(mul(y, y))}, {x, w}, {}, true, true);
+    return add(sum(mul(g[0], g[0])), sum(mul(g[1], g[1])));
+  };
+  r = gradcheck(conv, {randn({1, 4, 5, 5}, Float64), randn({2, 2, 3, 3}, Float64)});
+  EXPECT_TRUE(r.ok) << r.message;
+
+  auto pools = [](const std::vector<Tensor>& in) {
+    EnableGradGuard eg;
+    Tensor x = leaf_for_grad(in[0]);
+    Tensor y = add(max_pool2d(x, {3, 3}, {2, 2}, {1, 1}), avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}));
+    auto g = grad({sum(mul(y, y))}, {x}, {}, true, true);
+    return sum(mul(g[0], g[0]));
+  };
+  r = gradcheck(pools, {randn({1, 2, 5, 5}, Float64)});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(Pool, MaxPoolRoutesGradientToArgmax) {
+  // One 4x4 plane, 2x2 windows: each window's max gets the whole gradient.
+  Tensor x = tensor({1.f, 5.f, 2.f, 0.f,   //
+                     3.f, 4.f, 9.f, 1.f,   //
+                     0.f, 0.f, 1.f, 1.f,   //
+                     7.f, 0.f, 1.f, 3.f},
+                    {1, 1, 4, 4});
+  x.requires_grad_();
+  Tensor y = max_pool2d(x, {2});
+  EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{5, 9, 7, 3}));
+  sum(mul(y, tensor({1.f, 2.f, 3.f, 4.f}, {1, 1, 2, 2}))).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(),
+            (std::vector<double>{0, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 3, 0, 0, 4}));
+  // 3-D input and padding with -inf: a border window never picks the padding.
+  Tensor z = max_pool2d(neg(ones({1, 3, 3})), {3}, {1}, {1});
+  EXPECT_EQ(z.shape(), (Shape{1, 3, 3}));
+  for (double v : z.to_vector<double>()) EXPECT_EQ(v, -1.0);
+  // avg pooling counts padding in the divisor (count_include_pad = true).
+  Tensor a = avg_pool2d(ones({1, 1, 2, 2}), {2}, {1}, {1});
+  EXPECT_EQ(a.to_vector<double>(), (std::vector<double>{0.25, 0.5, 0.25, 0.5, 1, 0.5, 0.25, 0.5, 0.25}));
+}
+
+// ---- bad inputs ------------------------------------------------------------------------------
+
+// Runs f, which must raise kiln::Error; returns the message.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The message starts with "[op]" and contains every part (shapes).
+void expect_msg(const std::string& m, const std::string& op, std::vector<std::string> parts) {
+  EXPECT_EQ(m.rfind("[" + op + "]", 0), 0u) << m;
+  for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' in: " << m;
+}
+
+#define EXPECT_KILN_ERROR(expr, op, ...)                       \
+  do {                                                         \
+    EXPECT_THROW((void)(expr), kiln::Error);                   \
+    expect_msg(error_of([&] { (void)(expr); }), op, __VA_ARGS__); \
+  } while (0)
+
+TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
+  Tensor w = ones({2, 2, 3, 3});
+  EXPECT_KILN_ERROR(matmul(ones({2, 3}), ones({4, 5})), "matmul",
+                    {"[2, 3]", "[4, 5]", "inner dims 3 and 4 differ"});
+  EXPECT_KILN_ERROR(matmul(ones({3}), ones({4})), "matmul", {"[3]", "[4]"});
+  EXPECT_KILN_ERROR(matmul(scalar_tensor(1.0), ones({3})), "matmul", {"[]", "[3]"});
+  EXPECT_KILN_ERROR(matmul(ones({2, 2}, Int64), ones({2, 2}, Int64)), "matmul", {"[2, 2]", "int64"});
+  EXPECT_KILN_ERROR(matmul(ones({2, 2}, Float32), ones({2, 2}, Float64)), "matmul", {"[2, 2]"});
+  EXPECT_KILN_ERROR(matmul(ones({2, 3, 4}), ones({3, 4, 5})), "matmul", {"[2, 3, 4]", "[3, 4, 5]"});
+  EXPECT_KILN_ERROR(linear(ones({2, 3}), ones({4, 5})), "linear", {"[2, 3]", "[4, 5]"});
+  EXPECT_KILN_ERROR(linear(ones({2, 5}), ones({4, 5}), ones({3})), "linear", {"[3]"});
+  // conv2d: channel mismatch, kernel larger than the padded input, groups not dividing,
+  // non-4-D input, bad stride, bad bias.
+  EXPECT_KILN_ERROR(conv2d(ones({1, 3, 5, 5}), w), "conv2d", {"[1, 3, 5, 5]", "[2, 2, 3, 3]"});
+  EXPECT_KILN_ERROR(conv2d(ones({1, 1, 2, 2}), ones({1, 1, 5, 5}), Tensor(), {1, 1}, {1, 1}),
+                    "conv2d", {"[1, 1, 2, 2]", "[1, 1, 5, 5]", "larger than the padded input"});
+  EXPECT_KILN_ERROR(conv2d(ones({1, 4, 5, 5}), ones({3, 2, 3, 3}), Tensor(), {1, 1}, {0, 0},
+                           {1, 1}, 2),
+                    "conv2d", {"groups", "[1, 4, 5, 5]", "[3, 2, 3, 3]"});
+  EXPECT_KILN_ERROR(conv2d(ones({2, 5, 5}), w), "conv2d", {"[2, 5, 5]", "4-D"});
+  EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), ones({2, 5, 5})), "conv2d", {"[2, 5, 5]"});
+  EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), w, Tensor(), {0, 1}), "conv2d", {"stride", "[0, 1]"});
+  EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), w, Tensor(), {1, 1}, {0, 0}, {0, 1}), "conv2d",
+                    {"dilation", "[0, 1]"});
+  EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), w, ones({3})), "conv2d", {"[3]", "[2, 2, 3, 3]"});
+  EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}, Int64), ones({2, 2, 3, 3}, Int64)), "conv2d",
+                    {"[1, 2, 5, 5]"});
+  // pooling: kernel too big, too much padding, wrong rank, zero stride.
+  EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 3, 3}), {5, 5}), "max_pool2d",
+                    {"[1, 1, 3, 3]", "larger than the padded input"});
+  EXPECT_KILN_ERROR(avg_pool2d(ones({1, 1, 3, 3}), {4, 4}), "avg_pool2d", {"[1, 1, 3, 3]"});
+  EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 6, 6}), {3, 3}, {1, 1}, {2, 2}), "max_pool2d",
+                    {"padding", "[2, 2]"});
+  EXPECT_KILN_ERROR(max_pool2d(ones({6, 6}), {2, 2}), "max_pool2d", {"[6, 6]"});
+  EXPECT_KILN_ERROR(avg_pool2d(ones({1, 1, 6, 6}), {2, 2}, {0, 1}), "avg_pool2d", {"stride", "[0, 1]"});
+  EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 6, 6}), {2, 2, 2}), "max_pool2d", {"kernel", "[2, 2, 2]"});
+
+  // Everything still works afterwards.
+  EXPECT_DOUBLE_EQ(matmul(ones({2, 3}), ones({3, 4})).sum().item<double>(), 24.0);
+  EXPECT_DOUBLE_EQ(conv2d(ones({1, 2, 5, 5}), w).sum().item<double>(), 2 * 9 * 18.0);
+  EXPECT_DOUBLE_EQ(max_pool2d(ones({1, 1, 4, 4}), {2}).sum().item<double>(), 4.0);
+}
+
+}  // namespace
