@@ -1,15 +1,18 @@
 // Kiln's side of the workload suite (DESIGN section 10), eager mode: W1 matmul beside raw
 // oneDNN and raw OpenBLAS in the same process, W2 gelu(x*a+b) and layer_norm beside a
-// memory-bandwidth copy loop, W3 dependent small adds. One workload per process so that peak
+// memory-bandwidth copy loop, W3 dependent small adds (eager and graph), W4 MLP training step
+// (eager and graph). One workload per process so that peak
 // RSS is per workload: kiln_bench WORKLOAD THREADS.
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <cmath>
 #include <cstring>
 #include <iostream>
 
 #include "bench/bench_util.h"
 #include "kiln/kiln.h"
+#include "kiln/optim/optim.h"
 
 using namespace kiln;
 using namespace kiln::bench;
@@ -93,9 +96,70 @@ void w3(int threads) {
     Tensor x = x0;
     for (int i = 0; i < 1000; ++i) x = add(x, y);
   };
-  double t = median_time(f, 15, 20, 5);
-  emit("W3", "dependent_adds", "kiln", "eager", threads, "{\"ops\": 1000, \"numel\": 16}",
-       "us/op", t / 1000 * 1e6);
+  // The same chain as a static graph, run by a Session.
+  Graph g;
+  Tensor xs = g.placeholder("x", Float32, {16});
+  Tensor ys = g.variable("y", y);
+  Tensor z = xs;
+  for (int i = 0; i < 1000; ++i) z = add(z, ys);
+  Session sess(g);
+  auto fg = [&] { sess.run(z, {{xs, x0}}); };
+  std::vector<double> te, tg;
+  for (int r = 0; r < 9; ++r) {
+    te.push_back(median_time(f, 1, 20, r == 0 ? 5 : 0));
+    tg.push_back(median_time(fg, 1, 20, r == 0 ? 5 : 0));
+  }
+  std::sort(te.begin(), te.end());
+  std::sort(tg.begin(), tg.end());
+  std::string p = "{\"ops\": 1000, \"numel\": 16}";
+  emit("W3", "dependent_adds", "kiln", "eager", threads, p, "us/op", te[4] / 1000 * 1e6);
+  emit("W3", "dependent_adds", "kiln", "graph", threads, p, "us/op", tg[4] / 1000 * 1e6);
+}
+
+// W4: MLP 784-256-256-10, ReLU, batch 128, cross-entropy, one SGD step.
+void w4(int threads) {
+  manual_seed(4);
+  const int64_t B = 128;
+  Tensor xb = rand({B, 784}), yb = randint(0, 10, {B});
+  auto init = [](int64_t o, int64_t i) { return mul(randn({o, i}), std::sqrt(2.0 / static_cast<double>(i))); };
+  Tensor wa = init(256, 784), wb = init(256, 256), wc = init(10, 256);
+  Tensor ba = zeros({256}), bb = zeros({256}), bc = zeros({10});
+  std::string p = "{\"batch\": 128, \"layers\": [784, 256, 256, 10]}";
+
+  // Eager: define-by-run with autograd.
+  std::vector<Tensor> ps;
+  for (Tensor* t : std::vector<Tensor*>{&wa, &ba, &wb, &bb, &wc, &bc}) ps.push_back(t->clone().requires_grad_());
+  optim::SGD opt(ps, {.lr = 0.01});
+  auto eager_step = [&] {
+    Tensor h = relu(linear(xb, ps[0], ps[1]));
+    h = relu(linear(h, ps[2], ps[3]));
+    Tensor loss = cross_entropy(linear(h, ps[4], ps[5]), yb);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  };
+  // Graph: the same model defined once; one Session run per step.
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 784});
+  Tensor y = g.placeholder("y", Int64, {Dim::any()});
+  Tensor gw1 = g.variable("w1", wa), gb1 = g.variable("b1", ba);
+  Tensor gw2 = g.variable("w2", wb), gb2 = g.variable("b2", bb);
+  Tensor gw3 = g.variable("w3", wc), gb3 = g.variable("b3", bc);
+  Tensor h = relu(linear(x, gw1, gb1));
+  h = relu(linear(h, gw2, gb2));
+  Tensor loss = cross_entropy(linear(h, gw3, gb3), y);
+  Tensor step = optim::SGD(0.01).minimize(loss);
+  Session sess(g);
+  auto graph_step = [&] { sess.run(step, {{x, xb}, {y, yb}}); };
+  std::vector<double> te, tg;
+  for (int r = 0; r < 7; ++r) {
+    te.push_back(median_time(eager_step, 1, 20, r == 0 ? 5 : 0));
+    tg.push_back(median_time(graph_step, 1, 20, r == 0 ? 5 : 0));
+  }
+  std::sort(te.begin(), te.end());
+  std::sort(tg.begin(), tg.end());
+  emit("W4", "mlp_train_step", "kiln", "eager", threads, p, "steps/s", 1.0 / te[3]);
+  emit("W4", "mlp_train_step", "kiln", "graph", threads, p, "steps/s", 1.0 / tg[3]);
 }
 
 }  // namespace
@@ -112,6 +176,7 @@ int main(int argc, char** argv) {
   if (w == "W1") w1(threads);
   else if (w == "W2") w2(threads);
   else if (w == "W3") w3(threads);
+  else if (w == "W4") w4(threads);
   else {
     std::cerr << "unknown workload " << w << "\n";
     return 2;

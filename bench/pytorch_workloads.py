@@ -82,10 +82,29 @@ def w3(threads, config):
          t / 1000 * 1e6, config)
 
 
+def w4(threads, config):
+    torch.manual_seed(4)
+    x, y = torch.rand(128, 784), torch.randint(0, 10, (128,))
+    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    t = median_time(step, reps=7, inner=20, warmup=5)
+    emit("W4", "mlp_train_step", "eager", threads, {"batch": 128, "layers": [784, 256, 256, 10]},
+         "steps/s", 1.0 / t, config)
+
+
 def main():
     workload, threads, config = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(threads)
-    {"W1": w1, "W2": w2, "W3": w3}[workload](threads, config)
+    {"W1": w1, "W2": w2, "W3": w3, "W4": w4}[workload](threads, config)
 
 
 if __name__ == "__main__":

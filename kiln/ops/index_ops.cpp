@@ -1,0 +1,396 @@
+// Indexing family: gather, scatter_add, index_select, embedding, and index_select_grad (the
+// index_add into zeros that is the gradient of index_select and embedding). Kernels take
+// contiguous inputs, check every index before any parallel loop, then copy/accumulate rows.
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/ops/index_util.h"
+
+namespace kiln {
+namespace {
+
+using opu::one;
+using opu::prod;
+
+// Offsets of positions along a run of dims, as a table or (when the index and the tensor
+// agree on those sizes, the common case) as i * scale without a table.
+struct Offs {
+  bool ident = true;
+  int64_t scale = 1;
+  std::vector<int64_t> tab;
+  int64_t operator[](int64_t i) const { return ident ? i * scale : tab[static_cast<size_t>(i)]; }
+};
+
+// Offsets in contiguous tensor t (shape ts) of the index positions over dims [0, dim).
+Offs outer_offs(const Shape& is, const Shape& ts, int64_t dim) {
+  Offs o;
+  bool same = true;
+  for (int64_t d = 0; d < dim; ++d) same = same && is[d] == ts[d];
+  if (same) {
+    o.scale = prod(ts, dim, ts.rank());
+  } else {
+    o.ident = false;
+    o.tab = opu::dim_offsets(is, contiguous_strides(ts), 0, dim);
+  }
+  return o;
+}
+
+// Same for dims (dim, rank): identity offsets when the sizes agree.
+Offs inner_offs(const Shape& is, const Shape& ts, int64_t dim) {
+  Offs o;
+  bool same = true;
+  for (int64_t d = dim + 1; d < ts.rank(); ++d) same = same && is[d] == ts[d];
+  if (!same) {
+    o.ident = false;
+    o.tab = opu::dim_offsets(is, contiguous_strides(ts), dim + 1, ts.rank());
+  }
+  return o;
+}
+
+bool known(int64_t a, int64_t b) { return a >= 0 && b >= 0; }
+
+// ---- gather ---------------------------------------------------------------------------------
+
+MetaList infer_gather(std::span<const Tensor> in, const Attrs& a) {
+  const Tensor& x = in[0];
+  const Tensor& idx = in[1];
+  opu::require_index("gather", idx);
+  if (x.dim() == 0) fail("gather", "input must have at least 1 dim, got shape ", x.shape());
+  int64_t dim = wrap_dim(a.i(0), x.dim(), "gather");
+  if (idx.dim() != x.dim())
+    fail("gather", "index rank ", idx.dim(), " must equal input rank ", x.dim(), " (input ",
+         x.shape(), ", index ", idx.shape(), ")");
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != dim && known(idx.shape()[d], x.shape()[d]) && idx.shape()[d] > x.shape()[d])
+      fail("gather", "index shape ", idx.shape(), " exceeds input shape ", x.shape(), " at dim ",
+           d, " (only dim ", dim, " may differ freely)");
+  return one(x.dtype(), idx.shape());
+}
+
+void gather_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  const Tensor& idx = in[1];
+  int64_t dim = wrap_dim(a.i(0), x.dim(), "gather");
+  const Shape& is = idx.shape();
+  const Shape& xs = x.shape();
+  int64_t outer = prod(is, 0, dim), n = is[dim], inner = prod(is, dim + 1, is.rank());
+  if (outer * n * inner == 0) return;
+  Offs xo = outer_offs(is, xs, dim), xi = inner_offs(is, xs, dim);
+  int64_t sd = prod(xs, dim + 1, xs.rank());
+  opu::with_index(idx, "gather", [&](auto* ip) {
+    opu::check_range("gather", ip, idx.numel(), xs[dim], "dim of the input", is);
+    KILN_DISPATCH_ALL(x.dtype(), "gather", [&] {
+      const scalar_t* X = x.data_ptr<scalar_t>();
+      scalar_t* O = out[0].data_ptr<scalar_t>();
+      parallel_for(outer * n, std::max<int64_t>(1, 32768 / inner), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const scalar_t* base = X + xo[r / n];
+          const auto* rp = ip + r * inner;
+          scalar_t* o = O + r * inner;
+          if (xi.ident) {
+            for (int64_t j = 0; j < inner; ++j) o[j] = base[rp[j] * sd + j];
+          } else {
+            for (int64_t j = 0; j < inner; ++j) o[j] = base[rp[j] * sd + xi[j]];
+          }
+        }
+      });
+    });
+  });
+}
+
+// ---- scatter_add ----------------------------------------------------------------------------
+
+MetaList infer_scatter_add(std::span<const Tensor> in, const Attrs& a) {
+  const Tensor& x = in[0];
+  const Tensor& idx = in[1];
+  const Tensor& src = in[2];
+  opu::require_index("scatter_add", idx);
+  opu::require_numeric("scatter_add", x);
+  opu::require_same_dtype("scatter_add", x, src);
+  if (x.dim() == 0) fail("scatter_add", "input must have at least 1 dim, got shape ", x.shape());
+  int64_t dim = wrap_dim(a.i(0), x.dim(), "scatter_add");
+  if (idx.dim() != x.dim() || src.dim() != x.dim())
+    fail("scatter_add", "input, index and src must have the same rank, got input ", x.shape(),
+         ", index ", idx.shape(), ", src ", src.shape());
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    int64_t id = idx.shape()[d];
+    if (known(id, src.shape()[d]) && id > src.shape()[d])
+      fail("scatter_add", "index shape ", idx.shape(), " exceeds src shape ", src.shape(),
+           " at dim ", d);
+    if (d != dim && known(id, x.shape()[d]) && id > x.shape()[d])
+      fail("scatter_add", "index shape ", idx.shape(), " exceeds input shape ", x.shape(),
+           " at dim ", d);
+  }
+  return one(x.dtype(), x.shape());
+}
+
+void scatter_add_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  const Tensor& idx = in[1];
+  const Tensor& src = in[2];
+  int64_t dim = wrap_dim(a.i(0), x.dim(), "scatter_add");
+  const Shape& is = idx.shape();
+  const Shape& xs = x.shape();
+  const Shape& ss = src.shape();
+  std::memcpy(out[0].raw_data(), x.raw_data(), static_cast<size_t>(x.numel()) * x.element_size());
+  int64_t outer = prod(is, 0, dim), n = is[dim], inner = prod(is, dim + 1, is.rank());
+  if (outer * n * inner == 0) return;
+  Offs xo = outer_offs(is, xs, dim), xi = inner_offs(is, xs, dim);
+  Offs so = outer_offs(is, ss, dim), si = inner_offs(is, ss, dim);
+  int64_t xsd = prod(xs, dim + 1, xs.rank()), ssd = prod(ss, dim + 1, ss.rank());
+  // Tasks own disjoint (outer, column block) pairs, so no two tasks add into the same element.
+  const int64_t blk = 256;
+  int64_t nblk = (inner + blk - 1) / blk;
+  opu::with_index(idx, "scatter_add", [&](auto* ip) {
+    opu::check_range("scatter_add", ip, idx.numel(), xs[dim], "dim of the input", is);
+    KILN_DISPATCH_NUMERIC(x.dtype(), "scatter_add", [&] {
+      scalar_t* O = out[0].data_ptr<scalar_t>();
+      const scalar_t* S = src.data_ptr<scalar_t>();
+      int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n * std::min(inner, blk)));
+      parallel_for(outer * nblk, grain, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          int64_t o = t / nblk, j0 = (t % nblk) * blk, j1 = std::min(inner, j0 + blk);
+          scalar_t* ob = O + xo[o];
+          const scalar_t* sb = S + so[o];
+          for (int64_t k = 0; k < n; ++k) {
+            const auto* rp = ip + (o * n + k) * inner;
+            const scalar_t* sr = sb + k * ssd;
+            for (int64_t j = j0; j < j1; ++j) ob[rp[j] * xsd + xi[j]] += sr[si[j]];
+          }
+        }
+      });
+    });
+  });
+}
+
+// ---- index_select / embedding rows ----------------------------------------------------------
+
+// out[o, i, :] = x[o, idx[i], :] for x viewed as [outer, V, inner].
+template <typename T, typename I>
+void select_rows(const T* X, const I* ip, T* O, int64_t outer, int64_t V, int64_t n,
+                 int64_t inner) {
+  parallel_for(outer * n, std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1)),
+               [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      int64_t o = r / n;
+      const T* s = X + (o * V + static_cast<int64_t>(ip[r % n])) * inner;
+      if (inner == 1)
+        O[r] = *s;
+      else
+        std::memcpy(O + r * inner, s, static_cast<size_t>(inner) * sizeof(T));
+    }
+  });
+}
+
+// out[o, idx[i], :] += g[o, i, :] for out viewed as [outer, V, inner], g as [outer, n, inner].
+template <typename T, typename I>
+void add_rows(const T* G, const I* ip, T* O, int64_t outer, int64_t V, int64_t n, int64_t inner) {
+  // Tasks own disjoint (outer, column block) pairs: repeated indices never race.
+  const int64_t blk = 256;
+  int64_t nblk = (inner + blk - 1) / blk;
+  int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n * std::min(inner, blk)));
+  parallel_for(outer * nblk, grain, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      int64_t o = t / nblk, j0 = (t % nblk) * blk, j1 = std::min(inner, j0 + blk);
+      for (int64_t i = 0; i < n; ++i) {
+        T* orow = O + (o * V + static_cast<int64_t>(ip[i])) * inner;
+        const T* grow = G + (o * n + i) * inner;
+#pragma omp simd
+        for (int64_t j = j0; j < j1; ++j) orow[j] += grow[j];
+      }
+    }
+  });
+}
+
+MetaList infer_index_select(std::span<const Tensor> in, const Attrs& a) {
+  const Tensor& x = in[0];
+  const Tensor& idx = in[1];
+  opu::require_index("index_select", idx);
+  if (x.dim() == 0) fail("index_select", "input must have at least 1 dim, got shape ", x.shape());
+  if (idx.dim() > 1)
+    fail("index_select", "index must be 0-d or 1-d, got shape ", idx.shape(), " (input ",
+         x.shape(), ")");
+  int64_t dim = wrap_dim(a.i(0), x.dim(), "index_select");
+  Shape s = x.shape();
+  s[dim] = idx.numel();
+  return one(x.dtype(), s);
+}
+
+void index_select_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& x = in[0];
+  const Tensor& idx = in[1];
+  int64_t dim = wrap_dim(a.i(0), x.dim(), "index_select");
+  const Shape& xs = x.shape();
+  int64_t outer = prod(xs, 0, dim), V = xs[dim], inner = prod(xs, dim + 1, xs.rank());
+  int64_t n = idx.numel();
+  opu::with_index(idx, "index_select", [&](auto* ip) {
+    opu::check_range("index_select", ip, n, V, "dim of the input", idx.shape());
+    if (outer * n * inner == 0) return;
+    KILN_DISPATCH_ALL(x.dtype(), "index_select", [&] {
+      select_rows(x.data_ptr<scalar_t>(), ip, out[0].data_ptr<scalar_t>(), outer, V, n, inner);
+    });
+  });
+}
+
+// index_select_grad(g, index; dim, size): zeros with g.shape but `size` along dim, then
+// out[o, index[i], :] += g[o, i, :] (index read flat, so embedding can share it).
+MetaList infer_index_select_grad(std::span<const Tensor> in, const Attrs& a) {
+  const Tensor& g = in[0];
+  const Tensor& idx = in[1];
+  opu::require_index("index_select_grad", idx);
+  opu::require_numeric("index_select_grad", g);
+  if (g.dim() == 0) fail("index_select_grad", "gradient must have at least 1 dim, got ", g.shape());
+  int64_t dim = wrap_dim(a.i(0), g.dim(), "index_select_grad");
+  if (known(g.shape()[dim], idx.numel()) && g.shape()[dim] != idx.numel())
+    fail("index_select_grad", "gradient shape ", g.shape(), " has ", g.shape()[dim],
+         " entries along dim ", dim, " but the index has ", idx.numel(), " (shape ", idx.shape(),
+         ")");
+  Shape s = g.shape();
+  s[dim] = a.i(1);
+  return one(g.dtype(), s);
+}
+
+void index_select_grad_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor& g = in[0];
+  const Tensor& idx = in[1];
+  int64_t dim = wrap_dim(a.i(0), g.dim(), "index_select_grad");
+  int64_t V = a.i(1);
+  const Shape& gs = g.shape();
+  int64_t outer = prod(gs, 0, dim), n = gs[dim], inner = prod(gs, dim + 1, gs.rank());
+  std::memset(out[0].raw_data(), 0, static_cast<size_t>(out[0].numel()) * out[0].element_size());
+  opu::with_index(idx, "index_select_grad", [&](auto* ip) {
+    opu::check_range("index_select_grad", ip, n, V, "dim of the result", idx.shape());
+    if (outer * n * inner == 0) return;
+    KILN_DISPATCH_NUMERIC(g.dtype(), "index_select_grad", [&] {
+      add_rows(g.data_ptr<scalar_t>(), ip, out[0].data_ptr<scalar_t>(), outer, V, n, inner);
+    });
+  });
+}
+
+MetaList infer_embedding(std::span<const Tensor> in, const Attrs&) {
+  const Tensor& w = in[0];
+  const Tensor& idx = in[1];
+  opu::require_index("embedding", idx, "indices");
+  if (w.dim() != 2) fail("embedding", "weight must be 2-D [V, D], got shape ", w.shape());
+  Shape s = idx.shape();
+  s.push_back(w.shape()[1]);
+  return one(w.dtype(), s);
+}
+
+void embedding_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+  const Tensor& w = in[0];
+  const Tensor& idx = in[1];
+  int64_t V = w.shape()[0], D = w.shape()[1], n = idx.numel();
+  opu::with_index(idx, "embedding", [&](auto* ip) {
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = static_cast<int64_t>(ip[i]);
+      if (v < 0 || v >= V)
+        fail("embedding", "index ", v, " is out of range for a weight with V = ", V,
+             " rows (weight ", w.shape(), ", indices ", idx.shape(), ")");
+    }
+    if (n * D == 0) return;
+    KILN_DISPATCH_ALL(w.dtype(), "embedding", [&] {
+      select_rows(w.data_ptr<scalar_t>(), ip, out[0].data_ptr<scalar_t>(), 1, V, n, D);
+    });
+  });
+}
+
+Tensor flat_index(const Tensor& idx) { return idx.dim() == 1 ? idx : reshape(idx, Shape{-1}); }
+
+// Pads t with zeros at the end of each dim up to `shape` (src larger than index in scatter_add).
+Tensor pad_to(Tensor t, const Shape& shape) {
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.shape()[d] >= shape[d]) continue;
+    Shape ps = t.shape();
+    ps[d] = shape[d] - t.shape()[d];
+    t = cat({t, zeros(ps, t.dtype())}, d);
+  }
+  return t;
+}
+
+const OpDef& kGather = def_op({.name = "gather", .num_inputs = 2, .attr_names = {"dim"},
+    .infer = infer_gather, .kernel = gather_kernel,
+    // out[..., k, ...] = a[..., index[..., k, ...], ...]: each a element receives the sum of the
+    // gradients of the outputs that read it, i.e. scatter_add into zeros.
+    .grad = [](const GradCtx& c) {
+      Tensor ga;
+      if (c.need(0))
+        ga = scatter_add(zeros(c.in(0).shape(), c.g().dtype()), c.attrs.i(0), c.in(1), c.g());
+      return TensorList{ga, Tensor()};
+    },
+    .contiguous_inputs = true,
+    .doc = "out[i][j] = a[i][index[i][j]] (dim 1), as torch.gather"});
+
+const OpDef& kScatterAdd = def_op({.name = "scatter_add", .num_inputs = 3, .attr_names = {"dim"},
+    .infer = infer_scatter_add, .kernel = scatter_add_kernel,
+    // out = a + S(src), S linear: d/da = identity; d/dsrc = S^T g = gather(g, dim, index), zero
+    // for src elements outside the index's extent.
+    .grad = [](const GradCtx& c) {
+      Tensor gs;
+      if (c.need(2)) gs = pad_to(gather(c.g(), c.attrs.i(0), c.in(1)), c.in(2).shape());
+      return TensorList{c.need(0) ? c.g() : Tensor(), Tensor(), gs};
+    },
+    .contiguous_inputs = true,
+    .doc = "copy of a with src added at index along dim, as torch.scatter_add"});
+
+const OpDef& kIndexSelectGrad = def_op({.name = "index_select_grad", .num_inputs = 2,
+    .attr_names = {"dim", "size"}, .infer = infer_index_select_grad,
+    .kernel = index_select_grad_kernel,
+    // Linear in g and the adjoint of index_select: its gradient is index_select(gg, dim, index).
+    .grad = [](const GradCtx& c) {
+      return TensorList{c.need(0) ? index_select(c.g(), c.attrs.i(0), flat_index(c.in(1)))
+                                  : Tensor(),
+                        Tensor()};
+    },
+    .contiguous_inputs = true,
+    .doc = "zeros with `size` along dim, g's slices added at index (gradient of index_select)"});
+
+const OpDef& kIndexSelect = def_op({.name = "index_select", .num_inputs = 2,
+    .attr_names = {"dim"}, .infer = infer_index_select, .kernel = index_select_kernel,
+    // rows picked by index: the gradient adds each output row back into the row it came from.
+    .grad = [](const GradCtx& c) {
+      Tensor ga;
+      if (c.need(0)) {
+        int64_t dim = wrap_dim(c.attrs.i(0), c.in(0).dim(), "index_select");
+        ga = call1(kIndexSelectGrad, {c.g(), c.in(1)}, {dim, c.in(0).shape()[dim]});
+      }
+      return TensorList{ga, Tensor()};
+    },
+    .contiguous_inputs = true,
+    .doc = "slices of a along dim at the given indices"});
+
+const OpDef& kEmbedding = def_op({.name = "embedding", .num_inputs = 2,
+    .infer = infer_embedding, .kernel = embedding_kernel,
+    // out[i, :] = w[idx[i], :]: dw = index_add of the rows of g into zeros [V, D].
+    .grad = [](const GradCtx& c) {
+      Tensor gw;
+      if (c.need(0)) {
+        const Tensor& w = c.in(0);
+        int64_t D = w.shape()[1];
+        Tensor g2 = reshape(c.g(), Shape{c.in(1).numel(), D});
+        gw = call1(kIndexSelectGrad, {g2, c.in(1)}, {int64_t(0), w.shape()[0]});
+      }
+      return TensorList{gw, Tensor()};
+    },
+    .contiguous_inputs = true,
+    .doc = "rows of weight [V, D] picked by integer indices (any shape) -> indices.shape + [D]"});
+
+}  // namespace
+
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
+  return call1(kGather, {a, index}, {dim});
+}
+
+Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
+  return call1(kScatterAdd, {a, index, src}, {dim});
+}
+
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
+  return call1(kIndexSelect, {a, index}, {dim});
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  return call1(kEmbedding, {weight, indices});
+}
+
+}  // namespace kiln

@@ -1,0 +1,557 @@
+// Samples for the nn and indexing families (kiln/ops/nn_ops.cpp, kiln/ops/index_ops.cpp):
+// softmax, log_softmax, layer_norm, batch_norm, embedding, gather, index_select, scatter_add,
+// nll_loss, cross_entropy, mse_loss, dropout, and the helper ops index_select_grad and
+// nll_loss_grad (called through the registry). References are naive float64 loops.
+#include <cmath>
+#include <string>
+
+#include "samples/op_samples.h"
+
+namespace kiln::testing {
+namespace {
+
+using In = std::vector<Tensor>;
+using I64 = std::vector<int64_t>;
+
+Tensor idx(const I64& v, const Shape& s) { return tensor(v, s); }
+I64 ivals(const Tensor& t) { return t.to_vector<int64_t>(); }
+
+I64 unravel(int64_t i, const Shape& s) {
+  I64 c(static_cast<size_t>(s.rank()));
+  for (int64_t d = s.rank() - 1; d >= 0; --d) {
+    c[static_cast<size_t>(d)] = i % s[d];
+    i /= s[d];
+  }
+  return c;
+}
+int64_t ravel(const I64& c, const Shape& s) {
+  int64_t i = 0;
+  for (int64_t d = 0; d < s.rank(); ++d) i = i * s[d] + c[static_cast<size_t>(d)];
+  return i;
+}
+size_t z(int64_t i) { return static_cast<size_t>(i); }
+
+// [outer, n, inner] split of a shape around dim.
+struct Split {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Split split_at(const Shape& s, int64_t dim) {
+  Split r;
+  for (int64_t d = 0; d < dim; ++d) r.outer *= s[d];
+  r.n = s.rank() ? s[dim] : 1;
+  for (int64_t d = dim + 1; d < s.rank(); ++d) r.inner *= s[d];
+  return r;
+}
+
+// ---- references -------------------------------------------------------------------------------
+
+Tensor ref_softmax(const Tensor& x, int64_t dim, bool log) {
+  const Shape& s = x.shape();
+  if (dim < 0) dim += s.rank();
+  Split p = split_at(s, dim);
+  auto v = vals(x);
+  std::vector<double> out(v.size());
+  for (int64_t o = 0; o < p.outer; ++o)
+    for (int64_t j = 0; j < p.inner; ++j) {
+      auto at = [&](int64_t k) { return z((o * p.n + k) * p.inner + j); };
+      double m = -INFINITY, sum = 0;
+      for (int64_t k = 0; k < p.n; ++k) m = std::max(m, v[at(k)]);
+      for (int64_t k = 0; k < p.n; ++k) sum += std::exp(v[at(k)] - m);
+      for (int64_t k = 0; k < p.n; ++k)
+        out[at(k)] = log ? v[at(k)] - m - std::log(sum) : std::exp(v[at(k)] - m) / sum;
+    }
+  return from_vals(out, s);
+}
+
+Tensor ref_layer_norm(const Tensor& x, int64_t k, const Tensor& w, const Tensor& b, double eps) {
+  const Shape& s = x.shape();
+  int64_t n = 1;
+  for (int64_t d = s.rank() - k; d < s.rank(); ++d) n *= s[d];
+  int64_t rows = s.numel() / n;
+  auto v = vals(x);
+  std::vector<double> wv = w.defined() ? vals(w) : std::vector<double>(z(n), 1.0);
+  std::vector<double> bv = b.defined() ? vals(b) : std::vector<double>(z(n), 0.0);
+  std::vector<double> out(v.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = 0, var = 0;
+    for (int64_t j = 0; j < n; ++j) m += v[z(r * n + j)];
+    m /= static_cast<double>(n);
+    for (int64_t j = 0; j < n; ++j) var += (v[z(r * n + j)] - m) * (v[z(r * n + j)] - m);
+    var /= static_cast<double>(n);
+    for (int64_t j = 0; j < n; ++j)
+      out[z(r * n + j)] = (v[z(r * n + j)] - m) / std::sqrt(var + eps) * wv[z(j)] + bv[z(j)];
+  }
+  return from_vals(out, s);
+}
+
+// Batch norm over channel dim 1 with the given per-channel mean / var (or batch statistics).
+Tensor ref_batch_norm(const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w,
+                      const Tensor& b, bool training, double eps) {
+  const Shape& s = x.shape();
+  int64_t C = s[1], inner = 1;
+  for (int64_t d = 2; d < s.rank(); ++d) inner *= s[d];
+  auto v = vals(x);
+  std::vector<double> mean(z(C), 0), var(z(C), 0);
+  if (training) {
+    std::vector<double> cnt(z(C), 0);
+    for (size_t i = 0; i < v.size(); ++i) {
+      size_t c = (i / z(inner)) % z(C);
+      mean[c] += v[i];
+      cnt[c] += 1;
+    }
+    for (size_t c = 0; c < z(C); ++c) mean[c] /= cnt[c];
+    for (size_t i = 0; i < v.size(); ++i) {
+      size_t c = (i / z(inner)) % z(C);
+      var[c] += (v[i] - mean[c]) * (v[i] - mean[c]);
+    }
+    for (size_t c = 0; c < z(C); ++c) var[c] /= cnt[c];
+  } else {
+    mean = vals(rm);
+    var = vals(rv);
+  }
+  std::vector<double> wv = w.defined() ? vals(w) : std::vector<double>(z(C), 1.0);
+  std::vector<double> bv = b.defined() ? vals(b) : std::vector<double>(z(C), 0.0);
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    size_t c = (i / z(inner)) % z(C);
+    out[i] = (v[i] - mean[c]) / std::sqrt(var[c] + eps) * wv[c] + bv[c];
+  }
+  return from_vals(out, s);
+}
+
+Tensor ref_embedding(const Tensor& w, const Tensor& ix) {
+  auto wv = vals(w);
+  auto iv = ivals(ix);
+  int64_t D = w.shape()[1];
+  std::vector<double> out;
+  for (auto i : iv)
+    for (int64_t d = 0; d < D; ++d) out.push_back(wv[z(i * D + d)]);
+  Shape s = ix.shape();
+  s.push_back(D);
+  return from_vals(out, s);
+}
+
+Tensor ref_gather(const Tensor& a, int64_t dim, const Tensor& ix) {
+  auto av = vals(a);
+  auto iv = ivals(ix);
+  std::vector<double> out;
+  for (int64_t i = 0; i < ix.numel(); ++i) {
+    I64 c = unravel(i, ix.shape());
+    c[z(dim)] = iv[z(i)];
+    out.push_back(av[z(ravel(c, a.shape()))]);
+  }
+  return from_vals(out, ix.shape());
+}
+
+Tensor ref_scatter_add(const Tensor& a, int64_t dim, const Tensor& ix, const Tensor& src) {
+  auto out = vals(a);
+  auto iv = ivals(ix);
+  auto sv = vals(src);
+  for (int64_t i = 0; i < ix.numel(); ++i) {
+    I64 c = unravel(i, ix.shape());
+    double val = sv[z(ravel(c, src.shape()))];
+    c[z(dim)] = iv[z(i)];
+    out[z(ravel(c, a.shape()))] += val;
+  }
+  return from_vals(out, a.shape());
+}
+
+Tensor ref_index_select(const Tensor& a, int64_t dim, const Tensor& ix) {
+  if (dim < 0) dim += a.dim();
+  auto av = vals(a);
+  auto iv = ivals(ix);
+  Shape os = a.shape();
+  os[dim] = static_cast<int64_t>(iv.size());
+  std::vector<double> out;
+  for (int64_t i = 0; i < os.numel(); ++i) {
+    I64 c = unravel(i, os);
+    c[z(dim)] = iv[z(c[z(dim)])];
+    out.push_back(av[z(ravel(c, a.shape()))]);
+  }
+  return from_vals(out, os);
+}
+
+Tensor ref_index_select_grad(const Tensor& g, const Tensor& ix, int64_t dim, int64_t size) {
+  auto gv = vals(g);
+  auto iv = ivals(ix);
+  Shape os = g.shape();
+  os[dim] = size;
+  std::vector<double> out(z(os.numel()), 0.0);
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    I64 c = unravel(i, g.shape());
+    c[z(dim)] = iv[z(c[z(dim)])];
+    out[z(ravel(c, os))] += gv[z(i)];
+  }
+  return from_vals(out, os);
+}
+
+// lp [N, C, d...], target [N, d...].
+Tensor ref_nll(const Tensor& lp, const Tensor& t, Reduction red, int64_t ignore) {
+  auto lv = vals(lp);
+  auto tv = ivals(t);
+  int64_t C = lp.shape()[1], inner = t.numel() / t.shape()[0];
+  std::vector<double> per;
+  double acc = 0, cnt = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t n = i / inner, j = i % inner, c = tv[z(i)];
+    double l = c == ignore ? 0.0 : -lv[z((n * C + c) * inner + j)];
+    per.push_back(l);
+    acc += l;
+    cnt += c == ignore ? 0 : 1;
+  }
+  if (red == Reduction::None) return from_vals(per, t.shape());
+  return scalar_tensor(red == Reduction::Sum ? acc : acc / cnt, Float64);
+}
+
+Tensor ref_nll_grad(const Tensor& g, const Tensor& t, Reduction red, int64_t ignore, int64_t C) {
+  auto gv = vals(g);
+  auto tv = ivals(t);
+  int64_t N = t.shape()[0], inner = t.numel() / N;
+  double cnt = 0;
+  for (auto c : tv) cnt += c == ignore ? 0 : 1;
+  Shape os{N, C};
+  for (int64_t d = 1; d < t.dim(); ++d) os.push_back(t.shape()[d]);
+  std::vector<double> out(z(os.numel()), 0.0);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t n = i / inner, j = i % inner, c = tv[z(i)];
+    if (c == ignore) continue;
+    double gi = red == Reduction::None ? gv[z(i)] : gv[0];
+    if (red == Reduction::Mean) gi /= cnt;
+    out[z((n * C + c) * inner + j)] = -gi;
+  }
+  return from_vals(out, os);
+}
+
+Tensor ref_mse(const Tensor& a, const Tensor& b, Reduction red) {
+  auto av = vals(a), bv = vals(b);
+  std::vector<double> sq;
+  double acc = 0;
+  for (size_t i = 0; i < av.size(); ++i) {
+    sq.push_back((av[i] - bv[i]) * (av[i] - bv[i]));
+    acc += sq.back();
+  }
+  if (red == Reduction::None) return from_vals(sq, a.shape());
+  return scalar_tensor(red == Reduction::Sum ? acc : acc / static_cast<double>(av.size()), Float64);
+}
+
+const char* red_str(Reduction r) {
+  return r == Reduction::None ? "none" : (r == Reduction::Sum ? "sum" : "mean");
+}
+
+// ---- sample builders ----------------------------------------------------------------------------
+
+OpSample softmax_sample(bool log, Shape s, int64_t dim, std::string name, double shift = 0,
+                        double tol32 = 1e-5) {
+  OpSample o;
+  o.ops = {log ? "log_softmax" : "softmax"};
+  o.name = std::move(name);
+  o.inputs = [s, shift] { return In{add(rnd(s, 11, 2.0), shift)}; };
+  o.run = [log, dim](const In& in) { return log ? log_softmax(in[0], dim) : softmax(in[0], dim); };
+  o.reference = [log, dim](const In& in) { return ref_softmax(in[0], dim, log); };
+  o.tol32 = tol32;
+  return o;
+}
+
+OpSample layer_norm_sample(Shape xs, Shape ns, bool w, bool b, std::string name) {
+  OpSample o;
+  o.ops = {"layer_norm"};
+  o.name = std::move(name);
+  o.inputs = [xs, ns, w, b] {
+    In in{rnd(xs, 21)};
+    if (w) in.push_back(uni(ns, 22, 0.5, 1.5));
+    if (b) in.push_back(rnd(ns, 23));
+    return in;
+  };
+  auto parts = [w, b](const In& in) {
+    Tensor wt = w ? in[1] : Tensor();
+    Tensor bt = b ? in[w ? 2 : 1] : Tensor();
+    return std::make_pair(wt, bt);
+  };
+  o.run = [ns, parts](const In& in) {
+    auto [wt, bt] = parts(in);
+    return layer_norm(in[0], ns, wt, bt, 1e-5);
+  };
+  o.reference = [ns, parts](const In& in) {
+    auto [wt, bt] = parts(in);
+    return ref_layer_norm(in[0], ns.rank(), wt, bt, 1e-5);
+  };
+  o.tol32 = 1e-4;
+  return o;
+}
+
+OpSample nll_sample(Shape lps, I64 target, Shape ts, Reduction red, int64_t ignore,
+                    std::string name) {
+  OpSample o;
+  o.ops = {"nll_loss", "nll_loss_grad"};
+  o.name = std::move(name);
+  o.inputs = [lps, target, ts] { return In{rnd(lps, 31), idx(target, ts)}; };
+  o.run = [red, ignore](const In& in) { return nll_loss(in[0], in[1], red, ignore); };
+  o.reference = [red, ignore](const In& in) { return ref_nll(in[0], in[1], red, ignore); };
+  return o;
+}
+
+OpSample ce_sample(Shape ls, I64 target, Shape ts, Reduction red, int64_t ignore,
+                   std::string name) {
+  OpSample o;
+  o.ops = {"log_softmax", "nll_loss", "nll_loss_grad"};
+  o.name = std::move(name);
+  o.inputs = [ls, target, ts] { return In{rnd(ls, 41, 2.0), idx(target, ts)}; };
+  o.run = [red, ignore](const In& in) { return cross_entropy(in[0], in[1], red, ignore); };
+  o.reference = [red, ignore](const In& in) {
+    return ref_nll(ref_softmax(in[0], 1, true), in[1], red, ignore);
+  };
+  return o;
+}
+
+OpSample nll_grad_sample(Shape gs, I64 target, Shape ts, Reduction red, int64_t ignore, int64_t C,
+                         std::string name) {
+  OpSample o;
+  o.ops = {"nll_loss_grad", "nll_loss"};
+  o.name = std::move(name);
+  o.inputs = [gs, target, ts] { return In{rnd(gs, 51), idx(target, ts)}; };
+  o.run = [red, ignore, C](const In& in) {
+    return call1(OpRegistry::get().at("nll_loss_grad"), {in[0], in[1]},
+                 {std::string(red_str(red)), ignore, C});
+  };
+  o.reference = [red, ignore, C](const In& in) {
+    return ref_nll_grad(in[0], in[1], red, ignore, C);
+  };
+  return o;
+}
+
+OpSample mse_sample(Reduction red, std::string name) {
+  OpSample o;
+  o.ops = {"sub", "mul", red == Reduction::Sum ? "sum" : "mean"};
+  o.name = std::move(name);
+  o.inputs = [] { return In{rnd({3, 4}, 61), rnd({3, 4}, 62)}; };
+  o.run = [red](const In& in) { return mse_loss(in[0], in[1], red); };
+  o.reference = [red](const In& in) { return ref_mse(in[0], in[1], red); };
+  return o;
+}
+
+// Fraction of zeros near p, kept elements scaled by 1/(1-p), same seed -> same mask, another
+// seed -> another mask.
+std::string dropout_check(const In& in, const Tensor& out, double p, uint64_t seed, double frac_tol) {
+  auto x = vals(in[0]), y = vals(out);
+  if (out.shape() != in[0].shape()) return "shape " + out.shape().str();
+  double zeros = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (y[i] == 0) {
+      ++zeros;
+      continue;
+    }
+    double want = x[i] / (1 - p);
+    if (std::fabs(y[i] - want) > 1e-6 * (1 + std::fabs(want)))
+      return "kept element " + std::to_string(i) + " is " + std::to_string(y[i]) + ", expected " +
+             std::to_string(want);
+  }
+  double frac = zeros / static_cast<double>(y.size());
+  if (std::fabs(frac - p) > frac_tol)
+    return "fraction of zeros " + std::to_string(frac) + " for p = " + std::to_string(p);
+  manual_seed(seed);
+  auto again = vals(dropout(in[0], p, true));
+  if (again != y) return "same seed gave a different mask";
+  manual_seed(seed + 1);
+  auto other = vals(dropout(in[0], p, true));
+  if (y.size() > 64 && other == y) return "a different seed gave the same mask";
+  return "";
+}
+
+OpSample dropout_sample(Shape s, double p, bool differentiable, double frac_tol,
+                        std::string name) {
+  OpSample o;
+  o.ops = {"dropout"};
+  o.name = std::move(name);
+  // Inputs away from zero, so a zero in the output always means a dropped element.
+  o.inputs = [s] { return In{uni(s, 71, 1.0, 2.0)}; };
+  // Re-seeding inside run makes the mask the same on every call (gradcheck evaluates many).
+  o.run = [p](const In& in) {
+    manual_seed(1234);
+    return dropout(in[0], p, true);
+  };
+  o.check = [p, frac_tol](const In& in, const Tensor& out) {
+    return dropout_check(in, out, p, 1234, frac_tol);
+  };
+  o.differentiable = differentiable;
+  return o;
+}
+
+OpSample dropout_identity_sample(double p, bool training, std::string name) {
+  OpSample o;
+  o.ops = {"dropout"};
+  o.name = std::move(name);
+  o.inputs = [] { return In{rnd({3, 4}, 72)}; };
+  o.run = [p, training](const In& in) { return dropout(in[0], p, training); };
+  o.reference = [](const In& in) { return from_vals(vals(in[0]), in[0].shape()); };
+  return o;
+}
+
+std::vector<OpSample> make_samples() {
+  std::vector<OpSample> v;
+  for (bool log : {false, true}) {
+    v.push_back(softmax_sample(log, {3, 5}, -1, "last_dim"));
+    v.push_back(softmax_sample(log, {2, 3, 4}, 1, "middle_dim"));
+    v.push_back(softmax_sample(log, {4, 3}, 0, "first_dim"));
+    v.push_back(softmax_sample(log, {6}, 0, "vector"));
+    v.push_back(softmax_sample(log, {1, 3, 4}, 0, "size1_dim"));
+    v.push_back(softmax_sample(log, {2, 7}, 1, "large_logits", 1000.0, 1e-3));
+  }
+
+  v.push_back(layer_norm_sample({3, 4}, {4}, true, true, "affine_last"));
+  v.push_back(layer_norm_sample({2, 3, 4}, {3, 4}, false, false, "two_dims_plain"));
+  v.push_back(layer_norm_sample({2, 5}, {5}, true, false, "weight_only"));
+  v.push_back(layer_norm_sample({4, 3}, {3}, false, true, "bias_only"));
+
+  {
+    OpSample o;
+    o.ops = {"mean", "var", "sub", "rsqrt", "mul", "add"};
+    o.name = "batch_norm_train_2d";
+    o.inputs = [] { return In{rnd({5, 3}, 81), uni({3}, 82, 0.5, 1.5), rnd({3}, 83)}; };
+    o.run = [](const In& in) {
+      return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1, 1e-5);
+    };
+    o.reference = [](const In& in) {
+      return ref_batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true, 1e-5);
+    };
+    o.tol32 = 1e-4;
+    v.push_back(o);
+  }
+  {
+    OpSample o;
+    o.ops = {"mean", "var", "sub", "rsqrt", "mul", "add"};
+    o.name = "batch_norm_train_4d";
+    o.inputs = [] { return In{rnd({2, 3, 2, 2}, 84), uni({3}, 85, 0.5, 1.5), rnd({3}, 86)}; };
+    o.run = [](const In& in) {
+      return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1, 1e-5);
+    };
+    o.reference = [](const In& in) {
+      return ref_batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true, 1e-5);
+    };
+    o.tol32 = 1e-4;
+    v.push_back(o);
+  }
+  {
+    OpSample o;
+    o.ops = {"sub", "rsqrt", "mul", "add"};
+    o.name = "batch_norm_eval";
+    o.inputs = [] {
+      return In{rnd({4, 3, 2}, 87), rnd({3}, 88), uni({3}, 89, 0.5, 1.5), uni({3}, 90, 0.5, 1.5),
+                rnd({3}, 91)};
+    };
+    o.run = [](const In& in) {
+      return batch_norm(in[0], in[1], in[2], in[3], in[4], false, 0.1, 1e-5);
+    };
+    o.reference = [](const In& in) {
+      return ref_batch_norm(in[0], in[1], in[2], in[3], in[4], false, 1e-5);
+    };
+    v.push_back(o);
+  }
+
+  {
+    OpSample o;
+    o.ops = {"embedding", "index_select_grad"};
+    o.name = "repeated_rows";
+    o.inputs = [] { return In{rnd({5, 3}, 101), idx({0, 4, 1, 4, 4, 2}, {2, 3})}; };
+    o.run = [](const In& in) { return embedding(in[0], in[1]); };
+    o.reference = [](const In& in) { return ref_embedding(in[0], in[1]); };
+    v.push_back(o);
+  }
+  {
+    OpSample o;
+    o.ops = {"embedding", "index_select_grad"};
+    o.name = "int32_indices";
+    o.inputs = [] { return In{rnd({4, 2}, 102), tensor(std::vector<int32_t>{3, 0, 3}, {3})}; };
+    o.run = [](const In& in) { return embedding(in[0], in[1]); };
+    o.reference = [](const In& in) { return ref_embedding(in[0], in[1]); };
+    v.push_back(o);
+  }
+
+  auto gather_s = [](Shape as, int64_t dim, I64 iv, Shape is, std::string name) {
+    OpSample o;
+    o.ops = {"gather", "scatter_add"};
+    o.name = std::move(name);
+    o.inputs = [as, iv, is] { return In{rnd(as, 111), idx(iv, is)}; };
+    o.run = [dim](const In& in) { return gather(in[0], dim, in[1]); };
+    o.reference = [dim](const In& in) { return ref_gather(in[0], dim, in[1]); };
+    o.noncontig_inputs = {0, 1};
+    return o;
+  };
+  v.push_back(gather_s({3, 4}, 1, {0, 3, 1, 1, 2, 0}, {3, 2}, "dim1"));
+  v.push_back(gather_s({3, 4}, 0, {2, 0, 1, 2, 0, 0, 2, 1}, {2, 4}, "dim0"));
+  v.push_back(gather_s({3, 4}, 0, {2, 0, 1, 1}, {2, 2}, "index_smaller"));
+  v.push_back(gather_s({2, 3, 4}, 1, {0, 2, 1, 1, 0, 2, 2, 2, 0, 1, 0, 1, 2, 1, 0, 0, 0, 1, 2, 2,
+                                      1, 0, 1, 0, 2, 2, 2, 1, 0, 1},
+                       {2, 5, 3}, "rank3_repeats"));
+
+  auto scatter_s = [](Shape as, int64_t dim, I64 iv, Shape is, Shape ss, std::string name) {
+    OpSample o;
+    o.ops = {"scatter_add", "gather"};
+    o.name = std::move(name);
+    o.inputs = [as, iv, is, ss] { return In{rnd(as, 121), idx(iv, is), rnd(ss, 122)}; };
+    o.run = [dim](const In& in) { return scatter_add(in[0], dim, in[1], in[2]); };
+    o.reference = [dim](const In& in) { return ref_scatter_add(in[0], dim, in[1], in[2]); };
+    o.noncontig_inputs = {0, 1, 2};
+    return o;
+  };
+  v.push_back(scatter_s({3, 4}, 1, {0, 0, 3, 1, 2, 2}, {3, 2}, {3, 2}, "dim1_duplicates"));
+  v.push_back(scatter_s({3, 4}, 1, {1, 0, 3, 3, 2, 0}, {3, 2}, {3, 3}, "src_larger"));
+  v.push_back(scatter_s({3, 4}, 0, {0, 1, 2, 0, 2, 2, 1, 0, 1, 1, 0, 2, 0, 0, 0, 1}, {4, 4},
+                        {4, 4}, "dim0"));
+
+  auto isel_s = [](Shape as, int64_t dim, I64 iv, std::string name) {
+    OpSample o;
+    o.ops = {"index_select", "index_select_grad"};
+    o.name = std::move(name);
+    int64_t n = static_cast<int64_t>(iv.size());
+    o.inputs = [as, iv, n] { return In{rnd(as, 131), idx(iv, {n})}; };
+    o.run = [dim](const In& in) { return index_select(in[0], dim, in[1]); };
+    o.reference = [dim](const In& in) { return ref_index_select(in[0], dim, in[1]); };
+    return o;
+  };
+  v.push_back(isel_s({4, 3}, 0, {2, 0, 2}, "dim0_repeat"));
+  v.push_back(isel_s({4, 3}, 1, {1, 1, 0, 2}, "dim1"));
+  v.push_back(isel_s({2, 3, 4}, -2, {2, 1}, "rank3_middle"));
+
+  {
+    OpSample o;
+    o.ops = {"index_select_grad", "index_select"};
+    o.name = "direct";
+    o.inputs = [] { return In{rnd({2, 4, 3}, 141), idx({1, 0, 1, 3}, {4})}; };
+    o.run = [](const In& in) {
+      return call1(OpRegistry::get().at("index_select_grad"), {in[0], in[1]},
+                   {int64_t(1), int64_t(5)});
+    };
+    o.reference = [](const In& in) { return ref_index_select_grad(in[0], in[1], 1, 5); };
+    v.push_back(o);
+  }
+
+  v.push_back(nll_sample({4, 5}, {1, 4, 0, 2}, {4}, Reduction::Mean, -100, "mean"));
+  v.push_back(nll_sample({4, 5}, {1, -100, 0, 1}, {4}, Reduction::Mean, -100, "mean_ignore"));
+  v.push_back(nll_sample({4, 5}, {1, 3, 3, 2}, {4}, Reduction::Sum, 3, "sum_ignore"));
+  v.push_back(nll_sample({4, 5}, {1, 3, 0, 2}, {4}, Reduction::None, 0, "none_ignore"));
+  v.push_back(nll_sample({2, 3, 2}, {0, 2, 1, 1}, {2, 2}, Reduction::Mean, -100, "spatial"));
+  v.push_back(nll_grad_sample({}, {1, -100, 4}, {3}, Reduction::Mean, -100, 5, "mean"));
+  v.push_back(nll_grad_sample({3}, {1, 2, 4}, {3}, Reduction::None, 2, 5, "none"));
+  v.push_back(nll_grad_sample({}, {0, 1, 1, 2}, {2, 2}, Reduction::Sum, -100, 3, "sum_spatial"));
+
+  v.push_back(ce_sample({4, 5}, {1, 4, 0, 2}, {4}, Reduction::Mean, -100, "mean"));
+  v.push_back(ce_sample({4, 5}, {1, 4, -100, 2}, {4}, Reduction::Sum, -100, "sum_ignore"));
+  v.push_back(ce_sample({3, 4}, {1, 2, 3}, {3}, Reduction::None, 2, "none_ignore"));
+  v.push_back(ce_sample({2, 3, 2}, {0, 2, 1, 1}, {2, 2}, Reduction::Mean, -100, "spatial"));
+
+  v.push_back(mse_sample(Reduction::Mean, "mse_loss_mean"));
+  v.push_back(mse_sample(Reduction::Sum, "mse_loss_sum"));
+  v.push_back(mse_sample(Reduction::None, "mse_loss_none"));
+
+  v.push_back(dropout_sample({128, 64}, 0.3, false, 0.03, "stats_p03"));
+  v.push_back(dropout_sample({64, 64}, 0.8, false, 0.04, "stats_p08"));
+  v.push_back(dropout_sample({4, 5}, 0.5, true, 0.5, "grad_small"));
+  v.push_back(dropout_identity_sample(0.5, false, "eval_identity"));
+  v.push_back(dropout_identity_sample(0.0, true, "p0_identity"));
+  return v;
+}
+
+SampleRegistrar reg(make_samples());
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,396 @@
+// Behaviour of the nn and indexing ops beyond the registry samples: batch_norm running
+// statistics, cross_entropy reductions with ignore_index, numerical stability, large inputs on
+// the multithreaded paths, dropout reproducibility, and bad inputs raising kiln::Error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kernels/cpu/parallel.h"
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<double> v64(const Tensor& t) { return t.to_vector<double>(); }
+
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << "element " << i;
+}
+
+// Naive softmax / log_softmax of a contiguous [outer, n, inner] float64 buffer.
+std::vector<double> naive_softmax(const std::vector<double>& x, int64_t outer, int64_t n,
+                                  int64_t inner, bool log) {
+  std::vector<double> y(x.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      auto at = [&](int64_t k) { return static_cast<size_t>((o * n + k) * inner + j); };
+      double m = -INFINITY, s = 0;
+      for (int64_t k = 0; k < n; ++k) m = std::max(m, x[at(k)]);
+      for (int64_t k = 0; k < n; ++k) s += std::exp(x[at(k)] - m);
+      for (int64_t k = 0; k < n; ++k)
+        y[at(k)] = log ? x[at(k)] - m - std::log(s) : std::exp(x[at(k)] - m) / s;
+    }
+  return y;
+}
+
+// ---- batch_norm ---------------------------------------------------------------------------
+
+TEST(BatchNorm, RunningStatsUpdatedInPlace) {
+  // x [4, 2]: channel 0 = {1, 2, 3, 6}, channel 1 = {0, 0, 4, 4}.
+  Tensor x = tensor({1.f, 0.f, 2.f, 0.f, 3.f, 4.f, 6.f, 4.f}, {4, 2});
+  Tensor rm = full({2}, 0.5f), rv = full({2}, 2.0f);
+  Tensor y = batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.1, 1e-5);
+  // Batch stats: mean {3, 2}; biased var {14/4, 16/4}; unbiased {14/3, 16/3}.
+  auto m = rm.to_vector<float>();
+  auto v = rv.to_vector<float>();
+  EXPECT_NEAR(m[0], 0.9 * 0.5 + 0.1 * 3.0, 1e-6);
+  EXPECT_NEAR(m[1], 0.9 * 0.5 + 0.1 * 2.0, 1e-6);
+  EXPECT_NEAR(v[0], 0.9 * 2.0 + 0.1 * 14.0 / 3.0, 1e-6);
+  EXPECT_NEAR(v[1], 0.9 * 2.0 + 0.1 * 16.0 / 3.0, 1e-6);
+  // Normalization uses the biased batch variance.
+  auto yv = y.to_vector<float>();
+  EXPECT_NEAR(yv[0], (1 - 3) / std::sqrt(3.5 + 1e-5), 1e-5);
+  EXPECT_NEAR(yv[5], (4 - 2) / std::sqrt(4.0 + 1e-5), 1e-5);
+}
+
+TEST(BatchNorm, RunningStats4dAndMomentum) {
+  manual_seed(3);
+  Tensor x = randn({3, 2, 2, 2}, Float64);
+  Tensor rm = zeros({2}, Float64), rv = ones({2}, Float64);
+  batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.25, 1e-5);
+  auto xv = v64(x);
+  for (int64_t c = 0; c < 2; ++c) {
+    std::vector<double> vals;
+    for (int64_t n = 0; n < 3; ++n)
+      for (int64_t s = 0; s < 4; ++s) vals.push_back(xv[static_cast<size_t>((n * 2 + c) * 4 + s)]);
+    double mu = 0, var = 0;
+    for (double e : vals) mu += e;
+    mu /= 12;
+    for (double e : vals) var += (e - mu) * (e - mu);
+    var /= 11;
+    EXPECT_NEAR(v64(rm)[static_cast<size_t>(c)], 0.25 * mu, 1e-12);
+    EXPECT_NEAR(v64(rv)[static_cast<size_t>(c)], 0.75 + 0.25 * var, 1e-12);
+  }
+}
+
+TEST(BatchNorm, EvalUsesRunningStatsAndLeavesThem) {
+  Tensor x = tensor({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {3, 2});
+  Tensor rm = tensor({0.5f, -1.f}), rv = tensor({4.f, 0.25f});
+  Tensor w = tensor({2.f, 3.f}), b = tensor({0.1f, 0.2f});
+  Tensor y = batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5);
+  auto yv = y.to_vector<float>();
+  float xs[6] = {1, 2, 3, 4, 5, 6};
+  for (int i = 0; i < 6; ++i) {
+    int c = i % 2;
+    double want = (xs[i] - (c ? -1.0 : 0.5)) / std::sqrt((c ? 0.25 : 4.0) + 1e-5) * (c ? 3 : 2) +
+                  (c ? 0.2 : 0.1);
+    EXPECT_NEAR(yv[static_cast<size_t>(i)], want, 1e-5);
+  }
+  EXPECT_EQ(rm.to_vector<float>(), (std::vector<float>{0.5f, -1.f}));
+  EXPECT_EQ(rv.to_vector<float>(), (std::vector<float>{4.f, 0.25f}));
+}
+
+TEST(BatchNorm, TrainingBackwardWithRunningStats) {
+  Tensor x = randn({4, 3}, Float32).requires_grad_();
+  Tensor rm = zeros({3}), rv = ones({3});
+  Tensor y = batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.1, 1e-5);
+  y.sum().backward();
+  // Normalized outputs sum to zero per channel regardless of x, so d sum / dx = 0.
+  for (double g : v64(x.grad())) EXPECT_NEAR(g, 0, 1e-5);
+  EXPECT_FALSE(rm.requires_grad());
+}
+
+// ---- cross_entropy / nll_loss -------------------------------------------------------------
+
+TEST(CrossEntropy, ReductionsWithIgnoreIndex) {
+  Tensor logits = tensor({1.f, 2.f, 0.5f, -1.f, 0.f, 3.f, 2.f, 2.f, -2.f, 1.f, 0.f, 4.f}, {3, 4});
+  Tensor target = tensor(std::vector<int64_t>{1, -100, 3}, {3});
+  auto lv = v64(logits);
+  auto lp = naive_softmax(lv, 3, 4, 1, true);
+  double l0 = -lp[1], l2 = -lp[8 + 3];
+  auto none = v64(cross_entropy(logits, target, Reduction::None));
+  expect_near_all(none, {l0, 0.0, l2}, 1e-6);
+  EXPECT_NEAR(cross_entropy(logits, target, Reduction::Sum).item<double>(), l0 + l2, 1e-5);
+  EXPECT_NEAR(cross_entropy(logits, target, Reduction::Mean).item<double>(), (l0 + l2) / 2, 1e-5);
+  EXPECT_EQ(cross_entropy(logits, target, Reduction::Mean).dim(), 0);
+
+  // The ignored row gets no gradient; the mean divides by the 2 counted rows.
+  Tensor lg = logits.detach().requires_grad_();
+  cross_entropy(lg, target, Reduction::Mean).backward();
+  auto g = v64(lg.grad());
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(g[static_cast<size_t>(4 + j)], 0.0);
+  auto sm = naive_softmax(lv, 3, 4, 1, false);
+  EXPECT_NEAR(g[1], (sm[1] - 1) / 2, 1e-6);
+  EXPECT_NEAR(g[0], sm[0] / 2, 1e-6);
+}
+
+TEST(CrossEntropy, AllIgnoredMeanIsNaN) {
+  Tensor logits = tensor({1.f, 2.f, 3.f, 4.f}, {2, 2});
+  Tensor target = tensor(std::vector<int64_t>{-100, -100}, {2});
+  EXPECT_TRUE(std::isnan(cross_entropy(logits, target).item<float>()));
+  EXPECT_EQ(cross_entropy(logits, target, Reduction::Sum).item<float>(), 0.f);
+}
+
+TEST(CrossEntropy, UnbatchedAndInt32Target) {
+  Tensor logits = tensor({0.f, 1.f, 2.f});
+  Tensor t = tensor(std::vector<int64_t>{2}, {1}).reshape(Shape{});
+  auto lp = naive_softmax({0, 1, 2}, 1, 3, 1, true);
+  EXPECT_NEAR(cross_entropy(logits, t).item<float>(), -lp[2], 1e-6);
+  Tensor l2 = tensor({0.f, 1.f, 2.f, 3.f, 1.f, 0.f}, {2, 3});
+  Tensor t32 = tensor(std::vector<int32_t>{2, 0}, {2});
+  Tensor t64 = tensor(std::vector<int64_t>{2, 0}, {2});
+  EXPECT_FLOAT_EQ(cross_entropy(l2, t32).item<float>(), cross_entropy(l2, t64).item<float>());
+}
+
+// ---- stability and large inputs -----------------------------------------------------------
+
+TEST(Softmax, StableForLargeLogits) {
+  Tensor x = tensor({1000.f, 1001.f, 1002.f, -1000.f});
+  auto ls = log_softmax(x, 0).to_vector<float>();
+  auto want = naive_softmax({1000, 1001, 1002, -1000}, 1, 4, 1, true);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::isfinite(ls[i]));
+    EXPECT_NEAR(ls[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
+  }
+  auto s = softmax(tensor({1000.f, 0.f, -1000.f}), 0).to_vector<float>();
+  EXPECT_NEAR(s[0], 1.0, 1e-6);
+  EXPECT_EQ(s[1], 0.f);
+  EXPECT_EQ(s[2], 0.f);
+  // Gradient stays finite too.
+  Tensor xl = tensor({1000.f, 1001.f, 1002.f}).requires_grad_();
+  log_softmax(xl, 0).sum().backward();
+  for (double g : v64(xl.grad())) EXPECT_TRUE(std::isfinite(g));
+}
+
+TEST(Softmax, LargeRowsAndColumnsMatchNaive) {
+  manual_seed(5);
+  Tensor a = mul(randn({64, 1000}), 3.0);  // rows path, several threads
+  auto av = v64(a);
+  expect_near_all(v64(softmax(a, 1)), naive_softmax(av, 64, 1000, 1, false), 1e-5);
+  expect_near_all(v64(log_softmax(a, -1)), naive_softmax(av, 64, 1000, 1, true), 1e-5);
+  Tensor b = mul(randn({50, 600}), 3.0);  // column-block path, 3 blocks
+  auto bv = v64(b);
+  expect_near_all(v64(softmax(b, 0)), naive_softmax(bv, 1, 50, 600, false), 1e-5);
+  expect_near_all(v64(log_softmax(b, 0)), naive_softmax(bv, 1, 50, 600, true), 1e-5);
+  // Non-contiguous input.
+  Tensor t = b.t();
+  expect_near_all(v64(softmax(t, 1)), v64(softmax(b, 0).t().contiguous()), 1e-6);
+}
+
+TEST(LayerNorm, LargeRowsMatchNaive) {
+  manual_seed(6);
+  Tensor x = randn({256, 384});
+  Tensor w = randn({384}), b = randn({384});
+  auto got = v64(layer_norm(x, {384}, w, b, 1e-5));
+  auto xv = v64(x), wv = v64(w), bv = v64(b);
+  std::vector<double> want(xv.size());
+  for (size_t r = 0; r < 256; ++r) {
+    double m = 0, v = 0;
+    for (size_t j = 0; j < 384; ++j) m += xv[r * 384 + j];
+    m /= 384;
+    for (size_t j = 0; j < 384; ++j) v += (xv[r * 384 + j] - m) * (xv[r * 384 + j] - m);
+    v /= 384;
+    for (size_t j = 0; j < 384; ++j)
+      want[r * 384 + j] = (xv[r * 384 + j] - m) / std::sqrt(v + 1e-5) * wv[j] + bv[j];
+  }
+  expect_near_all(got, want, 1e-4);
+}
+
+TEST(LayerNorm, SecondOrderGradientMatchesFiniteDifference) {
+  // d/dx of <grad_x(sum(layer_norm(x) * u)), v>, by create_graph vs central differences.
+  manual_seed(8);
+  Tensor x0 = randn({2, 5}, Float64), u = randn({2, 5}, Float64), v = randn({2, 5}, Float64);
+  Tensor w = randn({5}, Float64);
+  auto inner = [&](const Tensor& x) {
+    Tensor xr = x.detach().requires_grad_();
+    Tensor y = sum(mul(layer_norm(xr, {5}, w, Tensor(), 1e-5), u));
+    auto g = grad({y}, {xr}, {}, true, true);
+    return std::make_pair(xr, sum(mul(g[0], v)));
+  };
+  auto [xr, s] = inner(x0);
+  auto g2 = grad({s}, {xr});
+  auto analytic = v64(g2[0]);
+  auto xv = v64(x0);
+  for (size_t i = 0; i < xv.size(); ++i) {
+    auto xp = xv, xm = xv;
+    xp[i] += 1e-6;
+    xm[i] -= 1e-6;
+    double fp = inner(tensor(xp, {2, 5})).second.item<double>();
+    double fm = inner(tensor(xm, {2, 5})).second.item<double>();
+    EXPECT_NEAR(analytic[i], (fp - fm) / 2e-6, 1e-4 * (1 + std::fabs(analytic[i]))) << i;
+  }
+}
+
+TEST(Indexing, LargeScatterAddAndGatherMatchNaive) {
+  manual_seed(9);
+  Tensor a = randn({40, 700}, Float64);
+  Tensor src = randn({64, 700}, Float64);
+  Tensor ix = randint(0, 40, {64, 700});
+  auto out = v64(scatter_add(a, 0, ix, src));
+  auto want = v64(a);
+  auto iv = ix.to_vector<int64_t>();
+  auto sv = v64(src);
+  for (size_t k = 0; k < 64; ++k)
+    for (size_t j = 0; j < 700; ++j)
+      want[static_cast<size_t>(iv[k * 700 + j]) * 700 + j] += sv[k * 700 + j];
+  expect_near_all(out, want, 1e-12);
+  auto gv = v64(gather(a, 0, ix));
+  auto avv = v64(a);
+  for (size_t k = 0; k < 64; ++k)
+    for (size_t j = 0; j < 700; j += 37)
+      EXPECT_EQ(gv[k * 700 + j], avv[static_cast<size_t>(iv[k * 700 + j]) * 700 + j]);
+}
+
+TEST(Embedding, BackwardAccumulatesRepeatedRows) {
+  Tensor w = zeros({3, 2}).requires_grad_();
+  Tensor ix = tensor(std::vector<int64_t>{0, 0, 2}, {3});
+  embedding(w, ix).sum().backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{2, 2, 0, 0, 1, 1}));
+  // Large index count, multithreaded grad.
+  manual_seed(10);
+  Tensor w2 = randn({50, 64}).requires_grad_();
+  Tensor ix2 = randint(0, 50, {4000});
+  embedding(w2, ix2).sum().backward();
+  std::vector<double> cnt(50, 0);
+  for (auto i : ix2.to_vector<int64_t>()) cnt[static_cast<size_t>(i)] += 1;
+  auto g = v64(w2.grad());
+  for (size_t r = 0; r < 50; ++r) EXPECT_EQ(g[r * 64 + 5], cnt[r]);
+}
+
+// ---- dropout ------------------------------------------------------------------------------
+
+TEST(Dropout, ReproducibleAndThreadIndependent) {
+  Tensor x = ones({300, 500});
+  manual_seed(42);
+  auto a = dropout(x, 0.4).to_vector<float>();
+  int prev = get_num_threads();
+  set_num_threads(1);
+  manual_seed(42);
+  auto b = dropout(x, 0.4).to_vector<float>();
+  set_num_threads(prev);
+  EXPECT_EQ(a, b);
+  manual_seed(43);
+  EXPECT_NE(dropout(x, 0.4).to_vector<float>(), a);
+  double zeros = 0;
+  for (float e : a) {
+    if (e == 0) ++zeros;
+    else EXPECT_FLOAT_EQ(e, 1.f / 0.6f);
+  }
+  EXPECT_NEAR(zeros / static_cast<double>(a.size()), 0.4, 0.01);
+}
+
+TEST(Dropout, GradientUsesTheSameMask) {
+  Tensor x = rand({20, 30}).requires_grad_();
+  Tensor y = dropout(x, 0.25);
+  y.sum().backward();
+  auto yv = y.to_vector<float>(), gv = x.grad().to_vector<float>();
+  for (size_t i = 0; i < yv.size(); ++i)
+    EXPECT_FLOAT_EQ(gv[i], yv[i] == 0 ? 0.f : 1.f / 0.75f) << i;
+}
+
+TEST(Dropout, EvalAndZeroPAreIdentity) {
+  Tensor x = randn({4, 4});
+  EXPECT_TRUE(dropout(x, 0.5, false).is_same(x));
+  EXPECT_TRUE(dropout(x, 0.0, true).is_same(x));
+}
+
+// ---- bad inputs ---------------------------------------------------------------------------
+
+// Runs f twice: once under EXPECT_THROW, once to read the message, which must name the op in
+// brackets and contain each of `parts`; then checks that ops still work.
+void expect_error(const std::function<void()>& f, const std::string& op,
+                  const std::vector<std::string>& parts) {
+  EXPECT_THROW(f(), kiln::Error);
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[" + op + "]"), std::string::npos) << m;
+    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' in " << m;
+  }
+  Tensor s = softmax(tensor({1.f, 2.f, 3.f}), 0);
+  EXPECT_NEAR(s.sum().item<float>(), 1.f, 1e-6);
+}
+
+TEST(NnBadInput, EmbeddingIndexOutOfRange) {
+  Tensor w = randn({5, 3});
+  expect_error([&] { embedding(w, tensor(std::vector<int64_t>{0, 7, 1}, {3})); }, "embedding",
+               {"index 7", "V = 5", "[3]"});
+  expect_error([&] { embedding(w, tensor(std::vector<int64_t>{-1}, {1})); }, "embedding",
+               {"index -1", "5"});
+}
+
+TEST(NnBadInput, EmbeddingBadIndexDtypeAndLargeInput) {
+  Tensor w = randn({5, 3});
+  expect_error([&] { embedding(w, tensor({1.f, 2.f})); }, "embedding", {"float32", "[2]"});
+  // An error in a large (multithreaded) lookup surfaces as kiln::Error, not a crash.
+  std::vector<int64_t> big(100000, 1);
+  big.back() = 5;
+  Tensor ix = tensor(big, {100000});
+  expect_error([&] { embedding(w, ix); }, "embedding", {"index 5"});
+}
+
+TEST(NnBadInput, GatherErrors) {
+  Tensor a = randn({3, 4});
+  expect_error([&] { gather(a, 1, tensor(std::vector<int64_t>{0, 4}, {1, 2})); }, "gather",
+               {"index 4", "size 4", "[1, 2]"});
+  expect_error([&] { gather(a, 1, tensor({0.f, 1.f}, {1, 2})); }, "gather", {"float32", "[1, 2]"});
+  expect_error([&] { gather(a, 1, tensor(std::vector<int64_t>{0, 1}, {2})); }, "gather",
+               {"[3, 4]", "[2]"});
+  expect_error([&] { gather(a, 2, tensor(std::vector<int64_t>{0}, {1, 1})); }, "gather",
+               {"dim 2"});
+}
+
+TEST(NnBadInput, ScatterAddAndIndexSelectErrors) {
+  Tensor a = randn({3, 4});
+  Tensor ix = tensor(std::vector<int64_t>{0, 5}, {1, 2});
+  expect_error([&] { scatter_add(a, 1, ix, randn({1, 2})); }, "scatter_add", {"index 5"});
+  expect_error([&] { scatter_add(a, 1, tensor(std::vector<int64_t>{0, 1}, {1, 2}), randn({1, 1})); },
+               "scatter_add", {"[1, 2]", "[1, 1]"});
+  expect_error([&] { index_select(a, 0, tensor(std::vector<int64_t>{3}, {1})); }, "index_select",
+               {"index 3", "size 3"});
+  expect_error([&] { index_select(a, 0, tensor(std::vector<int64_t>{0, 1}, {1, 2})); },
+               "index_select", {"[1, 2]"});
+}
+
+TEST(NnBadInput, LossErrors) {
+  Tensor logits = randn({3, 4});
+  expect_error([&] { nll_loss(logits, tensor(std::vector<int64_t>{0, 9, 1}, {3})); }, "nll_loss",
+               {"target 9", "4 classes"});
+  expect_error([&] { cross_entropy(logits, tensor(std::vector<int64_t>{0, 1}, {2})); },
+               "cross_entropy", {"[2]", "[3, 4]"});
+  expect_error([&] { cross_entropy(logits, tensor({0.f, 1.f, 2.f})); }, "cross_entropy",
+               {"float32", "[3]"});
+  expect_error([&] { nll_loss(logits, tensor(std::vector<int64_t>{0, 1, 1}, {3, 1})); },
+               "nll_loss", {"[3, 1]", "[3, 4]"});
+  expect_error([&] { mse_loss(randn({2, 3}), randn({4})); }, "mse_loss", {"[2, 3]", "[4]"});
+}
+
+TEST(NnBadInput, NormErrors) {
+  Tensor x = randn({2, 3, 4});
+  expect_error([&] { layer_norm(x, {3, 5}); }, "layer_norm", {"[3, 5]", "[2, 3, 4]"});
+  expect_error([&] { layer_norm(x, {4}, randn({3})); }, "layer_norm", {"weight", "[3]", "[4]"});
+  expect_error([&] { batch_norm(x, zeros({4}), ones({4})); }, "batch_norm",
+               {"running_mean", "[3]", "[4]"});
+  expect_error([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); }, "batch_norm",
+               {"running_mean", "[2, 3, 4]"});
+  expect_error([&] { batch_norm(randn({1, 3}), Tensor(), Tensor()); }, "batch_norm",
+               {"more than 1 value", "[1, 3]"});
+}
+
+TEST(NnBadInput, SoftmaxAndDropoutErrors) {
+  expect_error([&] { softmax(randn({2, 3}), 2); }, "softmax", {"dim 2", "rank 2"});
+  expect_error([&] { log_softmax(tensor(std::vector<int64_t>{1, 2}, {2}), 0); }, "log_softmax",
+               {"int64", "[2]"});
+  expect_error([&] { dropout(randn({2, 3}), 1.5); }, "dropout", {"1.5", "[2, 3]"});
+  expect_error([&] { dropout(randn({2, 3}), -0.1); }, "dropout", {"-0.1"});
+  expect_error([&] { dropout(randn({2, 3}), 1.0); }, "dropout", {"p must be in [0, 1)"});
+}
+
+}  // namespace
