@@ -3,6 +3,7 @@
 // when a registered op has no sample.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -60,16 +61,24 @@ TEST_P(OpSampleTest, ForwardFloat64) {
   if (s.reference) {
     EXPECT_EQ(compare(out, s.reference(in), 1e-10), "");
   }
-  if (s.check) EXPECT_EQ(s.check(in, out), "");
+  if (s.check) {
+    EXPECT_EQ(s.check(in, out), "");
+  }
 }
 
 TEST_P(OpSampleTest, ForwardFloat32) {
   const OpSample& s = sample_registry()[GetParam()];
   auto in = s.inputs();
   Tensor out = s.run(to32(in));
-  if (is_floating(out.dtype())) EXPECT_EQ(out.dtype(), Float32);
-  if (s.reference) EXPECT_EQ(compare(out, s.reference(in), s.tol32), "");
-  if (s.check) EXPECT_EQ(s.check(to32(in), out), "");
+  if (is_floating(out.dtype())) {
+    EXPECT_EQ(out.dtype(), Float32);
+  }
+  if (s.reference) {
+    EXPECT_EQ(compare(out, s.reference(in), s.tol32), "");
+  }
+  if (s.check) {
+    EXPECT_EQ(s.check(to32(in), out), "");
+  }
 }
 
 TEST_P(OpSampleTest, NonContiguousForward) {
@@ -77,8 +86,11 @@ TEST_P(OpSampleTest, NonContiguousForward) {
   auto in = s.inputs();
   auto nc = noncontig(s, in);
   Tensor a = s.run(in), b = s.run(nc);
-  if (s.reference) EXPECT_EQ(compare(b, s.reference(in), 1e-10), "");
-  else EXPECT_EQ(a.shape(), b.shape());
+  if (s.reference) {
+    EXPECT_EQ(compare(b, s.reference(in), 1e-10), "");
+  } else {
+    EXPECT_EQ(a.shape(), b.shape());
+  }
 }
 
 TEST_P(OpSampleTest, Gradcheck) {
@@ -99,8 +111,9 @@ TEST_P(OpSampleTest, GradcheckNonContiguous) {
       [&](const std::vector<Tensor>& xs) {
         auto nc = noncontig(s, xs);
         for (size_t k = 0; k < nc.size(); ++k)
-          if (xs[k].dim() >= 2 && is_floating(xs[k].dtype()) && !nc[k].is_same(xs[k]))
+          if (xs[k].dim() >= 2 && is_floating(xs[k].dtype()) && !nc[k].is_same(xs[k])) {
             EXPECT_FALSE(nc[k].is_contiguous());
+          }
         return s.run(nc);
       },
       in, 1e-6, s.gc_atol, s.gc_rtol);
@@ -148,8 +161,9 @@ TEST(Registry, DifferentiableSamplesCoverBroadcast) {
     if (s.name.find("broadcast") != std::string::npos)
       for (const auto& o : s.ops) bc.insert(o);
   for (const OpDef* d : OpRegistry::get().all())
-    if (d->has(kElementwise) && d->num_inputs >= 2 && d->grad)
+    if (d->has(kElementwise) && d->num_inputs >= 2 && d->grad) {
       EXPECT_TRUE(bc.count(d->name)) << d->name << " has no broadcast sample";
+    }
 }
 
 }  // namespace

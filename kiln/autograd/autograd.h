@@ -28,6 +28,7 @@ struct GradNode {
   TensorList outputs;                             // saved data-only aliases (no cycle)
   SmallVec<std::weak_ptr<TensorImpl>, 2> out_impls;  // for retain_grad
   SmallVec<uint32_t, 4> input_versions;
+  SmallVec<uint32_t, 2> output_versions;  // outputs are saved too (exp, sqrt, tanh use them)
   SmallVec<Edge, 4> next;  // one per input
   uint64_t seq = 0;
   bool released = false;

@@ -40,13 +40,14 @@ void record(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> o
   node->seq = g_seq.fetch_add(1, std::memory_order_relaxed);
   for (const auto& t : inputs) {
     node->inputs.push_back(t);
-    node->input_versions.push_back(t.impl()->version);
+    node->input_versions.push_back(t.impl()->version());
     node->next.push_back(edge_of(t));
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
     Tensor& o = outputs[k];
     Tensor alias = o.is_concrete() ? make_view(o, o.shape(), o.strides(), o.offset()) : o;
     node->outputs.push_back(alias);
+    node->output_versions.push_back(o.is_concrete() ? o.impl()->version() : 0);
     node->out_impls.push_back(o.impl_ptr());
     if (is_floating(o.dtype())) {
       AutogradMeta& m = meta(o.impl());
@@ -190,9 +191,15 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       fail("backward", "trying to backward through the graph a second time (op '", n->name(),
            "'); the saved tensors were freed. Pass retain_graph=true to the first backward");
     for (size_t k = 0; k < n->inputs.size(); ++k)
-      if (n->inputs[k].impl()->version != n->input_versions[k])
+      if (n->inputs[k].impl()->version() != n->input_versions[k])
         fail("backward", "input ", k, " of op '", n->name(),
              "' was modified in place after it was saved for the gradient");
+    // Outputs modified in place since recording are withheld from the gradient rule; only a
+    // rule that reads one (exp, tanh, sqrt...) fails, as PyTorch fails only for saved outputs.
+    int modified_out = -1;
+    for (size_t k = 0; k < n->outputs.size(); ++k)
+      if (n->outputs[k].is_concrete() && n->outputs[k].impl()->version() != n->output_versions[k])
+        modified_out = static_cast<int>(k);
 
     // retain_grad and grad() captures of non-leaf outputs.
     for (size_t k = 0; k < n->outputs.size(); ++k) {
@@ -237,6 +244,8 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
         } else {
           outs.push_back(o);
         }
+        if (modified_out >= 0 && o.is_concrete() && o.impl()->version() != n->output_versions[k])
+          outs.back() = Tensor();
       }
       GradCtx ctx{*n->op,
                   n->attrs,
@@ -244,7 +253,16 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
                   std::span<const Tensor>(outs.data(), outs.size()),
                   std::span<const Tensor>(gout.data(), gout.size()),
                   std::span<const bool>(needs.data(), needs.size())};
-      gin = n->op->grad(ctx);
+      if (modified_out < 0) {
+        gin = n->op->grad(ctx);
+      } else {
+        try {
+          gin = n->op->grad(ctx);
+        } catch (const Error&) {
+          fail("backward", "output ", modified_out, " of op '", n->name(),
+               "' was modified in place after it was saved for the gradient");
+        }
+      }
       if (gin.size() != n->next.size())
         fail("backward", "gradient rule of '", n->name(), "' returned ", gin.size(),
              " gradients for ", n->next.size(), " inputs");
@@ -307,7 +325,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 Tensor& Tensor::requires_grad_(bool on) {
   if (!impl_) fail("requires_grad_", "tensor is undefined");
   if (on && !is_floating(dtype()))
-    fail("requires_grad_", "only floating tensors can require grad, got ", dtype());
+    fail("requires_grad_", "only floating tensors can require grad, got ", dtype(), " (shape ",
+         shape(), ")");
   if (impl_->autograd && impl_->autograd->grad_fn && !on)
     fail("requires_grad_", "cannot turn off requires_grad on a non-leaf; use detach()");
   meta(impl_.get()).requires_grad = on;

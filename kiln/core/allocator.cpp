@@ -126,7 +126,7 @@ void* cached_alloc(size_t nbytes, size_t* capacity) {
   {
     std::lock_guard<std::mutex> lk(P.mu);
     std::vector<void*>* list = nullptr;
-    if (cls >= 0) {
+    if (cap < kLargeThreshold) {  // must match the class cached_free files the block under
       list = &P.small[cls];
     } else {
       auto it = P.large.find(cap);

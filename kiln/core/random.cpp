@@ -86,7 +86,8 @@ Tensor randn(const Shape& shape, DType dtype) {
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype) {
-  if (high <= low) fail("randint", "expected low < high, got low=", low, " high=", high);
+  if (high <= low)
+    fail("randint", "expected low < high, got low=", low, " high=", high, " (shape ", shape, ")");
   Tensor t = empty(shape, dtype);
   Gen& g = gen();
   std::lock_guard<std::mutex> lk(g.mu);

@@ -94,4 +94,12 @@ int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
   return dim < 0 ? dim + r : dim;
 }
 
+int64_t wrap_dim(int64_t dim, const Shape& shape, const char* op, int64_t extra) {
+  int64_t r = std::max<int64_t>(shape.rank() + extra, 1);
+  if (dim < -r || dim >= r)
+    fail(op, "dim ", dim, " is out of range for a tensor of shape ", shape, " (expected in [", -r,
+         ", ", r - 1, "])");
+  return dim < 0 ? dim + r : dim;
+}
+
 }  // namespace kiln

@@ -43,5 +43,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 bool broadcastable_to(const Shape& from, const Shape& to);
 /// Normalizes a possibly-negative dim for a tensor of rank `rank`; throws naming `op`.
 int64_t wrap_dim(int64_t dim, int64_t rank, const char* op);
+/// Same, naming the tensor's shape in the error; `extra` widens the range (unsqueeze, stack
+/// insert a dim: rank + 1 positions).
+int64_t wrap_dim(int64_t dim, const Shape& shape, const char* op, int64_t extra = 0);
 
 }  // namespace kiln

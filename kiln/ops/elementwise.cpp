@@ -309,7 +309,9 @@ const OpDef& kErf = def_op({.name = kErfN, .traits = kEw, .infer = infer_unary_f
 const OpDef& kClamp = def_op({.name = kClampN, .attr_names = {"min", "max"}, .traits = kEw,
     .infer = [](std::span<const Tensor> in, const Attrs& a) {
       opu::require_numeric(kClampN, in[0]);
-      if (a.f(0) > a.f(1)) fail("clamp", "min ", a.f(0), " is greater than max ", a.f(1));
+      if (a.f(0) > a.f(1))
+        fail("clamp", "min ", a.f(0), " is greater than max ", a.f(1), " (input shape ",
+             in[0].shape(), ")");
       return one(in[0].dtype(), in[0].shape());
     },
     .kernel = k_unary_num<ClampF>,
@@ -408,9 +410,13 @@ Tensor bin(const OpDef& op, const Tensor& a, double b) {
   auto [x, y] = with_scalar(a, b);
   return call1(op, {x, y});
 }
+// Comparisons with a host scalar promote like arithmetic: an integer tensor next to a
+// fractional scalar compares as float (torch.tensor([2]) < 2.5 is True), and a bool tensor
+// compares as int64 (True == 2 is False).
 Tensor cmp(const OpDef& op, const Tensor& a, double b) {
   if (!a.defined()) fail(op.name.c_str(), "undefined operand");
-  return call1(op, {a, scalar_tensor(b, a.dtype() == Bool ? Bool : a.dtype())});
+  auto [x, y] = with_scalar(a, b);
+  return call1(op, {x, y});
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ RedDims red_dims(const Shape& s, const std::vector<int64_t>& dims_in, bool keepd
   if (dims_in.empty()) {
     for (int64_t d = 0; d < rank; ++d) r.dims.push_back(d);
   } else {
-    for (auto d : dims_in) r.dims.push_back(wrap_dim(d, rank, op));
+    for (auto d : dims_in) r.dims.push_back(wrap_dim(d, s, op));
     std::sort(r.dims.begin(), r.dims.end());
     if (std::adjacent_find(r.dims.begin(), r.dims.end()) != r.dims.end())
       fail(op, "dim appears more than once in the reduction dims for shape ", s);
@@ -140,7 +140,10 @@ const OpDef& kMean = def_op({.name = "mean", .attr_names = {"dims", "keepdim"}, 
     // d mean / dx = 1/N broadcast
     .grad = [](const GradCtx& c) {
       RedDims rd = red_dims(c.in(0).shape(), dims_attr(c.attrs), c.attrs.b(1), "mean");
-      return TensorList{div(unreduce(c.g(), c.in(0), c.attrs, "mean"), static_cast<double>(rd.count))};
+      Tensor g = unreduce(c.g(), c.in(0), c.attrs, "mean");
+      if (rd.count >= 0) return TensorList{div(g, static_cast<double>(rd.count))};
+      // Dynamic dims (graph placeholders): count the reduced elements at run time.
+      return TensorList{div(g, sum(ones_like(c.in(0)), rd.dims, true))};
     }});
 
 // max/min: the gradient is shared equally among tied extrema (as torch.amax).
@@ -203,9 +206,14 @@ const OpDef& kVar = def_op({.name = "var", .attr_names = {"dims", "keepdim", "co
       const Tensor& x = c.in(0);
       RedDims rd = red_dims(x.shape(), dims_attr(c.attrs), c.attrs.b(1), "var");
       Tensor m = mean(x, rd.dims, true);
-      double denom = static_cast<double>(rd.count - c.attrs.i(2));
       Tensor g = keepdims(c.g(), rd, c.attrs.b(1));
-      return TensorList{mul(mul(sub(x, m), g), 2.0 / denom)};
+      if (rd.count >= 0) {
+        double denom = static_cast<double>(rd.count - c.attrs.i(2));
+        return TensorList{mul(mul(sub(x, m), g), 2.0 / denom)};
+      }
+      // Dynamic dims: N - correction at run time.
+      Tensor denom = sub(sum(ones_like(x), rd.dims, true), static_cast<double>(c.attrs.i(2)));
+      return TensorList{div(mul(mul(sub(x, m), g), 2.0), denom)};
     }});
 
 template <bool IsMax>
@@ -247,7 +255,7 @@ MetaList infer_arg(const char* op, std::span<const Tensor> in, const Attrs& a) {
   const Shape& s = in[0].shape();
   if (s.numel() == 0) fail(op, "cannot take ", op, " of an empty tensor of shape ", s);
   if (a.i(0) == INT64_MIN) return one(Int64, a.b(1) ? Shape(static_cast<size_t>(s.rank()), 1) : Shape{});
-  int64_t d = wrap_dim(a.i(0), std::max<int64_t>(s.rank(), 1), op);
+  int64_t d = wrap_dim(a.i(0), s, op);
   if (s.rank() == 0) return one(Int64, Shape{});
   if (s[d] == 0) fail(op, "dim ", d, " of shape ", s, " is empty");
   Shape o;

@@ -11,16 +11,23 @@ namespace {
 
 using opu::one;
 
+// "[-1, 3]": a requested shape or permutation as written (Shape prints -1 as "?").
+std::string ints_str(const std::vector<int64_t>& v) {
+  std::string r = "[";
+  for (size_t i = 0; i < v.size(); ++i) r += (i ? ", " : "") + std::to_string(v[i]);
+  return r + "]";
+}
+
 Shape resolve_shape(const Shape& in, const std::vector<int64_t>& want, const char* op) {
   Shape out;
   int64_t known = 1, infer_at = -1;
   for (size_t i = 0; i < want.size(); ++i) {
     if (want[i] == -1) {
-      if (infer_at >= 0) fail(op, "only one dim can be -1, got shape [", str_cat(want.size()), " dims] for input ", in);
+      if (infer_at >= 0) fail(op, "only one dim can be -1 in target shape ", ints_str(want), " for input ", in);
       infer_at = static_cast<int64_t>(i);
       out.push_back(1);
     } else if (want[i] < 0) {
-      fail(op, "invalid size ", want[i], " in target shape for input ", in);
+      fail(op, "invalid size ", want[i], " in target shape ", ints_str(want), " for input ", in);
     } else {
       known *= want[i];
       out.push_back(want[i]);
@@ -33,7 +40,7 @@ Shape resolve_shape(const Shape& in, const std::vector<int64_t>& want, const cha
   }
   if (infer_at >= 0) {
     if (known == 0 || n % known != 0)
-      fail(op, "cannot reshape tensor of shape ", in, " (", n, " elements) into ", Shape(want));
+      fail(op, "cannot reshape tensor of shape ", in, " (", n, " elements) into ", ints_str(want));
     out[infer_at] = n / known;
   } else if (known != n) {
     fail(op, "cannot reshape tensor of shape ", in, " (", n, " elements) into ", out, " (", known,
@@ -88,14 +95,18 @@ TensorList view_reshape(std::span<const Tensor> in, const Attrs& a) {
   return TensorList{make_view(c, s, contiguous_strides(s), 0)};
 }
 
-std::vector<int64_t> perm_of(const Attrs& a, int64_t rank, const char* op) {
+std::vector<int64_t> perm_of(const Attrs& a, const Shape& shape, const char* op) {
   std::vector<int64_t> p = a.ints(0);
+  int64_t rank = shape.rank();
   if (static_cast<int64_t>(p.size()) != rank)
-    fail(op, "permutation has ", p.size(), " dims but the tensor has rank ", rank);
+    fail(op, "permutation ", ints_str(p), " has ", p.size(), " dims but the tensor has shape ",
+         shape, " (rank ", rank, ")");
   std::vector<bool> seen(static_cast<size_t>(rank), false);
   for (auto& d : p) {
-    d = wrap_dim(d, rank, op);
-    if (seen[d]) fail(op, "dim ", d, " appears twice in the permutation");
+    d = wrap_dim(d, shape, op);
+    if (seen[d])
+      fail(op, "dim ", d, " appears twice in the permutation ", ints_str(a.ints(0)),
+           " for shape ", shape);
     seen[d] = true;
   }
   return p;
@@ -107,9 +118,9 @@ struct SliceArgs {
 SliceArgs slice_args(const Shape& s, const Attrs& a) {
   if (s.rank() == 0) fail("slice", "cannot slice a 0-d tensor");
   SliceArgs r;
-  r.dim = wrap_dim(a.i(0), s.rank(), "slice");
+  r.dim = wrap_dim(a.i(0), s, "slice");
   r.step = a.i(3);
-  if (r.step <= 0) fail("slice", "step must be positive, got ", r.step);
+  if (r.step <= 0) fail("slice", "step must be positive, got ", r.step, " (shape ", s, ")");
   int64_t n = s[r.dim];
   auto clampi = [&](int64_t v) {
     if (v < 0) v += n;
@@ -128,7 +139,7 @@ Shape squeezed(const Shape& s, const Attrs& a) {
       if (d != 1) out.push_back(d);
     return out;
   }
-  int64_t dim = wrap_dim(a.i(0), s.rank(), "squeeze");
+  int64_t dim = wrap_dim(a.i(0), s, "squeeze");
   for (int64_t d = 0; d < s.rank(); ++d)
     if (d != dim || s[d] != 1) out.push_back(s[d]);
   return out;
@@ -153,7 +164,9 @@ const OpDef& kTranspose = def_op({.name = "transpose", .attr_names = {"dim0", "d
       Shape s = in[0].shape();
       int64_t r = s.rank();
       if (r == 0) return one(in[0].dtype(), s);
-      std::swap(s[wrap_dim(a.i(0), r, "transpose")], s[wrap_dim(a.i(1), r, "transpose")]);
+      int64_t d0 = wrap_dim(a.i(0), in[0].shape(), "transpose");
+      int64_t d1 = wrap_dim(a.i(1), in[0].shape(), "transpose");
+      std::swap(s[d0], s[d1]);
       return one(in[0].dtype(), s);
     },
     .view = [](std::span<const Tensor> in, const Attrs& a) {
@@ -161,7 +174,8 @@ const OpDef& kTranspose = def_op({.name = "transpose", .attr_names = {"dim0", "d
       Shape s = x.shape();
       Strides st = x.strides();
       if (s.rank() > 0) {
-        int64_t d0 = wrap_dim(a.i(0), s.rank(), "transpose"), d1 = wrap_dim(a.i(1), s.rank(), "transpose");
+        int64_t d0 = wrap_dim(a.i(0), x.shape(), "transpose"),
+                d1 = wrap_dim(a.i(1), x.shape(), "transpose");
         std::swap(s[d0], s[d1]);
         std::swap(st[d0], st[d1]);
       }
@@ -173,14 +187,14 @@ const OpDef& kTranspose = def_op({.name = "transpose", .attr_names = {"dim0", "d
 
 const OpDef& kPermute = def_op({.name = "permute", .attr_names = {"dims"}, .traits = kView,
     .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      auto p = perm_of(a, in[0].dim(), "permute");
+      auto p = perm_of(a, in[0].shape(), "permute");
       Shape s;
       for (auto d : p) s.push_back(in[0].shape()[d]);
       return one(in[0].dtype(), s);
     },
     .view = [](std::span<const Tensor> in, const Attrs& a) {
       const Tensor& x = in[0];
-      auto p = perm_of(a, x.dim(), "permute");
+      auto p = perm_of(a, x.shape(), "permute");
       Shape s;
       Strides st;
       for (auto d : p) {
@@ -244,32 +258,39 @@ const OpDef& kSlice = def_op({.name = "slice", .attr_names = {"dim", "start", "e
                               {c.in(0).shape().vec(), r.dim, r.start, r.end, r.step})};
     }});
 
+// Target shape of expand with -1 resolved; checks it (run by inference and by the view, which
+// the dispatcher calls without inference).
+Shape expanded_shape(const Shape& s, const std::vector<int64_t>& want_in) {
+  Shape want(want_in);
+  if (want.rank() < s.rank())
+    fail("expand", "cannot expand shape ", s, " to fewer dims ", ints_str(want_in));
+  size_t off = want.size() - s.size();
+  for (size_t d = 0; d < want.size(); ++d) {
+    if (want[d] == -1) {
+      if (d < off)
+        fail("expand", "-1 is not allowed in a new leading dim: ", ints_str(want_in),
+             " for shape ", s);
+      want[d] = s[d - off];
+    } else if (want[d] < 0) {
+      fail("expand", "invalid size ", want[d], " in ", ints_str(want_in), " for shape ", s);
+    }
+    if (d >= off && s[d - off] != 1 && s[d - off] != want[d])
+      fail("expand", "cannot expand shape ", s, " to ", ints_str(want_in), " (dim ", d, ")");
+  }
+  return want;
+}
+
 const OpDef& kExpand = def_op({.name = "expand", .attr_names = {"shape"}, .traits = kView,
     .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      Shape want(a.ints(0));
-      const Shape& s = in[0].shape();
-      if (want.rank() < s.rank())
-        fail("expand", "cannot expand shape ", s, " to fewer dims ", want);
-      size_t off = want.size() - s.size();
-      for (size_t d = 0; d < want.size(); ++d) {
-        if (want[d] == -1) {
-          if (d < off) fail("expand", "-1 is not allowed in a new leading dim: ", want);
-          want[d] = s[d - off];
-        }
-        if (d >= off && s[d - off] != 1 && s[d - off] != want[d])
-          fail("expand", "cannot expand shape ", s, " to ", want, " (dim ", d, ")");
-      }
-      return one(in[0].dtype(), want);
+      return one(in[0].dtype(), expanded_shape(in[0].shape(), a.ints(0)));
     },
     .view = [](std::span<const Tensor> in, const Attrs& a) {
       const Tensor& x = in[0];
-      Shape want(a.ints(0));
+      Shape want = expanded_shape(x.shape(), a.ints(0));
       size_t off = want.size() - x.shape().size();
       Strides st(want.size(), 0);
-      for (size_t d = 0; d < want.size(); ++d) {
-        if (d < off) continue;
+      for (size_t d = off; d < want.size(); ++d) {
         int64_t sd = x.shape()[d - off];
-        if (want[d] == -1) want[d] = sd;
         st[d] = (sd == 1 && want[d] != 1) ? 0 : x.strides()[d - off];
       }
       return TensorList{make_view(x, want, st, x.offset())};
@@ -312,7 +333,7 @@ const OpDef& kSqueeze = def_op({.name = "squeeze", .attr_names = {"dim"}, .trait
       Shape s;
       Strides st;
       bool all = a.i(0) == INT64_MIN;
-      int64_t dim = all ? -1 : wrap_dim(a.i(0), x.dim(), "squeeze");
+      int64_t dim = all ? -1 : wrap_dim(a.i(0), x.shape(), "squeeze");
       for (int64_t d = 0; d < x.dim(); ++d) {
         bool drop = x.shape()[d] == 1 && (all || d == dim);
         if (!drop) {
@@ -327,7 +348,7 @@ const OpDef& kSqueeze = def_op({.name = "squeeze", .attr_names = {"dim"}, .trait
 const OpDef& kUnsqueeze = def_op({.name = "unsqueeze", .attr_names = {"dim"}, .traits = kView,
     .infer = [](std::span<const Tensor> in, const Attrs& a) {
       Shape s = in[0].shape();
-      int64_t d = wrap_dim(a.i(0), s.rank() + 1, "unsqueeze");
+      int64_t d = wrap_dim(a.i(0), s, "unsqueeze", 1);
       Shape out;
       for (int64_t i = 0; i <= s.rank(); ++i) {
         if (i == d) out.push_back(1);
@@ -337,7 +358,7 @@ const OpDef& kUnsqueeze = def_op({.name = "unsqueeze", .attr_names = {"dim"}, .t
     },
     .view = [](std::span<const Tensor> in, const Attrs& a) {
       const Tensor& x = in[0];
-      int64_t d = wrap_dim(a.i(0), x.dim() + 1, "unsqueeze");
+      int64_t d = wrap_dim(a.i(0), x.shape(), "unsqueeze", 1);
       Shape s;
       Strides st;
       for (int64_t i = 0; i <= x.dim(); ++i) {
@@ -388,13 +409,14 @@ const OpDef& kCat = def_op({.name = "cat", .num_inputs = -1, .attr_names = {"dim
     .infer = [](std::span<const Tensor> in, const Attrs& a) {
       if (in.empty()) fail("cat", "expected at least one tensor");
       const Shape& s0 = in[0].shape();
-      if (s0.rank() == 0) fail("cat", "zero-dimensional tensor cannot be concatenated");
-      int64_t d = wrap_dim(a.i(0), s0.rank(), "cat");
+      if (s0.rank() == 0) fail("cat", "zero-dimensional tensor (shape ", s0, ") cannot be concatenated");
+      int64_t d = wrap_dim(a.i(0), s0, "cat");
       Shape out = s0;
       for (size_t k = 1; k < in.size(); ++k) {
         const Shape& s = in[k].shape();
         if (in[k].dtype() != in[0].dtype())
-          fail("cat", "tensor ", k, " has dtype ", in[k].dtype(), ", expected ", in[0].dtype());
+          fail("cat", "tensor ", k, " has dtype ", in[k].dtype(), " (shape ", s, "), expected ",
+               in[0].dtype(), " like tensor 0 (shape ", s0, ")");
         if (s.rank() != s0.rank())
           fail("cat", "tensor ", k, " has shape ", s, ", expected rank ", s0.rank(), " like ", s0);
         for (int64_t i = 0; i < s.rank(); ++i)
@@ -445,7 +467,7 @@ Tensor squeeze(const Tensor& a, std::optional<int64_t> dim) {
 Tensor unsqueeze(const Tensor& a, int64_t dim) { return call1(kUnsqueeze, {a}, {dim}); }
 Tensor flatten(const Tensor& a, int64_t start, int64_t end) {
   if (a.dim() == 0) return reshape(a, {1});
-  int64_t s = wrap_dim(start, a.dim(), "flatten"), e = wrap_dim(end, a.dim(), "flatten");
+  int64_t s = wrap_dim(start, a.shape(), "flatten"), e = wrap_dim(end, a.shape(), "flatten");
   if (s > e) fail("flatten", "start_dim ", start, " comes after end_dim ", end, " for shape ", a.shape());
   Shape out;
   for (int64_t i = 0; i < s; ++i) out.push_back(a.shape()[i]);
@@ -473,16 +495,16 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   for (size_t k = 1; k < xs.size(); ++k)
     if (xs[k].shape() != xs[0].shape())
       fail("stack", "tensor ", k, " has shape ", xs[k].shape(), ", expected ", xs[0].shape());
-  int64_t d = wrap_dim(dim, xs[0].dim() + 1, "stack");
+  int64_t d = wrap_dim(dim, xs[0].shape(), "stack", 1);
   std::vector<Tensor> us;
   for (const auto& x : xs) us.push_back(unsqueeze(x, d));
   return cat(us, d);
 }
 std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim) {
-  int64_t d = wrap_dim(dim, a.dim(), "split");
+  int64_t d = wrap_dim(dim, a.shape(), "split");
   int64_t total = 0;
   for (auto s : sizes) {
-    if (s < 0) fail("split", "negative split size ", s);
+    if (s < 0) fail("split", "negative split size ", s, " for shape ", a.shape());
     total += s;
   }
   if (total != a.shape()[d])
@@ -497,8 +519,9 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, in
   return out;
 }
 std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
-  if (split_size <= 0) fail("split", "split_size must be positive, got ", split_size);
-  int64_t d = wrap_dim(dim, a.dim(), "split");
+  if (split_size <= 0)
+    fail("split", "split_size must be positive, got ", split_size, " (shape ", a.shape(), ")");
+  int64_t d = wrap_dim(dim, a.shape(), "split");
   int64_t n = a.shape()[d];
   std::vector<int64_t> sizes;
   for (int64_t at = 0; at < n; at += split_size) sizes.push_back(std::min(split_size, n - at));
@@ -506,8 +529,8 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
   return split(a, sizes, d);
 }
 std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
-  if (chunks <= 0) fail("chunk", "chunks must be positive, got ", chunks);
-  int64_t d = wrap_dim(dim, a.dim(), "chunk");
+  if (chunks <= 0) fail("chunk", "chunks must be positive, got ", chunks, " (shape ", a.shape(), ")");
+  int64_t d = wrap_dim(dim, a.shape(), "chunk");
   int64_t n = a.shape()[d];
   return split(a, std::max<int64_t>(1, (n + chunks - 1) / chunks), d);
 }
@@ -535,7 +558,7 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
   return kiln::slice(*this, dim, start, end, step);
 }
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
-  int64_t d = wrap_dim(dim, this->dim(), "narrow");
+  int64_t d = wrap_dim(dim, shape(), "narrow");
   int64_t n = shape()[d];
   if (start < 0) start += n;
   if (start < 0 || length < 0 || start + length > n)
@@ -543,7 +566,7 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   return kiln::slice(*this, d, start, start + length, 1);
 }
 Tensor Tensor::select(int64_t dim, int64_t i) const {
-  int64_t d = wrap_dim(dim, this->dim(), "select");
+  int64_t d = wrap_dim(dim, shape(), "select");
   int64_t n = shape()[d];
   if (i < -n || i >= n) fail("select", "index ", i, " out of range for dim ", d, " of shape ", shape());
   if (i < 0) i += n;

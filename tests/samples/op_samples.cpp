@@ -20,7 +20,11 @@ Tensor uni(const Shape& s, uint64_t seed, double lo, double hi) {
 
 std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
 
-Tensor from_vals(const std::vector<double>& v, const Shape& s) { return tensor(v, s); }
+Tensor from_vals(const std::vector<double>& v, const Shape& s) {
+  // tensor(v, {}) means "1-D"; a 0-d shape with one value is a scalar here.
+  if (s.rank() == 0 && v.size() == 1) return scalar_tensor(v[0], Float64);
+  return tensor(v, s);
+}
 
 Tensor ref_elementwise(const std::vector<Tensor>& in,
                        const std::function<double(const std::vector<double>&)>& f) {

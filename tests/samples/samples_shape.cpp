@@ -1,0 +1,289 @@
+// Samples for the shape family (kiln/ops/shape_ops.cpp): views (reshape, transpose, permute,
+// slice, expand, squeeze, unsqueeze, detach) and copies (clone, cast, cat, slice_grad through
+// slice's gradient). References index the row-major float64 data with naive loops.
+#include <cmath>
+
+#include "samples/op_samples.h"
+
+namespace kiln::testing {
+namespace {
+
+using In = std::vector<Tensor>;
+using Idx = std::vector<int64_t>;
+const std::vector<int> kNoNoncontig = {-1};
+
+Idx unravel(int64_t i, const Shape& s) {
+  Idx idx(static_cast<size_t>(s.rank()));
+  for (int64_t d = s.rank() - 1; d >= 0; --d) {
+    idx[static_cast<size_t>(d)] = i % s[d];
+    i /= s[d];
+  }
+  return idx;
+}
+int64_t ravel(const Idx& idx, const Shape& s) {
+  int64_t r = 0;
+  for (int64_t d = 0; d < s.rank(); ++d) r = r * s[d] + idx[static_cast<size_t>(d)];
+  return r;
+}
+
+// out[idx] = x[src(idx)] for every index of out_shape.
+Tensor gather_ref(const Tensor& x, const Shape& out_shape,
+                  const std::function<Idx(const Idx&)>& src) {
+  auto xv = vals(x);
+  std::vector<double> out(static_cast<size_t>(out_shape.numel()));
+  for (int64_t i = 0; i < out_shape.numel(); ++i)
+    out[static_cast<size_t>(i)] = xv[static_cast<size_t>(ravel(src(unravel(i, out_shape)), x.shape()))];
+  return from_vals(out, out_shape);
+}
+
+OpSample one_in(const std::vector<std::string>& ops, const std::string& name,
+                std::function<Tensor()> make, std::function<Tensor(const Tensor&)> run,
+                std::function<Tensor(const Tensor&)> ref) {
+  OpSample s;
+  s.ops = ops;
+  s.name = name;
+  s.inputs = [make] { return In{make()}; };
+  s.run = [run](const In& in) { return run(in[0]); };
+  s.reference = [ref](const In& in) { return ref(in[0]); };
+  return s;
+}
+
+std::vector<OpSample> make_samples() {
+  std::vector<OpSample> v;
+
+  // ---- reshape ----------------------------------------------------------------------------
+  v.push_back(one_in({"reshape"}, "merge_dims", [] { return rnd({2, 3, 4}, 1); },
+                     [](const Tensor& x) { return reshape(x, {6, 4}); },
+                     [](const Tensor& x) { return from_vals(vals(x), {6, 4}); }));
+  v.push_back(one_in({"reshape"}, "infer_minus_one", [] { return rnd({2, 3, 4}, 2); },
+                     [](const Tensor& x) { return reshape(x, {4, -1, 2}); },
+                     [](const Tensor& x) { return from_vals(vals(x), {4, 3, 2}); }));
+  v.push_back(one_in({"reshape"}, "to_scalar", [] { return rnd({1, 1}, 3); },
+                     [](const Tensor& x) { return reshape(x, {}); },
+                     [](const Tensor& x) { return from_vals(vals(x), {}); }));
+  v.back().noncontig_inputs = kNoNoncontig;
+  v.push_back(one_in({"reshape"}, "flatten", [] { return rnd({2, 3, 4}, 4); },
+                     [](const Tensor& x) { return x.flatten(1); },
+                     [](const Tensor& x) { return from_vals(vals(x), {2, 12}); }));
+
+  // ---- transpose / permute --------------------------------------------------------------
+  v.push_back(one_in({"transpose"}, "outer_dims", [] { return rnd({2, 3, 4}, 5); },
+                     [](const Tensor& x) { return transpose(x, 0, 2); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {4, 3, 2}, [](const Idx& i) {
+                         return Idx{i[2], i[1], i[0]};
+                       });
+                     }));
+  v.push_back(one_in({"transpose"}, "negative_dims_t", [] { return rnd({3, 5}, 6); },
+                     [](const Tensor& x) { return x.transpose(-1, -2); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {5, 3}, [](const Idx& i) { return Idx{i[1], i[0]}; });
+                     }));
+  v.push_back(one_in({"permute"}, "rotate", [] { return rnd({2, 3, 4}, 7); },
+                     [](const Tensor& x) { return permute(x, {2, 0, 1}); },
+                     [](const Tensor& x) {
+                       // out[a][b][c] = x[b][c][a]
+                       return gather_ref(x, {4, 2, 3}, [](const Idx& i) {
+                         return Idx{i[1], i[2], i[0]};
+                       });
+                     }));
+  v.push_back(one_in({"permute"}, "negative_dims", [] { return rnd({2, 3, 4}, 8); },
+                     [](const Tensor& x) { return x.permute({-1, 1, 0}); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {4, 3, 2}, [](const Idx& i) {
+                         return Idx{i[2], i[1], i[0]};
+                       });
+                     }));
+
+  // ---- slice (its gradient is slice_grad) -------------------------------------------------
+  v.push_back(one_in({"slice", "slice_grad"}, "step_two", [] { return rnd({5, 6}, 9); },
+                     [](const Tensor& x) { return slice(x, 1, 1, 6, 2); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {5, 3}, [](const Idx& i) {
+                         return Idx{i[0], 1 + 2 * i[1]};
+                       });
+                     }));
+  v.push_back(one_in({"slice", "slice_grad"}, "negative_start_clamped_end",
+                     [] { return rnd({5, 4}, 10); },
+                     [](const Tensor& x) { return x.slice(0, -3, 100); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {3, 4}, [](const Idx& i) { return Idx{i[0] + 2, i[1]}; });
+                     }));
+  v.push_back(one_in({"slice", "slice_grad"}, "step_three_3d", [] { return rnd({7, 2, 3}, 11); },
+                     [](const Tensor& x) { return slice(x, 0, 0, 7, 3); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {3, 2, 3}, [](const Idx& i) {
+                         return Idx{3 * i[0], i[1], i[2]};
+                       });
+                     }));
+  v.push_back(one_in({"slice", "slice_grad"}, "narrow_select", [] { return rnd({4, 5}, 12); },
+                     [](const Tensor& x) { return x.narrow(1, 1, 3).select(0, -1); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {3}, [](const Idx& i) { return Idx{3, i[0] + 1}; });
+                     }));
+  v.push_back(one_in({"slice", "slice_grad"}, "split_piece", [] { return rnd({5, 3}, 13); },
+                     [](const Tensor& x) { return split(x, {2, 3}, 0)[1]; },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {3, 3}, [](const Idx& i) { return Idx{i[0] + 2, i[1]}; });
+                     }));
+  v.push_back(one_in({"slice", "slice_grad"}, "chunk_piece", [] { return rnd({2, 7}, 14); },
+                     [](const Tensor& x) { return chunk(x, 3, 1)[2]; },
+                     [](const Tensor& x) {
+                       // 7 in 3 chunks: sizes 3, 3, 1
+                       return gather_ref(x, {2, 1}, [](const Idx& i) { return Idx{i[0], 6}; });
+                     }));
+
+  // ---- expand -----------------------------------------------------------------------------
+  v.push_back(one_in({"expand"}, "broadcast_new_dims", [] { return rnd({3, 1}, 15); },
+                     [](const Tensor& x) { return expand(x, {2, 3, 4}); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {2, 3, 4}, [](const Idx& i) { return Idx{i[1], 0}; });
+                     }));
+  v.back().noncontig_inputs = kNoNoncontig;
+  v.push_back(one_in({"expand"}, "minus_one_keeps_dim", [] { return rnd({1, 3}, 16); },
+                     [](const Tensor& x) { return x.expand({4, -1}); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {4, 3}, [](const Idx& i) { return Idx{0, i[1]}; });
+                     }));
+  v.back().noncontig_inputs = kNoNoncontig;
+  v.push_back(one_in({"expand"}, "scalar", [] { return rnd({}, 17); },
+                     [](const Tensor& x) { return expand(x, {2, 2}); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {2, 2}, [](const Idx&) { return Idx{}; });
+                     }));
+
+  {
+    OpSample s;
+    s.ops = {"expand_as"};
+    s.name = "to_shape_of_other";
+    s.inputs = [] { return In{rnd({3, 1}, 29), rnd({2, 3, 4}, 39)}; };
+    s.run = [](const In& in) { return expand_as(in[0], in[1]); };
+    s.reference = [](const In& in) {
+      return gather_ref(in[0], {2, 3, 4}, [](const Idx& i) { return Idx{i[1], 0}; });
+    };
+    s.noncontig_inputs = {1};
+    v.push_back(std::move(s));
+  }
+
+  // ---- squeeze / unsqueeze ------------------------------------------------------------------
+  v.push_back(one_in({"squeeze"}, "all", [] { return rnd({2, 1, 3, 4}, 18); },
+                     [](const Tensor& x) { return squeeze(x); },
+                     [](const Tensor& x) { return from_vals(vals(x), {2, 3, 4}); }));
+  v.push_back(one_in({"squeeze"}, "one_dim", [] { return rnd({1, 2, 1, 3, 4}, 19); },
+                     [](const Tensor& x) { return x.squeeze(0); },
+                     [](const Tensor& x) { return from_vals(vals(x), {2, 1, 3, 4}); }));
+  v.push_back(one_in({"squeeze"}, "non_unit_dim_is_kept", [] { return rnd({2, 3}, 20); },
+                     [](const Tensor& x) { return x.squeeze(1); },
+                     [](const Tensor& x) { return from_vals(vals(x), {2, 3}); }));
+  v.push_back(one_in({"unsqueeze"}, "middle", [] { return rnd({2, 3}, 21); },
+                     [](const Tensor& x) { return unsqueeze(x, 1); },
+                     [](const Tensor& x) { return from_vals(vals(x), {2, 1, 3}); }));
+  v.push_back(one_in({"unsqueeze"}, "last_negative", [] { return rnd({2, 3}, 22); },
+                     [](const Tensor& x) { return x.unsqueeze(-1); },
+                     [](const Tensor& x) { return from_vals(vals(x), {2, 3, 1}); }));
+
+  // ---- detach / clone / cast ----------------------------------------------------------------
+  v.push_back(one_in({"detach"}, "basic", [] { return rnd({2, 3}, 23); },
+                     [](const Tensor& x) { return detach(x); },
+                     [](const Tensor& x) { return from_vals(vals(x), x.shape()); }));
+  v.back().differentiable = false;  // no gradient flows through detach
+  v.push_back(one_in({"clone"}, "basic", [] { return rnd({2, 3}, 24); },
+                     [](const Tensor& x) { return clone(x); },
+                     [](const Tensor& x) { return from_vals(vals(x), x.shape()); }));
+  v.push_back(one_in({"clone"}, "contiguous_of_transpose", [] { return rnd({3, 4}, 25); },
+                     [](const Tensor& x) { return x.t().contiguous(); },
+                     [](const Tensor& x) {
+                       return gather_ref(x, {4, 3}, [](const Idx& i) { return Idx{i[1], i[0]}; });
+                     }));
+  v.back().ops = {"clone", "transpose"};
+  auto to_f32_ref = [](const Tensor& x) {
+    auto xv = vals(x);
+    for (auto& e : xv) e = static_cast<double>(static_cast<float>(e));
+    return from_vals(xv, x.shape());
+  };
+  v.push_back(one_in({"cast"}, "f64_to_f32", [] { return rnd({2, 3}, 26); },
+                     [](const Tensor& x) { return cast(x, Float32); }, to_f32_ref));
+  v.back().differentiable = false;  // rounding to float32 swamps central differences
+  // Small magnitudes: float32 rounding error stays far below the finite-difference step.
+  v.push_back(one_in({"cast"}, "f64_to_f32_small_values", [] { return uni({2, 3}, 27, 1e-3, 2e-3); },
+                     [](const Tensor& x) { return x.to(Float32); }, to_f32_ref));
+  v.back().gc_atol = 1e-3;
+  v.back().gc_rtol = 1e-2;
+  v.push_back(one_in({"cast"}, "to_int64_truncates", [] { return uni({2, 3}, 28, -5, 5); },
+                     [](const Tensor& x) { return cast(x, Int64); },
+                     [](const Tensor& x) {
+                       auto xv = vals(x);
+                       for (auto& e : xv) e = std::trunc(e);
+                       return from_vals(xv, x.shape());
+                     }));
+  v.back().differentiable = false;
+  v.push_back(one_in({"cast"}, "to_bool", [] {
+                       return from_vals({0, 1.5, -2, 0, 0.25, 0}, {2, 3});
+                     },
+                     [](const Tensor& x) { return cast(x, Bool); },
+                     [](const Tensor& x) {
+                       auto xv = vals(x);
+                       for (auto& e : xv) e = e != 0 ? 1.0 : 0.0;
+                       return from_vals(xv, x.shape());
+                     }));
+  v.back().differentiable = false;
+
+  // ---- cat / stack ----------------------------------------------------------------------------
+  {
+    OpSample s;
+    s.ops = {"cat"};
+    s.name = "three_inputs_dim0";
+    s.inputs = [] { return In{rnd({2, 3}, 30), rnd({4, 3}, 31), rnd({1, 3}, 32)}; };
+    s.run = [](const In& in) { return cat(in, 0); };
+    s.reference = [](const In& in) {
+      std::vector<double> out;
+      for (const auto& t : in)
+        for (double e : vals(t)) out.push_back(e);
+      return from_vals(out, {7, 3});
+    };
+    s.noncontig_inputs = {0, 1};
+    v.push_back(std::move(s));
+  }
+  {
+    OpSample s;
+    s.ops = {"cat"};
+    s.name = "three_inputs_last_dim";
+    s.inputs = [] { return In{rnd({2, 3}, 33), rnd({2, 1}, 34), rnd({2, 2}, 35)}; };
+    s.run = [](const In& in) { return cat(in, -1); };
+    s.reference = [](const In& in) {
+      std::vector<double> out;
+      for (int64_t r = 0; r < 2; ++r)
+        for (const auto& t : in) {
+          auto tv = vals(t);
+          int64_t w = t.shape()[1];
+          for (int64_t c = 0; c < w; ++c) out.push_back(tv[static_cast<size_t>(r * w + c)]);
+        }
+      return from_vals(out, {2, 6});
+    };
+    s.noncontig_inputs = {0, 2};
+    v.push_back(std::move(s));
+  }
+  {
+    OpSample s;
+    s.ops = {"cat", "unsqueeze"};
+    s.name = "stack_dim1";
+    s.inputs = [] { return In{rnd({2, 3}, 36), rnd({2, 3}, 37)}; };
+    s.run = [](const In& in) { return stack(in, 1); };
+    s.reference = [](const In& in) {
+      auto a = vals(in[0]), b = vals(in[1]);
+      std::vector<double> out;
+      for (size_t r = 0; r < 2; ++r) {
+        for (size_t c = 0; c < 3; ++c) out.push_back(a[r * 3 + c]);
+        for (size_t c = 0; c < 3; ++c) out.push_back(b[r * 3 + c]);
+      }
+      return from_vals(out, {2, 2, 3});
+    };
+    v.push_back(std::move(s));
+  }
+  return v;
+}
+
+static SampleRegistrar reg(make_samples());
+
+}  // namespace
+}  // namespace kiln::testing
