@@ -75,14 +75,14 @@ template <typename F>
 void k_unary_float(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   KILN_DISPATCH_FLOAT(in[0].dtype(), "unary", [&] {
     F f(a);
-    cpu::unary_loop<scalar_t, scalar_t>(in[0], out[0], [f](scalar_t x) { return f(x); });
+    cpu::unary_loop<scalar_t, scalar_t>(in[0], out[0], [f](scalar_t x) __attribute__((always_inline)) { return f(x); });
   });
 }
 template <typename F>
 void k_unary_num(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   KILN_DISPATCH_NUMERIC(in[0].dtype(), "unary", [&] {
     F f(a);
-    cpu::unary_loop<scalar_t, scalar_t>(in[0], out[0], [f](scalar_t x) { return f(x); });
+    cpu::unary_loop<scalar_t, scalar_t>(in[0], out[0], [f](scalar_t x) __attribute__((always_inline)) { return f(x); });
   });
 }
 
@@ -115,7 +115,7 @@ struct OrF { bool operator()(bool a, bool b) const { return a || b; } };
 #define KILN_UNARY_F(NAME, EXPR)                              \
   struct NAME {                                               \
     explicit NAME(const Attrs&) {}                            \
-    template <class T> T operator()(T x) const { return EXPR; } \
+    template <class T> [[gnu::always_inline]] T operator()(T x) const { return EXPR; } \
   };
 KILN_UNARY_F(NegF, -x)
 KILN_UNARY_F(ExpF, vm::exp<T>(x))
@@ -134,26 +134,36 @@ KILN_UNARY_F(SiluF, x * vm::sigmoid<T>(x))
 struct LeakyF {
   double s;
   explicit LeakyF(const Attrs& a) : s(a.f(0)) {}
-  template <class T> T operator()(T x) const { return x < T(0) ? x * T(s) : x; }
+  template <class T> [[gnu::always_inline]] T operator()(T x) const { return x < T(0) ? x * T(s) : x; }
 };
 struct ClampF {
   double lo, hi;
   explicit ClampF(const Attrs& a) : lo(a.f(0)), hi(a.f(1)) {}
-  template <class T> T operator()(T x) const {
+  template <class T> [[gnu::always_inline]] T operator()(T x) const {
     return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
   }
 };
-struct GeluF {
-  bool approx;
-  explicit GeluF(const Attrs& a) : approx(a.b(0)) {}
-  template <class T> T operator()(T x) const {
-    if (approx) {
-      const T k = T(0.7978845608028654);  // sqrt(2/pi)
-      return T(0.5) * x * (T(1) + vm::tanh<T>(k * (x + T(0.044715) * x * x * x)));
-    }
+// The two gelu forms are separate functors: a branch on the flag inside the loop stops GCC
+// from vectorizing it.
+struct GeluErfF {
+  explicit GeluErfF(const Attrs&) {}
+  template <class T> [[gnu::always_inline]] T operator()(T x) const {
     return T(0.5) * x * (T(1) + vm::erf<T>(x * T(0.7071067811865476)));
   }
 };
+struct GeluTanhF {
+  explicit GeluTanhF(const Attrs&) {}
+  template <class T> [[gnu::always_inline]] T operator()(T x) const {
+    const T k = T(0.7978845608028654);  // sqrt(2/pi)
+    return T(0.5) * x * (T(1) + vm::tanh<T>(k * (x + T(0.044715) * x * x * x)));
+  }
+};
+void k_gelu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (a.b(0))
+    k_unary_float<GeluTanhF>(in, out, a);
+  else
+    k_unary_float<GeluErfF>(in, out, a);
+}
 
 // ---- op definitions -------------------------------------------------------------------------
 
@@ -350,7 +360,7 @@ const OpDef& kTanh = def_op({.name = kTanhN, .traits = kEw, .infer = infer_unary
     },
     .expr = "tanh($0)"});
 const OpDef& kGelu = def_op({.name = kGeluN, .attr_names = {"approximate"}, .traits = kEw,
-    .infer = infer_unary_float<kGeluN>, .kernel = k_unary_float<GeluF>,
+    .infer = infer_unary_float<kGeluN>, .kernel = k_gelu,
     .grad = [](const GradCtx& c) {
       const Tensor& x = c.in(0);
       if (c.attrs.b(0)) {
