@@ -5,5 +5,6 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
+#include "kiln/jit/jit.h"
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/ops/ops.h"

@@ -40,7 +40,15 @@ struct GradNode {
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
               bool retain_graph = false, bool create_graph = false);
 
+/// Symbolic counterpart used when grad() is called on symbolic tensors (installed by kiln/graph:
+/// graph building and JIT tracing then get gradients() nodes from the same call).
+using SymbolicGradHook = std::vector<Tensor> (*)(const std::vector<Tensor>& ys,
+                                                  const std::vector<Tensor>& xs,
+                                                  const std::vector<Tensor>& grad_ys);
+void set_symbolic_grad_hook(SymbolicGradHook h);
+
 /// Gradients of `outputs` w.r.t. `inputs` (torch.autograd.grad): nothing is accumulated.
+/// On symbolic tensors (in a graph or under jit) it adds gradient nodes instead.
 /// With create_graph the results are differentiable (gradients of gradients).
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,

@@ -297,9 +297,25 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
   run_engine(outputs, grad_outputs, retain_graph || create_graph, create_graph, nullptr);
 }
 
+namespace {
+SymbolicGradHook g_sym_grad = nullptr;
+}
+void set_symbolic_grad_hook(SymbolicGradHook h) { g_sym_grad = h; }
+
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph,
                          bool create_graph, bool allow_unused) {
+  bool symbolic = false;
+  for (const auto& o : outputs) symbolic = symbolic || (o.defined() && o.is_symbolic());
+  if (symbolic) {
+    if (!g_sym_grad) fail("grad", "symbolic outputs but no graph support is linked");
+    std::vector<Tensor> r = g_sym_grad(outputs, inputs, grad_outputs);
+    for (size_t k = 0; k < r.size(); ++k)
+      if (!r[k].defined() && !allow_unused)
+        fail("grad", "input ", k, " (shape ", inputs[k].shape(),
+             ") was not used to compute the outputs; pass allow_unused=true");
+    return r;
+  }
   Capture cap;
   cap.inputs = inputs;
   cap.results.resize(inputs.size());

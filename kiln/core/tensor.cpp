@@ -34,7 +34,13 @@ void TensorImpl::recompute_contiguous() {
 namespace {
 HostReadHook g_host_read_hook = nullptr;
 }
+thread_local HostReadHook t_host_read_hook = nullptr;
 void set_host_read_hook(HostReadHook h) { g_host_read_hook = h; }
+HostReadHook set_thread_host_read_hook(HostReadHook h) {
+  HostReadHook p = t_host_read_hook;
+  t_host_read_hook = h;
+  return p;
+}
 
 int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
 int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
@@ -53,6 +59,7 @@ void Tensor::check_concrete(const char* what) const {
 Tensor Tensor::host_value(const char* what, const std::source_location& loc) const {
   if (!impl_) fail(what, "tensor is undefined");
   if (impl_->storage) return *this;
+  if (t_host_read_hook) return t_host_read_hook(*this, what, loc);
   if (g_host_read_hook) return g_host_read_hook(*this, what, loc);
   fail(what, "value of this tensor is unknown while building a graph; fetch it with Session::run");
 }

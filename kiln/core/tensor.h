@@ -72,6 +72,9 @@ struct TensorImpl {
 /// (in a graph: an error; under jit: a graph break that returns the concrete value).
 using HostReadHook = Tensor (*)(const Tensor& t, const char* what, const std::source_location& loc);
 void set_host_read_hook(HostReadHook h);
+/// A hook for this thread only, tried before the process-wide one (the JIT tracer installs it
+/// while tracing to turn host reads into graph breaks). Returns the previous one.
+HostReadHook set_thread_host_read_hook(HostReadHook h);
 
 class Tensor {
  public:

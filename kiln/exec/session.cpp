@@ -1,6 +1,8 @@
 // Session planning and execution. A plan is a flat vector of steps (op, attrs, input slots,
 // output slots) with each slot's last use precomputed, so a run does no graph walking, no
-// hashing and frees intermediates as soon as they are dead.
+// hashing and frees intermediates as soon as they are dead. Dataflow deadness (switch/merge): a
+// dead value is an undefined slot; a step with a dead input is skipped and leaves its outputs
+// dead, except merge, which forwards its live input. Skipped steps are not counted as executed.
 #include "kiln/exec/session.h"
 
 #include <algorithm>
@@ -18,6 +20,7 @@ struct Session::Plan {
     std::vector<int> in;
     std::vector<int> out;
     std::vector<int> free_after;  // slots whose last use is this step
+    bool takes_dead = false;      // merge: runs with dead inputs and forwards the live one
   };
   Program program;
   std::vector<Step> steps;
@@ -117,6 +120,7 @@ Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedD
         Plan::Step st;
         st.op = n->op;
         st.attrs = n->attrs;
+        st.takes_dead = n->op->has(kControlFlow) && n->op->name == "merge";
         for (auto& in : n->inputs) st.in.push_back(base[in.node] + in.index);
         for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i) st.out.push_back(s + i);
         for (int x : st.in) last_use[static_cast<size_t>(x)] = static_cast<int>(plan->steps.size());
@@ -191,8 +195,22 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
   TensorList ins;
   for (auto& st : p.steps) {
     ins.clear();
-    for (int x : st.in) ins.push_back(slots[static_cast<size_t>(x)]);
-    TensorList outs = run_kernel(*st.op, std::span<const Tensor>(ins.data(), ins.size()), st.attrs);
+    bool dead = false;
+    for (int x : st.in) {
+      ins.push_back(slots[static_cast<size_t>(x)]);
+      dead = dead || !ins.back().defined();
+    }
+    if (dead && !st.takes_dead) {  // outputs stay undefined: dead
+      for (int s : st.free_after) slots[static_cast<size_t>(s)] = Tensor();
+      continue;
+    }
+    std::span<const Tensor> in_span(ins.data(), ins.size());
+    TensorList outs = st.takes_dead ? st.op->view(in_span, st.attrs)
+                                    : run_kernel(*st.op, in_span, st.attrs);
+    if (st.takes_dead && !outs[0].defined()) {  // every input dead: no work was done
+      for (int s : st.free_after) slots[static_cast<size_t>(s)] = Tensor();
+      continue;
+    }
     for (size_t i = 0; i < st.out.size(); ++i) slots[static_cast<size_t>(st.out[i])] = std::move(outs[i]);
     for (int s : st.free_after) slots[static_cast<size_t>(s)] = Tensor();
     ++executed;
@@ -202,8 +220,13 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
   stats_.plan_steps = static_cast<int64_t>(p.steps.size());
   stats_.passes = p.passes;
   std::vector<Tensor> out;
-  for (int s : p.fetch_slots) {
-    Tensor t = slots[static_cast<size_t>(s)];
+  for (size_t i = 0; i < p.fetch_slots.size(); ++i) {
+    Tensor t = slots[static_cast<size_t>(p.fetch_slots[i])];
+    if (!t.defined()) {
+      const ValueRef& f = p.program.fetches[i];
+      fail("Session::run", "fetch ", i, " (", f.node->label(), " output ", f.index,
+           ") is dead: it lies on the untaken side of a switch, so it was not computed in this run");
+    }
     // Results that alias Session state are copied, so later runs do not change them.
     bool aliases = false;
     for (auto& [name, v] : vars_) aliases = aliases || t.shares_storage(v);

@@ -12,6 +12,7 @@ namespace kiln {
 namespace {
 
 std::atomic<uint64_t> g_graph_uid{1};
+thread_local InputCapture* t_input_capture = nullptr;
 
 std::shared_ptr<GraphImpl> graph_of(const Tensor& t) {
   if (!t.is_symbolic()) return nullptr;
@@ -44,7 +45,16 @@ Node* constant_node(const std::shared_ptr<GraphImpl>& g, const Tensor& t, const 
 
 class GraphBuilder : public SymbolicHandler {
  public:
-  TensorList handle(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) override {
+  TensorList handle(const OpDef& op, std::span<const Tensor> given, const Attrs& attrs) override {
+    // Inside a cond branch or a loop body, captured values are rewritten first (the hook may add
+    // Switch nodes or body placeholders), so the node is built on the rewritten inputs.
+    TensorList captured;
+    std::span<const Tensor> inputs = given;
+    if (InputCapture* cap = t_input_capture) {
+      for (const auto& t : given)
+        captured.push_back(t.defined() && t.is_symbolic() ? cap->capture(t) : t);
+      inputs = std::span<const Tensor>(captured.data(), captured.size());
+    }
     std::shared_ptr<GraphImpl> g;
     for (const auto& t : inputs) {
       auto gt = graph_of(t);
@@ -97,6 +107,13 @@ struct Install {
 } g_install;
 
 }  // namespace
+
+InputCapture* set_input_capture(InputCapture* c) {
+  InputCapture* p = t_input_capture;
+  t_input_capture = c;
+  return p;
+}
+InputCapture* input_capture() { return t_input_capture; }
 
 std::string Node::label() const {
   switch (kind) {
@@ -181,7 +198,8 @@ ValueRef Graph::value_of(const Tensor& t, const char* what) const {
   if (!t.is_symbolic())
     fail(what, "tensor of shape ", t.shape(), " is concrete, not a node of this graph");
   if (t.impl()->sym->graph != impl_)
-    fail(what, "tensor of shape ", t.shape(), " belongs to another graph");
+    fail(what, "tensor '", t.impl()->sym->node->label(), "' (%", t.impl()->sym->node->id,
+         ", shape ", t.shape(), ") belongs to another graph");
   return ValueRef{t.impl()->sym->node, t.impl()->sym->index};
 }
 

@@ -95,6 +95,18 @@ class Graph {
   std::shared_ptr<GraphImpl> impl_;
 };
 
+/// Rewrites the symbolic inputs of ops being added to a graph (thread-local hook). cond routes
+/// values a branch captures from outside it through Switch nodes; while_loop turns values of an
+/// enclosing graph into placeholders of the loop's body graph.
+class InputCapture {
+ public:
+  virtual ~InputCapture() = default;
+  virtual Tensor capture(const Tensor& t) = 0;
+};
+/// Installs `c` on this thread and returns the previous hook (restore it when done).
+InputCapture* set_input_capture(InputCapture* c);
+InputCapture* input_capture();
+
 /// Symbolic gradients (TF1 tf.gradients): adds backward nodes computing d(sum of ys * grad_ys)
 /// / d xs to the graph, with the same gradient rules eager backward uses. Entries for xs that do
 /// not influence ys are undefined.

@@ -15,6 +15,13 @@ std::string ref_str(const ValueRef& v) {
 
 std::string mermaid_id(const Node& n) { return str_cat("n", n.id); }
 
+// Edge label for a multi-output producer: a switch's outputs read as F/T (the side taken when the
+// predicate is false/true), others by output index.
+std::string edge_label(const ValueRef& v) {
+  if (v.node->kind == NodeKind::Op && v.node->op->name == "switch") return v.index ? "T" : "F";
+  return std::to_string(v.index);
+}
+
 std::string escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -65,7 +72,7 @@ std::string Graph::to_dot() const {
   for (const auto& n : impl_->nodes)
     for (const auto& in : n->inputs) {
       os << "  n" << in.node->id << " -> n" << n->id;
-      if (in.node->outputs.size() > 1) os << " [label=\"" << in.index << "\"]";
+      if (in.node->outputs.size() > 1) os << " [label=\"" << edge_label(in) << "\"]";
       os << ";\n";
     }
   os << "}\n";
@@ -89,7 +96,7 @@ std::string Graph::to_mermaid() const {
   for (const auto& n : impl_->nodes)
     for (const auto& in : n->inputs) {
       os << "    " << mermaid_id(*in.node) << " -->";
-      if (in.node->outputs.size() > 1) os << "|" << in.index << "|";
+      if (in.node->outputs.size() > 1) os << "|" << edge_label(in) << "|";
       os << " " << mermaid_id(*n) << "\n";
     }
   return os.str();

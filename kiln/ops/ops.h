@@ -3,6 +3,8 @@
 // files beside this header (elementwise.cpp, shape_ops.cpp, reduce.cpp, linalg.cpp, nn_ops.cpp,
 // index_ops.cpp).
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -180,5 +182,37 @@ Tensor assign(const Tensor& var, const Tensor& value);
 /// One node that depends on all `deps` (TF1 tf.group); fetching it runs them. Returns a 0-d
 /// float32 zero.
 Tensor group(const std::vector<Tensor>& deps);
+
+// ---- control flow as dataflow (switch/merge: control_flow.cpp; cond, while_loop:
+// kiln/exec/control_flow.cpp). A dead value is an undefined Tensor. -------------------------
+/// Routes `data` to output 1 when `pred` (bool, one element) is true, else to output 0; the
+/// other output is dead. Eagerly the dead output is an undefined Tensor and the live one is
+/// `data` itself. Returns {false_out, true_out}.
+std::vector<Tensor> switch_(const Tensor& data, const Tensor& pred);
+/// Forwards the live input: {out, value_index (int64 scalar)}. Dead (undefined) only when every
+/// input is dead. Inputs must agree on dtype and rank; dims that differ become dynamic.
+std::vector<Tensor> merge(const std::vector<Tensor>& inputs);
+/// pred ? true_fn() : false_fn(). Eagerly (concrete pred) runs one branch. With a symbolic pred
+/// it builds both branches into the graph: a Switch on every tensor a branch captures from
+/// outside, a Merge per result; only the taken branch executes. Branches must agree on dtypes;
+/// shapes may differ (differing dims become dynamic).
+Tensor cond(const Tensor& pred, const std::function<Tensor()>& true_fn,
+            const std::function<Tensor()>& false_fn);
+/// Several results.
+std::vector<Tensor> cond(const Tensor& pred, const std::function<std::vector<Tensor>()>& true_fn,
+                         const std::function<std::vector<Tensor>()>& false_fn);
+
+struct WhileOptions {
+  /// Stops after this many iterations even if cond is still true; -1: no limit.
+  int64_t max_iterations = -1;
+};
+/// while (cond_fn(vars)) vars = body_fn(vars); returns the final vars. Eagerly a plain C++ loop
+/// (autograd records every iteration). In a graph (a symbolic loop var or a symbolic cond) one
+/// structured `while` node holding the cond and body as a subgraph, run by the executor;
+/// differentiable through gradients() (each iteration's loop vars are saved).
+std::vector<Tensor> while_loop(
+    const std::function<Tensor(const std::vector<Tensor>&)>& cond_fn,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body_fn,
+    const std::vector<Tensor>& loop_vars, const WhileOptions& options = {});
 
 }  // namespace kiln

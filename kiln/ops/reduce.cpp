@@ -303,8 +303,14 @@ Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
 
 Tensor sum_to(const Tensor& a, const Shape& shape) {
   if (a.shape() == shape) return a;
-  if (!broadcastable_to(shape, a.shape()))
-    fail("sum_to", "shape ", shape, " does not broadcast to ", a.shape());
+  // A dynamic (?) dim of the target matches any dim of a: nothing is reduced there (in a graph,
+  // a placeholder [?, 3] gets gradients of shape [N, 3] from ops that met static shapes).
+  bool fits = shape.rank() <= a.dim();
+  for (int64_t i = 0; fits && i < shape.rank(); ++i) {
+    int64_t t = shape[i], d = a.shape()[a.dim() - shape.rank() + i];
+    fits = t == 1 || t < 0 || t == d;
+  }
+  if (!fits) fail("sum_to", "shape ", shape, " does not broadcast to ", a.shape());
   int64_t lead = a.dim() - shape.rank();
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < a.dim(); ++d)

@@ -135,8 +135,12 @@ SliceArgs slice_args(const Shape& s, const Attrs& a) {
 Shape squeezed(const Shape& s, const Attrs& a) {
   Shape out;
   if (a.size() == 0 || a.i(0) == INT64_MIN) {
-    for (auto d : s)
+    for (auto d : s) {
+      if (d < 0)
+        fail("squeeze", "shape ", s, " has a dynamic dim: squeeze() cannot tell whether it is 1; "
+             "name the dims to squeeze");
       if (d != 1) out.push_back(d);
+    }
     return out;
   }
   int64_t dim = wrap_dim(a.i(0), s, "squeeze");
@@ -239,7 +243,8 @@ const OpDef& kSlice = def_op({.name = "slice", .attr_names = {"dim", "start", "e
     .infer = [](std::span<const Tensor> in, const Attrs& a) {
       SliceArgs r = slice_args(in[0].shape(), a);
       Shape s = in[0].shape();
-      s[r.dim] = r.len;
+      // Slicing a dynamic dim gives a dynamic length (known only when the size is).
+      s[r.dim] = s[r.dim] < 0 ? Dim::any() : r.len;
       return one(in[0].dtype(), s);
     },
     .view = [](std::span<const Tensor> in, const Attrs& a) {
@@ -253,6 +258,12 @@ const OpDef& kSlice = def_op({.name = "slice", .attr_names = {"dim", "start", "e
       return TensorList{make_view(x, s, st, off)};
     },
     .grad = [](const GradCtx& c) {
+      // slice_grad carries the input shape as an attribute, so it needs it static (a dynamic
+      // dim would allocate a negative size at run time): refuse clearly instead.
+      for (int64_t d : c.in(0).shape())
+        if (d < 0)
+          fail("slice", "gradient of a slice of a tensor with dynamic shape ", c.in(0).shape(),
+               " is not supported yet");
       SliceArgs r = slice_args(c.in(0).shape(), c.attrs);
       return TensorList{call1(kSliceGrad, {c.g()},
                               {c.in(0).shape().vec(), r.dim, r.start, r.end, r.step})};

@@ -2,6 +2,8 @@
 #include "kiln/passes/passes.h"
 
 #include <cstdlib>
+#include <map>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -25,6 +27,62 @@ void replace_uses(Program& p, const std::unordered_map<const Node*, Node*>& node
 
 void renumber(GraphImpl& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) g.nodes[i]->id = static_cast<int>(i);
+}
+
+// A switch whose predicate is a constant routes statically: users of the taken output read the
+// data directly, the untaken output is dead for every run, and so is whatever depends on it
+// (a merge forwards its one remaining input). DCE then drops the untaken branch.
+int fold_constant_switches(Program& p) {
+  using Key = std::pair<const Node*, int>;
+  std::map<Key, ValueRef> rewire;
+  std::set<Key> dead;
+  std::vector<std::unique_ptr<Node>> new_constants;
+  int folded = 0;
+  for (auto& up : p.graph->nodes) {
+    Node* n = up.get();
+    for (auto& in : n->inputs) {
+      auto it = rewire.find({in.node, in.index});
+      if (it != rewire.end()) in = it->second;
+    }
+    if (n->kind != NodeKind::Op) continue;
+    if (n->op->name == "switch" && n->inputs[1].node->kind == NodeKind::Constant &&
+        n->inputs[1].node->value.numel() == 1) {
+      int taken = n->inputs[1].node->value.item<bool>() ? 1 : 0;
+      rewire[{n, taken}] = n->inputs[0];
+      dead.insert({n, 1 - taken});
+      ++folded;
+      continue;
+    }
+    std::vector<int> live;
+    for (int k = 0; k < static_cast<int>(n->inputs.size()); ++k)
+      if (!dead.count({n->inputs[static_cast<size_t>(k)].node, n->inputs[static_cast<size_t>(k)].index}))
+        live.push_back(k);
+    if (live.size() == n->inputs.size()) continue;
+    if (n->op->name == "merge" && !live.empty()) {
+      if (live.size() == 1) {  // the merge forwards its one live input; the index is constant
+        rewire[{n, 0}] = n->inputs[static_cast<size_t>(live[0])];
+        auto c = std::make_unique<Node>();
+        c->kind = NodeKind::Constant;
+        c->value = scalar_tensor(static_cast<double>(live[0]), Int64);
+        c->outputs.push_back(TensorMeta{Int64, Shape{}});
+        rewire[{n, 1}] = ValueRef{c.get(), 0};
+        new_constants.push_back(std::move(c));
+      }
+      continue;
+    }
+    for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i) dead.insert({n, i});
+  }
+  for (auto& f : p.fetches) {
+    auto it = rewire.find({f.node, f.index});
+    if (it != rewire.end()) f = it->second;
+  }
+  // Constants go first so the node list stays in topological order.
+  if (!new_constants.empty()) {
+    for (auto& n : p.graph->nodes) new_constants.push_back(std::move(n));
+    p.graph->nodes = std::move(new_constants);
+    renumber(*p.graph);
+  }
+  return folded;
 }
 
 }  // namespace
@@ -115,6 +173,7 @@ int const_fold(Program& p, int64_t max_elems) {
     n->attrs = Attrs();
     ++folded;
   }
+  folded += fold_constant_switches(p);
   if (folded) dce(p);
   return folded;
 }

@@ -1,0 +1,720 @@
+// The JIT engine: guard keys, tracing with graph breaks into a trace tree of pieces, replay of
+// compiled pieces over one slot table, dynamic-dim recompiles, the recompile budget, verify
+// mode, explain(), and autodiff through a compiled backward graph.
+#include "kiln/jit/jit.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include "kiln/autograd/autograd.h"
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/exec/session.h"
+#include "kiln/graph/graph.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln::jitd {
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool env_has(const char* var, const char* word) {
+  const char* e = std::getenv(var);
+  if (!e) return false;
+  std::string s(e);
+  return s == "1" || s == "all" || s.find(word) != std::string::npos;
+}
+
+// ---- guard keys -----------------------------------------------------------------------------
+
+// Per argument: what the guard compares. dims of -1 are wildcards (dynamic).
+struct ArgKey {
+  Arg::Kind kind;
+  std::vector<DType> dtypes;
+  std::vector<bool> grads;
+  std::vector<Shape> shapes;
+  double value = 0;  // scalar/bool constants
+  bool runtime = false;
+};
+using Key = std::vector<ArgKey>;
+
+Key key_of(const std::vector<Arg>& args, const std::vector<int>& runtime) {
+  Key k;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Arg& a = args[i];
+    ArgKey ak;
+    ak.kind = a.kind;
+    auto add = [&](const Tensor& t) {
+      if (!t.defined()) fail("jit", "argument ", i, " is an undefined tensor");
+      ak.dtypes.push_back(t.dtype());
+      ak.grads.push_back(t.requires_grad() && grad_mode_enabled());
+      ak.shapes.push_back(t.shape());
+    };
+    if (a.kind == Arg::kTensor) add(a.t);
+    if (a.kind == Arg::kTensorList)
+      for (const auto& t : a.ts) add(t);
+    if (a.kind == Arg::kScalar || a.kind == Arg::kBool) {
+      ak.runtime = std::find(runtime.begin(), runtime.end(), static_cast<int>(i)) != runtime.end();
+      if (!ak.runtime) ak.value = a.v;
+    }
+    k.push_back(std::move(ak));
+  }
+  return k;
+}
+
+// Empty string when `k` (actual) satisfies `g` (guard); otherwise the first failing guard.
+std::string mismatch(const Key& g, const Key& k) {
+  if (g.size() != k.size()) return "number of arguments";
+  for (size_t i = 0; i < g.size(); ++i) {
+    const ArgKey &a = g[i], &b = k[i];
+    if (a.kind != b.kind) return str_cat("arg ", i, ": kind changed");
+    if (a.shapes.size() != b.shapes.size())
+      return str_cat("arg ", i, ": list length: expected ", a.shapes.size(), ", got ", b.shapes.size());
+    for (size_t t = 0; t < a.shapes.size(); ++t) {
+      std::string at = a.shapes.size() > 1 || a.kind == Arg::kTensorList ? str_cat("arg ", i, "[", t, "]") : str_cat("arg ", i);
+      if (a.dtypes[t] != b.dtypes[t])
+        return str_cat(at, " dtype: expected ", a.dtypes[t], ", got ", b.dtypes[t]);
+      if (a.grads[t] != b.grads[t])
+        return str_cat(at, " requires_grad: expected ", a.grads[t] ? "true" : "false", ", got ",
+                       b.grads[t] ? "true" : "false");
+      if (a.shapes[t].rank() != b.shapes[t].rank())
+        return str_cat(at, " rank: expected ", a.shapes[t].rank(), ", got ", b.shapes[t].rank());
+      for (int64_t d = 0; d < a.shapes[t].rank(); ++d)
+        if (a.shapes[t][d] >= 0 && a.shapes[t][d] != b.shapes[t][d])
+          return str_cat(at, " dim ", d, ": expected ", a.shapes[t][d], ", got ", b.shapes[t][d]);
+    }
+    if (!a.runtime && (a.kind == Arg::kScalar || a.kind == Arg::kBool) && a.value != b.value)
+      return str_cat("arg ", i, " value: expected ", a.value, ", got ", b.value);
+  }
+  return "";
+}
+
+// Whether g and k differ only in dims (same kinds, dtypes, ranks, grads, scalar values).
+bool only_dims_differ(const Key& g, const Key& k, Key* dyn) {
+  if (g.size() != k.size()) return false;
+  Key out = g;
+  bool any = false;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const ArgKey &a = g[i], &b = k[i];
+    if (a.kind != b.kind || a.shapes.size() != b.shapes.size() || a.value != b.value) return false;
+    for (size_t t = 0; t < a.shapes.size(); ++t) {
+      if (a.dtypes[t] != b.dtypes[t] || a.grads[t] != b.grads[t] ||
+          a.shapes[t].rank() != b.shapes[t].rank())
+        return false;
+      for (int64_t d = 0; d < a.shapes[t].rank(); ++d)
+        if (a.shapes[t][d] != b.shapes[t][d]) {
+          out[i].shapes[t][d] = -1;
+          any = true;
+        }
+    }
+  }
+  *dyn = out;
+  return any;
+}
+
+std::string key_str(const Key& k) {
+  std::ostringstream os;
+  for (size_t i = 0; i < k.size(); ++i) {
+    if (i) os << "; ";
+    os << "arg" << i << " ";
+    const ArgKey& a = k[i];
+    if (a.kind == Arg::kScalar || a.kind == Arg::kBool) {
+      if (a.runtime) os << "runtime scalar";
+      else os << "== " << a.value;
+      continue;
+    }
+    if (a.kind == Arg::kTensorList) os << "list[" << a.shapes.size() << "] ";
+    for (size_t t = 0; t < a.shapes.size(); ++t)
+      os << (t ? ", " : "") << dtype_name(a.dtypes[t]) << a.shapes[t]
+         << (a.grads[t] ? " requires_grad" : "");
+  }
+  return os.str();
+}
+
+// ---- compiled pieces ------------------------------------------------------------------------
+
+struct Step {
+  const OpDef* op;
+  Attrs attrs;
+  std::vector<int> in, out;
+};
+
+struct TreeNode {
+  std::vector<Step> steps;
+  std::vector<std::pair<int, Tensor>> constants;
+  int64_t nodes = 0;
+  // Interior: the guard read at the end of this piece.
+  int guard_slot = -1;
+  std::string guard_what, guard_where;
+  std::vector<std::pair<Tensor, std::unique_ptr<TreeNode>>> children;
+  // Leaf: the outputs.
+  bool leaf = false;
+  std::vector<int> out_slots;
+};
+
+struct Version {
+  Key key;
+  int num_slots = 0;
+  std::vector<std::vector<int>> arg_slots;  // per arg, per tensor
+  std::unique_ptr<TreeNode> root;
+  std::vector<Tensor> slots;
+  // Autodiff (single-piece traces with inputs requiring grad).
+  bool with_grad = false;
+  Graph graph;
+  std::vector<Tensor> g_inputs, g_outputs, g_out_grads, g_in_grads;
+  std::unique_ptr<Session> bwd_session;
+  double compile_ms = 0;
+  bool eager_only = false;  // a graph break under autograd: this version runs eagerly
+};
+
+struct BreakRec {
+  ValueRef v;
+  Tensor value;
+  int cut = 0;
+  std::string what, where;
+};
+
+// The trace in progress on this thread (host reads consult it).
+struct TraceCtx {
+  Graph* g;
+  FeedDict feeds;
+  std::vector<BreakRec> breaks;
+};
+thread_local TraceCtx* t_trace = nullptr;
+
+Tensor on_host_read(const Tensor& t, const char* what, const std::source_location& loc) {
+  TraceCtx* c = t_trace;
+  if (!c || !t.is_symbolic() || !(Graph::of(t) == *c->g))
+    fail(what, "value is unknown while building a graph; fetch it with Session::run");
+  // Graph break: compile and run the piece so far to produce the value.
+  Session s(*c->g);
+  Tensor v = s.run(t, c->feeds);
+  BreakRec b;
+  b.v = c->g->value_of(t);
+  b.value = v.clone();
+  b.cut = static_cast<int>(c->g->nodes().size());
+  b.what = what;
+  b.where = str_cat(loc.file_name(), ":", loc.line());
+  c->breaks.push_back(b);
+  return v;
+}
+
+bool same_value(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  return a.to_vector<double>() == b.to_vector<double>();
+}
+
+std::string value_str(const Tensor& t) {
+  std::ostringstream os;
+  if (t.numel() == 1) os << t.item<double>();
+  else os << t.shape() << " tensor";
+  return os.str();
+}
+
+// ---- autodiff op ----------------------------------------------------------------------------
+
+struct GradTable {
+  std::mutex mu;
+  std::vector<Version*> versions;
+};
+GradTable& grad_table() {
+  static GradTable* t = new GradTable();
+  return *t;
+}
+
+TensorList run_version_plain(Version& v, std::span<const Tensor> tensors);
+
+const OpDef& kJitCall = def_op({.name = "jit_call", .num_inputs = -1, .attr_names = {"version"},
+    .infer = [](std::span<const Tensor>, const Attrs& a) {
+      Version* v = grad_table().versions.at(static_cast<size_t>(a.i(0)));
+      MetaList m;
+      for (const auto& o : v->g_outputs) m.push_back(TensorMeta{o.dtype(), o.shape()});
+      return m;
+    },
+    .view = [](std::span<const Tensor> in, const Attrs& a) {
+      Version* v = grad_table().versions.at(static_cast<size_t>(a.i(0)));
+      return run_version_plain(*v, in);
+    },
+    // The compiled backward graph: gradients() of the traced forward, run by a Session fed
+    // with the inputs and the output gradients (the forward is recomputed inside it).
+    .grad = [](const GradCtx& c) {
+      Version* v = grad_table().versions.at(static_cast<size_t>(c.attrs.i(0)));
+      FeedDict feeds;
+      for (size_t k = 0; k < v->g_inputs.size(); ++k) feeds.push_back({v->g_inputs[k], c.in(k).detach()});
+      for (size_t k = 0; k < v->g_out_grads.size(); ++k)
+        if (v->g_out_grads[k].defined()) feeds.push_back({v->g_out_grads[k], c.g(k).detach()});
+      std::vector<Tensor> fetch;
+      std::vector<size_t> which;
+      for (size_t k = 0; k < v->g_in_grads.size(); ++k)
+        if (v->g_in_grads[k].defined() && c.need(k)) {
+          fetch.push_back(v->g_in_grads[k]);
+          which.push_back(k);
+        }
+      TensorList out;
+      out.resize(c.inputs.size());
+      if (fetch.empty()) return out;
+      std::vector<Tensor> r = v->bwd_session->run(fetch, feeds);
+      for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
+      return out;
+    }});
+
+}  // namespace
+
+// ---- engine ---------------------------------------------------------------------------------
+
+struct Engine::Impl {
+  JitOptions opts;
+  std::vector<std::unique_ptr<Version>> versions;
+  Stats stats;
+  std::vector<std::string> recompile_log, break_log;
+  bool warned_fallback = false;
+  std::string fallback_reason;
+  bool verify = env_has("KILN_JIT_VERIFY", "1");
+  bool log_recompiles = env_has("KILN_JIT_LOG", "recompiles");
+  bool log_breaks = env_has("KILN_JIT_LOG", "breaks");
+
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Arg>&)>;
+
+  std::vector<Tensor> run_eager(const std::vector<Arg>& args, const Fn& fn) { return fn(args); }
+
+  // Traces fn into `v` (adding a path to its trace tree). Returns false when the trace cannot
+  // be compiled (then the call result is computed eagerly by the caller).
+  void trace(Version& v, const std::vector<Arg>& args, const Fn& fn, std::vector<Tensor>* result) {
+    double t0 = now_ms();
+    Graph g;
+    TraceCtx ctx{&g, {}, {}};
+    std::vector<Arg> sym = args;
+    std::vector<Tensor> placeholders;
+    std::vector<std::vector<int>> ph_index(args.size());
+    int pc = 0;
+    auto make_ph = [&](const Tensor& t, const Shape& s) {
+      Tensor p = g.placeholder(str_cat("arg", pc++), t.dtype(), s);
+      ctx.feeds.push_back({p, t});
+      placeholders.push_back(p);
+      return p;
+    };
+    for (size_t i = 0; i < args.size(); ++i) {
+      const ArgKey& ak = v.key[i];
+      if (args[i].kind == Arg::kTensor) {
+        sym[i].t = make_ph(args[i].t, ak.shapes[0]);
+      } else if (args[i].kind == Arg::kTensorList) {
+        for (size_t t = 0; t < args[i].ts.size(); ++t) sym[i].ts[t] = make_ph(args[i].ts[t], ak.shapes[t]);
+      } else if (ak.runtime) {
+        Tensor val = scalar_tensor(args[i].v, Float32);
+        sym[i].kind = Arg::kTensor;
+        sym[i].t = make_ph(val, Shape{});
+      }
+    }
+    std::vector<Tensor> outs;
+    {
+      TraceCtx* prev = t_trace;
+      t_trace = &ctx;
+      HostReadHook prev_hook = set_thread_host_read_hook(&on_host_read);
+      try {
+        outs = fn(sym);
+      } catch (...) {
+        t_trace = prev;
+        set_thread_host_read_hook(prev_hook);
+        throw;
+      }
+      t_trace = prev;
+      set_thread_host_read_hook(prev_hook);
+    }
+    for (auto& o : outs) {
+      if (!o.defined()) fail("jit", "fn returned an undefined tensor");
+      if (!o.is_symbolic()) o = g.constant(o);
+    }
+    stats.graph_breaks += static_cast<int64_t>(ctx.breaks.size());
+    for (const auto& b : ctx.breaks) {
+      std::string line = str_cat(b.where, ": ", b.what, "() of a traced value -> graph break, guard on its value (",
+                                 value_str(b.value), ")");
+      if (std::find(break_log.begin(), break_log.end(), line) == break_log.end()) break_log.push_back(line);
+      if (log_breaks) std::cerr << "[jit] " << opts.name << ": " << line << "\n";
+    }
+
+    bool any_grad = false;
+    for (const auto& ak : v.key)
+      for (bool gr : ak.grads) any_grad = any_grad || gr;
+    if (any_grad) {
+      if (!ctx.breaks.empty()) {
+        v.eager_only = true;
+        break_log.push_back("graph break under autograd: this version runs eagerly");
+      } else {
+        build_grad(v, g, placeholders, outs);
+      }
+    }
+    if (!v.eager_only) add_path(v, g, ctx, placeholders, outs);
+    v.compile_ms += now_ms() - t0;
+    ++stats.compiles;
+    // The result of this call: the traced values, computed by running the compiled path.
+    (void)result;
+  }
+
+  void build_grad(Version& v, Graph& g, const std::vector<Tensor>& phs, const std::vector<Tensor>& outs) {
+    v.with_grad = true;
+    v.graph = g;
+    v.g_inputs = phs;
+    v.g_outputs = outs;
+    std::vector<Tensor> gys, diff_outs;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (is_floating(outs[k].dtype())) {
+        Tensor gy = g.placeholder(str_cat("grad_out", k), outs[k].dtype(), outs[k].shape());
+        v.g_out_grads.push_back(gy);
+        diff_outs.push_back(outs[k]);
+        gys.push_back(gy);
+      } else {
+        v.g_out_grads.emplace_back();
+      }
+    }
+    std::vector<Tensor> xs;
+    for (const auto& p : phs) xs.push_back(p);
+    v.g_in_grads = diff_outs.empty() ? std::vector<Tensor>(phs.size()) : gradients(diff_outs, xs, gys);
+    v.bwd_session = std::make_unique<Session>(g);
+  }
+
+  void add_path(Version& v, Graph& g, TraceCtx& ctx, const std::vector<Tensor>& phs,
+                const std::vector<Tensor>& outs) {
+    const auto& nodes = g.nodes();
+    std::vector<int> base(nodes.size());
+    int slots = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      base[i] = slots;
+      slots += static_cast<int>(nodes[i]->outputs.size());
+    }
+    v.num_slots = std::max(v.num_slots, slots);
+    if (static_cast<int>(v.slots.size()) < v.num_slots) v.slots.resize(static_cast<size_t>(v.num_slots));
+    auto slot = [&](ValueRef r) { return base[static_cast<size_t>(r.node->id)] + r.index; };
+    v.arg_slots.clear();
+    {
+      size_t p = 0;
+      for (size_t i = 0; i < v.key.size(); ++i) {
+        std::vector<int> s;
+        size_t n = v.key[i].kind == Arg::kTensor || v.key[i].runtime ? 1 : v.key[i].shapes.size();
+        if (v.key[i].kind == Arg::kScalar || v.key[i].kind == Arg::kBool) n = v.key[i].runtime ? 1 : 0;
+        for (size_t t = 0; t < n; ++t) s.push_back(slot(g.value_of(phs[p++])));
+        v.arg_slots.push_back(s);
+      }
+    }
+    // What the path needs: outputs, guard values and side effects (print).
+    std::vector<char> need(nodes.size(), 0);
+    for (const auto& o : outs) need[static_cast<size_t>(g.node_of(o)->id)] = 1;
+    for (const auto& b : ctx.breaks) need[static_cast<size_t>(b.v.node->id)] = 1;
+    for (const auto& n : nodes)
+      if (n->kind == NodeKind::Op && n->op->has(kSideEffect)) need[static_cast<size_t>(n->id)] = 1;
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it)
+      if (need[static_cast<size_t>((*it)->id)])
+        for (const auto& in : (*it)->inputs) need[static_cast<size_t>(in.node->id)] = 1;
+
+    std::vector<int> cuts;
+    for (const auto& b : ctx.breaks) cuts.push_back(b.cut);
+    cuts.push_back(static_cast<int>(nodes.size()));
+    std::vector<std::unique_ptr<TreeNode>> pieces;
+    int lo = 0;
+    for (size_t pi = 0; pi < cuts.size(); ++pi) {
+      auto tn = std::make_unique<TreeNode>();
+      for (int id = lo; id < cuts[pi]; ++id) {
+        const Node& n = *nodes[static_cast<size_t>(id)];
+        if (!need[static_cast<size_t>(id)]) continue;
+        if (n.kind == NodeKind::Constant) tn->constants.push_back({base[static_cast<size_t>(id)], n.value});
+        if (n.kind != NodeKind::Op) continue;
+        Step st{n.op, n.attrs, {}, {}};
+        for (const auto& in : n.inputs) st.in.push_back(slot(in));
+        for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) st.out.push_back(base[static_cast<size_t>(id)] + o);
+        tn->steps.push_back(std::move(st));
+        ++tn->nodes;
+      }
+      if (pi < ctx.breaks.size()) {
+        tn->guard_slot = slot(ctx.breaks[pi].v);
+        tn->guard_what = ctx.breaks[pi].what;
+        tn->guard_where = ctx.breaks[pi].where;
+      } else {
+        tn->leaf = true;
+        for (const auto& o : outs) tn->out_slots.push_back(slot(g.value_of(o)));
+      }
+      pieces.push_back(std::move(tn));
+      lo = cuts[pi];
+    }
+    // Insert into the trace tree, sharing the prefix already there.
+    if (!v.root) {
+      v.root = std::move(pieces[0]);
+      stats.pieces += 1;
+    }
+    TreeNode* cur = v.root.get();
+    for (size_t pi = 0; pi + 1 < pieces.size(); ++pi) {
+      const Tensor& val = ctx.breaks[pi].value;
+      TreeNode* next = nullptr;
+      for (auto& [gv, child] : cur->children)
+        if (same_value(gv, val)) next = child.get();
+      if (!next) {
+        cur->children.push_back({val, std::move(pieces[pi + 1])});
+        next = cur->children.back().second.get();
+        stats.pieces += 1;
+      }
+      cur = next;
+    }
+  }
+
+  // Replays `v`; returns false (and the reason) when a break guard has no traced branch.
+  bool replay(Version& v, const std::vector<Arg>& args, std::vector<Tensor>& outs, std::string* why) {
+    auto& slots = v.slots;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const auto& s = v.arg_slots[i];
+      if (args[i].kind == Arg::kTensor) {
+        slots[static_cast<size_t>(s[0])] = args[i].t;
+      } else if (args[i].kind == Arg::kTensorList) {
+        for (size_t t = 0; t < s.size(); ++t) slots[static_cast<size_t>(s[t])] = args[i].ts[t];
+      } else if (!s.empty()) {
+        slots[static_cast<size_t>(s[0])] = scalar_tensor(args[i].v, Float32);
+      }
+    }
+    NoGradGuard ng;
+    TreeNode* cur = v.root.get();
+    TensorList ins;
+    bool ok = true;
+    while (cur) {
+      for (auto& [s, val] : cur->constants) slots[static_cast<size_t>(s)] = val;
+      for (auto& st : cur->steps) {
+        ins.clear();
+        for (int x : st.in) ins.push_back(slots[static_cast<size_t>(x)]);
+        TensorList o = run_kernel(*st.op, std::span<const Tensor>(ins.data(), ins.size()), st.attrs);
+        for (size_t k = 0; k < st.out.size(); ++k) slots[static_cast<size_t>(st.out[k])] = std::move(o[k]);
+      }
+      if (cur->leaf) {
+        outs.clear();
+        for (int s : cur->out_slots) outs.push_back(slots[static_cast<size_t>(s)]);
+        break;
+      }
+      const Tensor& gv = slots[static_cast<size_t>(cur->guard_slot)];
+      TreeNode* next = nullptr;
+      for (auto& [val, child] : cur->children)
+        if (same_value(val, gv)) next = child.get();
+      if (!next) {
+        *why = str_cat("graph break at ", cur->guard_where, ": ", cur->guard_what,
+                       "() gave ", value_str(gv), ", a branch not traced yet");
+        ok = false;
+        break;
+      }
+      cur = next;
+    }
+    ins.clear();
+    for (auto& s : slots) s = Tensor();  // release this call's intermediates
+    return ok;
+  }
+
+  void verify_outputs(const std::vector<Arg>& args, const Fn& fn, const std::vector<Tensor>& outs) {
+    std::vector<Tensor> ref;
+    {
+      NoGradGuard ng;
+      std::vector<Arg> a = args;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (std::find(opts.runtime_scalars.begin(), opts.runtime_scalars.end(), static_cast<int>(i)) !=
+            opts.runtime_scalars.end()) {
+          a[i].kind = Arg::kTensor;
+          a[i].t = scalar_tensor(a[i].v, Float32);
+        }
+      ref = fn(a);
+    }
+    for (size_t k = 0; k < outs.size() && k < ref.size(); ++k) {
+      auto x = outs[k].to_vector<double>(), y = ref[k].to_vector<double>();
+      double worst = x.size() == y.size() ? 0 : INFINITY;
+      for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+        double d = std::fabs(x[i] - y[i]);
+        if (!(d <= 1e-5 + 1e-4 * std::fabs(y[i]))) worst = std::max(worst, d);
+      }
+      if (worst > 0) {
+        ++stats.verify_mismatches;
+        std::cerr << "[jit] " << opts.name << ": KILN_JIT_VERIFY mismatch on output " << k
+                  << " (max abs diff " << worst << "); the compiled plan and eager disagree — "
+                  << "is fn a pure function of its inputs?\n";
+      }
+    }
+  }
+
+  std::vector<Tensor> call(const std::vector<Arg>& args, const Fn& fn) {
+    if (stats.eager_fallback) return run_eager(args, fn);
+    Key k = key_of(args, opts.runtime_scalars);
+    Version* hit = nullptr;
+    for (auto& v : versions)
+      if (mismatch(v->key, k).empty()) {
+        hit = v.get();
+        break;
+      }
+    std::string reason;
+    if (hit && hit->eager_only) {
+      ++stats.hits;
+      return run_eager(args, fn);
+    }
+    if (hit) {
+      std::vector<Tensor> outs;
+      if (hit->with_grad) {
+        outs = call_with_grad(*hit, args);
+        ++stats.hits;
+        if (verify) verify_outputs(args, fn, outs);
+        return outs;
+      }
+      if (replay(*hit, args, outs, &reason)) {
+        ++stats.hits;
+        if (verify) verify_outputs(args, fn, outs);
+        return outs;
+      }
+      // A break guard failed: retrace along the new path into the same version.
+      if (!budget_ok(reason)) return run_eager(args, fn);
+      ++stats.misses;
+      log_recompile(reason);
+      trace(*hit, args, fn, nullptr);
+      if (!replay(*hit, args, outs, &reason)) fail("jit", "internal: the new trace does not replay: ", reason);
+      return outs;
+    }
+    // No version matches: a new one (dynamic dims when only dims changed).
+    Key nk = k;
+    if (versions.empty()) {
+      reason = "first call";
+    } else {
+      reason = mismatch(versions.back()->key, k);
+      Key dyn;
+      if (opts.dynamic_dims) {
+        for (auto& v : versions)
+          if (only_dims_differ(v->key, k, &dyn)) {
+            nk = dyn;
+            reason += " -> recompiling with those dims dynamic";
+            break;
+          }
+      }
+    }
+    if (!versions.empty() && !budget_ok(reason)) return run_eager(args, fn);
+    ++stats.misses;
+    if (!versions.empty()) log_recompile(reason);
+    auto v = std::make_unique<Version>();
+    v->key = nk;
+    Version& ref = *v;
+    versions.insert(versions.begin(), std::move(v));
+    trace(ref, args, fn, nullptr);
+    if (ref.eager_only) return run_eager(args, fn);
+    std::vector<Tensor> outs;
+    if (ref.with_grad) return call_with_grad(ref, args);
+    if (!replay(ref, args, outs, &reason)) fail("jit", "internal: the new trace does not replay: ", reason);
+    return outs;
+  }
+
+  std::vector<Tensor> call_with_grad(Version& v, const std::vector<Arg>& args) {
+    int64_t id;
+    {
+      auto& t = grad_table();
+      std::lock_guard<std::mutex> lk(t.mu);
+      auto it = std::find(t.versions.begin(), t.versions.end(), &v);
+      if (it == t.versions.end()) {
+        t.versions.push_back(&v);
+        it = t.versions.end() - 1;
+      }
+      id = it - t.versions.begin();
+    }
+    std::vector<Tensor> ins;
+    for (const auto& a : args) {
+      if (a.kind == Arg::kTensor) ins.push_back(a.t);
+      if (a.kind == Arg::kTensorList) ins.insert(ins.end(), a.ts.begin(), a.ts.end());
+    }
+    TensorList r = kiln::call(kJitCall, std::span<const Tensor>(ins.data(), ins.size()), {id});
+    return std::vector<Tensor>(r.begin(), r.end());
+  }
+
+  bool budget_ok(const std::string& reason) {
+    if (stats.compiles < opts.max_recompiles + 1) return true;
+    stats.eager_fallback = true;
+    fallback_reason = reason;
+    if (!warned_fallback) {
+      warned_fallback = true;
+      std::cerr << "[jit] " << opts.name << ": recompile budget (" << opts.max_recompiles
+                << ") exhausted, running eagerly from now on; last reason: " << reason << "\n";
+    }
+    return false;
+  }
+
+  void log_recompile(const std::string& reason) {
+    recompile_log.push_back(reason);
+    if (log_recompiles) std::cerr << "[jit] " << opts.name << ": recompile: " << reason << "\n";
+  }
+};
+
+namespace {
+TensorList run_version_plain(Version& v, std::span<const Tensor> tensors) {
+  // Rebuild Args for the slot loader: autodiff versions have tensor args only.
+  std::vector<Arg> args;
+  size_t p = 0;
+  for (const auto& ak : v.key) {
+    Arg a;
+    a.kind = ak.kind;
+    if (ak.kind == Arg::kTensor) a.t = tensors[p++];
+    if (ak.kind == Arg::kTensorList)
+      for (size_t t = 0; t < ak.shapes.size(); ++t) a.ts.push_back(tensors[p++]);
+    if (ak.kind == Arg::kScalar || ak.kind == Arg::kBool) a.v = ak.value;
+    args.push_back(a);
+  }
+  Engine::Impl dummy;  // replay needs no engine state
+  std::vector<Tensor> outs;
+  std::string why;
+  if (!dummy.replay(v, args, outs, &why)) fail("jit", why);
+  TensorList r;
+  for (auto& o : outs) r.push_back(o);
+  return r;
+}
+}  // namespace
+
+Engine::Engine(JitOptions opts) : impl_(std::make_unique<Impl>()) { impl_->opts = std::move(opts); }
+Engine::~Engine() = default;
+
+std::vector<Tensor> Engine::call(const std::vector<Arg>& args, const Impl::Fn& fn) {
+  return impl_->call(args, fn);
+}
+
+Engine::Stats Engine::stats() const { return impl_->stats; }
+
+std::string Engine::explain() const {
+  const Impl& m = *impl_;
+  std::ostringstream os;
+  os << "jit '" << m.opts.name << "': " << (m.stats.hits + m.stats.misses) << " calls, "
+     << m.stats.hits << " hits, " << m.stats.misses << " misses, " << m.stats.compiles
+     << " compiles, " << m.stats.graph_breaks << " graph breaks traced\n";
+  if (m.stats.eager_fallback)
+    os << "  running eagerly: recompile budget (" << m.opts.max_recompiles
+       << ") exhausted; last reason: " << m.fallback_reason << "\n";
+  os << "versions (newest first):\n";
+  int vi = 0;
+  for (const auto& v : m.versions) {
+    os << "  #" << vi++ << " guards: " << key_str(v->key) << "\n";
+    os << "     compile time " << v->compile_ms << " ms";
+    if (v->eager_only) os << "; runs eagerly (graph break under autograd)";
+    if (v->with_grad) os << "; compiled backward graph (forward recomputed in it)";
+    os << "\n";
+    std::function<void(const TreeNode*, int, const std::string&)> walk =
+        [&](const TreeNode* t, int depth, const std::string& via) {
+          os << "     " << std::string(static_cast<size_t>(depth) * 2, ' ') << "piece" << via << ": "
+             << t->nodes << " nodes";
+          if (!t->leaf) os << ", then guard on " << t->guard_what << "() at " << t->guard_where;
+          os << "\n";
+          for (const auto& [val, child] : t->children)
+            walk(child.get(), depth + 1, str_cat(" [if ", value_str(val), "]"));
+        };
+    if (v->root) walk(v->root.get(), 0, "");
+  }
+  if (!m.break_log.empty()) {
+    os << "graph breaks:\n";
+    for (const auto& b : m.break_log) os << "  " << b << "\n";
+  }
+  if (!m.recompile_log.empty()) {
+    os << "recompiles:\n";
+    for (const auto& r : m.recompile_log) os << "  " << r << "\n";
+  }
+  if (m.verify) os << "verify: " << m.stats.verify_mismatches << " mismatches\n";
+  return os.str();
+}
+
+}  // namespace kiln::jitd

@@ -1,0 +1,198 @@
+// kiln::jit: trace eager code into graphs, piecewise, with guards (DESIGN section 7).
+//
+//   auto f = kiln::jit([](const Tensor& x, int k) { return relu(x) * double(k); });
+//   Tensor y = f(x, 3);   // miss: traced, optimized, compiled; later calls with the same
+//                         // dtype/shape/requires_grad of x and k == 3 replay the plan
+//
+// Guards: per tensor argument dtype, shape and requires_grad; per scalar argument its value
+// (one compiled version per constant) unless it is listed in JitOptions::runtime_scalars, in
+// which case fn's parameter must be a Tensor and receives a 0-d tensor (one version for all).
+// A host read of a traced value (item(), bool conversion, to_vector()) is a graph break: the
+// piece so far is compiled and run, the value becomes a guard, and tracing goes on in a new
+// piece. Host code between pieces does NOT rerun on replay: fn must be a function of its
+// inputs (as with jax.jit). std::cout inside fn runs only while tracing; kiln::print runs on
+// every call.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+struct JitOptions {
+  /// Positions of scalar arguments that are run-time inputs (passed to fn as 0-d tensors).
+  std::vector<int> runtime_scalars;
+  /// Past this many recompiles the function runs eagerly (and says so once).
+  int max_recompiles = 8;
+  /// After a shape guard fails only on some dims, recompile once with those dims dynamic.
+  bool dynamic_dims = true;
+  /// Name used in explain() and logs.
+  std::string name = "fn";
+};
+
+namespace jitd {
+
+/// One flattened argument.
+struct Arg {
+  enum Kind { kTensor, kTensorList, kScalar, kBool } kind = kTensor;
+  Tensor t;
+  std::vector<Tensor> ts;
+  double v = 0;
+};
+
+/// The non-template engine behind every jitted function.
+class Engine {
+ public:
+  explicit Engine(JitOptions opts);
+  ~Engine();
+  /// Runs the function: `trace(args)` calls the user's fn on (possibly symbolic) arguments and
+  /// returns its flattened outputs; `eager(args)` calls it plainly.
+  std::vector<Tensor> call(const std::vector<Arg>& args,
+                           const std::function<std::vector<Tensor>(const std::vector<Arg>&)>& fn);
+  std::string explain() const;
+  struct Stats {
+    int64_t hits = 0, misses = 0, compiles = 0, graph_breaks = 0, pieces = 0;
+    int64_t verify_mismatches = 0;
+    bool eager_fallback = false;
+  };
+  Stats stats() const;
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+inline Arg to_arg(const Tensor& t) { return Arg{Arg::kTensor, t, {}, 0}; }
+inline Arg to_arg(const std::vector<Tensor>& ts) { return Arg{Arg::kTensorList, {}, ts, 0}; }
+inline Arg to_arg(bool b) { return Arg{Arg::kBool, {}, {}, b ? 1.0 : 0.0}; }
+template <typename T, std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, int> = 0>
+Arg to_arg(T v) {
+  return Arg{Arg::kScalar, {}, {}, static_cast<double>(v)};
+}
+
+template <typename P>
+struct FromArg {
+  static P get(const Arg& a) {
+    using D = std::decay_t<P>;
+    if constexpr (std::is_same_v<D, Tensor>) {
+      return a.t;
+    } else if constexpr (std::is_same_v<D, std::vector<Tensor>>) {
+      return a.ts;
+    } else if constexpr (std::is_same_v<D, bool>) {
+      return a.v != 0;
+    } else {
+      return static_cast<D>(a.v);
+    }
+  }
+};
+
+inline void flatten(const Tensor& t, std::vector<Tensor>& out) { out.push_back(t); }
+inline void flatten(const std::vector<Tensor>& ts, std::vector<Tensor>& out) {
+  out.insert(out.end(), ts.begin(), ts.end());
+}
+template <typename... T>
+void flatten(const std::tuple<T...>& tup, std::vector<Tensor>& out) {
+  std::apply([&](const auto&... x) { (flatten(x, out), ...); }, tup);
+}
+template <typename A, typename B>
+void flatten(const std::pair<A, B>& p, std::vector<Tensor>& out) {
+  flatten(p.first, out);
+  flatten(p.second, out);
+}
+
+// Rebuilds a result of type R from flattened tensors; `shape_of` (a result of the trace) gives
+// vector sizes.
+inline Tensor unflatten(const Tensor*, const std::vector<Tensor>& v, size_t& i) { return v[i++]; }
+inline std::vector<Tensor> unflatten(const std::vector<Tensor>* proto, const std::vector<Tensor>& v,
+                                     size_t& i) {
+  size_t n = proto ? proto->size() : v.size() - i;
+  std::vector<Tensor> r(v.begin() + static_cast<long>(i), v.begin() + static_cast<long>(i + n));
+  i += n;
+  return r;
+}
+template <typename... T>
+std::tuple<T...> unflatten(const std::tuple<T...>*, const std::vector<Tensor>& v, size_t& i) {
+  return std::tuple<T...>{unflatten(static_cast<const T*>(nullptr), v, i)...};
+}
+template <typename A, typename B>
+std::pair<A, B> unflatten(const std::pair<A, B>*, const std::vector<Tensor>& v, size_t& i) {
+  A a = unflatten(static_cast<const A*>(nullptr), v, i);
+  B b = unflatten(static_cast<const B*>(nullptr), v, i);
+  return {a, b};
+}
+
+template <typename F>
+struct Traits : Traits<decltype(&F::operator())> {};
+template <typename C, typename R, typename... A>
+struct Traits<R (C::*)(A...) const> {
+  using Ret = R;
+  using Params = std::tuple<A...>;
+};
+template <typename C, typename R, typename... A>
+struct Traits<R (C::*)(A...)> {
+  using Ret = R;
+  using Params = std::tuple<A...>;
+};
+template <typename R, typename... A>
+struct Traits<R (*)(A...)> {
+  using Ret = R;
+  using Params = std::tuple<A...>;
+};
+
+}  // namespace jitd
+
+/// A jitted callable; see the file comment. Copies share the same compiled versions.
+template <typename F>
+class JitFunction {
+ public:
+  JitFunction(F fn, JitOptions opts)
+      : fn_(std::make_shared<F>(std::move(fn))),
+        engine_(std::make_shared<jitd::Engine>(std::move(opts))) {}
+
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    using Ret = typename jitd::Traits<F>::Ret;
+    using Params = typename jitd::Traits<F>::Params;
+    static_assert(sizeof...(Args) == std::tuple_size_v<Params>, "wrong number of arguments");
+    std::vector<jitd::Arg> flat{jitd::to_arg(args)...};
+    // The last traced result gives the structure (vector sizes) for unflattening.
+    auto shared_fn = fn_;
+    auto proto = std::make_shared<std::vector<size_t>>();
+    std::vector<Tensor> outs = engine_->call(flat, [shared_fn](const std::vector<jitd::Arg>& a) {
+      Ret r = call_with(*shared_fn, a, std::make_index_sequence<std::tuple_size_v<Params>>{});
+      std::vector<Tensor> o;
+      jitd::flatten(r, o);
+      return o;
+    });
+    size_t i = 0;
+    return jitd::unflatten(static_cast<const Ret*>(nullptr), outs, i);
+  }
+
+  /// Pieces, graph breaks (reason and source line), recompiles (which guard failed), compile
+  /// times, hits and misses.
+  std::string explain() const { return engine_->explain(); }
+  jitd::Engine::Stats stats() const { return engine_->stats(); }
+
+ private:
+  template <std::size_t... I>
+  static auto call_with(F& f, const std::vector<jitd::Arg>& a, std::index_sequence<I...>) {
+    using Params = typename jitd::Traits<F>::Params;
+    return f(jitd::FromArg<std::tuple_element_t<I, Params>>::get(a[I])...);
+  }
+  std::shared_ptr<F> fn_;
+  std::shared_ptr<jitd::Engine> engine_;
+};
+
+/// Wraps `fn` (a lambda or function object taking Tensors, std::vector<Tensor>, arithmetic
+/// scalars and bools; returning a Tensor, a std::vector<Tensor>, a tuple or a pair of those).
+template <typename F>
+JitFunction<std::decay_t<F>> jit(F&& fn, JitOptions opts = {}) {
+  return JitFunction<std::decay_t<F>>(std::forward<F>(fn), std::move(opts));
+}
+
+}  // namespace kiln

@@ -1,0 +1,162 @@
+// Control-flow primitives of the dataflow IR: switch (route a value to one of two outputs, the
+// other is dead) and merge (forward whichever input is live). Deadness is an undefined Tensor:
+// eagerly switch_ returns an undefined tensor on the untaken side, and the Session executor
+// keeps undefined slots for dead values (kiln/exec/session.cpp). cond and while_loop, which need
+// the graph builder and the executor, live in kiln/exec/control_flow.cpp.
+#include "kiln/ops/op_util.h"
+
+namespace kiln {
+namespace {
+
+// pred must be a one-element bool tensor; its shape is checked statically when it is known.
+void check_pred(const char* op, const Tensor& pred) {
+  if (pred.dtype() != Bool)
+    fail(op, "predicate must be bool, got ", pred.dtype(), " (shape ", pred.shape(), ")");
+  if (pred.shape().is_static() && pred.numel() != 1)
+    fail(op, "predicate must have one element, got shape ", pred.shape());
+}
+
+MetaList switch_infer(std::span<const Tensor> in, const Attrs&) {
+  check_pred("switch", in[1]);
+  MetaList m;
+  m.push_back(TensorMeta{in[0].dtype(), in[0].shape()});
+  m.push_back(TensorMeta{in[0].dtype(), in[0].shape()});
+  return m;
+}
+
+MetaList merge_infer(std::span<const Tensor> in, const Attrs&) {
+  if (in.empty()) fail("merge", "needs at least one input");
+  Shape s = in[0].shape();
+  for (size_t k = 1; k < in.size(); ++k) {
+    if (in[k].dtype() != in[0].dtype())
+      fail("merge", "inputs differ in dtype: input 0 is ", in[0].dtype(), in[0].shape(),
+           ", input ", k, " is ", in[k].dtype(), in[k].shape());
+    if (in[k].shape().rank() != s.rank())
+      fail("merge", "inputs differ in rank: input 0 has shape ", in[0].shape(), ", input ", k,
+           " has shape ", in[k].shape());
+    // Where the live input is only known at run time, differing dims become dynamic.
+    for (int64_t d = 0; d < s.rank(); ++d)
+      if (s[d] != in[k].shape()[d]) s[d] = Dim::any();
+  }
+  MetaList m;
+  m.push_back(TensorMeta{in[0].dtype(), s});
+  m.push_back(TensorMeta{Int64, Shape{}});
+  return m;
+}
+
+// The executor calls this only with both inputs live; the untaken output stays undefined (dead).
+TensorList switch_view(std::span<const Tensor> in, const Attrs&) {
+  check_pred("switch", in[1]);
+  if (in[1].numel() != 1) fail("switch", "predicate must have one element, got shape ", in[1].shape());
+  bool p = in[1].item<bool>();
+  TensorList out;
+  out.push_back(p ? Tensor() : in[0]);
+  out.push_back(p ? in[0] : Tensor());
+  return out;
+}
+
+// Inputs may be undefined (dead); the executor hands them over as they are.
+TensorList merge_view(std::span<const Tensor> in, const Attrs&) {
+  TensorList out;
+  for (size_t k = 0; k < in.size(); ++k)
+    if (in[k].defined()) {
+      out.push_back(in[k]);
+      out.push_back(scalar_tensor(static_cast<double>(k), Int64));
+      return out;
+    }
+  out.push_back(Tensor());
+  out.push_back(Tensor());
+  return out;
+}
+
+// Gradient of Switch: the two output gradients (one of them dead at run time) merge back.
+TensorList switch_grad(const GradCtx& c) {
+  if (!c.need(0) || !c.g(0).defined() || !c.g(1).defined()) return {Tensor(), Tensor()};
+  return {merge({c.g(0), c.g(1)})[0], Tensor()};
+}
+
+// Gradient of Merge: a Switch of the output gradient on the same predicate. For the two-input
+// merge cond builds ({false, true}), value_index == pred.
+TensorList merge_grad(const GradCtx& c) {
+  size_t n = c.inputs.size();
+  TensorList out;
+  if (!c.g(0).defined()) {
+    for (size_t k = 0; k < n; ++k) out.push_back(Tensor());
+    return out;
+  }
+  if (n == 1) return {c.g(0)};
+  if (n == 2) {
+    auto s = switch_(c.g(0), cast(c.out(1), Bool));
+    return {s[0], s[1]};
+  }
+  for (size_t k = 0; k < n; ++k)
+    out.push_back(c.need(k) ? switch_(c.g(0), eq(c.out(1), static_cast<double>(k)))[1] : Tensor());
+  return out;
+}
+
+const OpDef& kSwitch = def_op({.name = "switch", .num_inputs = 2, .num_outputs = 2,
+    .traits = kControlFlow,
+    .infer = switch_infer,
+    .view = switch_view,
+    .grad = switch_grad,
+    .doc = "switch(data, pred) -> {false_out, true_out}: data goes to the taken side, the other "
+           "output is dead"});
+
+const OpDef& kMerge = def_op({.name = "merge", .num_inputs = -1, .num_outputs = 2,
+    .traits = kControlFlow,
+    .infer = merge_infer,
+    .view = merge_view,
+    .grad = merge_grad,
+    .doc = "merge(inputs) -> {out, value_index}: forwards the live input; dead when all are"});
+
+bool any_symbolic(std::span<const Tensor> ts) {
+  for (const auto& t : ts)
+    if (t.defined() && t.is_symbolic()) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<Tensor> switch_(const Tensor& data, const Tensor& pred) {
+  if (!data.defined() || !pred.defined()) fail("switch", "data and predicate must be defined");
+  Tensor in[2] = {data, pred};
+  if (any_symbolic(in)) {
+    TensorList o = call(kSwitch, {data, pred});
+    return {o[0], o[1]};
+  }
+  // Eagerly the taken output is the data tensor itself: no copy, and autograd flows through it
+  // unchanged (switch is the identity on the live side).
+  check_pred("switch", pred);
+  if (pred.numel() != 1) fail("switch", "predicate must have one element, got shape ", pred.shape());
+  if (pred.item<bool>()) return {Tensor(), data};
+  return {data, Tensor()};
+}
+
+std::vector<Tensor> merge(const std::vector<Tensor>& inputs) {
+  if (inputs.empty()) fail("merge", "needs at least one input");
+  std::span<const Tensor> in(inputs.data(), inputs.size());
+  if (any_symbolic(in)) {
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (!inputs[k].defined())
+        fail("merge", "input ", k, " is undefined; in a graph every input must be a tensor");
+    TensorList o = call(kMerge, in);
+    return {o[0], o[1]};
+  }
+  // Eager: dead inputs are undefined tensors; the first live one is forwarded as is.
+  const Tensor* live = nullptr;
+  size_t idx = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!inputs[k].defined()) continue;
+    if (live && inputs[k].dtype() != live->dtype())
+      fail("merge", "inputs differ in dtype: input ", idx, " is ", live->dtype(), live->shape(),
+           ", input ", k, " is ", inputs[k].dtype(), inputs[k].shape());
+    if (!live) {
+      live = &inputs[k];
+      idx = k;
+    }
+  }
+  if (!live) return {Tensor(), Tensor()};
+  return {*live, scalar_tensor(static_cast<double>(idx), Int64)};
+}
+
+}  // namespace kiln
