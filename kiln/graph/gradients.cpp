@@ -62,14 +62,18 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<T
     bool any = false;
     for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i) any = any || grads.count(key(n, i));
     if (!any) continue;
-    if (!n->op->grad)
-      fail("gradients", "op '", n->op->name, "' (node %", n->id, ") has no gradient rule");
     TensorList ins, outs, gout;
     SmallVec<bool, 4> needs;
+    bool any_need = false;
     for (const auto& in : n->inputs) {
       ins.push_back(sym(in));
       needs.push_back(from_x.count(in.node->id) > 0 && is_floating(in.node->outputs[in.index].dtype));
+      any_need = any_need || needs.back();
     }
+    // An x itself (e.g. the output of detach) needs no gradient for its inputs.
+    if (!any_need) continue;
+    if (!n->op->grad)
+      fail("gradients", "op '", n->op->name, "' (node %", n->id, ") has no gradient rule");
     for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i) {
       Tensor o = sym(ValueRef{n, i});
       outs.push_back(o);

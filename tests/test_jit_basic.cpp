@@ -1,0 +1,182 @@
+// kiln::jit: guards and constant specialization (lecture case 1), graph breaks and the trace
+// tree (case 2), dynamic dims, the recompile budget, verify mode, explain(), autodiff through
+// the compiled backward, and a jitted training step equal to eager.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/kiln.h"
+#include "kiln/optim/optim.h"
+
+using namespace kiln;
+
+namespace {
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+TEST(Jit, ConstantSpecialization) {
+  auto f = jit([](const Tensor& x, int c) { return mul(relu(x), static_cast<double>(c)); });
+  Tensor x = tensor({-1.f, 2.f, 3.f});
+  for (int c : {1, 2, 3}) EXPECT_EQ(f(x, c).to_vector<float>(), (std::vector<float>{0.f, 2.f * c, 3.f * c}));
+  EXPECT_EQ(f.stats().compiles, 3);
+  // A constant seen before compiles nothing.
+  EXPECT_EQ(f(x, 2).to_vector<float>(), (std::vector<float>{0.f, 4.f, 6.f}));
+  EXPECT_EQ(f.stats().compiles, 3);
+  EXPECT_EQ(f.stats().hits, 1);
+  EXPECT_NE(f.explain().find("arg 1 value: expected"), std::string::npos) << f.explain();
+}
+
+TEST(Jit, RuntimeScalarIsOneVersion) {
+  auto f = jit([](const Tensor& x, const Tensor& c) { return mul(x, c); },
+               JitOptions{.runtime_scalars = {1}});
+  Tensor x = tensor({1.f, 2.f});
+  for (double c : {1.0, 2.5, -3.0}) EXPECT_EQ(f(x, c).to_vector<float>(), (std::vector<float>{float(c), float(2 * c)}));
+  EXPECT_EQ(f.stats().compiles, 1);
+}
+
+TEST(Jit, GraphBreakBuildsTraceTree) {
+  // static -> dynamic (host read) -> static: the lecture's case 2.
+  auto f = jit([](const Tensor& x) {
+    Tensor s = mul(x, 2.0);
+    if ((s.sum() > 0).item<bool>()) return add(s, 1.0);
+    return sub(mul(s, s), 1.0);
+  });
+  Tensor pos = tensor({1.f, 2.f}), neg = tensor({-1.f, -2.f});
+  EXPECT_EQ(f(pos).to_vector<float>(), (std::vector<float>{3.f, 5.f}));
+  EXPECT_EQ(f(neg).to_vector<float>(), (std::vector<float>{3.f, 15.f}));
+  auto warm = f.stats();
+  EXPECT_EQ(warm.compiles, 2);   // one per branch of the tree
+  EXPECT_EQ(warm.pieces, 3);     // shared first piece + two second pieces
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(f(pos).to_vector<float>(), (std::vector<float>{3.f, 5.f}));
+    EXPECT_EQ(f(neg).to_vector<float>(), (std::vector<float>{3.f, 15.f}));
+    EXPECT_EQ(f(tensor({5.f, -1.f})).to_vector<float>(), (std::vector<float>{11.f, -1.f}));
+  }
+  EXPECT_EQ(f.stats().compiles, 2);  // no retrace after warm-up
+  std::string e = f.explain();
+  EXPECT_NE(e.find("test_jit_basic.cpp"), std::string::npos) << e;
+  EXPECT_NE(e.find("item() of a traced value -> graph break"), std::string::npos) << e;
+  EXPECT_NE(e.find("[if 1]"), std::string::npos) << e;
+  EXPECT_NE(e.find("[if 0]"), std::string::npos) << e;
+}
+
+TEST(Jit, DynamicDimsCompileAtMostTwice) {
+  auto f = jit([](const Tensor& x) { return sum(tanh(x), {1}); });
+  for (int64_t len = 5; len <= 50; ++len) {
+    Tensor x = randn({4, len});
+    EXPECT_LT(max_diff(f(x), sum(tanh(x), {1})), 1e-6);
+  }
+  EXPECT_LE(f.stats().compiles, 2);
+  EXPECT_NE(f.explain().find("arg 0 dim 1: expected 5, got 6"), std::string::npos) << f.explain();
+}
+
+TEST(Jit, BudgetFallsBackToEagerOnce) {
+  auto f = jit([](const Tensor& x, int c) { return add(x, static_cast<double>(c)); },
+               JitOptions{.max_recompiles = 3, .name = "adder"});
+  Tensor x = zeros({2});
+  ::testing::internal::CaptureStderr();
+  for (int c = 0; c < 10; ++c) EXPECT_EQ(f(x, c).to_vector<float>(), (std::vector<float>{float(c), float(c)}));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(f.stats().eager_fallback);
+  EXPECT_EQ(f.stats().compiles, 4);
+  size_t first = err.find("recompile budget (3) exhausted");
+  EXPECT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("recompile budget", first + 1), std::string::npos) << "said more than once";
+  EXPECT_NE(f.explain().find("running eagerly"), std::string::npos);
+}
+
+TEST(Jit, VerifyModeCatchesImpureFunction) {
+  setenv("KILN_JIT_VERIFY", "1", 1);
+  int calls = 0;
+  // Host state that changes between calls: the compiled plan bakes in the traced value.
+  auto f = jit([&calls](const Tensor& x) { return add(x, static_cast<double>(++calls)); });
+  unsetenv("KILN_JIT_VERIFY");
+  Tensor x = zeros({2});
+  ::testing::internal::CaptureStderr();
+  f(x);
+  f(x);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_GE(f.stats().verify_mismatches, 1);
+  EXPECT_NE(err.find("KILN_JIT_VERIFY mismatch"), std::string::npos) << err;
+}
+
+TEST(Jit, PrintRunsOnEveryReplay) {
+  auto f = jit([](const Tensor& x) { return mul(print(x, "seen"), 2.0); });
+  ::testing::internal::CaptureStdout();
+  f(tensor({1.f}));
+  f(tensor({2.f}));
+  f(tensor({3.f}));
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("seen tensor([2.])"), std::string::npos) << out;
+  EXPECT_NE(out.find("seen tensor([3.])"), std::string::npos) << out;
+}
+
+TEST(Jit, BackwardThroughCompiledGraph) {
+  auto f = jit([](const Tensor& x, const Tensor& w) { return mean(tanh(matmul(x, w))); });
+  manual_seed(7);
+  Tensor x = randn({4, 3}), w0 = randn({3, 2});
+  Tensor w = w0.clone().requires_grad_();
+  Tensor y = f(x, w);
+  y.backward();
+  Tensor we = w0.clone().requires_grad_();
+  mean(tanh(matmul(x, we))).backward();
+  EXPECT_LT(max_diff(y, mean(tanh(matmul(x, w0)))), 1e-6);
+  EXPECT_LT(max_diff(w.grad(), we.grad()), 1e-6);
+  EXPECT_NE(f.explain().find("compiled backward graph"), std::string::npos);
+  // gradcheck through the jitted function (float64).
+  auto r = gradcheck([&](const std::vector<Tensor>& a) { return f(a[0], a[1]); },
+                     {randn({2, 3}, Float64), randn({3, 2}, Float64)});
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(Jit, TrainingStepEqualsEager) {
+  // One SGD step written once: grad() gives autograd eagerly and gradients() under jit.
+  auto step = [](const Tensor& w_in, const Tensor& b_in, const Tensor& x, const Tensor& y) {
+    Tensor w = w_in.detach().requires_grad_(), b = b_in.detach().requires_grad_();
+    Tensor logits = add(matmul(x, w), b);
+    Tensor loss = cross_entropy(logits, y);
+    auto g = grad({loss}, {w, b});
+    return std::make_tuple(sub(w_in, mul(g[0], 0.5)), sub(b_in, mul(g[1], 0.5)), loss.detach());
+  };
+  auto jstep = jit(step);
+  manual_seed(8);
+  Tensor x = randn({16, 5}), y = randint(0, 3, {16});
+  Tensor we = zeros({5, 3}), be = zeros({3}), wj = we, bj = be;
+  for (int i = 0; i < 20; ++i) {
+    auto [w1, b1, l1] = step(we, be, x, y);
+    auto [w2, b2, l2] = jstep(wj, bj, x, y);
+    EXPECT_LT(std::fabs(l1.item<double>() - l2.item<double>()), 1e-5 * (1 + std::fabs(l1.item<double>())));
+    we = w1.detach(), be = b1.detach(), wj = w2, bj = b2;
+  }
+  EXPECT_LT(max_diff(we, wj), 1e-5);
+  EXPECT_LT(max_diff(be, bj), 1e-5);
+  EXPECT_EQ(jstep.stats().compiles, 1);
+}
+
+TEST(Jit, VectorAndTupleResults) {
+  auto f = jit([](const std::vector<Tensor>& xs) {
+    std::vector<Tensor> r;
+    for (const auto& x : xs) r.push_back(exp(x));
+    return r;
+  });
+  auto r = f(std::vector<Tensor>{zeros({2}), ones({1})});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_FLOAT_EQ(r[1].item<float>(), std::exp(1.f));
+}
+
+TEST(Jit, GuardCheckReportsFailedGuard) {
+  auto f = jit([](const Tensor& x) { return relu(x); }, JitOptions{.dynamic_dims = false});
+  f(zeros({2, 32}));
+  f(zeros({2, 48}));
+  EXPECT_NE(f.explain().find("arg 0 dim 1: expected 32, got 48"), std::string::npos) << f.explain();
+  f(zeros({2, 32}, Float64));
+  EXPECT_NE(f.explain().find("dtype: expected float32, got float64"), std::string::npos) << f.explain();
+}
+
+}  // namespace
