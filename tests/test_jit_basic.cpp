@@ -180,3 +180,17 @@ TEST(Jit, GuardCheckReportsFailedGuard) {
 }
 
 }  // namespace
+
+namespace {
+TEST(Jit, CondIsOneGraphWithoutBreaks) {
+  auto f = jit([](const Tensor& a, const Tensor& b, const Tensor& c) {
+    return cond(lt(a, b), [&] { return add(a, c); }, [&] { return mul(b, b); });
+  });
+  Tensor z = scalar_tensor(3.f);
+  EXPECT_FLOAT_EQ(f(scalar_tensor(1.f), scalar_tensor(2.f), z).item<float>(), 4.f);
+  EXPECT_FLOAT_EQ(f(scalar_tensor(4.f), scalar_tensor(2.f), z).item<float>(), 4.f);
+  EXPECT_FLOAT_EQ(f(scalar_tensor(5.f), scalar_tensor(3.f), z).item<float>(), 9.f);
+  EXPECT_EQ(f.stats().compiles, 1);
+  EXPECT_EQ(f.stats().graph_breaks, 0);
+}
+}  // namespace

@@ -484,9 +484,19 @@ struct Engine::Impl {
       for (auto& [s, val] : cur->constants) slots[static_cast<size_t>(s)] = val;
       for (auto& st : cur->steps) {
         ins.clear();
-        for (int x : st.in) ins.push_back(slots[static_cast<size_t>(x)]);
-        TensorList o = run_kernel(*st.op, std::span<const Tensor>(ins.data(), ins.size()), st.attrs);
-        for (size_t k = 0; k < st.out.size(); ++k) slots[static_cast<size_t>(st.out[k])] = std::move(o[k]);
+        bool dead = false;
+        for (int x : st.in) {
+          ins.push_back(slots[static_cast<size_t>(x)]);
+          dead = dead || !ins.back().defined();
+        }
+        // Dataflow deadness (cond inside a jitted fn), as in the Session: a step with a dead
+        // input is skipped, except merge, which forwards its live input.
+        bool merge = st.op->has(kControlFlow) && st.op->name == "merge";
+        if (dead && !merge) continue;
+        std::span<const Tensor> in_span(ins.data(), ins.size());
+        TensorList o = merge ? st.op->view(in_span, st.attrs) : run_kernel(*st.op, in_span, st.attrs);
+        for (size_t k = 0; k < st.out.size() && k < o.size(); ++k)
+          slots[static_cast<size_t>(st.out[k])] = std::move(o[k]);
       }
       if (cur->leaf) {
         outs.clear();
