@@ -104,16 +104,36 @@ void w3(int threads) {
   for (int i = 0; i < 1000; ++i) z = add(z, ys);
   Session sess(g);
   auto fg = [&] { sess.run(z, {{xs, x0}}); };
-  std::vector<double> te, tg;
+  // And traced from the eager code by jit.
+  auto jf = jit([](const Tensor& a, const Tensor& b) {
+    Tensor r = a;
+    for (int i = 0; i < 1000; ++i) r = add(r, b);
+    return r;
+  });
+  auto fj = [&] { jf(x0, y); };
+  std::vector<double> te, tg, tj;
   for (int r = 0; r < 9; ++r) {
     te.push_back(median_time(f, 1, 20, r == 0 ? 5 : 0));
     tg.push_back(median_time(fg, 1, 20, r == 0 ? 5 : 0));
+    tj.push_back(median_time(fj, 1, 20, r == 0 ? 5 : 0));
   }
   std::sort(te.begin(), te.end());
   std::sort(tg.begin(), tg.end());
+  std::sort(tj.begin(), tj.end());
   std::string p = "{\"ops\": 1000, \"numel\": 16}";
   emit("W3", "dependent_adds", "kiln", "eager", threads, p, "us/op", te[4] / 1000 * 1e6);
   emit("W3", "dependent_adds", "kiln", "graph", threads, p, "us/op", tg[4] / 1000 * 1e6);
+  emit("W3", "dependent_adds", "kiln", "jit", threads, p, "us/op", tj[4] / 1000 * 1e6);
+  // The guard check alone on a 4-tensor-argument function (target: under 1 us).
+  auto g4 = jit([](const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d) {
+    return add(add(a, b), add(c, d));
+  });
+  Tensor a4 = randn({8, 8}), b4 = randn({8, 8}), c4 = randn({8, 8}), d4 = randn({8, 8});
+  g4(a4, b4, c4, d4);
+  bool ok = true;
+  double tgc = median_time([&] { ok = ok && g4.guards_accept(a4, b4, c4, d4); }, 9, 20000, 1);
+  emit("W3", "jit_guard_check_4_tensors", "kiln", "jit", threads, "{\"args\": 4}", "us/call",
+       ok ? tgc * 1e6 : -1);
 }
 
 // W4: MLP 784-256-256-10, ReLU, batch 128, cross-entropy, one SGD step.
@@ -151,15 +171,85 @@ void w4(int threads) {
   Tensor step = optim::SGD(0.01).minimize(loss);
   Session sess(g);
   auto graph_step = [&] { sess.run(step, {{x, xb}, {y, yb}}); };
-  std::vector<double> te, tg;
+  // JIT: the training step written as a function of (params, batch) -> (new params, loss).
+  auto jstep = jit([](const std::vector<Tensor>& prm, const Tensor& xin, const Tensor& yin) {
+    std::vector<Tensor> q;
+    for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
+    Tensor hh = relu(linear(xin, q[0], q[1]));
+    hh = relu(linear(hh, q[2], q[3]));
+    Tensor l = cross_entropy(linear(hh, q[4], q[5]), yin);
+    std::vector<Tensor> gs = grad({l}, q);
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], 0.01)));
+    out.push_back(l.detach());
+    return out;
+  });
+  std::vector<Tensor> jp = {wa, ba, wb, bb, wc, bc};
+  auto jit_step = [&] {
+    auto r = jstep(jp, xb, yb);
+    for (size_t i = 0; i < jp.size(); ++i) jp[i] = r[i];
+  };
+  std::vector<double> te, tg, tj;
   for (int r = 0; r < 7; ++r) {
     te.push_back(median_time(eager_step, 1, 20, r == 0 ? 5 : 0));
     tg.push_back(median_time(graph_step, 1, 20, r == 0 ? 5 : 0));
+    tj.push_back(median_time(jit_step, 1, 20, r == 0 ? 5 : 0));
   }
   std::sort(te.begin(), te.end());
   std::sort(tg.begin(), tg.end());
+  std::sort(tj.begin(), tj.end());
   emit("W4", "mlp_train_step", "kiln", "eager", threads, p, "steps/s", 1.0 / te[3]);
   emit("W4", "mlp_train_step", "kiln", "graph", threads, p, "steps/s", 1.0 / tg[3]);
+  emit("W4", "mlp_train_step", "kiln", "jit", threads, p, "steps/s", 1.0 / tj[3]);
+}
+
+// W6: LSTM train step, cell written as a loop over time steps (seq 32, batch 32, input 64,
+// hidden 256) + linear + cross-entropy + SGD, eagerly and as one jitted training step.
+std::vector<Tensor> lstm_step(const std::vector<Tensor>& prm, const Tensor& x, const Tensor& y) {
+  // prm: wx [64, 1024], wh [256, 1024], b [1024], wo [10, 256], bo [10]
+  std::vector<Tensor> q;
+  for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
+  const int64_t B = x.size(1), H = 256;
+  Tensor h = zeros({B, H}), c = zeros({B, H});
+  for (int64_t t = 0; t < x.size(0); ++t) {
+    Tensor gates = add(add(matmul(x.select(0, t), q[0]), matmul(h, q[1])), q[2]);
+    auto gc = chunk(gates, 4, 1);
+    c = add(mul(sigmoid(gc[1]), c), mul(sigmoid(gc[0]), tanh(gc[2])));
+    h = mul(sigmoid(gc[3]), tanh(c));
+  }
+  Tensor loss = cross_entropy(linear(h, q[3], q[4]), y);
+  std::vector<Tensor> gs = grad({loss}, q);
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], 0.01)));
+  out.push_back(loss.detach());
+  return out;
+}
+
+void w6(int threads) {
+  manual_seed(6);
+  Tensor x = randn({32, 32, 64}), y = randint(0, 10, {32});
+  std::vector<Tensor> prm = {mul(randn({64, 1024}), 0.05), mul(randn({256, 1024}), 0.05),
+                             zeros({1024}), mul(randn({10, 256}), 0.05), zeros({10})};
+  std::vector<Tensor> pe = prm, pj = prm;
+  auto eager_step = [&] {
+    auto r = lstm_step(pe, x, y);
+    for (size_t i = 0; i < pe.size(); ++i) pe[i] = r[i].detach();
+  };
+  auto jstep = jit(lstm_step);
+  auto jit_step = [&] {
+    auto r = jstep(pj, x, y);
+    for (size_t i = 0; i < pj.size(); ++i) pj[i] = r[i];
+  };
+  std::vector<double> te, tj;
+  for (int r = 0; r < 5; ++r) {
+    te.push_back(median_time(eager_step, 1, 3, r == 0 ? 2 : 0));
+    tj.push_back(median_time(jit_step, 1, 3, r == 0 ? 2 : 0));
+  }
+  std::sort(te.begin(), te.end());
+  std::sort(tj.begin(), tj.end());
+  std::string p = "{\"seq\": 32, \"batch\": 32, \"input\": 64, \"hidden\": 256}";
+  emit("W6", "lstm_cell_loop_train_step", "kiln", "eager", threads, p, "steps/s", 1.0 / te[2]);
+  emit("W6", "lstm_cell_loop_train_step", "kiln", "jit", threads, p, "steps/s", 1.0 / tj[2]);
 }
 
 }  // namespace
@@ -177,6 +267,7 @@ int main(int argc, char** argv) {
   else if (w == "W2") w2(threads);
   else if (w == "W3") w3(threads);
   else if (w == "W4") w4(threads);
+  else if (w == "W6") w6(threads);
   else {
     std::cerr << "unknown workload " << w << "\n";
     return 2;

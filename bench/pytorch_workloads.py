@@ -76,10 +76,19 @@ def w3(threads, config):
         for _ in range(1000):
             x = torch.add(x, y)
 
+    @torch.jit.script
+    def chain(x0: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x = x0
+        for _ in range(1000):
+            x = torch.add(x, y)
+        return x
+
     with torch.no_grad():
         t = median_time(f, reps=15, inner=5, warmup=3)
-    emit("W3", "dependent_adds", "eager", threads, {"ops": 1000, "numel": 16}, "us/op",
-         t / 1000 * 1e6, config)
+        ts = median_time(lambda: chain(x0, y), reps=15, inner=5, warmup=3)
+    p = {"ops": 1000, "numel": 16}
+    emit("W3", "dependent_adds", "eager", threads, p, "us/op", t / 1000 * 1e6, config)
+    emit("W3", "dependent_adds", "torchscript", threads, p, "us/op", ts / 1000 * 1e6, config)
 
 
 def w4(threads, config):
@@ -101,10 +110,63 @@ def w4(threads, config):
          "steps/s", 1.0 / t, config)
 
 
+def w6(threads, config):
+    torch.manual_seed(6)
+    x, y = torch.randn(32, 32, 64), torch.randint(0, 10, (32,))
+    p = {"seq": 32, "batch": 32, "input": 64, "hidden": 256}
+
+    # nn.LSTM
+    lstm, head = torch.nn.LSTM(64, 256), torch.nn.Linear(256, 10)
+    opt = torch.optim.SGD(list(lstm.parameters()) + list(head.parameters()), lr=0.01)
+
+    def step_lstm():
+        out, _ = lstm(x)
+        loss = F.cross_entropy(head(out[-1]), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    # The cell as a loop over time steps (what Kiln runs), eager and TorchScript.
+    wx = (torch.randn(64, 1024) * 0.05).requires_grad_()
+    wh = (torch.randn(256, 1024) * 0.05).requires_grad_()
+    b = torch.zeros(1024, requires_grad=True)
+    wo = (torch.randn(10, 256) * 0.05).requires_grad_()
+    bo = torch.zeros(10, requires_grad=True)
+    params = [wx, wh, b, wo, bo]
+    opt2 = torch.optim.SGD(params, lr=0.01)
+
+    def cell_loop(x, wx, wh, b, wo, bo):
+        h = torch.zeros(x.shape[1], 256)
+        c = torch.zeros(x.shape[1], 256)
+        for t in range(x.shape[0]):
+            gates = x[t] @ wx + h @ wh + b
+            i, f, g, o = gates.chunk(4, 1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return F.linear(h, wo, bo)
+
+    scripted = torch.jit.script(cell_loop)
+
+    def step_cell(fn):
+        def step():
+            loss = F.cross_entropy(fn(x, *params), y)
+            opt2.zero_grad()
+            loss.backward()
+            opt2.step()
+        return step
+
+    emit("W6", "lstm_nn_module_train_step", "eager", threads, p, "steps/s",
+         1.0 / median_time(step_lstm, reps=5, inner=3, warmup=2), config)
+    emit("W6", "lstm_cell_loop_train_step", "eager", threads, p, "steps/s",
+         1.0 / median_time(step_cell(cell_loop), reps=5, inner=3, warmup=2), config)
+    emit("W6", "lstm_cell_loop_train_step", "torchscript", threads, p, "steps/s",
+         1.0 / median_time(step_cell(scripted), reps=5, inner=3, warmup=3), config)
+
+
 def main():
     workload, threads, config = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(threads)
-    {"W1": w1, "W2": w2, "W3": w3, "W4": w4}[workload](threads, config)
+    {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W6": w6}[workload](threads, config)
 
 
 if __name__ == "__main__":

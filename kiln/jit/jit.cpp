@@ -17,6 +17,7 @@
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
 #include "kiln/ops/ops.h"
+#include "kiln/passes/passes.h"
 
 namespace kiln::jitd {
 namespace {
@@ -80,17 +81,20 @@ std::string mismatch(const Key& g, const Key& k) {
     if (a.shapes.size() != b.shapes.size())
       return str_cat("arg ", i, ": list length: expected ", a.shapes.size(), ", got ", b.shapes.size());
     for (size_t t = 0; t < a.shapes.size(); ++t) {
-      std::string at = a.shapes.size() > 1 || a.kind == Arg::kTensorList ? str_cat("arg ", i, "[", t, "]") : str_cat("arg ", i);
+      auto at = [&] {  // built only when a guard fails
+        return a.shapes.size() > 1 || a.kind == Arg::kTensorList ? str_cat("arg ", i, "[", t, "]")
+                                                                  : str_cat("arg ", i);
+      };
       if (a.dtypes[t] != b.dtypes[t])
-        return str_cat(at, " dtype: expected ", a.dtypes[t], ", got ", b.dtypes[t]);
+        return str_cat(at(), " dtype: expected ", a.dtypes[t], ", got ", b.dtypes[t]);
       if (a.grads[t] != b.grads[t])
-        return str_cat(at, " requires_grad: expected ", a.grads[t] ? "true" : "false", ", got ",
+        return str_cat(at(), " requires_grad: expected ", a.grads[t] ? "true" : "false", ", got ",
                        b.grads[t] ? "true" : "false");
       if (a.shapes[t].rank() != b.shapes[t].rank())
-        return str_cat(at, " rank: expected ", a.shapes[t].rank(), ", got ", b.shapes[t].rank());
+        return str_cat(at(), " rank: expected ", a.shapes[t].rank(), ", got ", b.shapes[t].rank());
       for (int64_t d = 0; d < a.shapes[t].rank(); ++d)
         if (a.shapes[t][d] >= 0 && a.shapes[t][d] != b.shapes[t][d])
-          return str_cat(at, " dim ", d, ": expected ", a.shapes[t][d], ", got ", b.shapes[t][d]);
+          return str_cat(at(), " dim ", d, ": expected ", a.shapes[t][d], ", got ", b.shapes[t][d]);
     }
     if (!a.runtime && (a.kind == Arg::kScalar || a.kind == Arg::kBool) && a.value != b.value)
       return str_cat("arg ", i, " value: expected ", a.value, ", got ", b.value);
@@ -146,6 +150,7 @@ struct Step {
   const OpDef* op;
   Attrs attrs;
   std::vector<int> in, out;
+  std::vector<int> free_after;  // slots whose last use is this step (single-piece traces)
 };
 
 struct TreeNode {
@@ -352,7 +357,12 @@ struct Engine::Impl {
         build_grad(v, g, placeholders, outs);
       }
     }
-    if (!v.eager_only) add_path(v, g, ctx, placeholders, outs);
+    if (!v.eager_only) {
+      if (ctx.breaks.empty() && !v.root)
+        add_single(v, g, placeholders, outs);
+      else
+        add_path(v, g, ctx, placeholders, outs);
+    }
     v.compile_ms += now_ms() - t0;
     ++stats.compiles;
     // The result of this call: the traced values, computed by running the compiled path.
@@ -379,6 +389,67 @@ struct Engine::Impl {
     for (const auto& p : phs) xs.push_back(p);
     v.g_in_grads = diff_outs.empty() ? std::vector<Tensor>(phs.size()) : gradients(diff_outs, xs, gys);
     v.bwd_session = std::make_unique<Session>(g);
+  }
+
+  // A trace without graph breaks gets the full optimizer (const_fold, CSE, DCE) and frees each
+  // intermediate after its last use.
+  void add_single(Version& v, Graph& g, const std::vector<Tensor>& phs, const std::vector<Tensor>& outs) {
+    std::vector<ValueRef> roots;
+    for (const auto& o : outs) roots.push_back(g.value_of(o));
+    for (const auto& n : g.nodes())
+      if (n->kind == NodeKind::Op && n->op->has(kSideEffect))
+        for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i) roots.push_back(ValueRef{n.get(), i});
+    Program prog = prune(*g.impl(), roots);
+    optimize(prog);
+    const auto& nodes = prog.graph->nodes;
+    std::vector<int> base(nodes.size());
+    int slots = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      base[i] = slots;
+      slots += static_cast<int>(nodes[i]->outputs.size());
+    }
+    v.num_slots = std::max(v.num_slots, slots);
+    if (static_cast<int>(v.slots.size()) < v.num_slots) v.slots.resize(static_cast<size_t>(v.num_slots));
+    auto slot = [&](ValueRef r) { return base[static_cast<size_t>(r.node->id)] + r.index; };
+    auto ph_slot = [&](const Tensor& ph) {
+      const std::string& name = g.node_of(ph)->name;
+      for (const auto& n : nodes)
+        if (n->kind == NodeKind::Placeholder && n->name == name) return slot(ValueRef{n.get(), 0});
+      return -1;  // the argument is not used
+    };
+    v.arg_slots.clear();
+    size_t p = 0;
+    for (size_t i = 0; i < v.key.size(); ++i) {
+      std::vector<int> s;
+      size_t n = v.key[i].kind == Arg::kTensor || v.key[i].runtime ? 1 : v.key[i].shapes.size();
+      if (v.key[i].kind == Arg::kScalar || v.key[i].kind == Arg::kBool) n = v.key[i].runtime ? 1 : 0;
+      for (size_t t = 0; t < n; ++t) s.push_back(ph_slot(phs[p++]));
+      v.arg_slots.push_back(s);
+    }
+    auto tn = std::make_unique<TreeNode>();
+    tn->leaf = true;
+    for (size_t k = 0; k < outs.size(); ++k) tn->out_slots.push_back(slot(prog.fetches[k]));
+    std::vector<int> last(static_cast<size_t>(slots), -1);
+    for (const auto& n : nodes) {
+      if (n->kind == NodeKind::Constant) tn->constants.push_back({base[static_cast<size_t>(n->id)], n->value});
+      if (n->kind != NodeKind::Op) continue;
+      Step st{n->op, n->attrs, {}, {}, {}};
+      for (const auto& in : n->inputs) {
+        st.in.push_back(slot(in));
+        last[static_cast<size_t>(slot(in))] = static_cast<int>(tn->steps.size());
+      }
+      for (int o = 0; o < static_cast<int>(n->outputs.size()); ++o) st.out.push_back(base[static_cast<size_t>(n->id)] + o);
+      tn->steps.push_back(std::move(st));
+      ++tn->nodes;
+    }
+    std::vector<char> keep(static_cast<size_t>(slots), 0);
+    for (int s : tn->out_slots) keep[static_cast<size_t>(s)] = 1;
+    for (auto& [s, val] : tn->constants) keep[static_cast<size_t>(s)] = 1;
+    for (int s = 0; s < slots; ++s)
+      if (!keep[static_cast<size_t>(s)] && last[static_cast<size_t>(s)] >= 0)
+        tn->steps[static_cast<size_t>(last[static_cast<size_t>(s)])].free_after.push_back(s);
+    v.root = std::move(tn);
+    stats.pieces += 1;
   }
 
   void add_path(Version& v, Graph& g, TraceCtx& ctx, const std::vector<Tensor>& phs,
@@ -426,7 +497,7 @@ struct Engine::Impl {
         if (!need[static_cast<size_t>(id)]) continue;
         if (n.kind == NodeKind::Constant) tn->constants.push_back({base[static_cast<size_t>(id)], n.value});
         if (n.kind != NodeKind::Op) continue;
-        Step st{n.op, n.attrs, {}, {}};
+        Step st{n.op, n.attrs, {}, {}, {}};
         for (const auto& in : n.inputs) st.in.push_back(slot(in));
         for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) st.out.push_back(base[static_cast<size_t>(id)] + o);
         tn->steps.push_back(std::move(st));
@@ -469,10 +540,11 @@ struct Engine::Impl {
     for (size_t i = 0; i < args.size(); ++i) {
       const auto& s = v.arg_slots[i];
       if (args[i].kind == Arg::kTensor) {
-        slots[static_cast<size_t>(s[0])] = args[i].t;
+        if (s[0] >= 0) slots[static_cast<size_t>(s[0])] = args[i].t;
       } else if (args[i].kind == Arg::kTensorList) {
-        for (size_t t = 0; t < s.size(); ++t) slots[static_cast<size_t>(s[t])] = args[i].ts[t];
-      } else if (!s.empty()) {
+        for (size_t t = 0; t < s.size(); ++t)
+          if (s[t] >= 0) slots[static_cast<size_t>(s[t])] = args[i].ts[t];
+      } else if (!s.empty() && s[0] >= 0) {
         slots[static_cast<size_t>(s[0])] = scalar_tensor(args[i].v, Float32);
       }
     }
@@ -497,6 +569,7 @@ struct Engine::Impl {
         TensorList o = merge ? st.op->view(in_span, st.attrs) : run_kernel(*st.op, in_span, st.attrs);
         for (size_t k = 0; k < st.out.size() && k < o.size(); ++k)
           slots[static_cast<size_t>(st.out[k])] = std::move(o[k]);
+        for (int fs : st.free_after) slots[static_cast<size_t>(fs)] = Tensor();
       }
       if (cur->leaf) {
         outs.clear();
@@ -686,6 +759,13 @@ std::vector<Tensor> Engine::call(const std::vector<Arg>& args, const Impl::Fn& f
 }
 
 Engine::Stats Engine::stats() const { return impl_->stats; }
+
+bool Engine::guards_accept(const std::vector<Arg>& args) const {
+  Key k = key_of(args, impl_->opts.runtime_scalars);
+  for (const auto& v : impl_->versions)
+    if (mismatch(v->key, k).empty()) return true;
+  return false;
+}
 
 std::string Engine::explain() const {
   const Impl& m = *impl_;

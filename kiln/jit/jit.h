@@ -55,6 +55,8 @@ class Engine {
   std::vector<Tensor> call(const std::vector<Arg>& args,
                            const std::function<std::vector<Tensor>(const std::vector<Arg>&)>& fn);
   std::string explain() const;
+  /// Runs only the guard check: whether some compiled version accepts `args` (for benchmarks).
+  bool guards_accept(const std::vector<Arg>& args) const;
   struct Stats {
     int64_t hits = 0, misses = 0, compiles = 0, graph_breaks = 0, pieces = 0;
     int64_t verify_mismatches = 0;
@@ -176,6 +178,12 @@ class JitFunction {
   /// Pieces, graph breaks (reason and source line), recompiles (which guard failed), compile
   /// times, hits and misses.
   std::string explain() const { return engine_->explain(); }
+  /// The guard check alone (no execution), for measuring its cost.
+  template <typename... Args>
+  bool guards_accept(const Args&... args) const {
+    std::vector<jitd::Arg> flat{jitd::to_arg(args)...};
+    return engine_->guards_accept(flat);
+  }
   jitd::Engine::Stats stats() const { return engine_->stats(); }
 
  private:
