@@ -214,3 +214,23 @@ TEST(GraphSession, ManyRunsDoNotGrowMemory) {
 }
 
 }  // namespace
+
+namespace {
+// The lecture's y = softmax(matmul(x, w)) prints as the lecture's Mermaid graph.
+TEST(GraphSession, LectureSoftmaxMatmulMermaid) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 784});
+  Tensor w = g.variable("w", zeros({784, 10}));
+  Tensor y = softmax(matmul(x, w), -1);
+  EXPECT_EQ(g.to_mermaid(),
+            "graph LR\n"
+            "    n0[x]\n"
+            "    n1[w]\n"
+            "    n2[matmul]\n"
+            "    n3[softmax]\n"
+            "    n0 --> n2\n"
+            "    n1 --> n2\n"
+            "    n2 --> n3\n");
+  EXPECT_EQ(y.shape(), (Shape{-1, 10}));
+}
+}  // namespace
