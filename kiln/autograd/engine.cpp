@@ -165,7 +165,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
     AutogradMeta& m = *roots[i].impl()->autograd;
     if (m.grad_fn) {
       auto& b = buf[m.grad_fn.get()];
-      if (b.size() < m.grad_fn->outputs.size()) b.resize(m.grad_fn->outputs.size());
+      if (b.size() < m.grad_fn->out_impls.size()) b.resize(m.grad_fn->out_impls.size());
       b[m.output_nr] = accumulate(b[m.output_nr], root_grads[i]);
     } else {
       deliver_leaf(roots[i].impl_ptr(), root_grads[i]);
@@ -186,7 +186,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
     auto bit = buf.find(n);
     SmallVec<Tensor, 4> gout;
     if (bit != buf.end()) gout = std::move(bit->second);
-    gout.resize(n->outputs.size());
+    gout.resize(n->out_impls.size());
     if (n->released)
       fail("backward", "trying to backward through the graph a second time (op '", n->name(),
            "'); the saved tensors were freed. Pass retain_graph=true to the first backward");
@@ -277,7 +277,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
         continue;
       }
       auto& b = buf[e.fn.get()];
-      if (b.size() < e.fn->outputs.size()) b.resize(e.fn->outputs.size());
+      if (b.size() < e.fn->out_impls.size()) b.resize(e.fn->out_impls.size());
       if (g.defined()) b[e.output_nr] = accumulate(b[e.output_nr], g);
       alive.push_back(e.fn);
       if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());

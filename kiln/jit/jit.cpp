@@ -624,6 +624,13 @@ struct Engine::Impl {
 
   std::vector<Tensor> call(const std::vector<Arg>& args, const Fn& fn) {
     if (stats.eager_fallback) return run_eager(args, fn);
+    // Called on symbolic tensors (inside a graph being built or another trace): inline fn
+    // into that graph, as jax does with nested jit.
+    for (const auto& a : args) {
+      bool sym = a.kind == Arg::kTensor && a.t.defined() && a.t.is_symbolic();
+      for (const auto& t : a.ts) sym = sym || (t.defined() && t.is_symbolic());
+      if (sym) return fn(args);
+    }
     Key k = key_of(args, opts.runtime_scalars);
     Version* hit = nullptr;
     for (auto& v : versions)
