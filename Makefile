@@ -43,7 +43,7 @@ asan: deps
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer (the slow label is skipped).
 test-asan: asan
-	ASAN_OPTIONS=detect_leaks=0 ctest --preset asan -j $(JOBS) -LE slow
+	ctest --preset asan -j $(JOBS) -LE slow
 
 bench: bench-deps build
 	bench/run
