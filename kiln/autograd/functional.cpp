@@ -19,33 +19,10 @@ std::vector<Tensor> fresh_leaves(const std::vector<Tensor>& inputs) {
 }
 }  // namespace
 
-std::vector<Tensor> grad(const TensorFn& fn, const std::vector<Tensor>& inputs) {
-  std::vector<Tensor> xs = fresh_leaves(inputs);
-  EnableGradGuard eg;
-  Tensor y = fn(xs);
-  if (y.numel() != 1) fail("grad", "fn must return a scalar, got shape ", y.shape());
-  std::vector<Tensor> diff;
-  for (auto& x : xs)
-    if (x.requires_grad()) diff.push_back(x);
-  std::vector<Tensor> g = grad({y}, diff, {}, false, false, true);
-  std::vector<Tensor> out;
-  size_t j = 0;
-  for (auto& x : xs) {
-    if (!x.requires_grad()) {
-      out.emplace_back();
-      continue;
-    }
-    Tensor gi = g[j++];
-    out.push_back(gi.defined() ? gi : zeros_like(x));
-  }
-  return out;
-}
-
-std::pair<Tensor, std::vector<Tensor>> vjp(const TensorFn& fn, const std::vector<Tensor>& inputs,
-                                           const Tensor& v) {
-  std::vector<Tensor> xs = fresh_leaves(inputs);
-  EnableGradGuard eg;
-  Tensor y = fn(xs);
+namespace {
+// Gradients of y (with cotangent v; undefined = ones for a scalar) for each leaf: zeros where y
+// does not depend on it, undefined for non-floating leaves.
+std::vector<Tensor> leaf_grads(const Tensor& y, const std::vector<Tensor>& xs, const Tensor& v) {
   std::vector<Tensor> diff;
   for (auto& x : xs)
     if (x.requires_grad()) diff.push_back(x);
@@ -60,7 +37,25 @@ std::pair<Tensor, std::vector<Tensor>> vjp(const TensorFn& fn, const std::vector
     Tensor gi = g[j++];
     out.push_back(gi.defined() ? gi : zeros_like(x));
   }
-  return {y.detach(), out};
+  return out;
+}
+}  // namespace
+
+std::vector<Tensor> grad(const TensorFn& fn, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> xs = fresh_leaves(inputs);
+  EnableGradGuard eg;
+  Tensor y = fn(xs);
+  if (y.numel() != 1) fail("grad", "fn must return a scalar, got shape ", y.shape());
+  return leaf_grads(y, xs, Tensor());
+}
+
+std::pair<Tensor, std::vector<Tensor>> vjp(const TensorFn& fn, const std::vector<Tensor>& inputs,
+                                           const Tensor& v) {
+  std::vector<Tensor> xs = fresh_leaves(inputs);
+  EnableGradGuard eg;
+  Tensor y = fn(xs);
+  std::vector<Tensor> g = leaf_grads(y, xs, v);
+  return {y.detach(), g};
 }
 
 GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, double eps,

@@ -391,6 +391,35 @@ struct Engine::Impl {
     v.bwd_session = std::make_unique<Session>(g);
   }
 
+  // First slot of each node's outputs (node order), growing the version's slot table to fit.
+  static std::vector<int> slot_bases(Version& v, const std::vector<std::unique_ptr<Node>>& nodes,
+                                     int* total) {
+    std::vector<int> base(nodes.size());
+    int slots = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      base[i] = slots;
+      slots += static_cast<int>(nodes[i]->outputs.size());
+    }
+    v.num_slots = std::max(v.num_slots, slots);
+    if (static_cast<int>(v.slots.size()) < v.num_slots) v.slots.resize(static_cast<size_t>(v.num_slots));
+    *total = slots;
+    return base;
+  }
+
+  // Which slot each flattened argument is loaded into (placeholders in argument order).
+  template <typename SlotOf>
+  static void assign_arg_slots(Version& v, const std::vector<Tensor>& phs, SlotOf slot_of) {
+    v.arg_slots.clear();
+    size_t p = 0;
+    for (size_t i = 0; i < v.key.size(); ++i) {
+      std::vector<int> s;
+      size_t n = v.key[i].kind == Arg::kTensor || v.key[i].runtime ? 1 : v.key[i].shapes.size();
+      if (v.key[i].kind == Arg::kScalar || v.key[i].kind == Arg::kBool) n = v.key[i].runtime ? 1 : 0;
+      for (size_t t = 0; t < n; ++t) s.push_back(slot_of(phs[p++]));
+      v.arg_slots.push_back(s);
+    }
+  }
+
   // A trace without graph breaks gets the full optimizer (const_fold, CSE, DCE) and frees each
   // intermediate after its last use.
   void add_single(Version& v, Graph& g, const std::vector<Tensor>& phs, const std::vector<Tensor>& outs) {
@@ -402,14 +431,8 @@ struct Engine::Impl {
     Program prog = prune(*g.impl(), roots);
     optimize(prog);
     const auto& nodes = prog.graph->nodes;
-    std::vector<int> base(nodes.size());
     int slots = 0;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      base[i] = slots;
-      slots += static_cast<int>(nodes[i]->outputs.size());
-    }
-    v.num_slots = std::max(v.num_slots, slots);
-    if (static_cast<int>(v.slots.size()) < v.num_slots) v.slots.resize(static_cast<size_t>(v.num_slots));
+    std::vector<int> base = slot_bases(v, nodes, &slots);
     auto slot = [&](ValueRef r) { return base[static_cast<size_t>(r.node->id)] + r.index; };
     auto ph_slot = [&](const Tensor& ph) {
       const std::string& name = g.node_of(ph)->name;
@@ -417,15 +440,7 @@ struct Engine::Impl {
         if (n->kind == NodeKind::Placeholder && n->name == name) return slot(ValueRef{n.get(), 0});
       return -1;  // the argument is not used
     };
-    v.arg_slots.clear();
-    size_t p = 0;
-    for (size_t i = 0; i < v.key.size(); ++i) {
-      std::vector<int> s;
-      size_t n = v.key[i].kind == Arg::kTensor || v.key[i].runtime ? 1 : v.key[i].shapes.size();
-      if (v.key[i].kind == Arg::kScalar || v.key[i].kind == Arg::kBool) n = v.key[i].runtime ? 1 : 0;
-      for (size_t t = 0; t < n; ++t) s.push_back(ph_slot(phs[p++]));
-      v.arg_slots.push_back(s);
-    }
+    assign_arg_slots(v, phs, ph_slot);
     auto tn = std::make_unique<TreeNode>();
     tn->leaf = true;
     for (size_t k = 0; k < outs.size(); ++k) tn->out_slots.push_back(slot(prog.fetches[k]));
@@ -455,26 +470,10 @@ struct Engine::Impl {
   void add_path(Version& v, Graph& g, TraceCtx& ctx, const std::vector<Tensor>& phs,
                 const std::vector<Tensor>& outs) {
     const auto& nodes = g.nodes();
-    std::vector<int> base(nodes.size());
     int slots = 0;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      base[i] = slots;
-      slots += static_cast<int>(nodes[i]->outputs.size());
-    }
-    v.num_slots = std::max(v.num_slots, slots);
-    if (static_cast<int>(v.slots.size()) < v.num_slots) v.slots.resize(static_cast<size_t>(v.num_slots));
+    std::vector<int> base = slot_bases(v, nodes, &slots);
     auto slot = [&](ValueRef r) { return base[static_cast<size_t>(r.node->id)] + r.index; };
-    v.arg_slots.clear();
-    {
-      size_t p = 0;
-      for (size_t i = 0; i < v.key.size(); ++i) {
-        std::vector<int> s;
-        size_t n = v.key[i].kind == Arg::kTensor || v.key[i].runtime ? 1 : v.key[i].shapes.size();
-        if (v.key[i].kind == Arg::kScalar || v.key[i].kind == Arg::kBool) n = v.key[i].runtime ? 1 : 0;
-        for (size_t t = 0; t < n; ++t) s.push_back(slot(g.value_of(phs[p++])));
-        v.arg_slots.push_back(s);
-      }
-    }
+    assign_arg_slots(v, phs, [&](const Tensor& ph) { return slot(g.value_of(ph)); });
     // What the path needs: outputs, guard values and side effects (print).
     std::vector<char> need(nodes.size(), 0);
     for (const auto& o : outs) need[static_cast<size_t>(g.node_of(o)->id)] = 1;
