@@ -97,7 +97,12 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<T
       if (!needs[k] || !gin[k].defined()) continue;
       Tensor gk = gin[k];
       const TensorMeta& m = n->inputs[k].node->outputs[n->inputs[k].index];
-      if (gk.shape() != m.shape) gk = sum_to(gk, m.shape);
+      // With dynamic dims the shapes may agree at build time and differ at run time (a [?, 4]
+      // placeholder fed [1, 4] next to a [3, 4] tensor): reduce to the input's run-time shape.
+      if (!m.shape.is_static() || !gk.shape().is_static())
+        gk = sum_to_like(gk, ins[k]);
+      else if (gk.shape() != m.shape)
+        gk = sum_to(gk, m.shape);
       auto kk = key(n->inputs[k].node, n->inputs[k].index);
       auto gi = grads.find(kk);
       if (gi == grads.end())

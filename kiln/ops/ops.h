@@ -129,6 +129,8 @@ Tensor argmax(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool k
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 /// Sums a broadcast tensor back down to `shape` (the gradient of broadcasting).
 Tensor sum_to(const Tensor& a, const Shape& shape);
+/// sum_to with the target shape read from `like` when it runs (works with dynamic dims).
+Tensor sum_to_like(const Tensor& a, const Tensor& like);
 Tensor softmax(const Tensor& a, int64_t dim = -1);
 Tensor log_softmax(const Tensor& a, int64_t dim = -1);
 

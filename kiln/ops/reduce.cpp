@@ -276,6 +276,24 @@ const OpDef& kArgmin = def_op({.name = "argmin", .attr_names = {"dim", "keepdim"
     .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_arg("argmin", in, a); },
     .kernel = arg_kernel<false>});
 
+// sum_to with the target shape taken from another tensor at run time: the gradient of a
+// broadcast when shapes are only known when the graph runs (dynamic dims).
+const OpDef& kSumToLike = def_op({.name = "sum_to_like", .num_inputs = 2,
+    .traits = kReduction | kView,
+    .infer = [](std::span<const Tensor> in, const Attrs&) {
+      const Shape& a = in[0].shape();
+      const Shape& t = in[1].shape();
+      if (t.rank() > a.rank())
+        fail("sum_to_like", "cannot reduce shape ", a, " to the larger rank of ", t);
+      return one(in[0].dtype(), t);
+    },
+    .view = [](std::span<const Tensor> in, const Attrs&) {
+      NoGradGuard ng;  // an eager helper inside one op: nothing to record
+      Tensor r = sum_to(in[0], in[1].shape());
+      return TensorList{r};
+    },
+    .grad = [](const GradCtx& c) { return TensorList{expand_as(c.g(), c.in(0)), Tensor()}; }});
+
 }  // namespace
 
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
@@ -300,6 +318,8 @@ Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
   return call1(kArgmin, {a}, {dim ? *dim : INT64_MIN, keepdim});
 }
+
+Tensor sum_to_like(const Tensor& a, const Tensor& like) { return call1(kSumToLike, {a, like}); }
 
 Tensor sum_to(const Tensor& a, const Shape& shape) {
   if (a.shape() == shape) return a;
