@@ -35,8 +35,8 @@ void w1(int threads) {
     auto kiln_f = [&] { Tensor r = matmul(a, b); };
     auto dnnl_f = [&] { dnnl_sgemm('N', 'N', n, n, n, 1.f, A, n, B, n, 0.f, C, n); };
     auto blas_f = [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.f, A,
-                  (int)n, B, (int)n, 0.f, C, (int)n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.f, A, (int)n,
+                  B, (int)n, 0.f, C, (int)n);
     };
     int inner = calibrate(dnnl_f);
     // Interleave the three so that machine noise hits them alike.
@@ -141,14 +141,17 @@ void w4(int threads) {
   manual_seed(4);
   const int64_t B = 128;
   Tensor xb = rand({B, 784}), yb = randint(0, 10, {B});
-  auto init = [](int64_t o, int64_t i) { return mul(randn({o, i}), std::sqrt(2.0 / static_cast<double>(i))); };
+  auto init = [](int64_t o, int64_t i) {
+    return mul(randn({o, i}), std::sqrt(2.0 / static_cast<double>(i)));
+  };
   Tensor wa = init(256, 784), wb = init(256, 256), wc = init(10, 256);
   Tensor ba = zeros({256}), bb = zeros({256}), bc = zeros({10});
   std::string p = "{\"batch\": 128, \"layers\": [784, 256, 256, 10]}";
 
   // Eager: define-by-run with autograd.
   std::vector<Tensor> ps;
-  for (Tensor* t : std::vector<Tensor*>{&wa, &ba, &wb, &bb, &wc, &bc}) ps.push_back(t->clone().requires_grad_());
+  for (Tensor* t : std::vector<Tensor*>{&wa, &ba, &wb, &bb, &wc, &bc})
+    ps.push_back(t->clone().requires_grad_());
   optim::SGD opt(ps, {.lr = 0.01});
   auto eager_step = [&] {
     Tensor h = relu(linear(xb, ps[0], ps[1]));
@@ -263,11 +266,16 @@ int main(int argc, char** argv) {
   int threads = std::atoi(argv[2]);
   set_num_threads(threads);
   openblas_set_num_threads(threads);
-  if (w == "W1") w1(threads);
-  else if (w == "W2") w2(threads);
-  else if (w == "W3") w3(threads);
-  else if (w == "W4") w4(threads);
-  else if (w == "W6") w6(threads);
+  if (w == "W1")
+    w1(threads);
+  else if (w == "W2")
+    w2(threads);
+  else if (w == "W3")
+    w3(threads);
+  else if (w == "W4")
+    w4(threads);
+  else if (w == "W6")
+    w6(threads);
   else {
     std::cerr << "unknown workload " << w << "\n";
     return 2;

@@ -29,19 +29,19 @@ int main() {
     return squeeze(index_select(x, 0, reshape(t, {1})), 0);
   };
   Tensor h0 = zeros_like(matmul(x_at(scalar_tensor(0, Int64)), wx));  // [batch, hidden]
-  auto final = while_loop(
-      [&](const std::vector<Tensor>& v) { return lt(v[0], len); },
-      [&](const std::vector<Tensor>& v) {
-        Tensor h = tanh(add(add(matmul(x_at(v[0]), wx), matmul(v[1], wh)), b));
-        return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), h};
-      },
-      {scalar_tensor(0, Int64), h0});
+  auto final = while_loop([&](const std::vector<Tensor>& v) { return lt(v[0], len); },
+                          [&](const std::vector<Tensor>& v) {
+                            Tensor h = tanh(add(add(matmul(x_at(v[0]), wx), matmul(v[1], wh)), b));
+                            return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), h};
+                          },
+                          {scalar_tensor(0, Int64), h0});
   Tensor pred = add(matmul(final[1], wo), bo);
   Tensor loss = mse_loss(pred, y);
   Tensor train = optim::Adam(0.01).minimize(loss);
   std::printf("graph: %zu nodes; the loop is one node:\n", g.nodes().size());
   for (const auto& n : g.nodes())
-    if (n->kind == NodeKind::Op && n->op->name == "while") std::printf("  %%%d = while(...)\n", n->id);
+    if (n->kind == NodeKind::Op && n->op->name == "while")
+      std::printf("  %%%d = while(...)\n", n->id);
 
   Session sess(g);
   auto batch_of = [&](int64_t length) {

@@ -14,18 +14,20 @@ int main() {
   auto scale = jit([](const Tensor& x, int c) { return relu(x) * static_cast<double>(c); },
                    JitOptions{.name = "case1_scale"});
   Tensor x = tensor({-1.f, 0.5f, 2.f});
-  for (int c : {1, 2, 3, 2, 1}) std::printf("case 1: c=%d -> %s\n", c, str_cat(scale(x, c)).c_str());
+  for (int c : {1, 2, 3, 2, 1})
+    std::printf("case 1: c=%d -> %s\n", c, str_cat(scale(x, c)).c_str());
   std::printf("\n%s\n", scale.explain().c_str());
 
   // ---- case 2: static -> dynamic -> static ----------------------------------------------------
   auto piecewise = jit(
       [](const Tensor& v) {
-        Tensor h = tanh(v * 2.0);                     // piece 1 (compiled)
-        bool positive = (h.sum() > 0).item<bool>();   // host read: graph break, becomes a guard
-        return positive ? h + 1.0 : h * h;            // piece 2 (compiled, one per branch)
+        Tensor h = tanh(v * 2.0);                    // piece 1 (compiled)
+        bool positive = (h.sum() > 0).item<bool>();  // host read: graph break, becomes a guard
+        return positive ? h + 1.0 : h * h;           // piece 2 (compiled, one per branch)
       },
       JitOptions{.name = "case2_piecewise"});
-  for (auto v : {tensor({1.f, 2.f}), tensor({-1.f, -2.f}), tensor({3.f, -1.f}), tensor({-3.f, 1.f})})
+  for (auto v :
+       {tensor({1.f, 2.f}), tensor({-1.f, -2.f}), tensor({3.f, -1.f}), tensor({-3.f, 1.f})})
     std::printf("case 2: %s -> %s\n", str_cat(v).c_str(), str_cat(piecewise(v)).c_str());
   std::printf("\n%s\n", piecewise.explain().c_str());
 
@@ -38,7 +40,8 @@ int main() {
       JitOptions{.name = "lecture_if"});
   auto with_cond = jit(
       [](const Tensor& a, const Tensor& b, const Tensor& c) {
-        return cond(lt(a, b), [&] { return a + c; }, [&] { return b * b; });  // Switch/Merge
+        return cond(
+            lt(a, b), [&] { return a + c; }, [&] { return b * b; });  // Switch/Merge
       },
       JitOptions{.name = "lecture_cond"});
   for (auto [a, b] : {std::pair{1.f, 2.f}, std::pair{4.f, 2.f}}) {

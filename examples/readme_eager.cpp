@@ -7,10 +7,10 @@ int main() {
   Tensor x = randn({4, 3});
   Tensor w = randn({3, 2}).requires_grad_();
   Tensor b = zeros({2}).requires_grad_();
-  Tensor y = relu(matmul(x, w) + b);           // runs now
-  std::cout << "y =\n" << y << "\n";           // print anything, anywhere
+  Tensor y = relu(matmul(x, w) + b);  // runs now
+  std::cout << "y =\n" << y << "\n";  // print anything, anywhere
   Tensor loss = (y * y).mean();
-  loss.backward();                             // autograd tape
+  loss.backward();  // autograd tape
   std::cout << "loss = " << loss.item<float>() << "\n";
   std::cout << "dloss/db = " << b.grad() << "\n";
   // Gradients of gradients: at x = 3, d/dx x^3 = 27 and d2/dx2 x^3 = 18.

@@ -11,7 +11,8 @@ using namespace kiln;
 namespace {
 
 Tensor f(const Tensor& x, const Tensor& y, const Tensor& z) {
-  return cond(lt(x, y), [&] { return add(x, z); }, [&] { return mul(y, y); });
+  return cond(
+      lt(x, y), [&] { return add(x, z); }, [&] { return mul(y, y); });
 }
 
 }  // namespace
@@ -40,7 +41,9 @@ int main() {
            ez = scalar_tensor(zv).requires_grad_();
     Tensor e = f(ex, ey, ez);
     e.backward();
-    auto grad_of = [](const Tensor& t) { return t.grad().defined() ? t.grad().item<double>() : 0.0; };
+    auto grad_of = [](const Tensor& t) {
+      return t.grad().defined() ? t.grad().item<double>() : 0.0;
+    };
     // Static graph.
     FeedDict feeds{{x, scalar_tensor(xv)}, {y, scalar_tensor(yv)}, {z, scalar_tensor(zv)}};
     Tensor v = sess.run(out, feeds);

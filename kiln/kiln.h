@@ -1,6 +1,7 @@
 // Umbrella header: everything a Kiln user needs.
 #pragma once
 #include <iostream>  // tensors print with operator<<
+
 #include "kiln/autograd/autograd.h"
 #include "kiln/core/tensor.h"
 #include "kiln/dispatch/dispatch.h"

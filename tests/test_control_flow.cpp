@@ -25,7 +25,8 @@ Tensor bool_scalar(bool v) { return scalar_tensor(v ? 1.0 : 0.0, Bool); }
 // sums (cond needs a bool scalar).
 Tensor lecture_f(const Tensor& x, const Tensor& y, const Tensor& z) {
   Tensor pred = x.dim() == 0 ? lt(x, y) : lt(sum(x), sum(y));
-  return cond(pred, [&] { return add(x, z); }, [&] { return mul(y, y); });
+  return cond(
+      pred, [&] { return add(x, z); }, [&] { return mul(y, y); });
 }
 
 std::string expect_error(const std::function<void()>& f) {
@@ -49,7 +50,9 @@ TEST(ControlSwitchMerge, EagerDeadIsUndefined) {
   auto d = merge({Tensor(), Tensor()});
   EXPECT_FALSE(d[0].defined());
   EXPECT_NE(expect_error([&] { switch_(x, tensor({1.f})); }).find("[switch]"), std::string::npos);
-  EXPECT_NE(expect_error([&] { merge({x, tensor(std::vector<int64_t>{1, 2})}); }).find("[merge]"),
+  EXPECT_NE(expect_error([&] {
+              merge({x, tensor(std::vector<int64_t>{1, 2})});
+            }).find("[merge]"),
             std::string::npos);
 }
 
@@ -79,13 +82,23 @@ TEST(ControlSwitchMerge, ExecutorSkipsDeadOps) {
 
 TEST(ControlCond, EagerRunsOneBranch) {
   int t_runs = 0, f_runs = 0;
-  Tensor r = cond(bool_scalar(false), [&] { ++t_runs; return ones({2}); },
-                  [&] { ++f_runs; return zeros({2}); });
+  Tensor r = cond(
+      bool_scalar(false),
+      [&] {
+        ++t_runs;
+        return ones({2});
+      },
+      [&] {
+        ++f_runs;
+        return zeros({2});
+      });
   EXPECT_EQ(t_runs, 0);
   EXPECT_EQ(f_runs, 1);
   EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{0.f, 0.f}));
-  EXPECT_NE(expect_error([&] { cond(tensor({1.f}), [] { return ones({1}); }, [] { return ones({1}); }); })
-                .find("[cond]"),
+  EXPECT_NE(expect_error([&] {
+              cond(
+                  tensor({1.f}), [] { return ones({1}); }, [] { return ones({1}); });
+            }).find("[cond]"),
             std::string::npos);
 }
 
@@ -96,8 +109,8 @@ TEST(ControlCond, LectureExampleAcrossModes) {
     Tensor x, y, z;
   };
   std::vector<Case> cases = {
-      {scalar_tensor(1.0), scalar_tensor(2.0), scalar_tensor(3.0)},   // x < y: x + z
-      {scalar_tensor(4.0), scalar_tensor(2.0), scalar_tensor(3.0)},   // else: y * y
+      {scalar_tensor(1.0), scalar_tensor(2.0), scalar_tensor(3.0)},  // x < y: x + z
+      {scalar_tensor(4.0), scalar_tensor(2.0), scalar_tensor(3.0)},  // else: y * y
       {tensor({1.f, 2.f, 3.f}), tensor({2.f, 2.f, 5.f}), tensor({.5f, .5f, .5f})},
       {tensor({4.f, 2.f, 3.f}), tensor({2.f, 2.f, 1.f}), tensor({.5f, .5f, .5f})}};
   for (const auto& c : cases) {
@@ -111,7 +124,8 @@ TEST(ControlCond, LectureExampleAcrossModes) {
     Tensor gz = z.grad().defined() ? z.grad() : zeros_like(c.z);
 
     Graph g;
-    Tensor px = g.placeholder("x", Float32, c.x.shape()), py = g.placeholder("y", Float32, c.y.shape()),
+    Tensor px = g.placeholder("x", Float32, c.x.shape()),
+           py = g.placeholder("y", Float32, c.y.shape()),
            pz = g.placeholder("z", Float32, c.z.shape());
     Tensor f = lecture_f(px, py, pz);
     auto grads = gradients({sum(f)}, {px, py, pz});
@@ -120,8 +134,7 @@ TEST(ControlCond, LectureExampleAcrossModes) {
     Tensor fv = sess.run(f, feeds);
     EXPECT_LT(max_abs_diff(fv, fe.detach()), 1e-6);
     // The untaken branch is one op (add or mul) and did not run.
-    EXPECT_EQ(sess.last_run().nodes_executed, sess.last_run().plan_steps - 1)
-        << g.to_text();
+    EXPECT_EQ(sess.last_run().nodes_executed, sess.last_run().plan_steps - 1) << g.to_text();
     auto gv = sess.run({grads[0], grads[1], grads[2]}, feeds);
     EXPECT_LT(max_abs_diff(gv[0], gx), 1e-6);
     EXPECT_LT(max_abs_diff(gv[1], gy), 1e-6);
@@ -141,7 +154,8 @@ TEST(ControlCond, UntakenHeavyBranchDoesNotRun) {
   Graph g;
   Tensor x = g.placeholder("x", Float32, {4, 4});
   Tensor p = g.placeholder("p", Bool, {});
-  Tensor r = cond(p, [&] { return matmul(matmul(matmul(x, x), x), x); }, [&] { return neg(x); });
+  Tensor r = cond(
+      p, [&] { return matmul(matmul(matmul(x, x), x), x); }, [&] { return neg(x); });
   Session sess(g);
   Tensor xv = eye(4);
   sess.run(r, {{x, xv}, {p, bool_scalar(false)}});
@@ -156,8 +170,14 @@ TEST(ControlCond, SeveralResultsShapesAndDtypes) {
   Graph g;
   Tensor x = g.placeholder("x", Float32, {2, 3});
   Tensor p = g.placeholder("p", Bool, {});
-  auto rs = cond(p, [&] { return std::vector<Tensor>{sum(x, {1}), x}; },
-                 [&] { return std::vector<Tensor>{sum(x, {0}), mul(x, 2.0)}; });
+  auto rs = cond(
+      p,
+      [&] {
+        return std::vector<Tensor>{sum(x, {1}), x};
+      },
+      [&] {
+        return std::vector<Tensor>{sum(x, {0}), mul(x, 2.0)};
+      });
   ASSERT_EQ(rs.size(), 2u);
   EXPECT_EQ(rs[0].shape(), (Shape{Dim::any()}));  // [2] vs [3]
   EXPECT_EQ(rs[1].shape(), (Shape{2, 3}));
@@ -169,28 +189,37 @@ TEST(ControlCond, SeveralResultsShapesAndDtypes) {
   EXPECT_EQ(b[0].shape(), (Shape{3}));
   EXPECT_EQ(b[1].to_vector<float>()[0], 2.f);
   std::string e = expect_error([&] {
-    cond(p, [&] { return x; }, [&] { return cast(x, Int64); });
+    cond(
+        p, [&] { return x; }, [&] { return cast(x, Int64); });
   });
   EXPECT_NE(e.find("[cond]"), std::string::npos) << e;
   EXPECT_NE(e.find("float32"), std::string::npos) << e;
   EXPECT_NE(e.find("int64"), std::string::npos) << e;
   // A bare constant or an outside value as a branch result is still gated.
-  Tensor c = cond(p, [&] { return ones({2, 3}); }, [&] { return x; });
+  Tensor c = cond(
+      p,
+      [&] {
+        return ones({2, 3});
+      },
+      [&] { return x; });
   EXPECT_EQ(sess.run(c, {{x, xv}, {p, bool_scalar(true)}}).to_vector<float>()[0], 1.f);
   EXPECT_EQ(sess.run(c, {{x, xv * 5.0}, {p, bool_scalar(false)}}).to_vector<float>()[0], 5.f);
 }
 
 Tensor nested_f(const Tensor& x, const Tensor& y) {
-  return cond(lt(sum(x), 0.0),
-              [&] { return cond(lt(sum(y), 0.0), [&] { return mul(x, y); }, [&] { return exp(x); }); },
-              [&] { return add(tanh(x), y); });
+  return cond(
+      lt(sum(x), 0.0),
+      [&] {
+        return cond(
+            lt(sum(y), 0.0), [&] { return mul(x, y); }, [&] { return exp(x); });
+      },
+      [&] { return add(tanh(x), y); });
 }
 
 TEST(ControlCond, NestedEagerGraphAndGradients) {
-  std::vector<std::pair<Tensor, Tensor>> inputs = {
-      {tensor({-1.f, -2.f}), tensor({-1.f, 0.5f})},
-      {tensor({-1.f, -2.f}), tensor({1.f, 0.5f})},
-      {tensor({1.f, 2.f}), tensor({1.f, 0.5f})}};
+  std::vector<std::pair<Tensor, Tensor>> inputs = {{tensor({-1.f, -2.f}), tensor({-1.f, 0.5f})},
+                                                   {tensor({-1.f, -2.f}), tensor({1.f, 0.5f})},
+                                                   {tensor({1.f, 2.f}), tensor({1.f, 0.5f})}};
   Graph g;
   Tensor px = g.placeholder("x", Float32, {2}), py = g.placeholder("y", Float32, {2});
   Tensor f = nested_f(px, py);
@@ -212,8 +241,9 @@ TEST(ControlCond, NestedEagerGraphAndGradients) {
 TEST(ControlCond, GradcheckThroughCond) {
   auto f = [](const std::vector<Tensor>& a) { return lecture_f(a[0], a[1], a[2]); };
   for (double xv : {1.0, 3.0}) {
-    auto r = gradcheck(f, {tensor(std::vector<double>{xv, xv + 0.5}), tensor(std::vector<double>{2.0, 2.5}),
-                           tensor(std::vector<double>{0.3, 0.7})});
+    auto r = gradcheck(
+        f, {tensor(std::vector<double>{xv, xv + 0.5}), tensor(std::vector<double>{2.0, 2.5}),
+            tensor(std::vector<double>{0.3, 0.7})});
     EXPECT_TRUE(r.ok) << r.message;
   }
 }
@@ -222,7 +252,8 @@ TEST(ControlPasses, NoCseAcrossBranches) {
   Graph g;
   Tensor x = g.placeholder("x", Float32, {3});
   Tensor p = g.placeholder("p", Bool, {});
-  Tensor r = cond(p, [&] { return add(x, x); }, [&] { return add(x, x); });
+  Tensor r = cond(
+      p, [&] { return add(x, x); }, [&] { return add(x, x); });
   Program prog = prune(*g.impl(), {g.value_of(r)});
   optimize(prog);
   int adds = 0;
@@ -238,7 +269,8 @@ TEST(ControlPasses, ConstantPredicateFoldsUntakenBranch) {
     Graph g;
     Tensor x = g.placeholder("x", Float32, {3});
     Tensor p = lt(g.constant(scalar_tensor(1.0)), g.constant(scalar_tensor(pv ? 2.0 : 0.0)));
-    Tensor r = cond(p, [&] { return exp(x); }, [&] { return neg(neg(x)); });
+    Tensor r = cond(
+        p, [&] { return exp(x); }, [&] { return neg(neg(x)); });
     Program prog = prune(*g.impl(), {g.value_of(r)});
     optimize(prog);
     for (const auto& n : prog.graph->nodes)
@@ -286,11 +318,12 @@ TEST(ControlWhile, EagerAndGraphAgree) {
 TEST(ControlWhile, MaxIterationsAndCounter) {
   Graph g;
   Tensor n = g.placeholder("n", Int64, {});
-  auto r = while_loop([&](const std::vector<Tensor>& v) { return lt(v[0], n); },
-                      [&](const std::vector<Tensor>& v) {
-                        return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), add(v[1], v[1])};
-                      },
-                      {scalar_tensor(0, Int64), ones({2})}, WhileOptions{.max_iterations = 5});
+  auto r =
+      while_loop([&](const std::vector<Tensor>& v) { return lt(v[0], n); },
+                 [&](const std::vector<Tensor>& v) {
+                   return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), add(v[1], v[1])};
+                 },
+                 {scalar_tensor(0, Int64), ones({2})}, WhileOptions{.max_iterations = 5});
   Session sess(g);
   auto o = sess.run({r[0], r[1]}, {{n, scalar_tensor(3, Int64)}});
   EXPECT_EQ(o[0].item<int64_t>(), 3);
@@ -300,35 +333,36 @@ TEST(ControlWhile, MaxIterationsAndCounter) {
   o = sess.run({r[0], r[1]}, {{n, scalar_tensor(0, Int64)}});
   EXPECT_EQ(o[0].item<int64_t>(), 0);
   // Eagerly too.
-  auto e = while_loop([](const std::vector<Tensor>& v) { return lt(v[0], 100.0); },
-                      [](const std::vector<Tensor>& v) { return std::vector<Tensor>{add(v[0], 1.0)}; },
-                      {scalar_tensor(0.0)}, WhileOptions{.max_iterations = 7});
+  auto e =
+      while_loop([](const std::vector<Tensor>& v) { return lt(v[0], 100.0); },
+                 [](const std::vector<Tensor>& v) { return std::vector<Tensor>{add(v[0], 1.0)}; },
+                 {scalar_tensor(0.0)}, WhileOptions{.max_iterations = 7});
   EXPECT_EQ(e[0].item<double>(), 7.0);
 }
 
 // Nested loops and a cond inside a loop body, with captured outer values at every level.
 Tensor nested_loops(const Tensor& x, const Tensor& a) {
-  auto outer = while_loop(
-      [&](const std::vector<Tensor>& v) { return lt(v[0], 3.0); },
-      [&](const std::vector<Tensor>& v) {
-        auto inner = while_loop(
-            [&](const std::vector<Tensor>& u) { return lt(u[0], v[0]); },
-            [&](const std::vector<Tensor>& u) {
-              Tensor h = cond(lt(sum(u[1]), 0.0), [&] { return mul(u[1], a); },
-                              [&] { return sub(tanh(u[1]), a); });
-              return std::vector<Tensor>{add(u[0], 1.0), h};
-            },
-            {zeros({}, x.dtype()), v[1]});
-        return std::vector<Tensor>{add(v[0], 1.0), mul(inner[1], 0.9)};
-      },
-      {zeros({}, x.dtype()), x});
+  auto outer = while_loop([&](const std::vector<Tensor>& v) { return lt(v[0], 3.0); },
+                          [&](const std::vector<Tensor>& v) {
+                            auto inner = while_loop(
+                                [&](const std::vector<Tensor>& u) { return lt(u[0], v[0]); },
+                                [&](const std::vector<Tensor>& u) {
+                                  Tensor h = cond(
+                                      lt(sum(u[1]), 0.0), [&] { return mul(u[1], a); },
+                                      [&] { return sub(tanh(u[1]), a); });
+                                  return std::vector<Tensor>{add(u[0], 1.0), h};
+                                },
+                                {zeros({}, x.dtype()), v[1]});
+                            return std::vector<Tensor>{add(v[0], 1.0), mul(inner[1], 0.9)};
+                          },
+                          {zeros({}, x.dtype()), x});
   return outer[1];
 }
 
 TEST(ControlWhile, NestedLoopsWithCondGradients) {
   Tensor xv = tensor({0.3f, -0.2f}), av = tensor({0.7f, 1.1f});
-  auto r = gradcheck([](const std::vector<Tensor>& in) { return nested_loops(in[0], in[1]); },
-                     {xv, av});
+  auto r =
+      gradcheck([](const std::vector<Tensor>& in) { return nested_loops(in[0], in[1]); }, {xv, av});
   EXPECT_TRUE(r.ok) << r.message;
   Tensor x = xv.clone().requires_grad_(), a = av.clone().requires_grad_();
   Tensor e = nested_loops(x, a);
@@ -347,8 +381,8 @@ TEST(ControlWhile, NestedLoopsWithCondGradients) {
 TEST(ControlWhile, GradientsDataDependentTripCount) {
   for (float start : {0.5f, 3.f}) {
     Tensor xv = tensor({start, 1.f}), wv = tensor({1.5f, 2.f});
-    auto r = gradcheck([](const std::vector<Tensor>& in) { return doubling(in[0], in[1], 10.0)[0]; },
-                       {xv, wv});
+    auto r = gradcheck(
+        [](const std::vector<Tensor>& in) { return doubling(in[0], in[1], 10.0)[0]; }, {xv, wv});
     EXPECT_TRUE(r.ok) << r.message;
     Tensor x = xv.clone().requires_grad_(), w = wv.clone().requires_grad_();
     sum(doubling(x, w, 10.0)[0]).backward();
@@ -367,7 +401,8 @@ TEST(ControlWhile, LoopInsideCondSkipsWhenUntaken) {
   Graph g;
   Tensor x = g.placeholder("x", Float32, {2});
   Tensor p = g.placeholder("p", Bool, {});
-  Tensor r = cond(p, [&] { return doubling(x, full({2}, 2.0), 100.0)[0]; }, [&] { return neg(x); });
+  Tensor r = cond(
+      p, [&] { return doubling(x, full({2}, 2.0), 100.0)[0]; }, [&] { return neg(x); });
   Session sess(g);
   EXPECT_EQ(sess.run(r, {{x, ones({2})}, {p, bool_scalar(false)}}).to_vector<float>()[0], -1.f);
   // One op per branch (the while node, or neg): exactly one step is skipped either way.
@@ -386,7 +421,9 @@ TEST(ControlWhile, BadInput) {
   EXPECT_NE(e.find("[while_loop]"), std::string::npos) << e;
   e = expect_error([&] {
     while_loop([](const std::vector<Tensor>& v) { return lt(sum(v[0]), 1.0); },
-               [](const std::vector<Tensor>& v) { return std::vector<Tensor>{cat({v[0], v[0]})}; },
+               [](const std::vector<Tensor>& v) {
+                 return std::vector<Tensor>{cat({v[0], v[0]})};
+               },
                {x});
   });
   EXPECT_NE(e.find("[while_loop]"), std::string::npos) << e;

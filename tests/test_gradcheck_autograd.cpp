@@ -342,9 +342,8 @@ TEST(Gradcheck, PassesForCorrectFunctions) {
                        {randn({5}, Float32)});
   EXPECT_TRUE(r32.ok) << r32.message;
   // Integer inputs are passed through, not perturbed.
-  auto ri = gradcheck(
-      [](const std::vector<Tensor>& in) { return in[0] * in[1].to(Float64); },
-      {randn({3}, Float64), tensor(std::vector<int64_t>{1, 2, 3})});
+  auto ri = gradcheck([](const std::vector<Tensor>& in) { return in[0] * in[1].to(Float64); },
+                      {randn({3}, Float64), tensor(std::vector<int64_t>{1, 2, 3})});
   EXPECT_TRUE(ri.ok) << ri.message;
 }
 
@@ -361,8 +360,7 @@ TEST(Gradcheck, DetectsAWrongGradient) {
   EXPECT_TRUE(good.ok) << good.message;
   // A function whose output does not depend on an input through the graph at all.
   auto cut = gradcheck(
-      [](const std::vector<Tensor>& in) { return (exp(in[0].detach()) + in[0] * 0.0).sum(); },
-      {a});
+      [](const std::vector<Tensor>& in) { return (exp(in[0].detach()) + in[0] * 0.0).sum(); }, {a});
   EXPECT_FALSE(cut.ok);
 }
 

@@ -26,9 +26,9 @@ constexpr uint64_t kSampleSeed = 1234;
 
 struct Built {
   Graph g;
-  In sym;                   // what sample.run received
-  std::vector<size_t> fl;   // indices of floating inputs (placeholders to differentiate)
-  std::vector<size_t> ints; // indices of integer inputs fed as placeholders
+  In sym;                    // what sample.run received
+  std::vector<size_t> fl;    // indices of floating inputs (placeholders to differentiate)
+  std::vector<size_t> ints;  // indices of integer inputs fed as placeholders
   Tensor out;
   bool int_constants = false;
 };
@@ -71,8 +71,8 @@ std::string try_build(const OpSample& s, const In& in, bool int_placeholders, bo
 std::string build(const OpSample& s, const In& in, Built& b, bool dynamic = false) {
   std::string first = try_build(s, in, true, dynamic, b);
   if (first.empty()) return "";
-  bool has_int = std::any_of(in.begin(), in.end(),
-                             [](const Tensor& t) { return !is_floating(t.dtype()); });
+  bool has_int =
+      std::any_of(in.begin(), in.end(), [](const Tensor& t) { return !is_floating(t.dtype()); });
   if (!has_int) return first;
   std::string second = try_build(s, in, false, dynamic, b);
   return second.empty() ? "" : second;
@@ -236,7 +236,8 @@ TEST(GraphGradients, FewSamplesAreSkipped) {
             << " skipped, " << int_constants << " with integer inputs as constants\n"
             << list;
   EXPECT_LE(static_cast<double>(skipped.size()), 0.03 * static_cast<double>(all.size()))
-      << "too many samples cannot be built symbolically:\n" << list;
+      << "too many samples cannot be built symbolically:\n"
+      << list;
 }
 
 }  // namespace

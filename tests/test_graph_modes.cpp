@@ -177,7 +177,8 @@ std::string expect_error(F&& f, const std::vector<std::string>& parts) {
     f();
   } catch (const Error& e) {
     std::string m = e.what();
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
+    for (const auto& p : parts)
+      EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
     return m;
   }
   ADD_FAILURE() << "no kiln::Error; expected one naming " << (parts.empty() ? "" : parts[0]);
@@ -216,22 +217,40 @@ class SessionErrors : public ::testing::Test {
 };
 
 TEST_F(SessionErrors, FeedOfWrongShapeNamesPlaceholderExpectedAndGot) {
-  expect_error([&] { sess->run(m.step, {{m.x, rand({8, 783})}, {m.y_, m.yb}}); },
-               {"'x'", "[8, 783]", "[?, 784]"});
-  expect_error([&] { sess->run(m.step, {{m.x, rand({784})}, {m.y_, m.yb}}); },
-               {"'x'", "[784]", "[?, 784]"});
-  expect_error([&] { sess->run(m.probs, {{m.x, rand({2, 3, 784})}}); },
-               {"'x'", "[2, 3, 784]", "[?, 784]"});
-  expect_error([&] { sess->run(m.step, {{m.x, m.xb}, {m.y_, randint(0, 10, {8, 1})}}); },
-               {"'y_'", "[8, 1]", "[?]"});
+  expect_error(
+      [&] {
+        sess->run(m.step, {{m.x, rand({8, 783})}, {m.y_, m.yb}});
+      },
+      {"'x'", "[8, 783]", "[?, 784]"});
+  expect_error(
+      [&] {
+        sess->run(m.step, {{m.x, rand({784})}, {m.y_, m.yb}});
+      },
+      {"'x'", "[784]", "[?, 784]"});
+  expect_error(
+      [&] {
+        sess->run(m.probs, {{m.x, rand({2, 3, 784})}});
+      },
+      {"'x'", "[2, 3, 784]", "[?, 784]"});
+  expect_error(
+      [&] {
+        sess->run(m.step, {{m.x, m.xb}, {m.y_, randint(0, 10, {8, 1})}});
+      },
+      {"'y_'", "[8, 1]", "[?]"});
   ExpectUnchangedAndWorking();
 }
 
 TEST_F(SessionErrors, FeedOfWrongDtypeNamesPlaceholderExpectedAndGot) {
-  expect_error([&] { sess->run(m.step, {{m.x, m.xb.to(Float64)}, {m.y_, m.yb}}); },
-               {"'x'", "float64", "float32"});
-  expect_error([&] { sess->run(m.step, {{m.x, m.xb}, {m.y_, m.yb.to(Float32)}}); },
-               {"'y_'", "float32", "int64"});
+  expect_error(
+      [&] {
+        sess->run(m.step, {{m.x, m.xb.to(Float64)}, {m.y_, m.yb}});
+      },
+      {"'x'", "float64", "float32"});
+  expect_error(
+      [&] {
+        sess->run(m.step, {{m.x, m.xb}, {m.y_, m.yb.to(Float32)}});
+      },
+      {"'y_'", "float32", "int64"});
   ExpectUnchangedAndWorking();
 }
 
@@ -265,7 +284,8 @@ TEST_F(SessionErrors, OpShapeErrorAtBuildTimeNamesOpAndBothShapes) {
   size_t with_placeholder = m.g.nodes().size();
   expect_error([&] { (void)matmul(m.x, bad_w); }, {"matmul", "[?, 784]", "[783, 10]"});
   expect_error([&] { (void)add(m.logits, ones({3})); }, {"add", "[?, 10]", "[3]"});
-  expect_error([&] { (void)cross_entropy(m.logits, m.x); }, {"cross_entropy", "[?, 10]", "[?, 784]"});
+  expect_error([&] { (void)cross_entropy(m.logits, m.x); },
+               {"cross_entropy", "[?, 10]", "[?, 784]"});
   // The failed builds added no nodes, and a Session on the graph still verifies and runs.
   EXPECT_EQ(m.g.nodes().size(), with_placeholder);
   EXPECT_EQ(with_placeholder, nodes0 + 1);

@@ -54,8 +54,8 @@ TEST(GraphSession, CseAndConstantFolding) {
   Tensor x = g.placeholder("x", Float32, {3});
   Tensor k = mul(full({3}, 2.0), full({3}, 3.0));  // eager: concrete, becomes a constant
   Tensor c = g.constant(tensor({1.f, 1.f, 1.f}));
-  Tensor folded = add(c, c);                          // constant-folded in the session
-  Tensor y1 = mul(x, folded), y2 = mul(x, folded);    // CSE merges these
+  Tensor folded = add(c, c);                        // constant-folded in the session
+  Tensor y1 = mul(x, folded), y2 = mul(x, folded);  // CSE merges these
   Tensor z = add(add(y1, y2), k);
   Session sess(g);
   Tensor out = sess.run(z, {{x, tensor({1.f, 2.f, 3.f})}});

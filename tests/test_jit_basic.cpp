@@ -23,7 +23,8 @@ double max_diff(const Tensor& a, const Tensor& b) {
 TEST(Jit, ConstantSpecialization) {
   auto f = jit([](const Tensor& x, int c) { return mul(relu(x), static_cast<double>(c)); });
   Tensor x = tensor({-1.f, 2.f, 3.f});
-  for (int c : {1, 2, 3}) EXPECT_EQ(f(x, c).to_vector<float>(), (std::vector<float>{0.f, 2.f * c, 3.f * c}));
+  for (int c : {1, 2, 3})
+    EXPECT_EQ(f(x, c).to_vector<float>(), (std::vector<float>{0.f, 2.f * c, 3.f * c}));
   EXPECT_EQ(f.stats().compiles, 3);
   // A constant seen before compiles nothing.
   EXPECT_EQ(f(x, 2).to_vector<float>(), (std::vector<float>{0.f, 4.f, 6.f}));
@@ -36,7 +37,8 @@ TEST(Jit, RuntimeScalarIsOneVersion) {
   auto f = jit([](const Tensor& x, const Tensor& c) { return mul(x, c); },
                JitOptions{.runtime_scalars = {1}});
   Tensor x = tensor({1.f, 2.f});
-  for (double c : {1.0, 2.5, -3.0}) EXPECT_EQ(f(x, c).to_vector<float>(), (std::vector<float>{float(c), float(2 * c)}));
+  for (double c : {1.0, 2.5, -3.0})
+    EXPECT_EQ(f(x, c).to_vector<float>(), (std::vector<float>{float(c), float(2 * c)}));
   EXPECT_EQ(f.stats().compiles, 1);
 }
 
@@ -51,8 +53,8 @@ TEST(Jit, GraphBreakBuildsTraceTree) {
   EXPECT_EQ(f(pos).to_vector<float>(), (std::vector<float>{3.f, 5.f}));
   EXPECT_EQ(f(neg).to_vector<float>(), (std::vector<float>{3.f, 15.f}));
   auto warm = f.stats();
-  EXPECT_EQ(warm.compiles, 2);   // one per branch of the tree
-  EXPECT_EQ(warm.pieces, 3);     // shared first piece + two second pieces
+  EXPECT_EQ(warm.compiles, 2);  // one per branch of the tree
+  EXPECT_EQ(warm.pieces, 3);    // shared first piece + two second pieces
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(f(pos).to_vector<float>(), (std::vector<float>{3.f, 5.f}));
     EXPECT_EQ(f(neg).to_vector<float>(), (std::vector<float>{3.f, 15.f}));
@@ -81,7 +83,8 @@ TEST(Jit, BudgetFallsBackToEagerOnce) {
                JitOptions{.max_recompiles = 3, .name = "adder"});
   Tensor x = zeros({2});
   ::testing::internal::CaptureStderr();
-  for (int c = 0; c < 10; ++c) EXPECT_EQ(f(x, c).to_vector<float>(), (std::vector<float>{float(c), float(c)}));
+  for (int c = 0; c < 10; ++c)
+    EXPECT_EQ(f(x, c).to_vector<float>(), (std::vector<float>{float(c), float(c)}));
   std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(f.stats().eager_fallback);
   EXPECT_EQ(f.stats().compiles, 4);
@@ -151,7 +154,8 @@ TEST(Jit, TrainingStepEqualsEager) {
   for (int i = 0; i < 20; ++i) {
     auto [w1, b1, l1] = step(we, be, x, y);
     auto [w2, b2, l2] = jstep(wj, bj, x, y);
-    EXPECT_LT(std::fabs(l1.item<double>() - l2.item<double>()), 1e-5 * (1 + std::fabs(l1.item<double>())));
+    EXPECT_LT(std::fabs(l1.item<double>() - l2.item<double>()),
+              1e-5 * (1 + std::fabs(l1.item<double>())));
     we = w1.detach(), be = b1.detach(), wj = w2, bj = b2;
   }
   EXPECT_LT(max_diff(we, wj), 1e-5);
@@ -176,7 +180,8 @@ TEST(Jit, GuardCheckReportsFailedGuard) {
   f(zeros({2, 48}));
   EXPECT_NE(f.explain().find("arg 0 dim 1: expected 32, got 48"), std::string::npos) << f.explain();
   f(zeros({2, 32}, Float64));
-  EXPECT_NE(f.explain().find("dtype: expected float32, got float64"), std::string::npos) << f.explain();
+  EXPECT_NE(f.explain().find("dtype: expected float32, got float64"), std::string::npos)
+      << f.explain();
 }
 
 }  // namespace
@@ -184,7 +189,8 @@ TEST(Jit, GuardCheckReportsFailedGuard) {
 namespace {
 TEST(Jit, CondIsOneGraphWithoutBreaks) {
   auto f = jit([](const Tensor& a, const Tensor& b, const Tensor& c) {
-    return cond(lt(a, b), [&] { return add(a, c); }, [&] { return mul(b, b); });
+    return cond(
+        lt(a, b), [&] { return add(a, c); }, [&] { return mul(b, b); });
   });
   Tensor z = scalar_tensor(3.f);
   EXPECT_FLOAT_EQ(f(scalar_tensor(1.f), scalar_tensor(2.f), z).item<float>(), 4.f);
@@ -200,7 +206,8 @@ namespace {
 // gradients equal eager on both branches.
 TEST(Jit, LectureCondGradientsMatchEager) {
   auto f = [](const Tensor& a, const Tensor& b, const Tensor& c) {
-    return cond(lt(a, b), [&] { return add(a, c); }, [&] { return mul(b, b); });
+    return cond(
+        lt(a, b), [&] { return add(a, c); }, [&] { return mul(b, b); });
   };
   auto jf = jit(f);
   for (auto [xv, yv] : {std::pair{1.0, 2.0}, std::pair{4.0, 2.0}}) {

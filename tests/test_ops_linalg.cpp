@@ -190,9 +190,9 @@ TEST(SecondOrder, MatmulConvAndPoolGradientsOfGradients) {
 
 TEST(Pool, MaxPoolRoutesGradientToArgmax) {
   // One 4x4 plane, 2x2 windows: each window's max gets the whole gradient.
-  Tensor x = tensor({1.f, 5.f, 2.f, 0.f,   //
-                     3.f, 4.f, 9.f, 1.f,   //
-                     0.f, 0.f, 1.f, 1.f,   //
+  Tensor x = tensor({1.f, 5.f, 2.f, 0.f,  //
+                     3.f, 4.f, 9.f, 1.f,  //
+                     0.f, 0.f, 1.f, 1.f,  //
                      7.f, 0.f, 1.f, 3.f},
                     {1, 1, 4, 4});
   x.requires_grad_();
@@ -207,7 +207,8 @@ TEST(Pool, MaxPoolRoutesGradientToArgmax) {
   for (double v : z.to_vector<double>()) EXPECT_EQ(v, -1.0);
   // avg pooling counts padding in the divisor (count_include_pad = true).
   Tensor a = avg_pool2d(ones({1, 1, 2, 2}), {2}, {1}, {1});
-  EXPECT_EQ(a.to_vector<double>(), (std::vector<double>{0.25, 0.5, 0.25, 0.5, 1, 0.5, 0.25, 0.5, 0.25}));
+  EXPECT_EQ(a.to_vector<double>(),
+            (std::vector<double>{0.25, 0.5, 0.25, 0.5, 1, 0.5, 0.25, 0.5, 0.25}));
 }
 
 // ---- bad inputs ------------------------------------------------------------------------------
@@ -229,9 +230,9 @@ void expect_msg(const std::string& m, const std::string& op, std::vector<std::st
   for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' in: " << m;
 }
 
-#define EXPECT_KILN_ERROR(expr, op, ...)                       \
-  do {                                                         \
-    EXPECT_THROW((void)(expr), kiln::Error);                   \
+#define EXPECT_KILN_ERROR(expr, op, ...)                          \
+  do {                                                            \
+    EXPECT_THROW((void)(expr), kiln::Error);                      \
     expect_msg(error_of([&] { (void)(expr); }), op, __VA_ARGS__); \
   } while (0)
 
@@ -241,7 +242,8 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
                     {"[2, 3]", "[4, 5]", "inner dims 3 and 4 differ"});
   EXPECT_KILN_ERROR(matmul(ones({3}), ones({4})), "matmul", {"[3]", "[4]"});
   EXPECT_KILN_ERROR(matmul(scalar_tensor(1.0), ones({3})), "matmul", {"[]", "[3]"});
-  EXPECT_KILN_ERROR(matmul(ones({2, 2}, Int64), ones({2, 2}, Int64)), "matmul", {"[2, 2]", "int64"});
+  EXPECT_KILN_ERROR(matmul(ones({2, 2}, Int64), ones({2, 2}, Int64)), "matmul",
+                    {"[2, 2]", "int64"});
   EXPECT_KILN_ERROR(matmul(ones({2, 2}, Float32), ones({2, 2}, Float64)), "matmul", {"[2, 2]"});
   EXPECT_KILN_ERROR(matmul(ones({2, 3, 4}), ones({3, 4, 5})), "matmul", {"[2, 3, 4]", "[3, 4, 5]"});
   EXPECT_KILN_ERROR(linear(ones({2, 3}), ones({4, 5})), "linear", {"[2, 3]", "[4, 5]"});
@@ -251,12 +253,13 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
   EXPECT_KILN_ERROR(conv2d(ones({1, 3, 5, 5}), w), "conv2d", {"[1, 3, 5, 5]", "[2, 2, 3, 3]"});
   EXPECT_KILN_ERROR(conv2d(ones({1, 1, 2, 2}), ones({1, 1, 5, 5}), Tensor(), {1, 1}, {1, 1}),
                     "conv2d", {"[1, 1, 2, 2]", "[1, 1, 5, 5]", "larger than the padded input"});
-  EXPECT_KILN_ERROR(conv2d(ones({1, 4, 5, 5}), ones({3, 2, 3, 3}), Tensor(), {1, 1}, {0, 0},
-                           {1, 1}, 2),
-                    "conv2d", {"groups", "[1, 4, 5, 5]", "[3, 2, 3, 3]"});
+  EXPECT_KILN_ERROR(
+      conv2d(ones({1, 4, 5, 5}), ones({3, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2), "conv2d",
+      {"groups", "[1, 4, 5, 5]", "[3, 2, 3, 3]"});
   EXPECT_KILN_ERROR(conv2d(ones({2, 5, 5}), w), "conv2d", {"[2, 5, 5]", "4-D"});
   EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), ones({2, 5, 5})), "conv2d", {"[2, 5, 5]"});
-  EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), w, Tensor(), {0, 1}), "conv2d", {"stride", "[0, 1]"});
+  EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), w, Tensor(), {0, 1}), "conv2d",
+                    {"stride", "[0, 1]"});
   EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), w, Tensor(), {1, 1}, {0, 0}, {0, 1}), "conv2d",
                     {"dilation", "[0, 1]"});
   EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), w, ones({3})), "conv2d", {"[3]", "[2, 2, 3, 3]"});
@@ -269,8 +272,10 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
   EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 6, 6}), {3, 3}, {1, 1}, {2, 2}), "max_pool2d",
                     {"padding", "[2, 2]"});
   EXPECT_KILN_ERROR(max_pool2d(ones({6, 6}), {2, 2}), "max_pool2d", {"[6, 6]"});
-  EXPECT_KILN_ERROR(avg_pool2d(ones({1, 1, 6, 6}), {2, 2}, {0, 1}), "avg_pool2d", {"stride", "[0, 1]"});
-  EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 6, 6}), {2, 2, 2}), "max_pool2d", {"kernel", "[2, 2, 2]"});
+  EXPECT_KILN_ERROR(avg_pool2d(ones({1, 1, 6, 6}), {2, 2}, {0, 1}), "avg_pool2d",
+                    {"stride", "[0, 1]"});
+  EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 6, 6}), {2, 2, 2}), "max_pool2d",
+                    {"kernel", "[2, 2, 2]"});
 
   // Everything still works afterwards.
   EXPECT_DOUBLE_EQ(matmul(ones({2, 3}), ones({3, 4})).sum().item<double>(), 24.0);

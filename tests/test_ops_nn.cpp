@@ -279,8 +279,10 @@ TEST(Dropout, ReproducibleAndThreadIndependent) {
   EXPECT_NE(dropout(x, 0.4).to_vector<float>(), a);
   double zeros = 0;
   for (float e : a) {
-    if (e == 0) ++zeros;
-    else EXPECT_FLOAT_EQ(e, 1.f / 0.6f);
+    if (e == 0)
+      ++zeros;
+    else
+      EXPECT_FLOAT_EQ(e, 1.f / 0.6f);
   }
   EXPECT_NEAR(zeros / static_cast<double>(a.size()), 0.4, 0.01);
 }
@@ -320,8 +322,11 @@ void expect_error(const std::function<void()>& f, const std::string& op,
 
 TEST(NnBadInput, EmbeddingIndexOutOfRange) {
   Tensor w = randn({5, 3});
-  expect_error([&] { embedding(w, tensor(std::vector<int64_t>{0, 7, 1}, {3})); }, "embedding",
-               {"index 7", "V = 5", "[3]"});
+  expect_error(
+      [&] {
+        embedding(w, tensor(std::vector<int64_t>{0, 7, 1}, {3}));
+      },
+      "embedding", {"index 7", "V = 5", "[3]"});
   expect_error([&] { embedding(w, tensor(std::vector<int64_t>{-1}, {1})); }, "embedding",
                {"index -1", "5"});
 }
@@ -338,37 +343,60 @@ TEST(NnBadInput, EmbeddingBadIndexDtypeAndLargeInput) {
 
 TEST(NnBadInput, GatherErrors) {
   Tensor a = randn({3, 4});
-  expect_error([&] { gather(a, 1, tensor(std::vector<int64_t>{0, 4}, {1, 2})); }, "gather",
-               {"index 4", "size 4", "[1, 2]"});
+  expect_error(
+      [&] {
+        gather(a, 1, tensor(std::vector<int64_t>{0, 4}, {1, 2}));
+      },
+      "gather", {"index 4", "size 4", "[1, 2]"});
   expect_error([&] { gather(a, 1, tensor({0.f, 1.f}, {1, 2})); }, "gather", {"float32", "[1, 2]"});
-  expect_error([&] { gather(a, 1, tensor(std::vector<int64_t>{0, 1}, {2})); }, "gather",
-               {"[3, 4]", "[2]"});
-  expect_error([&] { gather(a, 2, tensor(std::vector<int64_t>{0}, {1, 1})); }, "gather",
-               {"dim 2"});
+  expect_error(
+      [&] {
+        gather(a, 1, tensor(std::vector<int64_t>{0, 1}, {2}));
+      },
+      "gather", {"[3, 4]", "[2]"});
+  expect_error([&] { gather(a, 2, tensor(std::vector<int64_t>{0}, {1, 1})); }, "gather", {"dim 2"});
 }
 
 TEST(NnBadInput, ScatterAddAndIndexSelectErrors) {
   Tensor a = randn({3, 4});
   Tensor ix = tensor(std::vector<int64_t>{0, 5}, {1, 2});
   expect_error([&] { scatter_add(a, 1, ix, randn({1, 2})); }, "scatter_add", {"index 5"});
-  expect_error([&] { scatter_add(a, 1, tensor(std::vector<int64_t>{0, 1}, {1, 2}), randn({1, 1})); },
-               "scatter_add", {"[1, 2]", "[1, 1]"});
+  expect_error(
+      [&] {
+        scatter_add(a, 1, tensor(std::vector<int64_t>{0, 1}, {1, 2}), randn({1, 1}));
+      },
+      "scatter_add", {"[1, 2]", "[1, 1]"});
   expect_error([&] { index_select(a, 0, tensor(std::vector<int64_t>{3}, {1})); }, "index_select",
                {"index 3", "size 3"});
-  expect_error([&] { index_select(a, 0, tensor(std::vector<int64_t>{0, 1}, {1, 2})); },
-               "index_select", {"[1, 2]"});
+  expect_error(
+      [&] {
+        index_select(a, 0, tensor(std::vector<int64_t>{0, 1}, {1, 2}));
+      },
+      "index_select", {"[1, 2]"});
 }
 
 TEST(NnBadInput, LossErrors) {
   Tensor logits = randn({3, 4});
-  expect_error([&] { nll_loss(logits, tensor(std::vector<int64_t>{0, 9, 1}, {3})); }, "nll_loss",
-               {"target 9", "4 classes"});
-  expect_error([&] { cross_entropy(logits, tensor(std::vector<int64_t>{0, 1}, {2})); },
-               "cross_entropy", {"[2]", "[3, 4]"});
-  expect_error([&] { cross_entropy(logits, tensor({0.f, 1.f, 2.f})); }, "cross_entropy",
-               {"float32", "[3]"});
-  expect_error([&] { nll_loss(logits, tensor(std::vector<int64_t>{0, 1, 1}, {3, 1})); },
-               "nll_loss", {"[3, 1]", "[3, 4]"});
+  expect_error(
+      [&] {
+        nll_loss(logits, tensor(std::vector<int64_t>{0, 9, 1}, {3}));
+      },
+      "nll_loss", {"target 9", "4 classes"});
+  expect_error(
+      [&] {
+        cross_entropy(logits, tensor(std::vector<int64_t>{0, 1}, {2}));
+      },
+      "cross_entropy", {"[2]", "[3, 4]"});
+  expect_error(
+      [&] {
+        cross_entropy(logits, tensor({0.f, 1.f, 2.f}));
+      },
+      "cross_entropy", {"float32", "[3]"});
+  expect_error(
+      [&] {
+        nll_loss(logits, tensor(std::vector<int64_t>{0, 1, 1}, {3, 1}));
+      },
+      "nll_loss", {"[3, 1]", "[3, 4]"});
   expect_error([&] { mse_loss(randn({2, 3}), randn({4})); }, "mse_loss", {"[2, 3]", "[4]"});
 }
 
@@ -380,14 +408,20 @@ TEST(NnBadInput, NormErrors) {
                {"running_mean", "[3]", "[4]"});
   expect_error([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); }, "batch_norm",
                {"running_mean", "[2, 3, 4]"});
-  expect_error([&] { batch_norm(randn({1, 3}), Tensor(), Tensor()); }, "batch_norm",
-               {"more than 1 value", "[1, 3]"});
+  expect_error(
+      [&] {
+        batch_norm(randn({1, 3}), Tensor(), Tensor());
+      },
+      "batch_norm", {"more than 1 value", "[1, 3]"});
 }
 
 TEST(NnBadInput, SoftmaxAndDropoutErrors) {
   expect_error([&] { softmax(randn({2, 3}), 2); }, "softmax", {"dim 2", "rank 2"});
-  expect_error([&] { log_softmax(tensor(std::vector<int64_t>{1, 2}, {2}), 0); }, "log_softmax",
-               {"int64", "[2]"});
+  expect_error(
+      [&] {
+        log_softmax(tensor(std::vector<int64_t>{1, 2}, {2}), 0);
+      },
+      "log_softmax", {"int64", "[2]"});
   expect_error([&] { dropout(randn({2, 3}), 1.5); }, "dropout", {"1.5", "[2, 3]"});
   expect_error([&] { dropout(randn({2, 3}), -0.1); }, "dropout", {"-0.1"});
   expect_error([&] { dropout(randn({2, 3}), 1.0); }, "dropout", {"p must be in [0, 1)"});

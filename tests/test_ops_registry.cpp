@@ -97,8 +97,8 @@ TEST_P(OpSampleTest, Gradcheck) {
   const OpSample& s = sample_registry()[GetParam()];
   if (!s.differentiable) GTEST_SKIP() << "not differentiable";
   auto in = s.inputs();
-  auto r = gradcheck([&](const std::vector<Tensor>& xs) { return s.run(xs); }, in, 1e-6,
-                     s.gc_atol, s.gc_rtol);
+  auto r = gradcheck([&](const std::vector<Tensor>& xs) { return s.run(xs); }, in, 1e-6, s.gc_atol,
+                     s.gc_rtol);
   EXPECT_TRUE(r.ok) << r.message;
 }
 

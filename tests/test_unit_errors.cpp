@@ -22,7 +22,8 @@ void expect_error(const std::function<void()>& f, const std::string& op,
   } catch (const Error& e) {
     std::string m = e.what();
     EXPECT_EQ(m.rfind("[" + op + "]", 0), 0u) << "message: " << m;
-    for (const auto& s : mentions) EXPECT_NE(m.find(s), std::string::npos) << "'" << s << "' missing in: " << m;
+    for (const auto& s : mentions)
+      EXPECT_NE(m.find(s), std::string::npos) << "'" << s << "' missing in: " << m;
   } catch (...) {
     ADD_FAILURE() << "[" << op << "] threw something other than kiln::Error";
   }
@@ -169,7 +170,11 @@ TEST(Errors, MeanDimOutOfRange) {
 // ---- cat / stack / split / chunk ------------------------------------------------------------
 
 TEST(Errors, CatDtypeMismatch) {
-  expect_error([] { cat({f32({2, 3}), ones({2, 3}, Int64)}); }, "cat", {"int64", "float32", "[2, 3]"});
+  expect_error(
+      [] {
+        cat({f32({2, 3}), ones({2, 3}, Int64)});
+      },
+      "cat", {"int64", "float32", "[2, 3]"});
 }
 
 TEST(Errors, CatRankMismatch) {
@@ -185,7 +190,11 @@ TEST(Errors, CatEmptyList) {
 }
 
 TEST(Errors, CatScalar) {
-  expect_error([] { cat({scalar_tensor(1), scalar_tensor(2)}); }, "cat", {"zero-dimensional", "[]"});
+  expect_error(
+      [] {
+        cat({scalar_tensor(1), scalar_tensor(2)});
+      },
+      "cat", {"zero-dimensional", "[]"});
 }
 
 TEST(Errors, StackShapeMismatch) {

@@ -24,12 +24,12 @@ struct Edge {
 struct GradNode {
   const OpDef* op = nullptr;
   Attrs attrs;
-  TensorList inputs;                              // saved with their autograd identity
-  TensorList outputs;                             // saved data-only aliases (no cycle)
+  TensorList inputs;                                 // saved with their autograd identity
+  TensorList outputs;                                // saved data-only aliases (no cycle)
   SmallVec<std::weak_ptr<TensorImpl>, 2> out_impls;  // for retain_grad
   SmallVec<uint32_t, 4> input_versions;
   SmallVec<uint32_t, 2> output_versions;  // outputs are saved too (exp, sqrt, tanh use them)
-  SmallVec<Edge, 4> next;  // one per input
+  SmallVec<Edge, 4> next;                 // one per input
   uint64_t seq = 0;
   bool released = false;
   std::string name() const { return op ? op->name : "?"; }
@@ -43,8 +43,8 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 /// Symbolic counterpart used when grad() is called on symbolic tensors (installed by kiln/graph:
 /// graph building and JIT tracing then get gradients() nodes from the same call).
 using SymbolicGradHook = std::vector<Tensor> (*)(const std::vector<Tensor>& ys,
-                                                  const std::vector<Tensor>& xs,
-                                                  const std::vector<Tensor>& grad_ys);
+                                                 const std::vector<Tensor>& xs,
+                                                 const std::vector<Tensor>& grad_ys);
 void set_symbolic_grad_hook(SymbolicGradHook h);
 
 /// Gradients of `outputs` w.r.t. `inputs` (torch.autograd.grad): nothing is accumulated.
@@ -71,8 +71,8 @@ struct GradcheckResult {
 
 /// Compares analytic gradients of <v, fn(x)> (v random) with central differences, in float64.
 /// Inputs are cast to float64; integer inputs are passed through and not checked.
-GradcheckResult gradcheck(const TensorsFn& fn, const std::vector<Tensor>& inputs,
-                          double eps = 1e-6, double atol = 1e-5, double rtol = 1e-3);
+GradcheckResult gradcheck(const TensorsFn& fn, const std::vector<Tensor>& inputs, double eps = 1e-6,
+                          double atol = 1e-5, double rtol = 1e-3);
 GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, double eps = 1e-6,
                           double atol = 1e-5, double rtol = 1e-3);
 

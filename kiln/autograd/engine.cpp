@@ -97,8 +97,9 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       root_grads[i] = grads_in[i];
     } else {
       if (r.numel() != 1)
-        fail("backward", "grad can be implicitly created only for scalar outputs; output has shape ",
-             r.shape(), ", pass a gradient");
+        fail("backward",
+             "grad can be implicitly created only for scalar outputs; output has shape ", r.shape(),
+             ", pass a gradient");
       root_grads[i] = ones_like(r.detach());
     }
   }

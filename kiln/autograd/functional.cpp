@@ -60,9 +60,8 @@ std::pair<Tensor, std::vector<Tensor>> vjp(const TensorFn& fn, const std::vector
 
 GradcheckResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs, double eps,
                           double atol, double rtol) {
-  return gradcheck(
-      [&](const std::vector<Tensor>& xs) { return std::vector<Tensor>{fn(xs)}; }, inputs, eps,
-      atol, rtol);
+  return gradcheck([&](const std::vector<Tensor>& xs) { return std::vector<Tensor>{fn(xs)}; },
+                   inputs, eps, atol, rtol);
 }
 
 GradcheckResult gradcheck(const TensorsFn& fn, const std::vector<Tensor>& inputs, double eps,
@@ -80,7 +79,8 @@ GradcheckResult gradcheck(const TensorsFn& fn, const std::vector<Tensor>& inputs
     outs0 = fn(base);
   }
   std::vector<Tensor> vs;
-  for (const auto& o : outs0) vs.push_back(is_floating(o.dtype()) ? randn(o.shape(), Float64) : Tensor());
+  for (const auto& o : outs0)
+    vs.push_back(is_floating(o.dtype()) ? randn(o.shape(), Float64) : Tensor());
 
   auto scalar = [&](const std::vector<Tensor>& xs) {
     std::vector<Tensor> outs = fn(xs);

@@ -8,11 +8,11 @@
 namespace kiln {
 
 struct AllocatorStats {
-  size_t in_use_bytes = 0;     ///< bytes handed out and not yet freed (rounded sizes)
+  size_t in_use_bytes = 0;  ///< bytes handed out and not yet freed (rounded sizes)
   size_t peak_in_use_bytes = 0;
-  size_t cached_bytes = 0;     ///< bytes held in free lists
-  uint64_t hits = 0;           ///< allocations served from the cache
-  uint64_t misses = 0;         ///< allocations that went to the system
+  size_t cached_bytes = 0;  ///< bytes held in free lists
+  uint64_t hits = 0;        ///< allocations served from the cache
+  uint64_t misses = 0;      ///< allocations that went to the system
 };
 
 /// Returns a 64-byte aligned block of at least `nbytes`; `*capacity` gets the rounded size,

@@ -38,7 +38,7 @@ template <typename... A>
 
 }  // namespace kiln
 
-#define KILN_CHECK(cond, op, ...)          \
-  do {                                     \
+#define KILN_CHECK(cond, op, ...)               \
+  do {                                          \
     if (!(cond)) ::kiln::fail(op, __VA_ARGS__); \
   } while (0)

@@ -56,9 +56,9 @@ class Formatter {
       sci_ = mx / mn > 1000.0 || mx > 1.0e8 || mn < 1.0e-4;
     }
     for (double x : nz) {
-      size_t w = sci_ ? printf_str("%.*e", x, kPrecision).size()
-                      : int_mode_ ? printf_str("%.*f", x, 0).size() + 1
-                                  : printf_str("%.*f", x, kPrecision).size();
+      size_t w = sci_        ? printf_str("%.*e", x, kPrecision).size()
+                 : int_mode_ ? printf_str("%.*f", x, 0).size() + 1
+                             : printf_str("%.*f", x, kPrecision).size();
       width_ = std::max(width_, w);
     }
   }
@@ -123,11 +123,11 @@ void shown_indices(const Shape& s, int64_t dim, int64_t base, bool summarize,
   }
 }
 
-std::string vector_str(const Values& v, const Formatter& f, int64_t n, int64_t base,
-                       size_t indent, bool summarize) {
+std::string vector_str(const Values& v, const Formatter& f, int64_t n, int64_t base, size_t indent,
+                       bool summarize) {
   size_t element_length = f.width() + 2;
-  size_t per_line = std::max<size_t>(
-      1, kLineWidth > indent ? (kLineWidth - indent) / element_length : 0);
+  size_t per_line =
+      std::max<size_t>(1, kLineWidth > indent ? (kLineWidth - indent) / element_length : 0);
   std::vector<std::string> data;
   if (summarize && n > 2 * kEdgeItems) {
     for (int64_t i = 0; i < kEdgeItems; ++i) data.push_back(f.format(v, base + i));
@@ -184,8 +184,7 @@ std::string shape_tuple(const Shape& s) {
 }
 
 // Appends suffixes with ", ", moving one to its own line when it would pass the line width.
-std::string add_suffixes(std::string s, const std::vector<std::string>& suffixes,
-                         size_t indent) {
+std::string add_suffixes(std::string s, const std::vector<std::string>& suffixes, size_t indent) {
   size_t nl = s.rfind('\n');
   size_t last_line_len = nl == std::string::npos ? s.size() + 2 : s.size() - nl + 1;
   for (const auto& suf : suffixes) {

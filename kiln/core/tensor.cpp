@@ -68,11 +68,16 @@ namespace {
 template <typename T>
 T read_as(const void* p, DType dt) {
   switch (dt) {
-    case DType::Float32: return static_cast<T>(*static_cast<const float*>(p));
-    case DType::Float64: return static_cast<T>(*static_cast<const double*>(p));
-    case DType::Int64: return static_cast<T>(*static_cast<const int64_t*>(p));
-    case DType::Int32: return static_cast<T>(*static_cast<const int32_t*>(p));
-    case DType::Bool: return static_cast<T>(*static_cast<const bool*>(p));
+    case DType::Float32:
+      return static_cast<T>(*static_cast<const float*>(p));
+    case DType::Float64:
+      return static_cast<T>(*static_cast<const double*>(p));
+    case DType::Int64:
+      return static_cast<T>(*static_cast<const int64_t*>(p));
+    case DType::Int32:
+      return static_cast<T>(*static_cast<const int32_t*>(p));
+    case DType::Bool:
+      return static_cast<T>(*static_cast<const bool*>(p));
   }
   return T();
 }
@@ -106,8 +111,7 @@ void for_each_offset(const TensorImpl& t, F&& f) {
 template <typename T>
 T Tensor::item(const std::source_location& loc) const {
   Tensor v = host_value("item", loc);
-  if (v.numel() != 1)
-    fail("item", "expected a tensor with one element, got shape ", v.shape());
+  if (v.numel() != 1) fail("item", "expected a tensor with one element, got shape ", v.shape());
   const char* base = static_cast<const char*>(v.impl_->storage->data());
   return read_as<T>(base + v.impl_->offset * v.element_size(), v.dtype());
 }
@@ -124,8 +128,8 @@ std::vector<T> Tensor::to_vector(const std::source_location& loc) const {
   return out;
 }
 
-#define KILN_INST_(T)                                                             \
-  template T Tensor::item<T>(const std::source_location&) const;                 \
+#define KILN_INST_(T)                                            \
+  template T Tensor::item<T>(const std::source_location&) const; \
   template std::vector<T> Tensor::to_vector<T>(const std::source_location&) const;
 KILN_INST_(float)
 KILN_INST_(double)
@@ -137,7 +141,8 @@ KILN_INST_(bool)
 Tensor::operator bool() const {
   Tensor v = host_value("bool", std::source_location::current());
   if (v.numel() != 1)
-    fail("bool", "truth value of a tensor with shape ", v.shape(), " is ambiguous; expected one element");
+    fail("bool", "truth value of a tensor with shape ", v.shape(),
+         " is ambiguous; expected one element");
   return v.item<double>() != 0.0;
 }
 
@@ -199,7 +204,8 @@ Tensor arange(double start, double end, double step, DType dtype) {
   Tensor t = empty({n}, dtype);
   KILN_DISPATCH_NUMERIC(dtype, "arange", [&] {
     scalar_t* p = t.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
   });
   return t;
 }

@@ -107,8 +107,8 @@ class Tensor {
   T* data_ptr() const {
     check_concrete("data_ptr");
     if (dtype_of<T>::value != impl_->dtype)
-      fail("data_ptr", "tensor has dtype ", impl_->dtype, " (shape ", impl_->shape,
-           "), requested ", dtype_name(dtype_of<T>::value));
+      fail("data_ptr", "tensor has dtype ", impl_->dtype, " (shape ", impl_->shape, "), requested ",
+           dtype_name(dtype_of<T>::value));
     return static_cast<T*>(impl_->storage->data()) + impl_->offset;
   }
   void* raw_data() const {

@@ -2,7 +2,6 @@
 // output from the caching allocator, the kernel, and a branch on grad mode.
 #include "kiln/dispatch/dispatch.h"
 
-
 namespace kiln {
 namespace {
 thread_local bool t_grad_mode = true;
@@ -42,8 +41,7 @@ TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Att
     for (const auto& t : inputs) all = all && t.is_contiguous();
     if (!all) {
       TensorList cin;
-      for (const auto& t : inputs)
-        cin.push_back(t.is_contiguous() ? t : raw_contiguous_copy(t));
+      for (const auto& t : inputs) cin.push_back(t.is_contiguous() ? t : raw_contiguous_copy(t));
       op.kernel(std::span<const Tensor>(cin.data(), cin.size()),
                 std::span<Tensor>(outs.data(), outs.size()), attrs);
       return outs;
@@ -59,8 +57,9 @@ TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
     if (t.defined() && t.is_symbolic()) {
       SymbolicHandler* h = t_handler ? t_handler : g_graph_handler;
       if (!h)
-        fail(op.name.c_str(), "input is symbolic but no graph is being built; use the tensor "
-                              "inside its graph or fetch it with Session::run");
+        fail(op.name.c_str(),
+             "input is symbolic but no graph is being built; use the tensor "
+             "inside its graph or fetch it with Session::run");
       return h->handle(op, inputs, attrs);
     }
   }

@@ -40,7 +40,8 @@ class EnableGradGuard {
 class SymbolicHandler {
  public:
   virtual ~SymbolicHandler() = default;
-  virtual TensorList handle(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) = 0;
+  virtual TensorList handle(const OpDef& op, std::span<const Tensor> inputs,
+                            const Attrs& attrs) = 0;
 };
 /// Handler for calls with a symbolic input (thread-local); returns the previous one.
 SymbolicHandler* set_symbolic_handler(SymbolicHandler* h);
@@ -64,7 +65,8 @@ inline TensorList call(const OpDef& op, std::initializer_list<Tensor> inputs,
 }
 /// Single-output form.
 Tensor call1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs = {});
-inline Tensor call1(const OpDef& op, std::initializer_list<Tensor> inputs, const Attrs& attrs = {}) {
+inline Tensor call1(const OpDef& op, std::initializer_list<Tensor> inputs,
+                    const Attrs& attrs = {}) {
   return call1(op, std::span<const Tensor>(inputs.begin(), inputs.size()), attrs);
 }
 /// Eager execution only (no handler check, no autograd): used by executors and folding.

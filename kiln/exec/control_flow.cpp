@@ -37,8 +37,11 @@ class CaptureScope {
 class CondCapture : public InputCapture {
  public:
   CondCapture(InputCapture* parent, Tensor pred, int branch)
-      : parent_(parent), pred_(std::move(pred)), branch_(branch),
-        graph_(pred_.impl()->sym->graph), start_(static_cast<int>(graph_->nodes.size())) {}
+      : parent_(parent),
+        pred_(std::move(pred)),
+        branch_(branch),
+        graph_(pred_.impl()->sym->graph),
+        start_(static_cast<int>(graph_->nodes.size())) {}
 
   Tensor capture(const Tensor& t) override {
     const SymbolicValue& sv = *t.impl()->sym;
@@ -99,7 +102,8 @@ std::vector<Tensor> cond(const Tensor& pred, const std::function<std::vector<Ten
   check_pred("cond", pred);
   if (!true_fn || !false_fn) fail("cond", "both branch functions must be given");
   if (pred.is_concrete()) {
-    if (pred.numel() != 1) fail("cond", "predicate must be a bool scalar, got shape ", pred.shape());
+    if (pred.numel() != 1)
+      fail("cond", "predicate must be a bool scalar, got shape ", pred.shape());
     // Eager: only the taken branch runs.
     return pred.item<bool>() ? true_fn() : false_fn();
   }
@@ -148,8 +152,8 @@ struct WhileBody {
   // The body's VJP, one per set of captured values that need a gradient (so values such as the
   // input sequence of an RNN get no gradient work).
   struct Vjp {
-    std::vector<Tensor> fetch;                 // d/d float vars, then d/d needed captures
-    std::vector<int> var_slot, cap_slot;       // index into fetch, -1: no gradient
+    std::vector<Tensor> fetch;            // d/d float vars, then d/d needed captures
+    std::vector<int> var_slot, cap_slot;  // index into fetch, -1: no gradient
   };
   std::map<std::vector<int64_t>, Vjp> vjps;
 
@@ -185,7 +189,8 @@ class WhileCapture : public InputCapture {
     if (t.impl()->sym->graph == b_.sub.impl()) return t;
     auto it = cache_.find(key_of(t));
     if (it != cache_.end()) return it->second;
-    Tensor ph = b_.sub.placeholder("capture" + std::to_string(b_.cap_ph.size()), t.dtype(), t.shape());
+    Tensor ph =
+        b_.sub.placeholder("capture" + std::to_string(b_.cap_ph.size()), t.dtype(), t.shape());
     b_.cap_ph.push_back(ph);
     outer.push_back(t);
     cache_[key_of(t)] = ph;
@@ -262,8 +267,8 @@ WhileBody::Vjp& WhileBody::vjp(const std::vector<int64_t>& cap_needs) {
   if (cot_ph.empty())
     for (size_t k = 0; k < var_ph.size(); ++k)
       if (is_floating(var_meta[k].dtype))
-        cot_ph.push_back(sub.placeholder("cotangent" + std::to_string(k), var_meta[k].dtype,
-                                         var_meta[k].shape));
+        cot_ph.push_back(
+            sub.placeholder("cotangent" + std::to_string(k), var_meta[k].dtype, var_meta[k].shape));
   std::vector<Tensor> ys, xs;
   for (size_t k = 0; k < var_ph.size(); ++k)
     if (is_floating(var_meta[k].dtype)) {
@@ -284,7 +289,8 @@ WhileBody::Vjp& WhileBody::vjp(const std::vector<int64_t>& cap_needs) {
   };
   for (size_t k = 0; k < var_ph.size(); ++k)
     v.var_slot.push_back(is_floating(var_meta[k].dtype) ? take(var_ph[k]) : -1);
-  for (size_t c = 0; c < cap_ph.size(); ++c) v.cap_slot.push_back(cap_needs[c] ? take(cap_ph[c]) : -1);
+  for (size_t c = 0; c < cap_ph.size(); ++c)
+    v.cap_slot.push_back(cap_needs[c] ? take(cap_ph[c]) : -1);
   return vjps.emplace(cap_needs, std::move(v)).first->second;
 }
 
@@ -294,11 +300,13 @@ WhileBody::Vjp& WhileBody::vjp(const std::vector<int64_t>& cap_needs) {
 MetaList while_grad_infer(std::span<const Tensor> in, const Attrs& a) {
   WhileBody& b = body(a.i(0));
   size_t n = b.var_ph.size(), m = b.cap_ph.size();
-  if (in.size() != 2 * n + m) fail("while_grad", "expected ", 2 * n + m, " inputs, got ", in.size());
+  if (in.size() != 2 * n + m)
+    fail("while_grad", "expected ", 2 * n + m, " inputs, got ", in.size());
   MetaList out;
   for (size_t k = 0; k < n; ++k)
-    out.push_back(is_floating(b.var_meta[k].dtype) ? TensorMeta{b.var_meta[k].dtype, drop_first(in[k].shape())}
-                                                   : TensorMeta{Float32, Shape{}});
+    out.push_back(is_floating(b.var_meta[k].dtype)
+                      ? TensorMeta{b.var_meta[k].dtype, drop_first(in[k].shape())}
+                      : TensorMeta{Float32, Shape{}});
   const auto& needs = a.ints(1);
   if (needs.size() != m) fail("while_grad", "needs ", m, " capture flags, got ", needs.size());
   for (size_t j = 0; j < m; ++j)
@@ -337,33 +345,40 @@ TensorList while_grad_run(std::span<const Tensor> in, const Attrs& a) {
       }
   }
   TensorList out;
-  for (size_t k = 0; k < n; ++k)
-    out.push_back(v.var_slot[k] >= 0 ? g[k] : scalar_tensor(0.0));
+  for (size_t k = 0; k < n; ++k) out.push_back(v.var_slot[k] >= 0 ? g[k] : scalar_tensor(0.0));
   for (size_t j = 0; j < m; ++j) {
-    if (v.cap_slot[j] < 0) out.push_back(scalar_tensor(0.0));
-    else out.push_back(gc[j].defined() ? gc[j] : zeros(in[n + j].shape(), in[n + j].dtype()));
+    if (v.cap_slot[j] < 0)
+      out.push_back(scalar_tensor(0.0));
+    else
+      out.push_back(gc[j].defined() ? gc[j] : zeros(in[n + j].shape(), in[n + j].dtype()));
   }
   return out;
 }
 
 TensorList while_grad_rule(const GradCtx& c);
 
-const OpDef& kWhile = def_op({.name = "while", .num_inputs = -1, .num_outputs = -1,
-    .attr_names = {"body", "max_iterations"},
-    .traits = kControlFlow,
-    .infer = while_infer,
-    .view = while_run,
-    .grad = while_grad_rule,
-    .doc = "structured loop: runs its body subgraph while its cond subgraph is true; outputs the "
-           "final loop vars and, for gradients, the loop vars of every iteration stacked"});
+const OpDef& kWhile = def_op(
+    {.name = "while",
+     .num_inputs = -1,
+     .num_outputs = -1,
+     .attr_names = {"body", "max_iterations"},
+     .traits = kControlFlow,
+     .infer = while_infer,
+     .view = while_run,
+     .grad = while_grad_rule,
+     .doc = "structured loop: runs its body subgraph while its cond subgraph is true; outputs the "
+            "final loop vars and, for gradients, the loop vars of every iteration stacked"});
 
-const OpDef& kWhileGrad = def_op({.name = "while_grad", .num_inputs = -1, .num_outputs = -1,
-    .attr_names = {"body", "capture_needs"},
-    .traits = kControlFlow,
-    .infer = while_grad_infer,
-    .view = while_grad_run,
-    .doc = "gradient of a while node: the body's vector-Jacobian product run over the saved "
-           "iterations in reverse"});
+const OpDef& kWhileGrad = def_op(
+    {.name = "while_grad",
+     .num_inputs = -1,
+     .num_outputs = -1,
+     .attr_names = {"body", "capture_needs"},
+     .traits = kControlFlow,
+     .infer = while_grad_infer,
+     .view = while_grad_run,
+     .doc = "gradient of a while node: the body's vector-Jacobian product run over the saved "
+            "iterations in reverse"});
 
 TensorList while_grad_rule(const GradCtx& c) {
   WhileBody& b = body(c.attrs.i(0));
@@ -376,8 +391,8 @@ TensorList while_grad_rule(const GradCtx& c) {
   for (size_t j = 0; j < m; ++j) ins.push_back(c.in(n + j));
   for (size_t k = 0; k < n; ++k)
     ins.push_back(c.g(k).defined() ? c.g(k) : c.out(k));  // non-float vars: ignored placeholder
-  TensorList g = call(kWhileGrad, std::span<const Tensor>(ins.data(), ins.size()),
-                      {c.attrs[0], needs});
+  TensorList g =
+      call(kWhileGrad, std::span<const Tensor>(ins.data(), ins.size()), {c.attrs[0], needs});
   TensorList out;
   for (size_t k = 0; k < n; ++k) out.push_back(v.var_slot[k] >= 0 ? g[k] : Tensor());
   for (size_t j = 0; j < m; ++j) out.push_back(v.cap_slot[j] >= 0 ? g[n + j] : Tensor());
@@ -397,7 +412,8 @@ std::vector<Tensor> build_while(
     const std::vector<Tensor>& vars, const WhileOptions& options) {
   auto b = std::make_shared<WhileBody>();
   for (size_t k = 0; k < vars.size(); ++k) {
-    b->var_ph.push_back(b->sub.placeholder("var" + std::to_string(k), vars[k].dtype(), vars[k].shape()));
+    b->var_ph.push_back(
+        b->sub.placeholder("var" + std::to_string(k), vars[k].dtype(), vars[k].shape()));
     b->var_meta.push_back(TensorMeta{vars[k].dtype(), vars[k].shape()});
   }
   WhileCapture cap(*b);
@@ -418,16 +434,16 @@ std::vector<Tensor> build_while(
   for (size_t k = 0; k < r.size(); ++k) {
     if (!r[k].defined()) fail("while_loop", "body_fn result ", k, " is undefined");
     if (r[k].dtype() != vars[k].dtype() || !compatible(r[k].shape(), vars[k].shape()))
-      fail("while_loop", "body_fn result ", k, " is ", r[k].dtype(), r[k].shape(),
-           " but loop var ", k, " is ", vars[k].dtype(), vars[k].shape(),
+      fail("while_loop", "body_fn result ", k, " is ", r[k].dtype(), r[k].shape(), " but loop var ",
+           k, " is ", vars[k].dtype(), vars[k].shape(),
            "; a loop var must keep its dtype and shape");
     b->body_out.push_back(own(r[k]));
   }
   std::vector<Tensor> ins = vars;
   for (const auto& o : cap.outer) ins.push_back(o);
   int64_t id = add_body(b);
-  TensorList o = call(kWhile, std::span<const Tensor>(ins.data(), ins.size()),
-                      {id, options.max_iterations});
+  TensorList o =
+      call(kWhile, std::span<const Tensor>(ins.data(), ins.size()), {id, options.max_iterations});
   return std::vector<Tensor>(o.begin(), o.begin() + static_cast<std::ptrdiff_t>(vars.size()));
 }
 
@@ -452,19 +468,20 @@ std::vector<Tensor> while_loop(
     if (!c.defined()) fail("while_loop", "cond_fn returned an undefined tensor");
     // A cond that reads a graph value makes this a graph loop (concrete vars become constants).
     if (c.is_symbolic()) {
-      if (it > 0)
-        fail("while_loop", "cond_fn became symbolic after ", it, " eager iterations");
+      if (it > 0) fail("while_loop", "cond_fn became symbolic after ", it, " eager iterations");
       Graph g = Graph::of(c);
       std::vector<Tensor> gv;
       for (const auto& v : vars) gv.push_back(g.constant(v));
       return build_while(cond_fn, body_fn, gv, options);
     }
     check_pred("while_loop", c);
-    if (c.numel() != 1) fail("while_loop", "cond_fn must return a bool scalar, got shape ", c.shape());
+    if (c.numel() != 1)
+      fail("while_loop", "cond_fn must return a bool scalar, got shape ", c.shape());
     if (!c.item<bool>()) break;
     std::vector<Tensor> next = body_fn(vars);
     if (next.size() != vars.size())
-      fail("while_loop", "body_fn returned ", next.size(), " values for ", vars.size(), " loop vars");
+      fail("while_loop", "body_fn returned ", next.size(), " values for ", vars.size(),
+           " loop vars");
     for (size_t k = 0; k < next.size(); ++k) {
       if (!next[k].defined()) fail("while_loop", "body_fn result ", k, " is undefined");
       if (next[k].dtype() != vars[k].dtype())

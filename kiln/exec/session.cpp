@@ -25,9 +25,9 @@ struct Session::Plan {
   Program program;
   std::vector<Step> steps;
   int num_slots = 0;
-  std::vector<std::pair<int, Tensor>> constants;             // slot, value
-  std::vector<std::pair<int, std::string>> variables;        // slot, name
-  std::vector<std::pair<int, const Node*>> placeholders;     // slot, node (in the program)
+  std::vector<std::pair<int, Tensor>> constants;          // slot, value
+  std::vector<std::pair<int, std::string>> variables;     // slot, name
+  std::vector<std::pair<int, const Node*>> placeholders;  // slot, node (in the program)
   std::vector<std::string> placeholder_names;
   std::vector<int> fetch_slots;
   std::string passes;
@@ -110,8 +110,12 @@ Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedD
   for (Node* n : order) {
     int s = base[n];
     switch (n->kind) {
-      case NodeKind::Constant: plan->constants.push_back({s, n->value}); break;
-      case NodeKind::Variable: plan->variables.push_back({s, n->name}); break;
+      case NodeKind::Constant:
+        plan->constants.push_back({s, n->value});
+        break;
+      case NodeKind::Variable:
+        plan->variables.push_back({s, n->name});
+        break;
       case NodeKind::Placeholder:
         plan->placeholders.push_back({s, n});
         plan->placeholder_names.push_back(n->name);
@@ -135,8 +139,10 @@ Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedD
     last_use[static_cast<size_t>(s)] = static_cast<int>(plan->steps.size());  // keep
   }
   // Constants and variables are never freed by the run (they are owned elsewhere).
-  for (auto& [s, v] : plan->constants) last_use[static_cast<size_t>(s)] = static_cast<int>(plan->steps.size());
-  for (auto& [s, v] : plan->variables) last_use[static_cast<size_t>(s)] = static_cast<int>(plan->steps.size());
+  for (auto& [s, v] : plan->constants)
+    last_use[static_cast<size_t>(s)] = static_cast<int>(plan->steps.size());
+  for (auto& [s, v] : plan->variables)
+    last_use[static_cast<size_t>(s)] = static_cast<int>(plan->steps.size());
   for (int s = 0; s < slots; ++s) {
     int lu = last_use[static_cast<size_t>(s)];
     if (lu >= 0 && lu < static_cast<int>(plan->steps.size()))
@@ -164,7 +170,8 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
       fail("Session::run", "feed for placeholder '", n->name, "' has dtype ", v.dtype(),
            ", expected ", m.dtype);
     bool ok = v.shape().rank() == m.shape.rank();
-    for (int64_t d = 0; ok && d < m.shape.rank(); ++d) ok = m.shape[d] < 0 || m.shape[d] == v.shape()[d];
+    for (int64_t d = 0; ok && d < m.shape.rank(); ++d)
+      ok = m.shape[d] < 0 || m.shape[d] == v.shape()[d];
     if (!ok)
       fail("Session::run", "feed for placeholder '", n->name, "' has shape ", v.shape(),
            ", expected ", m.shape);
@@ -183,7 +190,8 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
   for (auto& [s, node] : p.placeholders) {
     const Tensor* found = nullptr;
     for (const auto& [k, v] : feeds)
-      if (k.impl()->sym->node->name == node->name && k.impl()->sym->node->kind == NodeKind::Placeholder)
+      if (k.impl()->sym->node->name == node->name &&
+          k.impl()->sym->node->kind == NodeKind::Placeholder)
         found = &v;
     if (!found)
       fail("Session::run", "placeholder '", node->name, "' (", dtype_name(node->outputs[0].dtype),
@@ -205,13 +213,14 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
       continue;
     }
     std::span<const Tensor> in_span(ins.data(), ins.size());
-    TensorList outs = st.takes_dead ? st.op->view(in_span, st.attrs)
-                                    : run_kernel(*st.op, in_span, st.attrs);
+    TensorList outs =
+        st.takes_dead ? st.op->view(in_span, st.attrs) : run_kernel(*st.op, in_span, st.attrs);
     if (st.takes_dead && !outs[0].defined()) {  // every input dead: no work was done
       for (int s : st.free_after) slots[static_cast<size_t>(s)] = Tensor();
       continue;
     }
-    for (size_t i = 0; i < st.out.size(); ++i) slots[static_cast<size_t>(st.out[i])] = std::move(outs[i]);
+    for (size_t i = 0; i < st.out.size(); ++i)
+      slots[static_cast<size_t>(st.out[i])] = std::move(outs[i]);
     for (int s : st.free_after) slots[static_cast<size_t>(s)] = Tensor();
     ++executed;
   }
@@ -224,8 +233,9 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
     Tensor t = slots[static_cast<size_t>(p.fetch_slots[i])];
     if (!t.defined()) {
       const ValueRef& f = p.program.fetches[i];
-      fail("Session::run", "fetch ", i, " (", f.node->label(), " output ", f.index,
-           ") is dead: it lies on the untaken side of a switch, so it was not computed in this run");
+      fail(
+          "Session::run", "fetch ", i, " (", f.node->label(), " output ", f.index,
+          ") is dead: it lies on the untaken side of a switch, so it was not computed in this run");
     }
     // Results that alias Session state are copied, so later runs do not change them.
     bool aliases = false;
@@ -235,7 +245,9 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
   return out;
 }
 
-Tensor Session::run(const Tensor& fetch, const FeedDict& feeds) { return run(std::vector<Tensor>{fetch}, feeds)[0]; }
+Tensor Session::run(const Tensor& fetch, const FeedDict& feeds) {
+  return run(std::vector<Tensor>{fetch}, feeds)[0];
+}
 
 Tensor Session::variable(const std::string& name) const {
   auto it = vars_.find(name);

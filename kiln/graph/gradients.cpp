@@ -60,14 +60,16 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<T
     Node* n = *it;
     if (n->kind != NodeKind::Op || !from_x.count(n->id) || !to_y.count(n->id)) continue;
     bool any = false;
-    for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i) any = any || grads.count(key(n, i));
+    for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i)
+      any = any || grads.count(key(n, i));
     if (!any) continue;
     TensorList ins, outs, gout;
     SmallVec<bool, 4> needs;
     bool any_need = false;
     for (const auto& in : n->inputs) {
       ins.push_back(sym(in));
-      needs.push_back(from_x.count(in.node->id) > 0 && is_floating(in.node->outputs[in.index].dtype));
+      needs.push_back(from_x.count(in.node->id) > 0 &&
+                      is_floating(in.node->outputs[in.index].dtype));
       any_need = any_need || needs.back();
     }
     // An x itself (e.g. the output of detach) needs no gradient for its inputs.

@@ -60,8 +60,9 @@ class GraphBuilder : public SymbolicHandler {
       auto gt = graph_of(t);
       if (!gt) continue;
       if (g && gt != g)
-        fail(op.name.c_str(), "inputs belong to different graphs; ops can only combine tensors "
-                              "of one graph");
+        fail(op.name.c_str(),
+             "inputs belong to different graphs; ops can only combine tensors "
+             "of one graph");
       g = gt;
     }
     if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
@@ -83,7 +84,8 @@ class GraphBuilder : public SymbolicHandler {
     for (auto& m : metas) n->outputs.push_back(m);
     Node* p = g->add_node(std::move(n));
     TensorList outs;
-    for (int i = 0; i < static_cast<int>(p->outputs.size()); ++i) outs.push_back(make_symbolic(g, p, i));
+    for (int i = 0; i < static_cast<int>(p->outputs.size()); ++i)
+      outs.push_back(make_symbolic(g, p, i));
     return outs;
   }
 };
@@ -118,7 +120,8 @@ InputCapture* input_capture() { return t_input_capture; }
 std::string Node::label() const {
   switch (kind) {
     case NodeKind::Placeholder:
-    case NodeKind::Variable: return name;
+    case NodeKind::Variable:
+      return name;
     case NodeKind::Constant: {
       if (!name.empty()) return name;
       if (value.defined() && value.numel() == 1) {
@@ -128,7 +131,8 @@ std::string Node::label() const {
       }
       return "const" + value.shape().str();
     }
-    case NodeKind::Op: return op->name;
+    case NodeKind::Op:
+      return op->name;
   }
   return "?";
 }
@@ -184,14 +188,11 @@ Tensor Graph::variable(const std::string& name, const Tensor& initial) {
 }
 
 Tensor Graph::constant(const Tensor& value, const std::string& name) {
-  if (!value.defined() || !value.is_concrete())
-    fail("constant", "value must be a concrete tensor");
+  if (!value.defined() || !value.is_concrete()) fail("constant", "value must be a concrete tensor");
   return make_symbolic(impl_, constant_node(impl_, value, name), 0);
 }
 
-Node* Graph::node_of(const Tensor& t, const char* what) const {
-  return value_of(t, what).node;
-}
+Node* Graph::node_of(const Tensor& t, const char* what) const { return value_of(t, what).node; }
 
 ValueRef Graph::value_of(const Tensor& t, const char* what) const {
   if (!t.defined()) fail(what, "tensor is undefined");

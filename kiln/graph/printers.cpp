@@ -25,9 +25,12 @@ std::string edge_label(const ValueRef& v) {
 std::string escape(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '"') o += "&quot;";
-    else if (c == '[' || c == ']') o += c == '[' ? "&#91;" : "&#93;";
-    else o += c;
+    if (c == '"')
+      o += "&quot;";
+    else if (c == '[' || c == ']')
+      o += c == '[' ? "&#91;" : "&#93;";
+    else
+      o += c;
   }
   return o;
 }
@@ -39,12 +42,19 @@ std::string Graph::to_text() const {
   for (const auto& n : impl_->nodes) {
     os << "%" << n->id << " = ";
     switch (n->kind) {
-      case NodeKind::Placeholder: os << "placeholder \"" << n->name << "\""; break;
-      case NodeKind::Variable: os << "variable \"" << n->name << "\""; break;
-      case NodeKind::Constant: os << "constant " << n->label(); break;
+      case NodeKind::Placeholder:
+        os << "placeholder \"" << n->name << "\"";
+        break;
+      case NodeKind::Variable:
+        os << "variable \"" << n->name << "\"";
+        break;
+      case NodeKind::Constant:
+        os << "constant " << n->label();
+        break;
       case NodeKind::Op: {
         os << n->op->name << "(";
-        for (size_t i = 0; i < n->inputs.size(); ++i) os << (i ? ", " : "") << ref_str(n->inputs[i]);
+        for (size_t i = 0; i < n->inputs.size(); ++i)
+          os << (i ? ", " : "") << ref_str(n->inputs[i]);
         os << ")";
         if (n->attrs.size()) os << " {" << n->attrs.str(n->op->attr_names) << "}";
         break;
@@ -86,10 +96,18 @@ std::string Graph::to_mermaid() const {
     std::string l = escape(n->label());
     os << "    " << mermaid_id(*n);
     switch (n->kind) {
-      case NodeKind::Placeholder: os << "[" << l << "]"; break;
-      case NodeKind::Variable: os << "[" << l << "]"; break;
-      case NodeKind::Constant: os << "([" << l << "])"; break;
-      case NodeKind::Op: os << "[" << l << "]"; break;
+      case NodeKind::Placeholder:
+        os << "[" << l << "]";
+        break;
+      case NodeKind::Variable:
+        os << "[" << l << "]";
+        break;
+      case NodeKind::Constant:
+        os << "([" << l << "])";
+        break;
+      case NodeKind::Op:
+        os << "[" << l << "]";
+        break;
     }
     os << "\n";
   }

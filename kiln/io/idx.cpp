@@ -35,14 +35,18 @@ Tensor read_idx(const std::string& path, bool raw) {
   std::vector<unsigned char> b = read_all(path);
   if (b.size() < 4 || b[0] != 0 || b[1] != 0)
     fail("read_idx", "'", path, "' is not an IDX file (bad magic)");
-  if (b[2] != 0x08) fail("read_idx", "'", path, "': only unsigned-byte IDX data is supported, type 0x", std::hex, int(b[2]));
+  if (b[2] != 0x08)
+    fail("read_idx", "'", path, "': only unsigned-byte IDX data is supported, type 0x", std::hex,
+         int(b[2]));
   int nd = b[3];
   if (nd < 1 || nd > 4) fail("read_idx", "'", path, "': unsupported number of dims ", nd);
-  if (b.size() < 4 + 4 * static_cast<size_t>(nd)) fail("read_idx", "'", path, "' is truncated in its header");
+  if (b.size() < 4 + 4 * static_cast<size_t>(nd))
+    fail("read_idx", "'", path, "' is truncated in its header");
   Shape shape;
   size_t off = 4;
   for (int d = 0; d < nd; ++d, off += 4)
-    shape.push_back((int64_t(b[off]) << 24) | (int64_t(b[off + 1]) << 16) | (int64_t(b[off + 2]) << 8) | int64_t(b[off + 3]));
+    shape.push_back((int64_t(b[off]) << 24) | (int64_t(b[off + 1]) << 16) |
+                    (int64_t(b[off + 2]) << 8) | int64_t(b[off + 3]));
   int64_t n = shape.numel();
   if (b.size() - off != static_cast<size_t>(n))
     fail("read_idx", "'", path, "' is truncated or has trailing data: header says shape ", shape,

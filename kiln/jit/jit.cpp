@@ -79,11 +79,12 @@ std::string mismatch(const Key& g, const Key& k) {
     const ArgKey &a = g[i], &b = k[i];
     if (a.kind != b.kind) return str_cat("arg ", i, ": kind changed");
     if (a.shapes.size() != b.shapes.size())
-      return str_cat("arg ", i, ": list length: expected ", a.shapes.size(), ", got ", b.shapes.size());
+      return str_cat("arg ", i, ": list length: expected ", a.shapes.size(), ", got ",
+                     b.shapes.size());
     for (size_t t = 0; t < a.shapes.size(); ++t) {
       auto at = [&] {  // built only when a guard fails
         return a.shapes.size() > 1 || a.kind == Arg::kTensorList ? str_cat("arg ", i, "[", t, "]")
-                                                                  : str_cat("arg ", i);
+                                                                 : str_cat("arg ", i);
       };
       if (a.dtypes[t] != b.dtypes[t])
         return str_cat(at(), " dtype: expected ", a.dtypes[t], ", got ", b.dtypes[t]);
@@ -132,8 +133,10 @@ std::string key_str(const Key& k) {
     os << "arg" << i << " ";
     const ArgKey& a = k[i];
     if (a.kind == Arg::kScalar || a.kind == Arg::kBool) {
-      if (a.runtime) os << "runtime scalar";
-      else os << "== " << a.value;
+      if (a.runtime)
+        os << "runtime scalar";
+      else
+        os << "== " << a.value;
       continue;
     }
     if (a.kind == Arg::kTensorList) os << "list[" << a.shapes.size() << "] ";
@@ -220,8 +223,10 @@ bool same_value(const Tensor& a, const Tensor& b) {
 
 std::string value_str(const Tensor& t) {
   std::ostringstream os;
-  if (t.numel() == 1) os << t.item<double>();
-  else os << t.shape() << " tensor";
+  if (t.numel() == 1)
+    os << t.item<double>();
+  else
+    os << t.shape() << " tensor";
   return os.str();
 }
 
@@ -238,39 +243,47 @@ GradTable& grad_table() {
 
 TensorList run_version_plain(Version& v, std::span<const Tensor> tensors);
 
-const OpDef& kJitCall = def_op({.name = "jit_call", .num_inputs = -1, .attr_names = {"version"},
-    .infer = [](std::span<const Tensor>, const Attrs& a) {
-      Version* v = grad_table().versions.at(static_cast<size_t>(a.i(0)));
-      MetaList m;
-      for (const auto& o : v->g_outputs) m.push_back(TensorMeta{o.dtype(), o.shape()});
-      return m;
-    },
-    .view = [](std::span<const Tensor> in, const Attrs& a) {
-      Version* v = grad_table().versions.at(static_cast<size_t>(a.i(0)));
-      return run_version_plain(*v, in);
-    },
-    // The compiled backward graph: gradients() of the traced forward, run by a Session fed
-    // with the inputs and the output gradients (the forward is recomputed inside it).
-    .grad = [](const GradCtx& c) {
-      Version* v = grad_table().versions.at(static_cast<size_t>(c.attrs.i(0)));
-      FeedDict feeds;
-      for (size_t k = 0; k < v->g_inputs.size(); ++k) feeds.push_back({v->g_inputs[k], c.in(k).detach()});
-      for (size_t k = 0; k < v->g_out_grads.size(); ++k)
-        if (v->g_out_grads[k].defined()) feeds.push_back({v->g_out_grads[k], c.g(k).detach()});
-      std::vector<Tensor> fetch;
-      std::vector<size_t> which;
-      for (size_t k = 0; k < v->g_in_grads.size(); ++k)
-        if (v->g_in_grads[k].defined() && c.need(k)) {
-          fetch.push_back(v->g_in_grads[k]);
-          which.push_back(k);
-        }
-      TensorList out;
-      out.resize(c.inputs.size());
-      if (fetch.empty()) return out;
-      std::vector<Tensor> r = v->bwd_session->run(fetch, feeds);
-      for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
-      return out;
-    }});
+const OpDef& kJitCall =
+    def_op({.name = "jit_call",
+            .num_inputs = -1,
+            .attr_names = {"version"},
+            .infer =
+                [](std::span<const Tensor>, const Attrs& a) {
+                  Version* v = grad_table().versions.at(static_cast<size_t>(a.i(0)));
+                  MetaList m;
+                  for (const auto& o : v->g_outputs) m.push_back(TensorMeta{o.dtype(), o.shape()});
+                  return m;
+                },
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  Version* v = grad_table().versions.at(static_cast<size_t>(a.i(0)));
+                  return run_version_plain(*v, in);
+                },
+            // The compiled backward graph: gradients() of the traced forward, run by a Session fed
+            // with the inputs and the output gradients (the forward is recomputed inside it).
+            .grad =
+                [](const GradCtx& c) {
+                  Version* v = grad_table().versions.at(static_cast<size_t>(c.attrs.i(0)));
+                  FeedDict feeds;
+                  for (size_t k = 0; k < v->g_inputs.size(); ++k)
+                    feeds.push_back({v->g_inputs[k], c.in(k).detach()});
+                  for (size_t k = 0; k < v->g_out_grads.size(); ++k)
+                    if (v->g_out_grads[k].defined())
+                      feeds.push_back({v->g_out_grads[k], c.g(k).detach()});
+                  std::vector<Tensor> fetch;
+                  std::vector<size_t> which;
+                  for (size_t k = 0; k < v->g_in_grads.size(); ++k)
+                    if (v->g_in_grads[k].defined() && c.need(k)) {
+                      fetch.push_back(v->g_in_grads[k]);
+                      which.push_back(k);
+                    }
+                  TensorList out;
+                  out.resize(c.inputs.size());
+                  if (fetch.empty()) return out;
+                  std::vector<Tensor> r = v->bwd_session->run(fetch, feeds);
+                  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
+                  return out;
+                }});
 
 }  // namespace
 
@@ -312,7 +325,8 @@ struct Engine::Impl {
       if (args[i].kind == Arg::kTensor) {
         sym[i].t = make_ph(args[i].t, ak.shapes[0]);
       } else if (args[i].kind == Arg::kTensorList) {
-        for (size_t t = 0; t < args[i].ts.size(); ++t) sym[i].ts[t] = make_ph(args[i].ts[t], ak.shapes[t]);
+        for (size_t t = 0; t < args[i].ts.size(); ++t)
+          sym[i].ts[t] = make_ph(args[i].ts[t], ak.shapes[t]);
       } else if (ak.runtime) {
         Tensor val = scalar_tensor(args[i].v, Float32);
         sym[i].kind = Arg::kTensor;
@@ -340,9 +354,11 @@ struct Engine::Impl {
     }
     stats.graph_breaks += static_cast<int64_t>(ctx.breaks.size());
     for (const auto& b : ctx.breaks) {
-      std::string line = str_cat(b.where, ": ", b.what, "() of a traced value -> graph break, guard on its value (",
+      std::string line = str_cat(b.where, ": ", b.what,
+                                 "() of a traced value -> graph break, guard on its value (",
                                  value_str(b.value), ")");
-      if (std::find(break_log.begin(), break_log.end(), line) == break_log.end()) break_log.push_back(line);
+      if (std::find(break_log.begin(), break_log.end(), line) == break_log.end())
+        break_log.push_back(line);
       if (log_breaks) std::cerr << "[jit] " << opts.name << ": " << line << "\n";
     }
 
@@ -369,7 +385,8 @@ struct Engine::Impl {
     (void)result;
   }
 
-  void build_grad(Version& v, Graph& g, const std::vector<Tensor>& phs, const std::vector<Tensor>& outs) {
+  void build_grad(Version& v, Graph& g, const std::vector<Tensor>& phs,
+                  const std::vector<Tensor>& outs) {
     v.with_grad = true;
     v.graph = g;
     v.g_inputs = phs;
@@ -387,7 +404,8 @@ struct Engine::Impl {
     }
     std::vector<Tensor> xs;
     for (const auto& p : phs) xs.push_back(p);
-    v.g_in_grads = diff_outs.empty() ? std::vector<Tensor>(phs.size()) : gradients(diff_outs, xs, gys);
+    v.g_in_grads =
+        diff_outs.empty() ? std::vector<Tensor>(phs.size()) : gradients(diff_outs, xs, gys);
     v.bwd_session = std::make_unique<Session>(g);
   }
 
@@ -401,7 +419,8 @@ struct Engine::Impl {
       slots += static_cast<int>(nodes[i]->outputs.size());
     }
     v.num_slots = std::max(v.num_slots, slots);
-    if (static_cast<int>(v.slots.size()) < v.num_slots) v.slots.resize(static_cast<size_t>(v.num_slots));
+    if (static_cast<int>(v.slots.size()) < v.num_slots)
+      v.slots.resize(static_cast<size_t>(v.num_slots));
     *total = slots;
     return base;
   }
@@ -414,7 +433,8 @@ struct Engine::Impl {
     for (size_t i = 0; i < v.key.size(); ++i) {
       std::vector<int> s;
       size_t n = v.key[i].kind == Arg::kTensor || v.key[i].runtime ? 1 : v.key[i].shapes.size();
-      if (v.key[i].kind == Arg::kScalar || v.key[i].kind == Arg::kBool) n = v.key[i].runtime ? 1 : 0;
+      if (v.key[i].kind == Arg::kScalar || v.key[i].kind == Arg::kBool)
+        n = v.key[i].runtime ? 1 : 0;
       for (size_t t = 0; t < n; ++t) s.push_back(slot_of(phs[p++]));
       v.arg_slots.push_back(s);
     }
@@ -422,12 +442,14 @@ struct Engine::Impl {
 
   // A trace without graph breaks gets the full optimizer (const_fold, CSE, DCE) and frees each
   // intermediate after its last use.
-  void add_single(Version& v, Graph& g, const std::vector<Tensor>& phs, const std::vector<Tensor>& outs) {
+  void add_single(Version& v, Graph& g, const std::vector<Tensor>& phs,
+                  const std::vector<Tensor>& outs) {
     std::vector<ValueRef> roots;
     for (const auto& o : outs) roots.push_back(g.value_of(o));
     for (const auto& n : g.nodes())
       if (n->kind == NodeKind::Op && n->op->has(kSideEffect))
-        for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i) roots.push_back(ValueRef{n.get(), i});
+        for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i)
+          roots.push_back(ValueRef{n.get(), i});
     Program prog = prune(*g.impl(), roots);
     optimize(prog);
     const auto& nodes = prog.graph->nodes;
@@ -446,14 +468,16 @@ struct Engine::Impl {
     for (size_t k = 0; k < outs.size(); ++k) tn->out_slots.push_back(slot(prog.fetches[k]));
     std::vector<int> last(static_cast<size_t>(slots), -1);
     for (const auto& n : nodes) {
-      if (n->kind == NodeKind::Constant) tn->constants.push_back({base[static_cast<size_t>(n->id)], n->value});
+      if (n->kind == NodeKind::Constant)
+        tn->constants.push_back({base[static_cast<size_t>(n->id)], n->value});
       if (n->kind != NodeKind::Op) continue;
       Step st{n->op, n->attrs, {}, {}, {}};
       for (const auto& in : n->inputs) {
         st.in.push_back(slot(in));
         last[static_cast<size_t>(slot(in))] = static_cast<int>(tn->steps.size());
       }
-      for (int o = 0; o < static_cast<int>(n->outputs.size()); ++o) st.out.push_back(base[static_cast<size_t>(n->id)] + o);
+      for (int o = 0; o < static_cast<int>(n->outputs.size()); ++o)
+        st.out.push_back(base[static_cast<size_t>(n->id)] + o);
       tn->steps.push_back(std::move(st));
       ++tn->nodes;
     }
@@ -494,11 +518,13 @@ struct Engine::Impl {
       for (int id = lo; id < cuts[pi]; ++id) {
         const Node& n = *nodes[static_cast<size_t>(id)];
         if (!need[static_cast<size_t>(id)]) continue;
-        if (n.kind == NodeKind::Constant) tn->constants.push_back({base[static_cast<size_t>(id)], n.value});
+        if (n.kind == NodeKind::Constant)
+          tn->constants.push_back({base[static_cast<size_t>(id)], n.value});
         if (n.kind != NodeKind::Op) continue;
         Step st{n.op, n.attrs, {}, {}, {}};
         for (const auto& in : n.inputs) st.in.push_back(slot(in));
-        for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) st.out.push_back(base[static_cast<size_t>(id)] + o);
+        for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o)
+          st.out.push_back(base[static_cast<size_t>(id)] + o);
         tn->steps.push_back(std::move(st));
         ++tn->nodes;
       }
@@ -534,7 +560,8 @@ struct Engine::Impl {
   }
 
   // Replays `v`; returns false (and the reason) when a break guard has no traced branch.
-  bool replay(Version& v, const std::vector<Arg>& args, std::vector<Tensor>& outs, std::string* why) {
+  bool replay(Version& v, const std::vector<Arg>& args, std::vector<Tensor>& outs,
+              std::string* why) {
     auto& slots = v.slots;
     for (size_t i = 0; i < args.size(); ++i) {
       const auto& s = v.arg_slots[i];
@@ -565,7 +592,8 @@ struct Engine::Impl {
         bool merge = st.op->has(kControlFlow) && st.op->name == "merge";
         if (dead && !merge) continue;
         std::span<const Tensor> in_span(ins.data(), ins.size());
-        TensorList o = merge ? st.op->view(in_span, st.attrs) : run_kernel(*st.op, in_span, st.attrs);
+        TensorList o =
+            merge ? st.op->view(in_span, st.attrs) : run_kernel(*st.op, in_span, st.attrs);
         for (size_t k = 0; k < st.out.size() && k < o.size(); ++k)
           slots[static_cast<size_t>(st.out[k])] = std::move(o[k]);
         for (int fs : st.free_after) slots[static_cast<size_t>(fs)] = Tensor();
@@ -580,8 +608,8 @@ struct Engine::Impl {
       for (auto& [val, child] : cur->children)
         if (same_value(val, gv)) next = child.get();
       if (!next) {
-        *why = str_cat("graph break at ", cur->guard_where, ": ", cur->guard_what,
-                       "() gave ", value_str(gv), ", a branch not traced yet");
+        *why = str_cat("graph break at ", cur->guard_where, ": ", cur->guard_what, "() gave ",
+                       value_str(gv), ", a branch not traced yet");
         ok = false;
         break;
       }
@@ -598,8 +626,8 @@ struct Engine::Impl {
       NoGradGuard ng;
       std::vector<Arg> a = args;
       for (size_t i = 0; i < a.size(); ++i)
-        if (std::find(opts.runtime_scalars.begin(), opts.runtime_scalars.end(), static_cast<int>(i)) !=
-            opts.runtime_scalars.end()) {
+        if (std::find(opts.runtime_scalars.begin(), opts.runtime_scalars.end(),
+                      static_cast<int>(i)) != opts.runtime_scalars.end()) {
           a[i].kind = Arg::kTensor;
           a[i].t = scalar_tensor(a[i].v, Float32);
         }
@@ -660,7 +688,8 @@ struct Engine::Impl {
       ++stats.misses;
       log_recompile(reason);
       trace(*hit, args, fn, nullptr);
-      if (!replay(*hit, args, outs, &reason)) fail("jit", "internal: the new trace does not replay: ", reason);
+      if (!replay(*hit, args, outs, &reason))
+        fail("jit", "internal: the new trace does not replay: ", reason);
       return outs;
     }
     // No version matches: a new one (dynamic dims when only dims changed).
@@ -690,7 +719,8 @@ struct Engine::Impl {
     if (ref.eager_only) return run_eager(args, fn);
     std::vector<Tensor> outs;
     if (ref.with_grad) return call_with_grad(ref, args);
-    if (!replay(ref, args, outs, &reason)) fail("jit", "internal: the new trace does not replay: ", reason);
+    if (!replay(ref, args, outs, &reason))
+      fail("jit", "internal: the new trace does not replay: ", reason);
     return outs;
   }
 
@@ -792,8 +822,8 @@ std::string Engine::explain() const {
     os << "\n";
     std::function<void(const TreeNode*, int, const std::string&)> walk =
         [&](const TreeNode* t, int depth, const std::string& via) {
-          os << "     " << std::string(static_cast<size_t>(depth) * 2, ' ') << "piece" << via << ": "
-             << t->nodes << " nodes";
+          os << "     " << std::string(static_cast<size_t>(depth) * 2, ' ') << "piece" << via
+             << ": " << t->nodes << " nodes";
           if (!t->leaf) os << ", then guard on " << t->guard_what << "() at " << t->guard_where;
           os << "\n";
           for (const auto& [val, child] : t->children)

@@ -72,7 +72,8 @@ class Engine {
 inline Arg to_arg(const Tensor& t) { return Arg{Arg::kTensor, t, {}, 0}; }
 inline Arg to_arg(const std::vector<Tensor>& ts) { return Arg{Arg::kTensorList, {}, ts, 0}; }
 inline Arg to_arg(bool b) { return Arg{Arg::kBool, {}, {}, b ? 1.0 : 0.0}; }
-template <typename T, std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, int> = 0>
+template <typename T,
+          std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, int> = 0>
 Arg to_arg(T v) {
   return Arg{Arg::kScalar, {}, {}, static_cast<double>(v)};
 }

@@ -29,8 +29,8 @@ MetaList merge_infer(std::span<const Tensor> in, const Attrs&) {
   Shape s = in[0].shape();
   for (size_t k = 1; k < in.size(); ++k) {
     if (in[k].dtype() != in[0].dtype())
-      fail("merge", "inputs differ in dtype: input 0 is ", in[0].dtype(), in[0].shape(),
-           ", input ", k, " is ", in[k].dtype(), in[k].shape());
+      fail("merge", "inputs differ in dtype: input 0 is ", in[0].dtype(), in[0].shape(), ", input ",
+           k, " is ", in[k].dtype(), in[k].shape());
     if (in[k].shape().rank() != s.rank())
       fail("merge", "inputs differ in rank: input 0 has shape ", in[0].shape(), ", input ", k,
            " has shape ", in[k].shape());
@@ -47,7 +47,8 @@ MetaList merge_infer(std::span<const Tensor> in, const Attrs&) {
 // The executor calls this only with both inputs live; the untaken output stays undefined (dead).
 TensorList switch_view(std::span<const Tensor> in, const Attrs&) {
   check_pred("switch", in[1]);
-  if (in[1].numel() != 1) fail("switch", "predicate must have one element, got shape ", in[1].shape());
+  if (in[1].numel() != 1)
+    fail("switch", "predicate must have one element, got shape ", in[1].shape());
   bool p = in[1].item<bool>();
   TensorList out;
   out.push_back(p ? Tensor() : in[0]);
@@ -94,20 +95,26 @@ TensorList merge_grad(const GradCtx& c) {
   return out;
 }
 
-const OpDef& kSwitch = def_op({.name = "switch", .num_inputs = 2, .num_outputs = 2,
-    .traits = kControlFlow,
-    .infer = switch_infer,
-    .view = switch_view,
-    .grad = switch_grad,
-    .doc = "switch(data, pred) -> {false_out, true_out}: data goes to the taken side, the other "
-           "output is dead"});
+const OpDef& kSwitch = def_op(
+    {.name = "switch",
+     .num_inputs = 2,
+     .num_outputs = 2,
+     .traits = kControlFlow,
+     .infer = switch_infer,
+     .view = switch_view,
+     .grad = switch_grad,
+     .doc = "switch(data, pred) -> {false_out, true_out}: data goes to the taken side, the other "
+            "output is dead"});
 
-const OpDef& kMerge = def_op({.name = "merge", .num_inputs = -1, .num_outputs = 2,
-    .traits = kControlFlow,
-    .infer = merge_infer,
-    .view = merge_view,
-    .grad = merge_grad,
-    .doc = "merge(inputs) -> {out, value_index}: forwards the live input; dead when all are"});
+const OpDef& kMerge = def_op(
+    {.name = "merge",
+     .num_inputs = -1,
+     .num_outputs = 2,
+     .traits = kControlFlow,
+     .infer = merge_infer,
+     .view = merge_view,
+     .grad = merge_grad,
+     .doc = "merge(inputs) -> {out, value_index}: forwards the live input; dead when all are"});
 
 bool any_symbolic(std::span<const Tensor> ts) {
   for (const auto& t : ts)
@@ -127,7 +134,8 @@ std::vector<Tensor> switch_(const Tensor& data, const Tensor& pred) {
   // Eagerly the taken output is the data tensor itself: no copy, and autograd flows through it
   // unchanged (switch is the identity on the live side).
   check_pred("switch", pred);
-  if (pred.numel() != 1) fail("switch", "predicate must have one element, got shape ", pred.shape());
+  if (pred.numel() != 1)
+    fail("switch", "predicate must have one element, got shape ", pred.shape());
   if (pred.item<bool>()) return {Tensor(), data};
   return {data, Tensor()};
 }

@@ -19,10 +19,10 @@ using Ints = std::vector<int64_t>;
 // Gradient rules refer to ops defined further down (and to each other); these wrappers are
 // defined after all the OpDefs.
 Tensor conv2d_raw(const Tensor& x, const Tensor& w, const Attrs& conv_attrs);
-Tensor conv2d_grad_input_fn(const Tensor& g, const Tensor& w, const Attrs& conv_attrs,
-                            int64_t H, int64_t W);
-Tensor conv2d_grad_weight_fn(const Tensor& x, const Tensor& g, const Attrs& conv_attrs,
-                             int64_t kH, int64_t kW);
+Tensor conv2d_grad_input_fn(const Tensor& g, const Tensor& w, const Attrs& conv_attrs, int64_t H,
+                            int64_t W);
+Tensor conv2d_grad_weight_fn(const Tensor& x, const Tensor& g, const Attrs& conv_attrs, int64_t kH,
+                             int64_t kW);
 Tensor max_pool2d_grad_fn(const Tensor& g, const Tensor& idx, int64_t H, int64_t W);
 Tensor max_pool2d_gather_fn(const Tensor& src, const Tensor& idx);
 Tensor avg_pool2d_fn(const Tensor& x, const Attrs& pool_attrs);
@@ -52,8 +52,8 @@ struct ConvP {
 ConvP conv_params(const char* op, const Attrs& a) {
   const Ints &s = a.ints(0), &p = a.ints(1), &d = a.ints(2);
   if (s.size() != 2 || p.size() != 2 || d.size() != 2)
-    fail(op, "stride, padding and dilation must have 2 values each, got ", Shape(s), ", ",
-         Shape(p), ", ", Shape(d));
+    fail(op, "stride, padding and dilation must have 2 values each, got ", Shape(s), ", ", Shape(p),
+         ", ", Shape(d));
   if (s[0] <= 0 || s[1] <= 0) fail(op, "stride must be positive, got ", Shape(s));
   if (d[0] <= 0 || d[1] <= 0) fail(op, "dilation must be positive, got ", Shape(d));
   if (p[0] < 0 || p[1] < 0) fail(op, "padding must be non-negative, got ", Shape(p));
@@ -70,8 +70,8 @@ void require_4d(const char* op, const Shape& s, const char* what, const char* la
 
 void require_float_pair(const char* op, const Tensor& a, const Tensor& b) {
   if (!is_floating(a.dtype()) || a.dtype() != b.dtype())
-    fail(op, "expects two float32 or two float64 tensors, got ", a.dtype(), " ", a.shape(),
-         " and ", b.dtype(), " ", b.shape());
+    fail(op, "expects two float32 or two float64 tensors, got ", a.dtype(), " ", a.shape(), " and ",
+         b.dtype(), " ", b.shape());
 }
 
 // Checks the shapes x [N, C, H, W] and w [O, C/groups, kH, kW] (dynamic dims pass); returns
@@ -96,8 +96,8 @@ Shape check_conv(const char* op, const Shape& xs, const Shape& ws, const ConvP& 
                ws[3] < 0 ? -1 : out_size(xs[3], eW, p.pW, p.sW)};
 }
 
-cpu::Conv2dGeom conv_geom(const ConvP& p, int64_t Cg, int64_t H, int64_t W, int64_t kH,
-                          int64_t kW, int64_t OH, int64_t OW) {
+cpu::Conv2dGeom conv_geom(const ConvP& p, int64_t Cg, int64_t H, int64_t W, int64_t kH, int64_t kW,
+                          int64_t OH, int64_t OW) {
   return cpu::Conv2dGeom{Cg, H, W, kH, kW, p.pH, p.pW, p.sH, p.sW, p.dH, p.dW, OH, OW};
 }
 
@@ -229,30 +229,35 @@ void conv2d_bwd_weight(const Tensor& x, const Tensor& gy, Tensor& dw, const Conv
 
 Attrs conv_only(const Attrs& a) { return Attrs{a[0], a[1], a[2], a[3]}; }
 
-const OpDef& kConv2d = def_op({.name = "conv2d", .num_inputs = 2,
-    .attr_names = {"stride", "padding", "dilation", "groups"},
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      ConvP p = conv_params("conv2d", a);
-      Shape ys = check_conv("conv2d", in[0].shape(), in[1].shape(), p);
-      require_float_pair("conv2d", in[0], in[1]);
-      return one(in[0].dtype(), ys);
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      ConvP p = conv_params("conv2d", a);
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d", [&] {
-        conv2d_fwd<scalar_t>(in[0], in[1], out[0], p);
-      });
-    },
-    // y = conv(x, w) is bilinear: dx = conv^T_w(g) (conv2d_grad_input), dw = the correlation of
-    // x with g (conv2d_grad_weight).
-    .grad = [](const GradCtx& c) {
-      const Tensor &x = c.in(0), &w = c.in(1);
-      return TensorList{
-          c.need(0) ? conv2d_grad_input_fn(c.g(), w, c.attrs, x.size(2), x.size(3)) : Tensor(),
-          c.need(1) ? conv2d_grad_weight_fn(x, c.g(), c.attrs, w.size(2), w.size(3)) : Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "2-D cross-correlation x [N, C, H, W] * w [O, C/groups, kH, kW] (im2col + GEMM)"});
+const OpDef& kConv2d = def_op(
+    {.name = "conv2d",
+     .num_inputs = 2,
+     .attr_names = {"stride", "padding", "dilation", "groups"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           ConvP p = conv_params("conv2d", a);
+           Shape ys = check_conv("conv2d", in[0].shape(), in[1].shape(), p);
+           require_float_pair("conv2d", in[0], in[1]);
+           return one(in[0].dtype(), ys);
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           ConvP p = conv_params("conv2d", a);
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d",
+                               [&] { conv2d_fwd<scalar_t>(in[0], in[1], out[0], p); });
+         },
+     // y = conv(x, w) is bilinear: dx = conv^T_w(g) (conv2d_grad_input), dw = the correlation of
+     // x with g (conv2d_grad_weight).
+     .grad =
+         [](const GradCtx& c) {
+           const Tensor &x = c.in(0), &w = c.in(1);
+           return TensorList{
+               c.need(0) ? conv2d_grad_input_fn(c.g(), w, c.attrs, x.size(2), x.size(3)) : Tensor(),
+               c.need(1) ? conv2d_grad_weight_fn(x, c.g(), c.attrs, w.size(2), w.size(3))
+                         : Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "2-D cross-correlation x [N, C, H, W] * w [O, C/groups, kH, kW] (im2col + GEMM)"});
 
 // Input size of conv2d_grad_input: the attribute, or (dynamic graphs) the smallest input that
 // gives the gradient's spatial size.
@@ -262,86 +267,95 @@ int64_t grad_input_size(int64_t attr, int64_t out, int64_t eff, int64_t pad, int
   return (out - 1) * stride - 2 * pad + eff;
 }
 
-const OpDef& kConv2dGradInput = def_op({.name = "conv2d_grad_input", .num_inputs = 2,
-    .attr_names = {"stride", "padding", "dilation", "groups", "input_size"},
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      const char* op = "conv2d_grad_input";
-      ConvP p = conv_params(op, a);
-      const Tensor &g = in[0], &w = in[1];
-      require_4d(op, g.shape(), "grad_output", "[N, O, OH, OW]", w.shape(), "weight");
-      require_4d(op, w.shape(), "weight", "[O, C/groups, kH, kW]", g.shape(), "grad_output");
-      require_float_pair(op, g, w);
-      const Ints& hw = a.ints(4);
-      if (hw.size() != 2) fail(op, "input_size must have 2 values, got ", Shape(hw));
-      int64_t eH = p.dH * (w.size(2) - 1) + 1, eW = p.dW * (w.size(3) - 1) + 1;
-      int64_t H = grad_input_size(hw[0], g.size(2), eH, p.pH, p.sH);
-      int64_t W = grad_input_size(hw[1], g.size(3), eW, p.pW, p.sW);
-      Shape xs{g.size(0), w.size(1) < 0 ? -1 : w.size(1) * p.G, H, W};
-      Shape ys = check_conv(op, xs, w.shape(), p);
-      if ((g.size(1) >= 0 && ys[1] >= 0 && g.size(1) != ys[1]) ||
-          (g.size(2) >= 0 && ys[2] >= 0 && g.size(2) != ys[2]) ||
-          (g.size(3) >= 0 && ys[3] >= 0 && g.size(3) != ys[3]))
-        fail(op, "grad_output shape ", g.shape(), " does not match the conv2d output ", ys,
-             " of input ", xs, " and weight ", w.shape());
-      return one(g.dtype(), xs);
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      ConvP p = conv_params("conv2d_grad_input", a);
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_grad_input", [&] {
-        conv2d_bwd_input<scalar_t>(in[0], in[1], out[0], p);
-      });
-    },
-    // dx = A_w^T g, linear in g and in w. With gg the gradient of dx:
-    //   d<gg, A_w^T g>/dg = A_w gg = conv2d(gg, w);
-    //   <gg, A_w^T g> = <conv2d(gg, w), g>, so the w-gradient is conv2d_grad_weight(gg, g).
-    .grad = [](const GradCtx& c) {
-      const Tensor &g = c.in(0), &w = c.in(1);
-      return TensorList{
-          c.need(0) ? conv2d_raw(c.g(), w, conv_only(c.attrs)) : Tensor(),
-          c.need(1) ? conv2d_grad_weight_fn(c.g(), g, c.attrs, w.size(2), w.size(3)) : Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "gradient of conv2d w.r.t. its input: col2im(w^T @ grad_output)"});
+const OpDef& kConv2dGradInput = def_op(
+    {.name = "conv2d_grad_input",
+     .num_inputs = 2,
+     .attr_names = {"stride", "padding", "dilation", "groups", "input_size"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const char* op = "conv2d_grad_input";
+           ConvP p = conv_params(op, a);
+           const Tensor &g = in[0], &w = in[1];
+           require_4d(op, g.shape(), "grad_output", "[N, O, OH, OW]", w.shape(), "weight");
+           require_4d(op, w.shape(), "weight", "[O, C/groups, kH, kW]", g.shape(), "grad_output");
+           require_float_pair(op, g, w);
+           const Ints& hw = a.ints(4);
+           if (hw.size() != 2) fail(op, "input_size must have 2 values, got ", Shape(hw));
+           int64_t eH = p.dH * (w.size(2) - 1) + 1, eW = p.dW * (w.size(3) - 1) + 1;
+           int64_t H = grad_input_size(hw[0], g.size(2), eH, p.pH, p.sH);
+           int64_t W = grad_input_size(hw[1], g.size(3), eW, p.pW, p.sW);
+           Shape xs{g.size(0), w.size(1) < 0 ? -1 : w.size(1) * p.G, H, W};
+           Shape ys = check_conv(op, xs, w.shape(), p);
+           if ((g.size(1) >= 0 && ys[1] >= 0 && g.size(1) != ys[1]) ||
+               (g.size(2) >= 0 && ys[2] >= 0 && g.size(2) != ys[2]) ||
+               (g.size(3) >= 0 && ys[3] >= 0 && g.size(3) != ys[3]))
+             fail(op, "grad_output shape ", g.shape(), " does not match the conv2d output ", ys,
+                  " of input ", xs, " and weight ", w.shape());
+           return one(g.dtype(), xs);
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           ConvP p = conv_params("conv2d_grad_input", a);
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_grad_input",
+                               [&] { conv2d_bwd_input<scalar_t>(in[0], in[1], out[0], p); });
+         },
+     // dx = A_w^T g, linear in g and in w. With gg the gradient of dx:
+     //   d<gg, A_w^T g>/dg = A_w gg = conv2d(gg, w);
+     //   <gg, A_w^T g> = <conv2d(gg, w), g>, so the w-gradient is conv2d_grad_weight(gg, g).
+     .grad =
+         [](const GradCtx& c) {
+           const Tensor &g = c.in(0), &w = c.in(1);
+           return TensorList{c.need(0) ? conv2d_raw(c.g(), w, conv_only(c.attrs)) : Tensor(),
+                             c.need(1)
+                                 ? conv2d_grad_weight_fn(c.g(), g, c.attrs, w.size(2), w.size(3))
+                                 : Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "gradient of conv2d w.r.t. its input: col2im(w^T @ grad_output)"});
 
-const OpDef& kConv2dGradWeight = def_op({.name = "conv2d_grad_weight", .num_inputs = 2,
-    .attr_names = {"stride", "padding", "dilation", "groups", "kernel_size"},
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      const char* op = "conv2d_grad_weight";
-      ConvP p = conv_params(op, a);
-      const Tensor &x = in[0], &g = in[1];
-      require_4d(op, x.shape(), "input", "[N, C, H, W]", g.shape(), "grad_output");
-      require_4d(op, g.shape(), "grad_output", "[N, O, OH, OW]", x.shape(), "input");
-      require_float_pair(op, x, g);
-      const Ints& k = a.ints(4);
-      if (k.size() != 2 || k[0] <= 0 || k[1] <= 0)
-        fail(op, "kernel_size must be 2 positive values, got ", Shape(k));
-      if (x.size(1) >= 0 && x.size(1) % p.G != 0)
-        fail(op, "groups = ", p.G, " must divide the input channels of shape ", x.shape());
-      Shape ws{g.size(1), x.size(1) < 0 ? -1 : x.size(1) / p.G, k[0], k[1]};
-      Shape ys = check_conv(op, x.shape(), ws, p);
-      for (int64_t d = 0; d < 4; ++d)
-        if (g.size(d) >= 0 && ys[d] >= 0 && g.size(d) != ys[d])
-          fail(op, "grad_output shape ", g.shape(), " does not match the conv2d output ", ys,
-               " of input ", x.shape(), " and weight ", ws);
-      return one(x.dtype(), ws);
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      ConvP p = conv_params("conv2d_grad_weight", a);
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_grad_weight", [&] {
-        conv2d_bwd_weight<scalar_t>(in[0], in[1], out[0], p);
-      });
-    },
-    // dw = B(x, g) with <w', B(x, g)> = <conv2d(x, w'), g> for every w'. With gg the gradient
-    // of dw: <gg, B(x, g)> = <conv2d(x, gg), g>, so
-    //   the x-gradient is A_gg^T g = conv2d_grad_input(g, gg), and the g-gradient conv2d(x, gg).
-    .grad = [](const GradCtx& c) {
-      const Tensor &x = c.in(0), &g = c.in(1);
-      return TensorList{
-          c.need(0) ? conv2d_grad_input_fn(g, c.g(), c.attrs, x.size(2), x.size(3)) : Tensor(),
-          c.need(1) ? conv2d_raw(x, c.g(), conv_only(c.attrs)) : Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "gradient of conv2d w.r.t. its weight: sum_n grad_output[n] @ im2col(x[n])^T"});
+const OpDef& kConv2dGradWeight = def_op(
+    {.name = "conv2d_grad_weight",
+     .num_inputs = 2,
+     .attr_names = {"stride", "padding", "dilation", "groups", "kernel_size"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const char* op = "conv2d_grad_weight";
+           ConvP p = conv_params(op, a);
+           const Tensor &x = in[0], &g = in[1];
+           require_4d(op, x.shape(), "input", "[N, C, H, W]", g.shape(), "grad_output");
+           require_4d(op, g.shape(), "grad_output", "[N, O, OH, OW]", x.shape(), "input");
+           require_float_pair(op, x, g);
+           const Ints& k = a.ints(4);
+           if (k.size() != 2 || k[0] <= 0 || k[1] <= 0)
+             fail(op, "kernel_size must be 2 positive values, got ", Shape(k));
+           if (x.size(1) >= 0 && x.size(1) % p.G != 0)
+             fail(op, "groups = ", p.G, " must divide the input channels of shape ", x.shape());
+           Shape ws{g.size(1), x.size(1) < 0 ? -1 : x.size(1) / p.G, k[0], k[1]};
+           Shape ys = check_conv(op, x.shape(), ws, p);
+           for (int64_t d = 0; d < 4; ++d)
+             if (g.size(d) >= 0 && ys[d] >= 0 && g.size(d) != ys[d])
+               fail(op, "grad_output shape ", g.shape(), " does not match the conv2d output ", ys,
+                    " of input ", x.shape(), " and weight ", ws);
+           return one(x.dtype(), ws);
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           ConvP p = conv_params("conv2d_grad_weight", a);
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_grad_weight",
+                               [&] { conv2d_bwd_weight<scalar_t>(in[0], in[1], out[0], p); });
+         },
+     // dw = B(x, g) with <w', B(x, g)> = <conv2d(x, w'), g> for every w'. With gg the gradient
+     // of dw: <gg, B(x, g)> = <conv2d(x, gg), g>, so
+     //   the x-gradient is A_gg^T g = conv2d_grad_input(g, gg), and the g-gradient conv2d(x, gg).
+     .grad =
+         [](const GradCtx& c) {
+           const Tensor &x = c.in(0), &g = c.in(1);
+           return TensorList{
+               c.need(0) ? conv2d_grad_input_fn(g, c.g(), c.attrs, x.size(2), x.size(3)) : Tensor(),
+               c.need(1) ? conv2d_raw(x, c.g(), conv_only(c.attrs)) : Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "gradient of conv2d w.r.t. its weight: sum_n grad_output[n] @ im2col(x[n])^T"});
 
 // ---- pooling: attributes {kernel, stride, padding} (+ input_size for the gradients) ----------
 
@@ -352,14 +366,13 @@ struct PoolP {
 PoolP pool_params(const char* op, const Attrs& a) {
   const Ints &k = a.ints(0), &s = a.ints(1), &p = a.ints(2);
   if (k.size() != 2 || s.size() != 2 || p.size() != 2)
-    fail(op, "kernel, stride and padding must have 2 values each, got ", Shape(k), ", ",
-         Shape(s), ", ", Shape(p));
+    fail(op, "kernel, stride and padding must have 2 values each, got ", Shape(k), ", ", Shape(s),
+         ", ", Shape(p));
   if (k[0] <= 0 || k[1] <= 0) fail(op, "kernel must be positive, got ", Shape(k));
   if (s[0] <= 0 || s[1] <= 0) fail(op, "stride must be positive, got ", Shape(s));
   // As PyTorch: a wider pad would give windows that see only padding.
   if (p[0] < 0 || p[1] < 0 || p[0] > k[0] / 2 || p[1] > k[1] / 2)
-    fail(op, "padding ", Shape(p), " must be non-negative and at most half the kernel ",
-         Shape(k));
+    fail(op, "padding ", Shape(p), " must be non-negative and at most half the kernel ", Shape(k));
   return PoolP{k[0], k[1], s[0], s[1], p[0], p[1]};
 }
 
@@ -384,8 +397,8 @@ Shape pool_grad_shape(const char* op, const Tensor& g, const Attrs& a, const Poo
   Shape ys = check_pool(op, xs, p);
   if ((ys[2] >= 0 && g.size(2) >= 0 && ys[2] != g.size(2)) ||
       (ys[3] >= 0 && g.size(3) >= 0 && ys[3] != g.size(3)))
-    fail(op, "grad_output shape ", g.shape(), " does not match the pooled size ", ys,
-         " of input ", xs);
+    fail(op, "grad_output shape ", g.shape(), " does not match the pooled size ", ys, " of input ",
+         xs);
   return xs;
 }
 
@@ -434,36 +447,41 @@ void max_pool_fwd(const Tensor& x, Tensor& y, Tensor& idx, const PoolP& p) {
   });
 }
 
-const OpDef& kMaxPool2d = def_op({.name = "max_pool2d", .num_inputs = 1, .num_outputs = 2,
-    .attr_names = {"kernel", "stride", "padding"},
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      Shape ys = check_pool("max_pool2d", in[0].shape(), pool_params("max_pool2d", a));
-      opu::require_float("max_pool2d", in[0]);
-      MetaList m = one(in[0].dtype(), ys);
-      m.push_back(TensorMeta{Int64, ys});
-      return m;
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      PoolP p = pool_params("max_pool2d", a);
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d", [&] {
-        max_pool_fwd<scalar_t>(in[0], out[0], out[1], p);
-      });
-    },
-    // Output 1 holds each window's argmax (flat h * W + w within its plane): the gradient is
-    // routed there, and only there (ties go to the first maximum, as the forward chose).
-    .grad = [](const GradCtx& c) {
-      return TensorList{max_pool2d_grad_fn(c.g(0), c.out(1), c.in(0).size(2), c.in(0).size(3))};
-    },
-    .contiguous_inputs = true,
-    .doc = "2-D max pooling; outputs the maxima and their flat indices within each plane"});
+const OpDef& kMaxPool2d =
+    def_op({.name = "max_pool2d",
+            .num_inputs = 1,
+            .num_outputs = 2,
+            .attr_names = {"kernel", "stride", "padding"},
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  Shape ys = check_pool("max_pool2d", in[0].shape(), pool_params("max_pool2d", a));
+                  opu::require_float("max_pool2d", in[0]);
+                  MetaList m = one(in[0].dtype(), ys);
+                  m.push_back(TensorMeta{Int64, ys});
+                  return m;
+                },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  PoolP p = pool_params("max_pool2d", a);
+                  KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d",
+                                      [&] { max_pool_fwd<scalar_t>(in[0], out[0], out[1], p); });
+                },
+            // Output 1 holds each window's argmax (flat h * W + w within its plane): the gradient
+            // is routed there, and only there (ties go to the first maximum, as the forward chose).
+            .grad =
+                [](const GradCtx& c) {
+                  return TensorList{
+                      max_pool2d_grad_fn(c.g(0), c.out(1), c.in(0).size(2), c.in(0).size(3))};
+                },
+            .contiguous_inputs = true,
+            .doc = "2-D max pooling; outputs the maxima and their flat indices within each plane"});
 
 // Shared check of (values [N, C, OH, OW], indices of the same shape).
 void check_idx(const char* op, const Tensor& v, const Tensor& idx) {
   if (idx.dtype() != Int64)
     fail(op, "indices must be int64, got ", idx.dtype(), " (shape ", idx.shape(), ")");
   if (v.dim() != 4 || v.shape() != idx.shape())
-    fail(op, "expects 4-D values and indices of one shape, got ", v.shape(), " and ",
-         idx.shape());
+    fail(op, "expects 4-D values and indices of one shape, got ", v.shape(), " and ", idx.shape());
   opu::require_float(op, v);
 }
 
@@ -476,72 +494,83 @@ void check_indices(const char* op, const Tensor& idx, int64_t H, int64_t W) {
            idx.shape(), ")");
 }
 
-const OpDef& kMaxPool2dGrad = def_op({.name = "max_pool2d_grad", .num_inputs = 2,
-    .attr_names = {"input_size"},
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      check_idx("max_pool2d_grad", in[0], in[1]);
-      const Ints& hw = a.ints(0);
-      if (hw.size() != 2) fail("max_pool2d_grad", "input_size must have 2 values, got ", Shape(hw));
-      return one(in[0].dtype(), Shape{in[0].size(0), in[0].size(1), hw[0], hw[1]});
-    },
-    // dx = zeros, then dx[plane][idx] += g (a scatter-add: overlapping windows can share one).
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-      const int64_t H = out[0].size(2), W = out[0].size(3), Q = in[0].size(2) * in[0].size(3);
-      check_indices("max_pool2d_grad", in[1], H, W);
-      const int64_t* pi = in[1].data_ptr<int64_t>();
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d_grad", [&] {
-        const scalar_t* pg = in[0].data_ptr<scalar_t>();
-        scalar_t* pd = out[0].data_ptr<scalar_t>();
-        std::fill(pd, pd + out[0].numel(), scalar_t(0));
-        for_planes(in[0].size(0) * in[0].size(1), Q, [&](int64_t pl) {
-          scalar_t* d = pd + pl * H * W;
-          for (int64_t q = pl * Q; q < (pl + 1) * Q; ++q) d[pi[q]] += pg[q];
-        });
-      });
-    },
-    // Linear in g: dx = S g (scatter). Its adjoint gathers: d<gg, S g>/dg = S^T gg.
-    .grad = [](const GradCtx& c) {
-      return TensorList{c.need(0) ? max_pool2d_gather_fn(c.g(), c.in(1)) : Tensor(), Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "gradient of max_pool2d: scatters grad_output to the saved argmax positions"});
+const OpDef& kMaxPool2dGrad = def_op(
+    {.name = "max_pool2d_grad",
+     .num_inputs = 2,
+     .attr_names = {"input_size"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           check_idx("max_pool2d_grad", in[0], in[1]);
+           const Ints& hw = a.ints(0);
+           if (hw.size() != 2)
+             fail("max_pool2d_grad", "input_size must have 2 values, got ", Shape(hw));
+           return one(in[0].dtype(), Shape{in[0].size(0), in[0].size(1), hw[0], hw[1]});
+         },
+     // dx = zeros, then dx[plane][idx] += g (a scatter-add: overlapping windows can share one).
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+           const int64_t H = out[0].size(2), W = out[0].size(3), Q = in[0].size(2) * in[0].size(3);
+           check_indices("max_pool2d_grad", in[1], H, W);
+           const int64_t* pi = in[1].data_ptr<int64_t>();
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d_grad", [&] {
+             const scalar_t* pg = in[0].data_ptr<scalar_t>();
+             scalar_t* pd = out[0].data_ptr<scalar_t>();
+             std::fill(pd, pd + out[0].numel(), scalar_t(0));
+             for_planes(in[0].size(0) * in[0].size(1), Q, [&](int64_t pl) {
+               scalar_t* d = pd + pl * H * W;
+               for (int64_t q = pl * Q; q < (pl + 1) * Q; ++q) d[pi[q]] += pg[q];
+             });
+           });
+         },
+     // Linear in g: dx = S g (scatter). Its adjoint gathers: d<gg, S g>/dg = S^T gg.
+     .grad =
+         [](const GradCtx& c) {
+           return TensorList{c.need(0) ? max_pool2d_gather_fn(c.g(), c.in(1)) : Tensor(), Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "gradient of max_pool2d: scatters grad_output to the saved argmax positions"});
 
-const OpDef& kMaxPool2dGather = def_op({.name = "max_pool2d_gather", .num_inputs = 2,
-    .infer = [](std::span<const Tensor> in, const Attrs&) {
-      const Tensor &src = in[0], &idx = in[1];
-      if (src.dim() != 4 || idx.dim() != 4 || src.size(0) != idx.size(0) ||
-          src.size(1) != idx.size(1))
-        fail("max_pool2d_gather", "expects src [N, C, H, W] and indices [N, C, OH, OW], got ",
-             src.shape(), " and ", idx.shape());
-      if (idx.dtype() != Int64)
-        fail("max_pool2d_gather", "indices must be int64, got ", idx.dtype(), " (shape ",
-             idx.shape(), ")");
-      opu::require_float("max_pool2d_gather", src);
-      return one(src.dtype(), idx.shape());
-    },
-    // out[plane][q] = src[plane][idx[plane][q]]
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-      const int64_t H = in[0].size(2), W = in[0].size(3), Q = in[1].size(2) * in[1].size(3);
-      check_indices("max_pool2d_gather", in[1], H, W);
-      const int64_t* pi = in[1].data_ptr<int64_t>();
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d_gather", [&] {
-        const scalar_t* ps = in[0].data_ptr<scalar_t>();
-        scalar_t* po = out[0].data_ptr<scalar_t>();
-        for_planes(in[1].size(0) * in[1].size(1), Q, [&](int64_t pl) {
-          const scalar_t* s = ps + pl * H * W;
-          for (int64_t q = pl * Q; q < (pl + 1) * Q; ++q) po[q] = s[pi[q]];
-        });
-      });
-    },
-    // Linear in src: out = S^T src, so the src-gradient scatters back: S gg (max_pool2d_grad).
-    .grad = [](const GradCtx& c) {
-      return TensorList{
-          c.need(0) ? max_pool2d_grad_fn(c.g(), c.in(1), c.in(0).size(2), c.in(0).size(3))
-                    : Tensor(),
-          Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "picks src at max_pool2d's argmax indices (the adjoint of max_pool2d_grad)"});
+const OpDef& kMaxPool2dGather = def_op(
+    {.name = "max_pool2d_gather",
+     .num_inputs = 2,
+     .infer =
+         [](std::span<const Tensor> in, const Attrs&) {
+           const Tensor &src = in[0], &idx = in[1];
+           if (src.dim() != 4 || idx.dim() != 4 || src.size(0) != idx.size(0) ||
+               src.size(1) != idx.size(1))
+             fail("max_pool2d_gather", "expects src [N, C, H, W] and indices [N, C, OH, OW], got ",
+                  src.shape(), " and ", idx.shape());
+           if (idx.dtype() != Int64)
+             fail("max_pool2d_gather", "indices must be int64, got ", idx.dtype(), " (shape ",
+                  idx.shape(), ")");
+           opu::require_float("max_pool2d_gather", src);
+           return one(src.dtype(), idx.shape());
+         },
+     // out[plane][q] = src[plane][idx[plane][q]]
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+           const int64_t H = in[0].size(2), W = in[0].size(3), Q = in[1].size(2) * in[1].size(3);
+           check_indices("max_pool2d_gather", in[1], H, W);
+           const int64_t* pi = in[1].data_ptr<int64_t>();
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d_gather", [&] {
+             const scalar_t* ps = in[0].data_ptr<scalar_t>();
+             scalar_t* po = out[0].data_ptr<scalar_t>();
+             for_planes(in[1].size(0) * in[1].size(1), Q, [&](int64_t pl) {
+               const scalar_t* s = ps + pl * H * W;
+               for (int64_t q = pl * Q; q < (pl + 1) * Q; ++q) po[q] = s[pi[q]];
+             });
+           });
+         },
+     // Linear in src: out = S^T src, so the src-gradient scatters back: S gg (max_pool2d_grad).
+     .grad =
+         [](const GradCtx& c) {
+           return TensorList{
+               c.need(0) ? max_pool2d_grad_fn(c.g(), c.in(1), c.in(0).size(2), c.in(0).size(3))
+                         : Tensor(),
+               Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "picks src at max_pool2d's argmax indices (the adjoint of max_pool2d_grad)"});
 
 // Average pooling divides by the full window (count_include_pad = true, PyTorch's default);
 // without ceil_mode no window reaches past the padding, so the divisor is always kH * kW.
@@ -554,7 +583,8 @@ void avg_pool_fwd(const Tensor& x, Tensor& y, const PoolP& p) {
   for_planes(x.size(0) * x.size(1), OH * OW * p.kH * p.kW, [&](int64_t pl) {
     const T* xp = px + pl * H * W;
     for (int64_t oh = 0; oh < OH; ++oh) {
-      int64_t h0 = std::max<int64_t>(oh * p.sH - p.pH, 0), h1 = std::min(oh * p.sH - p.pH + p.kH, H);
+      int64_t h0 = std::max<int64_t>(oh * p.sH - p.pH, 0),
+              h1 = std::min(oh * p.sH - p.pH + p.kH, H);
       for (int64_t ow = 0; ow < OW; ++ow) {
         int64_t w0 = std::max<int64_t>(ow * p.sW - p.pW, 0);
         int64_t w1 = std::min(ow * p.sW - p.pW + p.kW, W);
@@ -577,7 +607,8 @@ void avg_pool_bwd(const Tensor& g, Tensor& dx, const PoolP& p) {
   for_planes(g.size(0) * g.size(1), OH * OW * p.kH * p.kW, [&](int64_t pl) {
     T* dp = pd + pl * H * W;
     for (int64_t oh = 0; oh < OH; ++oh) {
-      int64_t h0 = std::max<int64_t>(oh * p.sH - p.pH, 0), h1 = std::min(oh * p.sH - p.pH + p.kH, H);
+      int64_t h0 = std::max<int64_t>(oh * p.sH - p.pH, 0),
+              h1 = std::min(oh * p.sH - p.pH + p.kH, H);
       for (int64_t ow = 0; ow < OW; ++ow) {
         int64_t w0 = std::max<int64_t>(ow * p.sW - p.pW, 0);
         int64_t w1 = std::min(ow * p.sW - p.pW + p.kW, W);
@@ -589,42 +620,49 @@ void avg_pool_bwd(const Tensor& g, Tensor& dx, const PoolP& p) {
   });
 }
 
-const OpDef& kAvgPool2d = def_op({.name = "avg_pool2d", .num_inputs = 1,
-    .attr_names = {"kernel", "stride", "padding"},
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      Shape ys = check_pool("avg_pool2d", in[0].shape(), pool_params("avg_pool2d", a));
-      opu::require_float("avg_pool2d", in[0]);
-      return one(in[0].dtype(), ys);
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      PoolP p = pool_params("avg_pool2d", a);
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool2d", [&] {
-        avg_pool_fwd<scalar_t>(in[0], out[0], p);
-      });
-    },
-    // y = A x with A[o, i] = 1/(kH kW) for i in window o: dx = A^T g (avg_pool2d_grad).
-    .grad = [](const GradCtx& c) {
-      return TensorList{avg_pool2d_grad_fn(c.g(), c.attrs, c.in(0).size(2), c.in(0).size(3))};
-    },
-    .contiguous_inputs = true,
-    .doc = "2-D average pooling, count_include_pad = true"});
+const OpDef& kAvgPool2d = def_op(
+    {.name = "avg_pool2d",
+     .num_inputs = 1,
+     .attr_names = {"kernel", "stride", "padding"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           Shape ys = check_pool("avg_pool2d", in[0].shape(), pool_params("avg_pool2d", a));
+           opu::require_float("avg_pool2d", in[0]);
+           return one(in[0].dtype(), ys);
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           PoolP p = pool_params("avg_pool2d", a);
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool2d",
+                               [&] { avg_pool_fwd<scalar_t>(in[0], out[0], p); });
+         },
+     // y = A x with A[o, i] = 1/(kH kW) for i in window o: dx = A^T g (avg_pool2d_grad).
+     .grad =
+         [](const GradCtx& c) {
+           return TensorList{avg_pool2d_grad_fn(c.g(), c.attrs, c.in(0).size(2), c.in(0).size(3))};
+         },
+     .contiguous_inputs = true,
+     .doc = "2-D average pooling, count_include_pad = true"});
 
-const OpDef& kAvgPool2dGrad = def_op({.name = "avg_pool2d_grad", .num_inputs = 1,
-    .attr_names = {"kernel", "stride", "padding", "input_size"},
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      PoolP p = pool_params("avg_pool2d_grad", a);
-      return one(in[0].dtype(), pool_grad_shape("avg_pool2d_grad", in[0], a, p));
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      PoolP p = pool_params("avg_pool2d_grad", a);
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool2d_grad", [&] {
-        avg_pool_bwd<scalar_t>(in[0], out[0], p);
-      });
-    },
-    // dx = A^T g is linear in g; its adjoint is A: the g-gradient is avg_pool2d(gg).
-    .grad = [](const GradCtx& c) { return TensorList{avg_pool2d_fn(c.g(), c.attrs)}; },
-    .contiguous_inputs = true,
-    .doc = "gradient of avg_pool2d: spreads grad_output / (kH kW) over each window"});
+const OpDef& kAvgPool2dGrad =
+    def_op({.name = "avg_pool2d_grad",
+            .num_inputs = 1,
+            .attr_names = {"kernel", "stride", "padding", "input_size"},
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  PoolP p = pool_params("avg_pool2d_grad", a);
+                  return one(in[0].dtype(), pool_grad_shape("avg_pool2d_grad", in[0], a, p));
+                },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  PoolP p = pool_params("avg_pool2d_grad", a);
+                  KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool2d_grad",
+                                      [&] { avg_pool_bwd<scalar_t>(in[0], out[0], p); });
+                },
+            // dx = A^T g is linear in g; its adjoint is A: the g-gradient is avg_pool2d(gg).
+            .grad = [](const GradCtx& c) { return TensorList{avg_pool2d_fn(c.g(), c.attrs)}; },
+            .contiguous_inputs = true,
+            .doc = "gradient of avg_pool2d: spreads grad_output / (kH kW) over each window"});
 
 // ---- the forward-declared helpers ------------------------------------------------------------
 
@@ -679,8 +717,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
                     pair("conv2d", "dilation", dilation), groups});
   if (!b.defined()) return y;
   if (b.dim() != 1 || (b.size(0) >= 0 && w.size(0) >= 0 && b.size(0) != w.size(0)))
-    fail("conv2d", "bias must be 1-D [", w.size(0), "], got shape ", b.shape(),
-         " (weight shape ", w.shape(), ")");
+    fail("conv2d", "bias must be 1-D [", w.size(0), "], got shape ", b.shape(), " (weight shape ",
+         w.shape(), ")");
   // Bias as a broadcast add: its gradient is the engine's sum_to over N, H, W.
   return add(y, reshape(b, Shape{1, b.size(0), 1, 1}));
 }

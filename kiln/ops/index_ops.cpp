@@ -62,8 +62,8 @@ MetaList infer_gather(std::span<const Tensor> in, const Attrs& a) {
          x.shape(), ", index ", idx.shape(), ")");
   for (int64_t d = 0; d < x.dim(); ++d)
     if (d != dim && known(idx.shape()[d], x.shape()[d]) && idx.shape()[d] > x.shape()[d])
-      fail("gather", "index shape ", idx.shape(), " exceeds input shape ", x.shape(), " at dim ",
-           d, " (only dim ", dim, " may differ freely)");
+      fail("gather", "index shape ", idx.shape(), " exceeds input shape ", x.shape(), " at dim ", d,
+           " (only dim ", dim, " may differ freely)");
   return one(x.dtype(), idx.shape());
 }
 
@@ -171,15 +171,15 @@ void select_rows(const T* X, const I* ip, T* O, int64_t outer, int64_t V, int64_
                  int64_t inner) {
   parallel_for(outer * n, std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1)),
                [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      int64_t o = r / n;
-      const T* s = X + (o * V + static_cast<int64_t>(ip[r % n])) * inner;
-      if (inner == 1)
-        O[r] = *s;
-      else
-        std::memcpy(O + r * inner, s, static_cast<size_t>(inner) * sizeof(T));
-    }
-  });
+                 for (int64_t r = b; r < e; ++r) {
+                   int64_t o = r / n;
+                   const T* s = X + (o * V + static_cast<int64_t>(ip[r % n])) * inner;
+                   if (inner == 1)
+                     O[r] = *s;
+                   else
+                     std::memcpy(O + r * inner, s, static_cast<size_t>(inner) * sizeof(T));
+                 }
+               });
 }
 
 // out[o, idx[i], :] += g[o, i, :] for out viewed as [outer, V, inner], g as [outer, n, inner].
@@ -208,8 +208,8 @@ MetaList infer_index_select(std::span<const Tensor> in, const Attrs& a) {
   opu::require_index("index_select", idx);
   if (x.dim() == 0) fail("index_select", "input must have at least 1 dim, got shape ", x.shape());
   if (idx.dim() > 1)
-    fail("index_select", "index must be 0-d or 1-d, got shape ", idx.shape(), " (input ",
-         x.shape(), ")");
+    fail("index_select", "index must be 0-d or 1-d, got shape ", idx.shape(), " (input ", x.shape(),
+         ")");
   int64_t dim = wrap_dim(a.i(0), x.dim(), "index_select");
   Shape s = x.shape();
   s[dim] = idx.numel();
@@ -308,72 +308,95 @@ Tensor pad_to(Tensor t, const Shape& shape) {
   return t;
 }
 
-const OpDef& kGather = def_op({.name = "gather", .num_inputs = 2, .attr_names = {"dim"},
-    .infer = infer_gather, .kernel = gather_kernel,
-    // out[..., k, ...] = a[..., index[..., k, ...], ...]: each a element receives the sum of the
-    // gradients of the outputs that read it, i.e. scatter_add into zeros.
-    .grad = [](const GradCtx& c) {
-      Tensor ga;
-      if (c.need(0))
-        ga = scatter_add(zeros(c.in(0).shape(), c.g().dtype()), c.attrs.i(0), c.in(1), c.g());
-      return TensorList{ga, Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "out[i][j] = a[i][index[i][j]] (dim 1), as torch.gather"});
+const OpDef& kGather = def_op(
+    {.name = "gather",
+     .num_inputs = 2,
+     .attr_names = {"dim"},
+     .infer = infer_gather,
+     .kernel = gather_kernel,
+     // out[..., k, ...] = a[..., index[..., k, ...], ...]: each a element receives the sum of the
+     // gradients of the outputs that read it, i.e. scatter_add into zeros.
+     .grad =
+         [](const GradCtx& c) {
+           Tensor ga;
+           if (c.need(0))
+             ga = scatter_add(zeros(c.in(0).shape(), c.g().dtype()), c.attrs.i(0), c.in(1), c.g());
+           return TensorList{ga, Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "out[i][j] = a[i][index[i][j]] (dim 1), as torch.gather"});
 
-const OpDef& kScatterAdd = def_op({.name = "scatter_add", .num_inputs = 3, .attr_names = {"dim"},
-    .infer = infer_scatter_add, .kernel = scatter_add_kernel,
-    // out = a + S(src), S linear: d/da = identity; d/dsrc = S^T g = gather(g, dim, index), zero
-    // for src elements outside the index's extent.
-    .grad = [](const GradCtx& c) {
-      Tensor gs;
-      if (c.need(2)) gs = pad_to(gather(c.g(), c.attrs.i(0), c.in(1)), c.in(2).shape());
-      return TensorList{c.need(0) ? c.g() : Tensor(), Tensor(), gs};
-    },
-    .contiguous_inputs = true,
-    .doc = "copy of a with src added at index along dim, as torch.scatter_add"});
+const OpDef& kScatterAdd =
+    def_op({.name = "scatter_add",
+            .num_inputs = 3,
+            .attr_names = {"dim"},
+            .infer = infer_scatter_add,
+            .kernel = scatter_add_kernel,
+            // out = a + S(src), S linear: d/da = identity; d/dsrc = S^T g = gather(g, dim, index),
+            // zero for src elements outside the index's extent.
+            .grad =
+                [](const GradCtx& c) {
+                  Tensor gs;
+                  if (c.need(2)) gs = pad_to(gather(c.g(), c.attrs.i(0), c.in(1)), c.in(2).shape());
+                  return TensorList{c.need(0) ? c.g() : Tensor(), Tensor(), gs};
+                },
+            .contiguous_inputs = true,
+            .doc = "copy of a with src added at index along dim, as torch.scatter_add"});
 
-const OpDef& kIndexSelectGrad = def_op({.name = "index_select_grad", .num_inputs = 2,
-    .attr_names = {"dim", "size"}, .infer = infer_index_select_grad,
-    .kernel = index_select_grad_kernel,
-    // Linear in g and the adjoint of index_select: its gradient is index_select(gg, dim, index).
-    .grad = [](const GradCtx& c) {
-      return TensorList{c.need(0) ? index_select(c.g(), c.attrs.i(0), flat_index(c.in(1)))
-                                  : Tensor(),
-                        Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "zeros with `size` along dim, g's slices added at index (gradient of index_select)"});
+const OpDef& kIndexSelectGrad = def_op(
+    {.name = "index_select_grad",
+     .num_inputs = 2,
+     .attr_names = {"dim", "size"},
+     .infer = infer_index_select_grad,
+     .kernel = index_select_grad_kernel,
+     // Linear in g and the adjoint of index_select: its gradient is index_select(gg, dim, index).
+     .grad =
+         [](const GradCtx& c) {
+           return TensorList{
+               c.need(0) ? index_select(c.g(), c.attrs.i(0), flat_index(c.in(1))) : Tensor(),
+               Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "zeros with `size` along dim, g's slices added at index (gradient of index_select)"});
 
-const OpDef& kIndexSelect = def_op({.name = "index_select", .num_inputs = 2,
-    .attr_names = {"dim"}, .infer = infer_index_select, .kernel = index_select_kernel,
-    // rows picked by index: the gradient adds each output row back into the row it came from.
-    .grad = [](const GradCtx& c) {
-      Tensor ga;
-      if (c.need(0)) {
-        int64_t dim = wrap_dim(c.attrs.i(0), c.in(0).dim(), "index_select");
-        ga = call1(kIndexSelectGrad, {c.g(), c.in(1)}, {dim, c.in(0).shape()[dim]});
-      }
-      return TensorList{ga, Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "slices of a along dim at the given indices"});
+const OpDef& kIndexSelect = def_op(
+    {.name = "index_select",
+     .num_inputs = 2,
+     .attr_names = {"dim"},
+     .infer = infer_index_select,
+     .kernel = index_select_kernel,
+     // rows picked by index: the gradient adds each output row back into the row it came from.
+     .grad =
+         [](const GradCtx& c) {
+           Tensor ga;
+           if (c.need(0)) {
+             int64_t dim = wrap_dim(c.attrs.i(0), c.in(0).dim(), "index_select");
+             ga = call1(kIndexSelectGrad, {c.g(), c.in(1)}, {dim, c.in(0).shape()[dim]});
+           }
+           return TensorList{ga, Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "slices of a along dim at the given indices"});
 
-const OpDef& kEmbedding = def_op({.name = "embedding", .num_inputs = 2,
-    .infer = infer_embedding, .kernel = embedding_kernel,
-    // out[i, :] = w[idx[i], :]: dw = index_add of the rows of g into zeros [V, D].
-    .grad = [](const GradCtx& c) {
-      Tensor gw;
-      if (c.need(0)) {
-        const Tensor& w = c.in(0);
-        int64_t D = w.shape()[1];
-        Tensor g2 = reshape(c.g(), Shape{c.in(1).numel(), D});
-        gw = call1(kIndexSelectGrad, {g2, c.in(1)}, {int64_t(0), w.shape()[0]});
-      }
-      return TensorList{gw, Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "rows of weight [V, D] picked by integer indices (any shape) -> indices.shape + [D]"});
+const OpDef& kEmbedding = def_op(
+    {.name = "embedding",
+     .num_inputs = 2,
+     .infer = infer_embedding,
+     .kernel = embedding_kernel,
+     // out[i, :] = w[idx[i], :]: dw = index_add of the rows of g into zeros [V, D].
+     .grad =
+         [](const GradCtx& c) {
+           Tensor gw;
+           if (c.need(0)) {
+             const Tensor& w = c.in(0);
+             int64_t D = w.shape()[1];
+             Tensor g2 = reshape(c.g(), Shape{c.in(1).numel(), D});
+             gw = call1(kIndexSelectGrad, {g2, c.in(1)}, {int64_t(0), w.shape()[0]});
+           }
+           return TensorList{gw, Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "rows of weight [V, D] picked by integer indices (any shape) -> indices.shape + [D]"});
 
 }  // namespace
 

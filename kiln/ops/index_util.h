@@ -33,8 +33,8 @@ void check_range(const char* op, const I* p, int64_t n, int64_t limit, const cha
   for (int64_t i = 0; i < n; ++i) {
     int64_t v = static_cast<int64_t>(p[i]);
     if (v < 0 || v >= limit)
-      fail(op, "index ", v, " is out of range for ", what, " of size ", limit,
-           " (index shape ", idx_shape, ")");
+      fail(op, "index ", v, " is out of range for ", what, " of size ", limit, " (index shape ",
+           idx_shape, ")");
   }
 }
 

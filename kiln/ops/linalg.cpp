@@ -152,7 +152,8 @@ void matmul_impl(const Tensor& a0, const Tensor& b0, Tensor& out) {
   // float64 goes to OpenBLAS, whose own threads must not be called from several OpenMP
   // threads at once; it only serves references and gradcheck, so it stays serial.
   if (std::is_same_v<T, float> && work < kSmallGemm) {
-    int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kBatchChunkWork / std::max(work, 1.0)));
+    int64_t grain =
+        std::max<int64_t>(1, static_cast<int64_t>(kBatchChunkWork / std::max(work, 1.0)));
     parallel_for(nbatch, grain, run);
   } else {
     run(0, nbatch);
@@ -162,37 +163,42 @@ void matmul_impl(const Tensor& a0, const Tensor& b0, Tensor& out) {
 MetaList infer_matmul(std::span<const Tensor> in, const Attrs&) {
   check_matmul(in[0], in[1]);
   if (in[0].dim() < 2 || in[1].dim() < 2)
-    fail("matmul", "the op takes matrices (rank >= 2; the matmul() wrapper promotes vectors), "
-                   "got shapes ", in[0].shape(), " and ", in[1].shape());
+    fail("matmul",
+         "the op takes matrices (rank >= 2; the matmul() wrapper promotes vectors), "
+         "got shapes ",
+         in[0].shape(), " and ", in[1].shape());
   return one(in[0].dtype(), matmul_shape(in[0].shape(), in[1].shape()));
 }
 
-const OpDef& kMatmul = def_op({.name = "matmul", .num_inputs = 2,
-    .infer = infer_matmul,
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-      KILN_DISPATCH_FLOAT(out[0].dtype(), "matmul", [&] {
-        matmul_impl<scalar_t>(in[0], in[1], out[0]);
-      });
-    },
-    // C = A B, so dL/dA = G B^T and dL/dB = A^T G (per batch). Broadcast batch dims come out
-    // at the output's batch shape and the engine's sum_to folds them back to each input.
-    // When B is a plain matrix shared by all batches of A, dB = sum_b A_b^T G_b is one GEMM on
-    // the batch-flattened operands: A^T [k, batch*m] @ G [batch*m, n], with no [batch, k, n]
-    // temporary to reduce. Written with matmul/transpose so it differentiates again.
-    .grad = [](const GradCtx& c) {
-      const Tensor& a = c.in(0);
-      const Tensor& b = c.in(1);
-      Tensor da, db;
-      if (c.need(0)) da = matmul(c.g(), transpose(b, -1, -2));
-      if (c.need(1)) {
-        if (b.dim() == 2 && a.dim() > 2)
-          db = matmul(transpose(flatten(a, 0, -2), 0, 1), flatten(c.g(), 0, -2));
-        else
-          db = matmul(transpose(a, -1, -2), c.g());
-      }
-      return TensorList{da, db};
-    },
-    .doc = "batched matrix product of rank >= 2 operands with broadcast batch dims"});
+const OpDef& kMatmul = def_op(
+    {.name = "matmul",
+     .num_inputs = 2,
+     .infer = infer_matmul,
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
+           KILN_DISPATCH_FLOAT(out[0].dtype(), "matmul",
+                               [&] { matmul_impl<scalar_t>(in[0], in[1], out[0]); });
+         },
+     // C = A B, so dL/dA = G B^T and dL/dB = A^T G (per batch). Broadcast batch dims come out
+     // at the output's batch shape and the engine's sum_to folds them back to each input.
+     // When B is a plain matrix shared by all batches of A, dB = sum_b A_b^T G_b is one GEMM on
+     // the batch-flattened operands: A^T [k, batch*m] @ G [batch*m, n], with no [batch, k, n]
+     // temporary to reduce. Written with matmul/transpose so it differentiates again.
+     .grad =
+         [](const GradCtx& c) {
+           const Tensor& a = c.in(0);
+           const Tensor& b = c.in(1);
+           Tensor da, db;
+           if (c.need(0)) da = matmul(c.g(), transpose(b, -1, -2));
+           if (c.need(1)) {
+             if (b.dim() == 2 && a.dim() > 2)
+               db = matmul(transpose(flatten(a, 0, -2), 0, 1), flatten(c.g(), 0, -2));
+             else
+               db = matmul(transpose(a, -1, -2), c.g());
+           }
+           return TensorList{da, db};
+         },
+     .doc = "batched matrix product of rank >= 2 operands with broadcast batch dims"});
 
 }  // namespace
 

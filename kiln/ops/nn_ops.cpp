@@ -22,32 +22,32 @@ template <typename T, bool Log>
 void softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
   parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)),
                [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      T m = -std::numeric_limits<T>::infinity();
+                 for (int64_t r = b; r < e; ++r) {
+                   const T* xr = x + r * n;
+                   T* yr = y + r * n;
+                   T m = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : m)
-      for (int64_t j = 0; j < n; ++j) m = std::max(m, xr[j]);
-      T s = 0;
-      if constexpr (Log) {
+                   for (int64_t j = 0; j < n; ++j) m = std::max(m, xr[j]);
+                   T s = 0;
+                   if constexpr (Log) {
 #pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < n; ++j) s += vm::exp<T>(xr[j] - m);
-        const T lse = m + std::log(s);
+                     for (int64_t j = 0; j < n; ++j) s += vm::exp<T>(xr[j] - m);
+                     const T lse = m + std::log(s);
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] - lse;
-      } else {
+                     for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] - lse;
+                   } else {
 #pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < n; ++j) {
-          T ev = vm::exp<T>(xr[j] - m);
-          yr[j] = ev;
-          s += ev;
-        }
-        const T inv = T(1) / s;
+                     for (int64_t j = 0; j < n; ++j) {
+                       T ev = vm::exp<T>(xr[j] - m);
+                       yr[j] = ev;
+                       s += ev;
+                     }
+                     const T inv = T(1) / s;
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
-      }
-    }
-  });
+                     for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
+                   }
+                 }
+               });
 }
 
 // Reduced dim in the middle ([outer, n, inner], inner > 1): per task a block of columns, with
@@ -129,28 +129,38 @@ MetaList infer_softmax(std::span<const Tensor> in, const Attrs& a) {
   return one(in[0].dtype(), in[0].shape());
 }
 
-const OpDef& kSoftmax = def_op({.name = "softmax", .attr_names = {"dim"}, .traits = kReduction,
-    .infer = infer_softmax<false>, .kernel = softmax_kernel<false>,
-    // y_i = e^{x_i} / sum_j e^{x_j}: dy_i/dx_k = y_i (d_ik - y_k), so
-    // dx_k = sum_i g_i y_i (d_ik - y_k) = y_k (g_k - sum_i g_i y_i).
-    .grad = [](const GradCtx& c) {
-      int64_t dim = c.attrs.i(0);
-      const Tensor& y = c.out(0);
-      return TensorList{mul(y, sub(c.g(), sum(mul(c.g(), y), {dim}, true)))};
-    },
-    .contiguous_inputs = true,
-    .doc = "exp(x - max) / sum(exp(x - max)) along dim"});
+const OpDef& kSoftmax =
+    def_op({.name = "softmax",
+            .attr_names = {"dim"},
+            .traits = kReduction,
+            .infer = infer_softmax<false>,
+            .kernel = softmax_kernel<false>,
+            // y_i = e^{x_i} / sum_j e^{x_j}: dy_i/dx_k = y_i (d_ik - y_k), so
+            // dx_k = sum_i g_i y_i (d_ik - y_k) = y_k (g_k - sum_i g_i y_i).
+            .grad =
+                [](const GradCtx& c) {
+                  int64_t dim = c.attrs.i(0);
+                  const Tensor& y = c.out(0);
+                  return TensorList{mul(y, sub(c.g(), sum(mul(c.g(), y), {dim}, true)))};
+                },
+            .contiguous_inputs = true,
+            .doc = "exp(x - max) / sum(exp(x - max)) along dim"});
 
-const OpDef& kLogSoftmax = def_op({.name = "log_softmax", .attr_names = {"dim"},
-    .traits = kReduction, .infer = infer_softmax<true>, .kernel = softmax_kernel<true>,
-    // y_i = x_i - log sum_j e^{x_j}: dy_i/dx_k = d_ik - softmax_k, so
-    // dx_k = g_k - softmax_k sum_i g_i = g_k - exp(y_k) sum_i g_i.
-    .grad = [](const GradCtx& c) {
-      int64_t dim = c.attrs.i(0);
-      return TensorList{sub(c.g(), mul(exp(c.out(0)), sum(c.g(), {dim}, true)))};
-    },
-    .contiguous_inputs = true,
-    .doc = "x - max - log(sum(exp(x - max))) along dim"});
+const OpDef& kLogSoftmax =
+    def_op({.name = "log_softmax",
+            .attr_names = {"dim"},
+            .traits = kReduction,
+            .infer = infer_softmax<true>,
+            .kernel = softmax_kernel<true>,
+            // y_i = x_i - log sum_j e^{x_j}: dy_i/dx_k = d_ik - softmax_k, so
+            // dx_k = g_k - softmax_k sum_i g_i = g_k - exp(y_k) sum_i g_i.
+            .grad =
+                [](const GradCtx& c) {
+                  int64_t dim = c.attrs.i(0);
+                  return TensorList{sub(c.g(), mul(exp(c.out(0)), sum(c.g(), {dim}, true)))};
+                },
+            .contiguous_inputs = true,
+            .doc = "x - max - log(sum(exp(x - max))) along dim"});
 
 // ---- layer_norm -----------------------------------------------------------------------------
 // Inputs: x, then weight and bias when the attrs say so. Outputs: y, mean, rstd (mean and rstd
@@ -161,29 +171,30 @@ void layer_norm_rows(const T* x, const T* w, const T* bb, T* y, T* mean_out, T* 
                      int64_t rows, int64_t n, double eps) {
   parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)),
                [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels.
-      T s = 0;
+                 for (int64_t r = b; r < e; ++r) {
+                   const T* xr = x + r * n;
+                   T* yr = y + r * n;
+                   // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which
+                   // cancels.
+                   T s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < n; ++j) s += xr[j];
-      const T mu = s / static_cast<T>(n);
-      T v = 0;
+                   for (int64_t j = 0; j < n; ++j) s += xr[j];
+                   const T mu = s / static_cast<T>(n);
+                   T v = 0;
 #pragma omp simd reduction(+ : v)
-      for (int64_t j = 0; j < n; ++j) v += (xr[j] - mu) * (xr[j] - mu);
-      const T rs = T(1) / std::sqrt(v / static_cast<T>(n) + static_cast<T>(eps));
-      mean_out[r] = mu;
-      rstd_out[r] = rs;
+                   for (int64_t j = 0; j < n; ++j) v += (xr[j] - mu) * (xr[j] - mu);
+                   const T rs = T(1) / std::sqrt(v / static_cast<T>(n) + static_cast<T>(eps));
+                   mean_out[r] = mu;
+                   rstd_out[r] = rs;
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) {
-        T t = (xr[j] - mu) * rs;
-        if constexpr (HasW) t *= w[j];
-        if constexpr (HasB) t += bb[j];
-        yr[j] = t;
-      }
-    }
-  });
+                   for (int64_t j = 0; j < n; ++j) {
+                     T t = (xr[j] - mu) * rs;
+                     if constexpr (HasW) t *= w[j];
+                     if constexpr (HasB) t += bb[j];
+                     yr[j] = t;
+                   }
+                 }
+               });
 }
 
 struct LnAttrs {
@@ -266,7 +277,8 @@ TensorList layer_norm_grad(const GradCtx& c) {
   if (c.need(0)) {
     Tensor gh = la.has_w ? mul(g, c.in(1)) : g;
     Tensor a0 = sub(div(c.g(1), n), mul(rstd, mean(gh, dims, true)));
-    Tensor a1 = sub(div(mul(c.g(2), mul(rstd, rstd)), -n), mul(rstd, mean(mul(gh, xh), dims, true)));
+    Tensor a1 =
+        sub(div(mul(c.g(2), mul(rstd, rstd)), -n), mul(rstd, mean(mul(gh, xh), dims, true)));
     res[0] = add(add(mul(rstd, gh), a0), mul(xh, a1));
   }
   if (la.has_w) res.push_back(c.need(1) ? sum_to(mul(g, xh), c.in(1).shape()) : Tensor());
@@ -277,12 +289,17 @@ TensorList layer_norm_grad(const GradCtx& c) {
   return res;
 }
 
-const OpDef& kLayerNorm = def_op({.name = "layer_norm", .num_inputs = -1, .num_outputs = 3,
-    .attr_names = {"normalized_ndim", "eps", "has_weight", "has_bias"},
-    .infer = infer_layer_norm, .kernel = layer_norm_kernel, .grad = layer_norm_grad,
-    .contiguous_inputs = true,
-    .doc = "(x - mean) / sqrt(var + eps) * weight + bias over the trailing dims; also returns "
-           "mean and rstd"});
+const OpDef& kLayerNorm = def_op(
+    {.name = "layer_norm",
+     .num_inputs = -1,
+     .num_outputs = 3,
+     .attr_names = {"normalized_ndim", "eps", "has_weight", "has_bias"},
+     .infer = infer_layer_norm,
+     .kernel = layer_norm_kernel,
+     .grad = layer_norm_grad,
+     .contiguous_inputs = true,
+     .doc = "(x - mean) / sqrt(var + eps) * weight + bias over the trailing dims; also returns "
+            "mean and rstd"});
 
 // ---- nll_loss -------------------------------------------------------------------------------
 
@@ -387,14 +404,13 @@ void nll_grad_kernel(std::span<const Tensor> in, std::span<Tensor> out, const At
   std::memset(out[0].raw_data(), 0, static_cast<size_t>(out[0].numel()) * out[0].element_size());
   int64_t count = 0;
   if (red == Reduction::Mean)
-    for_each_target("nll_loss_grad", t, C, ignore, [&](int64_t, int64_t, int64_t cls) {
-      count += cls >= 0;
-    });
+    for_each_target("nll_loss_grad", t, C, ignore,
+                    [&](int64_t, int64_t, int64_t cls) { count += cls >= 0; });
   KILN_DISPATCH_FLOAT(g.dtype(), "nll_loss_grad", [&] {
     const scalar_t* G = g.data_ptr<scalar_t>();
     scalar_t* O = out[0].data_ptr<scalar_t>();
-    scalar_t scale = red == Reduction::Mean ? scalar_t(1) / static_cast<scalar_t>(count)
-                                            : scalar_t(1);
+    scalar_t scale =
+        red == Reduction::Mean ? scalar_t(1) / static_cast<scalar_t>(count) : scalar_t(1);
     for_each_target("nll_loss_grad", t, C, ignore, [&](int64_t n, int64_t j, int64_t cls) {
       if (cls < 0) return;
       scalar_t gv = red == Reduction::None ? G[n * inner + j] : G[0];
@@ -403,32 +419,42 @@ void nll_grad_kernel(std::span<const Tensor> in, std::span<Tensor> out, const At
   });
 }
 
-const OpDef& kNllLoss = def_op({.name = "nll_loss", .num_inputs = 2,
-    .attr_names = {"reduction", "ignore_index"}, .infer = infer_nll, .kernel = nll_kernel,
-    // loss = -lp[n, t_n] (summed, or averaged over the non-ignored targets): the gradient is
-    // -g (or -g / count) at each target class and zero elsewhere.
-    .grad = [](const GradCtx& c) {
-      Tensor gl;
-      // nll_loss_grad is defined below (its own rule needs nll_loss): look it up once.
-      static const OpDef& grad_op = OpRegistry::get().at("nll_loss_grad");
-      if (c.need(0))
-        gl = call1(grad_op, {c.g(), c.in(1)}, {c.attrs.s(0), c.attrs.i(1), c.in(0).shape()[1]});
-      return TensorList{gl, Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "negative log-likelihood of class indices; reduction none | mean | sum"});
+const OpDef& kNllLoss =
+    def_op({.name = "nll_loss",
+            .num_inputs = 2,
+            .attr_names = {"reduction", "ignore_index"},
+            .infer = infer_nll,
+            .kernel = nll_kernel,
+            // loss = -lp[n, t_n] (summed, or averaged over the non-ignored targets): the gradient
+            // is -g (or -g / count) at each target class and zero elsewhere.
+            .grad =
+                [](const GradCtx& c) {
+                  Tensor gl;
+                  // nll_loss_grad is defined below (its own rule needs nll_loss): look it up once.
+                  static const OpDef& grad_op = OpRegistry::get().at("nll_loss_grad");
+                  if (c.need(0))
+                    gl = call1(grad_op, {c.g(), c.in(1)},
+                               {c.attrs.s(0), c.attrs.i(1), c.in(0).shape()[1]});
+                  return TensorList{gl, Tensor()};
+                },
+            .contiguous_inputs = true,
+            .doc = "negative log-likelihood of class indices; reduction none | mean | sum"});
 
-const OpDef& kNllLossGrad = def_op({.name = "nll_loss_grad", .num_inputs = 2,
-    .attr_names = {"reduction", "ignore_index", "num_classes"}, .infer = infer_nll_grad,
-    .kernel = nll_grad_kernel,
-    // Linear in g and the adjoint of nll_loss (as a linear map of lp): gradient nll_loss(gg).
-    .grad = [](const GradCtx& c) {
-      Tensor gg;
-      if (c.need(0)) gg = call1(kNllLoss, {c.g(), c.in(1)}, {c.attrs.s(0), c.attrs.i(1)});
-      return TensorList{gg, Tensor()};
-    },
-    .contiguous_inputs = true,
-    .doc = "gradient of nll_loss with respect to the log-probabilities"});
+const OpDef& kNllLossGrad = def_op(
+    {.name = "nll_loss_grad",
+     .num_inputs = 2,
+     .attr_names = {"reduction", "ignore_index", "num_classes"},
+     .infer = infer_nll_grad,
+     .kernel = nll_grad_kernel,
+     // Linear in g and the adjoint of nll_loss (as a linear map of lp): gradient nll_loss(gg).
+     .grad =
+         [](const GradCtx& c) {
+           Tensor gg;
+           if (c.need(0)) gg = call1(kNllLoss, {c.g(), c.in(1)}, {c.attrs.s(0), c.attrs.i(1)});
+           return TensorList{gg, Tensor()};
+         },
+     .contiguous_inputs = true,
+     .doc = "gradient of nll_loss with respect to the log-probabilities"});
 
 // ---- dropout --------------------------------------------------------------------------------
 
@@ -454,39 +480,45 @@ void dropout_loop(const T* x, T* y, bool* mask, int64_t n, uint64_t seed, uint64
   });
 }
 
-const OpDef& kDropout = def_op({.name = "dropout", .num_outputs = 2, .attr_names = {"p"},
-    .traits = kRandom,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      opu::require_float("dropout", in[0]);
-      double p = a.f(0);
-      if (!(p >= 0 && p < 1))
-        fail("dropout", "p must be in [0, 1), got ", p, " (input shape ", in[0].shape(), ")");
-      MetaList m;
-      m.push_back(TensorMeta{in[0].dtype(), in[0].shape()});
-      m.push_back(TensorMeta{Bool, in[0].shape()});
-      return m;
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      double p = a.f(0);
-      // One draw from the global generator per call seeds the per-element hash, so
-      // manual_seed makes the mask reproducible.
-      uint64_t seed = random_u64();
-      uint64_t thresh = static_cast<uint64_t>(std::ldexp(p, 32));
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "dropout", [&] {
-        dropout_loop<scalar_t>(in[0].data_ptr<scalar_t>(), out[0].data_ptr<scalar_t>(),
-                               out[1].data_ptr<bool>(), in[0].numel(), seed, thresh,
-                               static_cast<scalar_t>(1.0 / (1.0 - p)));
-      });
-    },
-    // y = x * mask / (1 - p) with the mask saved as output 1: dx = g * mask / (1 - p).
-    .grad = [](const GradCtx& c) {
-      const Tensor& g = c.g(0);
-      return TensorList{
-          where(c.out(1), mul(g, 1.0 / (1.0 - c.attrs.f(0))), opu::scalar_like(g, 0))};
-    },
-    .contiguous_inputs = true,
-    .doc = "zeroes elements with probability p, scales the rest by 1/(1-p); output 1 is the "
-           "kept mask"});
+const OpDef& kDropout = def_op(
+    {.name = "dropout",
+     .num_outputs = 2,
+     .attr_names = {"p"},
+     .traits = kRandom,
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           opu::require_float("dropout", in[0]);
+           double p = a.f(0);
+           if (!(p >= 0 && p < 1))
+             fail("dropout", "p must be in [0, 1), got ", p, " (input shape ", in[0].shape(), ")");
+           MetaList m;
+           m.push_back(TensorMeta{in[0].dtype(), in[0].shape()});
+           m.push_back(TensorMeta{Bool, in[0].shape()});
+           return m;
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           double p = a.f(0);
+           // One draw from the global generator per call seeds the per-element hash, so
+           // manual_seed makes the mask reproducible.
+           uint64_t seed = random_u64();
+           uint64_t thresh = static_cast<uint64_t>(std::ldexp(p, 32));
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "dropout", [&] {
+             dropout_loop<scalar_t>(in[0].data_ptr<scalar_t>(), out[0].data_ptr<scalar_t>(),
+                                    out[1].data_ptr<bool>(), in[0].numel(), seed, thresh,
+                                    static_cast<scalar_t>(1.0 / (1.0 - p)));
+           });
+         },
+     // y = x * mask / (1 - p) with the mask saved as output 1: dx = g * mask / (1 - p).
+     .grad =
+         [](const GradCtx& c) {
+           const Tensor& g = c.g(0);
+           return TensorList{
+               where(c.out(1), mul(g, 1.0 / (1.0 - c.attrs.f(0))), opu::scalar_like(g, 0))};
+         },
+     .contiguous_inputs = true,
+     .doc = "zeroes elements with probability p, scales the rest by 1/(1-p); output 1 is the "
+            "kept mask"});
 
 Tensor as_dtype(const Tensor& t, DType dt) {
   return !t.defined() || t.dtype() == dt ? t : cast(t, dt);
@@ -529,9 +561,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   opu::require_float("batch_norm", x);
   if (x.dim() < 2) fail("batch_norm", "input must be [N, C, ...], got shape ", x.shape());
   int64_t C = x.shape()[1];
-  const std::pair<const Tensor*, const char*> params[] = {
-      {&running_mean, "running_mean"}, {&running_var, "running_var"}, {&weight, "weight"},
-      {&bias, "bias"}};
+  const std::pair<const Tensor*, const char*> params[] = {{&running_mean, "running_mean"},
+                                                          {&running_var, "running_var"},
+                                                          {&weight, "weight"},
+                                                          {&bias, "bias"}};
   for (auto [t, what] : params)
     if (t->defined() && (t->dim() != 1 || t->shape()[0] != C))
       fail("batch_norm", what, " must have shape [", C, "], got ", t->shape(), " (input ",
@@ -596,11 +629,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   if (!logits.defined() || !target.defined()) fail("cross_entropy", "undefined input");
   if (logits.dim() < 1) fail("cross_entropy", "logits must be [N, C, d...], got a 0-d tensor");
   if (target.dtype() != Int64 && target.dtype() != Int32)
-    fail("cross_entropy", "target must hold class indices (int64 or int32), got ",
-         target.dtype(), " ", target.shape(), " for logits ", logits.shape());
+    fail("cross_entropy", "target must hold class indices (int64 or int32), got ", target.dtype(),
+         " ", target.shape(), " for logits ", logits.shape());
   if (logits.dim() >= 2) check_nll_shapes("cross_entropy", logits.shape(), target.shape());
-  return nll_loss(log_softmax(logits, logits.dim() == 1 ? 0 : 1), target, reduction,
-                  ignore_index);
+  return nll_loss(log_softmax(logits, logits.dim() == 1 ? 0 : 1), target, reduction, ignore_index);
 }
 
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {

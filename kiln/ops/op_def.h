@@ -61,14 +61,14 @@ struct GradCtx {
 };
 
 enum OpTrait : uint32_t {
-  kElementwise = 1u << 0,   ///< output[i] depends on input[i] (after broadcasting) only
-  kFusable = 1u << 1,       ///< may join an elementwise fusion group
-  kInplaceable = 1u << 2,   ///< output may reuse an input's buffer
-  kControlFlow = 1u << 3,   ///< switch/merge and friends: deadness semantics
-  kSideEffect = 1u << 4,    ///< never pruned or CSE'd (print, assign)
-  kView = 1u << 5,          ///< output aliases input 0 (no copy)
-  kRandom = 1u << 6,        ///< draws from the generator: never CSE'd or folded
-  kReduction = 1u << 7,     ///< reduces over dims (fusion may end a group with it)
+  kElementwise = 1u << 0,  ///< output[i] depends on input[i] (after broadcasting) only
+  kFusable = 1u << 1,      ///< may join an elementwise fusion group
+  kInplaceable = 1u << 2,  ///< output may reuse an input's buffer
+  kControlFlow = 1u << 3,  ///< switch/merge and friends: deadness semantics
+  kSideEffect = 1u << 4,   ///< never pruned or CSE'd (print, assign)
+  kView = 1u << 5,         ///< output aliases input 0 (no copy)
+  kRandom = 1u << 6,       ///< draws from the generator: never CSE'd or folded
+  kReduction = 1u << 7,    ///< reduces over dims (fusion may end a group with it)
 };
 
 using InferFn = MetaList (*)(std::span<const Tensor> in, const Attrs& attrs);

@@ -1,9 +1,10 @@
 // Reduction family: sum, mean, max, min, var, argmax, argmin over dims with keepdim, and
 // sum_to (the gradient of broadcasting). Non-trailing, non-leading reduced dims are permuted to
 // the end and made contiguous once, then reduced row-wise.
+#include "kiln/kernels/cpu/reduce.h"
+
 #include <algorithm>
 
-#include "kiln/kernels/cpu/reduce.h"
 #include "kiln/ops/op_util.h"
 
 namespace kiln {
@@ -15,7 +16,7 @@ struct RedDims {
   std::vector<int64_t> dims;  // sorted, unique, wrapped
   Shape keep_shape;           // input shape with reduced dims set to 1
   Shape out_shape;
-  int64_t count = 1;          // elements reduced per output
+  int64_t count = 1;  // elements reduced per output
 };
 
 RedDims red_dims(const Shape& s, const std::vector<int64_t>& dims_in, bool keepdim,
@@ -115,36 +116,48 @@ Tensor unreduce(const Tensor& g, const Tensor& x, const Attrs& a, const char* op
   return expand_as(keepdims(g, rd, a.b(1)), x);
 }
 
-const OpDef& kSum = def_op({.name = "sum", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("sum", in, a, false); },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "sum");
-      KILN_DISPATCH_NUMERIC(in[0].dtype(), "sum", [&] {
-        reduce_into<scalar_t>(in[0], rd, out[0].data_ptr<scalar_t>(), cpu::RedKind::Sum);
-      });
-    },
-    .grad = [](const GradCtx& c) { return TensorList{unreduce(c.g(), c.in(0), c.attrs, "sum")}; }});
+const OpDef& kSum = def_op(
+    {.name = "sum",
+     .attr_names = {"dims", "keepdim"},
+     .traits = kReduction,
+     .infer = [](std::span<const Tensor> in,
+                 const Attrs& a) { return infer_red("sum", in, a, false); },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "sum");
+           KILN_DISPATCH_NUMERIC(in[0].dtype(), "sum", [&] {
+             reduce_into<scalar_t>(in[0], rd, out[0].data_ptr<scalar_t>(), cpu::RedKind::Sum);
+           });
+         },
+     .grad =
+         [](const GradCtx& c) { return TensorList{unreduce(c.g(), c.in(0), c.attrs, "sum")}; }});
 
-const OpDef& kMean = def_op({.name = "mean", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("mean", in, a, true); },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "mean");
-      KILN_DISPATCH_FLOAT(in[0].dtype(), "mean", [&] {
-        scalar_t* o = out[0].data_ptr<scalar_t>();
-        reduce_into<scalar_t>(in[0], rd, o, cpu::RedKind::Sum);
-        scalar_t inv = rd.count > 0 ? scalar_t(1) / static_cast<scalar_t>(rd.count)
-                                    : std::numeric_limits<scalar_t>::quiet_NaN();
-        for (int64_t i = 0; i < out[0].numel(); ++i) o[i] *= inv;
-      });
-    },
-    // d mean / dx = 1/N broadcast
-    .grad = [](const GradCtx& c) {
-      RedDims rd = red_dims(c.in(0).shape(), dims_attr(c.attrs), c.attrs.b(1), "mean");
-      Tensor g = unreduce(c.g(), c.in(0), c.attrs, "mean");
-      if (rd.count >= 0) return TensorList{div(g, static_cast<double>(rd.count))};
-      // Dynamic dims (graph placeholders): count the reduced elements at run time.
-      return TensorList{div(g, sum(ones_like(c.in(0)), rd.dims, true))};
-    }});
+const OpDef& kMean =
+    def_op({.name = "mean",
+            .attr_names = {"dims", "keepdim"},
+            .traits = kReduction,
+            .infer = [](std::span<const Tensor> in,
+                        const Attrs& a) { return infer_red("mean", in, a, true); },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "mean");
+                  KILN_DISPATCH_FLOAT(in[0].dtype(), "mean", [&] {
+                    scalar_t* o = out[0].data_ptr<scalar_t>();
+                    reduce_into<scalar_t>(in[0], rd, o, cpu::RedKind::Sum);
+                    scalar_t inv = rd.count > 0 ? scalar_t(1) / static_cast<scalar_t>(rd.count)
+                                                : std::numeric_limits<scalar_t>::quiet_NaN();
+                    for (int64_t i = 0; i < out[0].numel(); ++i) o[i] *= inv;
+                  });
+                },
+            // d mean / dx = 1/N broadcast
+            .grad =
+                [](const GradCtx& c) {
+                  RedDims rd = red_dims(c.in(0).shape(), dims_attr(c.attrs), c.attrs.b(1), "mean");
+                  Tensor g = unreduce(c.g(), c.in(0), c.attrs, "mean");
+                  if (rd.count >= 0) return TensorList{div(g, static_cast<double>(rd.count))};
+                  // Dynamic dims (graph placeholders): count the reduced elements at run time.
+                  return TensorList{div(g, sum(ones_like(c.in(0)), rd.dims, true))};
+                }});
 
 // max/min: the gradient is shared equally among tied extrema (as torch.amax).
 TensorList minmax_grad(const GradCtx& c, const char* op) {
@@ -157,64 +170,80 @@ TensorList minmax_grad(const GradCtx& c, const char* op) {
   return TensorList{where(mask, expand_as(g, x), opu::scalar_like(g, 0))};
 }
 
-const OpDef& kMax = def_op({.name = "max", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("max", in, a, false); },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "max");
-      KILN_DISPATCH_NUMERIC(in[0].dtype(), "max", [&] {
-        reduce_into<scalar_t>(in[0], rd, out[0].data_ptr<scalar_t>(), cpu::RedKind::Max);
-      });
-    },
-    .grad = [](const GradCtx& c) { return minmax_grad(c, "max"); }});
+const OpDef& kMax = def_op(
+    {.name = "max",
+     .attr_names = {"dims", "keepdim"},
+     .traits = kReduction,
+     .infer = [](std::span<const Tensor> in,
+                 const Attrs& a) { return infer_red("max", in, a, false); },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "max");
+           KILN_DISPATCH_NUMERIC(in[0].dtype(), "max", [&] {
+             reduce_into<scalar_t>(in[0], rd, out[0].data_ptr<scalar_t>(), cpu::RedKind::Max);
+           });
+         },
+     .grad = [](const GradCtx& c) { return minmax_grad(c, "max"); }});
 
-const OpDef& kMin = def_op({.name = "min", .attr_names = {"dims", "keepdim"}, .traits = kReduction,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("min", in, a, false); },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "min");
-      KILN_DISPATCH_NUMERIC(in[0].dtype(), "min", [&] {
-        reduce_into<scalar_t>(in[0], rd, out[0].data_ptr<scalar_t>(), cpu::RedKind::Min);
-      });
-    },
-    .grad = [](const GradCtx& c) { return minmax_grad(c, "min"); }});
+const OpDef& kMin = def_op(
+    {.name = "min",
+     .attr_names = {"dims", "keepdim"},
+     .traits = kReduction,
+     .infer = [](std::span<const Tensor> in,
+                 const Attrs& a) { return infer_red("min", in, a, false); },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "min");
+           KILN_DISPATCH_NUMERIC(in[0].dtype(), "min", [&] {
+             reduce_into<scalar_t>(in[0], rd, out[0].data_ptr<scalar_t>(), cpu::RedKind::Min);
+           });
+         },
+     .grad = [](const GradCtx& c) { return minmax_grad(c, "min"); }});
 
-const OpDef& kVar = def_op({.name = "var", .attr_names = {"dims", "keepdim", "correction"},
-    .traits = kReduction,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_red("var", in, a, true); },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      // Two passes (mean, then squared deviations) for accuracy.
-      const Tensor& x = in[0];
-      RedDims rd = red_dims(x.shape(), dims_attr(a), true, "var");
-      KILN_DISPATCH_FLOAT(x.dtype(), "var", [&] {
-        Tensor m = empty(rd.keep_shape, x.dtype());
-        scalar_t* mp = m.data_ptr<scalar_t>();
-        reduce_into<scalar_t>(x, rd, mp, cpu::RedKind::Sum);
-        for (int64_t i = 0; i < m.numel(); ++i) mp[i] /= static_cast<scalar_t>(rd.count);
-        Tensor d = empty(x.shape(), x.dtype());
-        cpu::binary_loop<scalar_t, scalar_t, scalar_t>(x, m, d, [](scalar_t u, scalar_t v) {
-          return (u - v) * (u - v);
-        });
-        scalar_t* o = out[0].data_ptr<scalar_t>();
-        reduce_into<scalar_t>(d, rd, o, cpu::RedKind::Sum);
-        double denom = static_cast<double>(rd.count - a.i(2));
-        for (int64_t i = 0; i < out[0].numel(); ++i)
-          o[i] = denom > 0 ? static_cast<scalar_t>(o[i] / denom)
-                           : std::numeric_limits<scalar_t>::quiet_NaN();
-      });
-    },
-    // d var / dx = 2 (x - mean) / (N - correction)
-    .grad = [](const GradCtx& c) {
-      const Tensor& x = c.in(0);
-      RedDims rd = red_dims(x.shape(), dims_attr(c.attrs), c.attrs.b(1), "var");
-      Tensor m = mean(x, rd.dims, true);
-      Tensor g = keepdims(c.g(), rd, c.attrs.b(1));
-      if (rd.count >= 0) {
-        double denom = static_cast<double>(rd.count - c.attrs.i(2));
-        return TensorList{mul(mul(sub(x, m), g), 2.0 / denom)};
-      }
-      // Dynamic dims: N - correction at run time.
-      Tensor denom = sub(sum(ones_like(x), rd.dims, true), static_cast<double>(c.attrs.i(2)));
-      return TensorList{div(mul(mul(sub(x, m), g), 2.0), denom)};
-    }});
+const OpDef& kVar =
+    def_op({.name = "var",
+            .attr_names = {"dims", "keepdim", "correction"},
+            .traits = kReduction,
+            .infer = [](std::span<const Tensor> in,
+                        const Attrs& a) { return infer_red("var", in, a, true); },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  // Two passes (mean, then squared deviations) for accuracy.
+                  const Tensor& x = in[0];
+                  RedDims rd = red_dims(x.shape(), dims_attr(a), true, "var");
+                  KILN_DISPATCH_FLOAT(x.dtype(), "var", [&] {
+                    Tensor m = empty(rd.keep_shape, x.dtype());
+                    scalar_t* mp = m.data_ptr<scalar_t>();
+                    reduce_into<scalar_t>(x, rd, mp, cpu::RedKind::Sum);
+                    for (int64_t i = 0; i < m.numel(); ++i)
+                      mp[i] /= static_cast<scalar_t>(rd.count);
+                    Tensor d = empty(x.shape(), x.dtype());
+                    cpu::binary_loop<scalar_t, scalar_t, scalar_t>(
+                        x, m, d, [](scalar_t u, scalar_t v) { return (u - v) * (u - v); });
+                    scalar_t* o = out[0].data_ptr<scalar_t>();
+                    reduce_into<scalar_t>(d, rd, o, cpu::RedKind::Sum);
+                    double denom = static_cast<double>(rd.count - a.i(2));
+                    for (int64_t i = 0; i < out[0].numel(); ++i)
+                      o[i] = denom > 0 ? static_cast<scalar_t>(o[i] / denom)
+                                       : std::numeric_limits<scalar_t>::quiet_NaN();
+                  });
+                },
+            // d var / dx = 2 (x - mean) / (N - correction)
+            .grad =
+                [](const GradCtx& c) {
+                  const Tensor& x = c.in(0);
+                  RedDims rd = red_dims(x.shape(), dims_attr(c.attrs), c.attrs.b(1), "var");
+                  Tensor m = mean(x, rd.dims, true);
+                  Tensor g = keepdims(c.g(), rd, c.attrs.b(1));
+                  if (rd.count >= 0) {
+                    double denom = static_cast<double>(rd.count - c.attrs.i(2));
+                    return TensorList{mul(mul(sub(x, m), g), 2.0 / denom)};
+                  }
+                  // Dynamic dims: N - correction at run time.
+                  Tensor denom =
+                      sub(sum(ones_like(x), rd.dims, true), static_cast<double>(c.attrs.i(2)));
+                  return TensorList{div(mul(mul(sub(x, m), g), 2.0), denom)};
+                }});
 
 template <bool IsMax>
 void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -222,7 +251,8 @@ void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
   bool flat = a.i(0) == INT64_MIN;
   Tensor x = flat ? raw_contiguous_copy(x0) : x0;
   int64_t rank = flat ? 1 : x.dim();
-  int64_t dim = flat ? 0 : wrap_dim(a.i(0), std::max<int64_t>(rank, 1), IsMax ? "argmax" : "argmin");
+  int64_t dim =
+      flat ? 0 : wrap_dim(a.i(0), std::max<int64_t>(rank, 1), IsMax ? "argmax" : "argmin");
   Shape shp = flat ? Shape{x.numel()} : x.shape();
   if (rank == 0) shp = Shape{1};
   int64_t n = shp.rank() ? shp[dim] : 1;
@@ -254,7 +284,8 @@ MetaList infer_arg(const char* op, std::span<const Tensor> in, const Attrs& a) {
   opu::require_numeric(op, in[0]);
   const Shape& s = in[0].shape();
   if (s.numel() == 0) fail(op, "cannot take ", op, " of an empty tensor of shape ", s);
-  if (a.i(0) == INT64_MIN) return one(Int64, a.b(1) ? Shape(static_cast<size_t>(s.rank()), 1) : Shape{});
+  if (a.i(0) == INT64_MIN)
+    return one(Int64, a.b(1) ? Shape(static_cast<size_t>(s.rank()), 1) : Shape{});
   int64_t d = wrap_dim(a.i(0), s, op);
   if (s.rank() == 0) return one(Int64, Shape{});
   if (s[d] == 0) fail(op, "dim ", d, " of shape ", s, " is empty");
@@ -269,30 +300,43 @@ MetaList infer_arg(const char* op, std::span<const Tensor> in, const Attrs& a) {
   return one(Int64, o);
 }
 
-const OpDef& kArgmax = def_op({.name = "argmax", .attr_names = {"dim", "keepdim"}, .traits = kReduction,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_arg("argmax", in, a); },
-    .kernel = arg_kernel<true>});
-const OpDef& kArgmin = def_op({.name = "argmin", .attr_names = {"dim", "keepdim"}, .traits = kReduction,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_arg("argmin", in, a); },
-    .kernel = arg_kernel<false>});
+const OpDef& kArgmax = def_op(
+    {.name = "argmax",
+     .attr_names = {"dim", "keepdim"},
+     .traits = kReduction,
+     .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_arg("argmax", in, a); },
+     .kernel = arg_kernel<true>});
+const OpDef& kArgmin = def_op(
+    {.name = "argmin",
+     .attr_names = {"dim", "keepdim"},
+     .traits = kReduction,
+     .infer = [](std::span<const Tensor> in, const Attrs& a) { return infer_arg("argmin", in, a); },
+     .kernel = arg_kernel<false>});
 
 // sum_to with the target shape taken from another tensor at run time: the gradient of a
 // broadcast when shapes are only known when the graph runs (dynamic dims).
-const OpDef& kSumToLike = def_op({.name = "sum_to_like", .num_inputs = 2,
-    .traits = kReduction | kView,
-    .infer = [](std::span<const Tensor> in, const Attrs&) {
-      const Shape& a = in[0].shape();
-      const Shape& t = in[1].shape();
-      if (t.rank() > a.rank())
-        fail("sum_to_like", "cannot reduce shape ", a, " to the larger rank of ", t);
-      return one(in[0].dtype(), t);
-    },
-    .view = [](std::span<const Tensor> in, const Attrs&) {
-      NoGradGuard ng;  // an eager helper inside one op: nothing to record
-      Tensor r = sum_to(in[0], in[1].shape());
-      return TensorList{r};
-    },
-    .grad = [](const GradCtx& c) { return TensorList{expand_as(c.g(), c.in(0)), Tensor()}; }});
+const OpDef& kSumToLike =
+    def_op({.name = "sum_to_like",
+            .num_inputs = 2,
+            .traits = kReduction | kView,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs&) {
+                  const Shape& a = in[0].shape();
+                  const Shape& t = in[1].shape();
+                  if (t.rank() > a.rank())
+                    fail("sum_to_like", "cannot reduce shape ", a, " to the larger rank of ", t);
+                  return one(in[0].dtype(), t);
+                },
+            .view =
+                [](std::span<const Tensor> in, const Attrs&) {
+                  NoGradGuard ng;  // an eager helper inside one op: nothing to record
+                  Tensor r = sum_to(in[0], in[1].shape());
+                  return TensorList{r};
+                },
+            .grad =
+                [](const GradCtx& c) {
+                  return TensorList{expand_as(c.g(), c.in(0)), Tensor()};
+                }});
 
 }  // namespace
 

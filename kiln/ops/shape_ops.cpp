@@ -23,7 +23,8 @@ Shape resolve_shape(const Shape& in, const std::vector<int64_t>& want, const cha
   int64_t known = 1, infer_at = -1;
   for (size_t i = 0; i < want.size(); ++i) {
     if (want[i] == -1) {
-      if (infer_at >= 0) fail(op, "only one dim can be -1 in target shape ", ints_str(want), " for input ", in);
+      if (infer_at >= 0)
+        fail(op, "only one dim can be -1 in target shape ", ints_str(want), " for input ", in);
       infer_at = static_cast<int64_t>(i);
       out.push_back(1);
     } else if (want[i] < 0) {
@@ -105,8 +106,8 @@ std::vector<int64_t> perm_of(const Attrs& a, const Shape& shape, const char* op)
   for (auto& d : p) {
     d = wrap_dim(d, shape, op);
     if (seen[d])
-      fail(op, "dim ", d, " appears twice in the permutation ", ints_str(a.ints(0)),
-           " for shape ", shape);
+      fail(op, "dim ", d, " appears twice in the permutation ", ints_str(a.ints(0)), " for shape ",
+           shape);
     seen[d] = true;
   }
   return p;
@@ -137,7 +138,8 @@ Shape squeezed(const Shape& s, const Attrs& a) {
   if (a.size() == 0 || a.i(0) == INT64_MIN) {
     for (auto d : s) {
       if (d < 0)
-        fail("squeeze", "shape ", s, " has a dynamic dim: squeeze() cannot tell whether it is 1; "
+        fail("squeeze", "shape ", s,
+             " has a dynamic dim: squeeze() cannot tell whether it is 1; "
              "name the dims to squeeze");
       if (d != 1) out.push_back(d);
     }
@@ -159,115 +161,139 @@ void copy_cast_kernel(const Tensor& src, Tensor& dst) {
   });
 }
 
-const OpDef& kReshape = def_op({.name = "reshape", .attr_names = {"shape"}, .traits = kView,
-    .infer = infer_reshape, .view = view_reshape,
-    .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
+const OpDef& kReshape =
+    def_op({.name = "reshape",
+            .attr_names = {"shape"},
+            .traits = kView,
+            .infer = infer_reshape,
+            .view = view_reshape,
+            .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
 
-const OpDef& kTranspose = def_op({.name = "transpose", .attr_names = {"dim0", "dim1"}, .traits = kView,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      Shape s = in[0].shape();
-      int64_t r = s.rank();
-      if (r == 0) return one(in[0].dtype(), s);
-      int64_t d0 = wrap_dim(a.i(0), in[0].shape(), "transpose");
-      int64_t d1 = wrap_dim(a.i(1), in[0].shape(), "transpose");
-      std::swap(s[d0], s[d1]);
-      return one(in[0].dtype(), s);
-    },
-    .view = [](std::span<const Tensor> in, const Attrs& a) {
-      const Tensor& x = in[0];
-      Shape s = x.shape();
-      Strides st = x.strides();
-      if (s.rank() > 0) {
-        int64_t d0 = wrap_dim(a.i(0), x.shape(), "transpose"),
-                d1 = wrap_dim(a.i(1), x.shape(), "transpose");
-        std::swap(s[d0], s[d1]);
-        std::swap(st[d0], st[d1]);
-      }
-      return TensorList{make_view(x, s, st, x.offset())};
-    },
-    .grad = [](const GradCtx& c) {
-      return TensorList{transpose(c.g(), c.attrs.i(0), c.attrs.i(1))};
-    }});
+const OpDef& kTranspose =
+    def_op({.name = "transpose",
+            .attr_names = {"dim0", "dim1"},
+            .traits = kView,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  Shape s = in[0].shape();
+                  int64_t r = s.rank();
+                  if (r == 0) return one(in[0].dtype(), s);
+                  int64_t d0 = wrap_dim(a.i(0), in[0].shape(), "transpose");
+                  int64_t d1 = wrap_dim(a.i(1), in[0].shape(), "transpose");
+                  std::swap(s[d0], s[d1]);
+                  return one(in[0].dtype(), s);
+                },
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  const Tensor& x = in[0];
+                  Shape s = x.shape();
+                  Strides st = x.strides();
+                  if (s.rank() > 0) {
+                    int64_t d0 = wrap_dim(a.i(0), x.shape(), "transpose"),
+                            d1 = wrap_dim(a.i(1), x.shape(), "transpose");
+                    std::swap(s[d0], s[d1]);
+                    std::swap(st[d0], st[d1]);
+                  }
+                  return TensorList{make_view(x, s, st, x.offset())};
+                },
+            .grad =
+                [](const GradCtx& c) {
+                  return TensorList{transpose(c.g(), c.attrs.i(0), c.attrs.i(1))};
+                }});
 
-const OpDef& kPermute = def_op({.name = "permute", .attr_names = {"dims"}, .traits = kView,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      auto p = perm_of(a, in[0].shape(), "permute");
-      Shape s;
-      for (auto d : p) s.push_back(in[0].shape()[d]);
-      return one(in[0].dtype(), s);
-    },
-    .view = [](std::span<const Tensor> in, const Attrs& a) {
-      const Tensor& x = in[0];
-      auto p = perm_of(a, x.shape(), "permute");
-      Shape s;
-      Strides st;
-      for (auto d : p) {
-        s.push_back(x.shape()[d]);
-        st.push_back(x.strides()[d]);
-      }
-      return TensorList{make_view(x, s, st, x.offset())};
-    },
-    .grad = [](const GradCtx& c) {
-      auto p = c.attrs.ints(0);
-      int64_t r = c.in(0).dim();
-      std::vector<int64_t> inv(p.size());
-      for (size_t i = 0; i < p.size(); ++i) inv[wrap_dim(p[i], r, "permute")] = static_cast<int64_t>(i);
-      return TensorList{permute(c.g(), inv)};
-    }});
+const OpDef& kPermute = def_op({.name = "permute",
+                                .attr_names = {"dims"},
+                                .traits = kView,
+                                .infer =
+                                    [](std::span<const Tensor> in, const Attrs& a) {
+                                      auto p = perm_of(a, in[0].shape(), "permute");
+                                      Shape s;
+                                      for (auto d : p) s.push_back(in[0].shape()[d]);
+                                      return one(in[0].dtype(), s);
+                                    },
+                                .view =
+                                    [](std::span<const Tensor> in, const Attrs& a) {
+                                      const Tensor& x = in[0];
+                                      auto p = perm_of(a, x.shape(), "permute");
+                                      Shape s;
+                                      Strides st;
+                                      for (auto d : p) {
+                                        s.push_back(x.shape()[d]);
+                                        st.push_back(x.strides()[d]);
+                                      }
+                                      return TensorList{make_view(x, s, st, x.offset())};
+                                    },
+                                .grad =
+                                    [](const GradCtx& c) {
+                                      auto p = c.attrs.ints(0);
+                                      int64_t r = c.in(0).dim();
+                                      std::vector<int64_t> inv(p.size());
+                                      for (size_t i = 0; i < p.size(); ++i)
+                                        inv[wrap_dim(p[i], r, "permute")] = static_cast<int64_t>(i);
+                                      return TensorList{permute(c.g(), inv)};
+                                    }});
 
-const OpDef& kSliceGrad = def_op({.name = "slice_grad",
-    .attr_names = {"input_shape", "dim", "start", "end", "step"},
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      return one(in[0].dtype(), Shape(a.ints(0)));
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      Tensor& o = out[0];
-      std::memset(o.raw_data(), 0, static_cast<size_t>(o.numel()) * o.element_size());
-      Attrs sa{a.i(1), a.i(2), a.i(3), a.i(4)};
-      SliceArgs r = slice_args(o.shape(), sa);
-      Shape vs = o.shape();
-      vs[r.dim] = r.len;
-      Strides st = o.strides();
-      int64_t off = r.start * st[r.dim];
-      st[r.dim] *= r.step;
-      Tensor dst = make_view(o, vs, st, off);
-      copy_cast_kernel(in[0], dst);
-    },
-    .grad = [](const GradCtx& c) {
-      const Attrs& a = c.attrs;
-      return TensorList{slice(c.g(), a.i(1), a.i(2), a.i(3), a.i(4))};
-    }});
+const OpDef& kSliceGrad =
+    def_op({.name = "slice_grad",
+            .attr_names = {"input_shape", "dim", "start", "end", "step"},
+            .infer = [](std::span<const Tensor> in,
+                        const Attrs& a) { return one(in[0].dtype(), Shape(a.ints(0))); },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  Tensor& o = out[0];
+                  std::memset(o.raw_data(), 0, static_cast<size_t>(o.numel()) * o.element_size());
+                  Attrs sa{a.i(1), a.i(2), a.i(3), a.i(4)};
+                  SliceArgs r = slice_args(o.shape(), sa);
+                  Shape vs = o.shape();
+                  vs[r.dim] = r.len;
+                  Strides st = o.strides();
+                  int64_t off = r.start * st[r.dim];
+                  st[r.dim] *= r.step;
+                  Tensor dst = make_view(o, vs, st, off);
+                  copy_cast_kernel(in[0], dst);
+                },
+            .grad =
+                [](const GradCtx& c) {
+                  const Attrs& a = c.attrs;
+                  return TensorList{slice(c.g(), a.i(1), a.i(2), a.i(3), a.i(4))};
+                }});
 
-const OpDef& kSlice = def_op({.name = "slice", .attr_names = {"dim", "start", "end", "step"},
-    .traits = kView,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      SliceArgs r = slice_args(in[0].shape(), a);
-      Shape s = in[0].shape();
-      // Slicing a dynamic dim gives a dynamic length (known only when the size is).
-      s[r.dim] = s[r.dim] < 0 ? Dim::any() : r.len;
-      return one(in[0].dtype(), s);
-    },
-    .view = [](std::span<const Tensor> in, const Attrs& a) {
-      const Tensor& x = in[0];
-      SliceArgs r = slice_args(x.shape(), a);
-      Shape s = x.shape();
-      Strides st = x.strides();
-      s[r.dim] = r.len;
-      int64_t off = x.offset() + r.start * st[r.dim];
-      st[r.dim] *= r.step;
-      return TensorList{make_view(x, s, st, off)};
-    },
-    .grad = [](const GradCtx& c) {
-      // slice_grad carries the input shape as an attribute, so it needs it static (a dynamic
-      // dim would allocate a negative size at run time): refuse clearly instead.
-      for (int64_t d : c.in(0).shape())
-        if (d < 0)
-          fail("slice", "gradient of a slice of a tensor with dynamic shape ", c.in(0).shape(),
-               " is not supported yet");
-      SliceArgs r = slice_args(c.in(0).shape(), c.attrs);
-      return TensorList{call1(kSliceGrad, {c.g()},
-                              {c.in(0).shape().vec(), r.dim, r.start, r.end, r.step})};
-    }});
+const OpDef& kSlice =
+    def_op({.name = "slice",
+            .attr_names = {"dim", "start", "end", "step"},
+            .traits = kView,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  SliceArgs r = slice_args(in[0].shape(), a);
+                  Shape s = in[0].shape();
+                  // Slicing a dynamic dim gives a dynamic length (known only when the size is).
+                  s[r.dim] = s[r.dim] < 0 ? Dim::any() : r.len;
+                  return one(in[0].dtype(), s);
+                },
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  const Tensor& x = in[0];
+                  SliceArgs r = slice_args(x.shape(), a);
+                  Shape s = x.shape();
+                  Strides st = x.strides();
+                  s[r.dim] = r.len;
+                  int64_t off = x.offset() + r.start * st[r.dim];
+                  st[r.dim] *= r.step;
+                  return TensorList{make_view(x, s, st, off)};
+                },
+            .grad =
+                [](const GradCtx& c) {
+                  // slice_grad carries the input shape as an attribute, so it needs it static (a
+                  // dynamic dim would allocate a negative size at run time): refuse clearly
+                  // instead.
+                  for (int64_t d : c.in(0).shape())
+                    if (d < 0)
+                      fail("slice", "gradient of a slice of a tensor with dynamic shape ",
+                           c.in(0).shape(), " is not supported yet");
+                  SliceArgs r = slice_args(c.in(0).shape(), c.attrs);
+                  return TensorList{call1(kSliceGrad, {c.g()},
+                                          {c.in(0).shape().vec(), r.dim, r.start, r.end, r.step})};
+                }});
 
 // Target shape of expand with -1 resolved; checks it (run by inference and by the view, which
 // the dispatcher calls without inference).
@@ -279,8 +305,8 @@ Shape expanded_shape(const Shape& s, const std::vector<int64_t>& want_in) {
   for (size_t d = 0; d < want.size(); ++d) {
     if (want[d] == -1) {
       if (d < off)
-        fail("expand", "-1 is not allowed in a new leading dim: ", ints_str(want_in),
-             " for shape ", s);
+        fail("expand", "-1 is not allowed in a new leading dim: ", ints_str(want_in), " for shape ",
+             s);
       want[d] = s[d - off];
     } else if (want[d] < 0) {
       fail("expand", "invalid size ", want[d], " in ", ints_str(want_in), " for shape ", s);
@@ -291,182 +317,222 @@ Shape expanded_shape(const Shape& s, const std::vector<int64_t>& want_in) {
   return want;
 }
 
-const OpDef& kExpand = def_op({.name = "expand", .attr_names = {"shape"}, .traits = kView,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      return one(in[0].dtype(), expanded_shape(in[0].shape(), a.ints(0)));
-    },
-    .view = [](std::span<const Tensor> in, const Attrs& a) {
-      const Tensor& x = in[0];
-      Shape want = expanded_shape(x.shape(), a.ints(0));
-      size_t off = want.size() - x.shape().size();
-      Strides st(want.size(), 0);
-      for (size_t d = off; d < want.size(); ++d) {
-        int64_t sd = x.shape()[d - off];
-        st[d] = (sd == 1 && want[d] != 1) ? 0 : x.strides()[d - off];
-      }
-      return TensorList{make_view(x, want, st, x.offset())};
-    },
-    .grad = [](const GradCtx& c) { return TensorList{sum_to(c.g(), c.in(0).shape())}; }});
+const OpDef& kExpand =
+    def_op({.name = "expand",
+            .attr_names = {"shape"},
+            .traits = kView,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  return one(in[0].dtype(), expanded_shape(in[0].shape(), a.ints(0)));
+                },
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  const Tensor& x = in[0];
+                  Shape want = expanded_shape(x.shape(), a.ints(0));
+                  size_t off = want.size() - x.shape().size();
+                  Strides st(want.size(), 0);
+                  for (size_t d = off; d < want.size(); ++d) {
+                    int64_t sd = x.shape()[d - off];
+                    st[d] = (sd == 1 && want[d] != 1) ? 0 : x.strides()[d - off];
+                  }
+                  return TensorList{make_view(x, want, st, x.offset())};
+                },
+            .grad = [](const GradCtx& c) { return TensorList{sum_to(c.g(), c.in(0).shape())}; }});
 
 // expand to another tensor's run-time shape (so gradients of broadcasts work with dynamic dims).
-const OpDef& kExpandAs = def_op({.name = "expand_as", .num_inputs = 2, .traits = kView,
-    .infer = [](std::span<const Tensor> in, const Attrs&) {
-      const Shape& s = in[0].shape();
-      const Shape& want = in[1].shape();
-      if (s.rank() > want.rank()) fail("expand_as", "cannot expand shape ", s, " to ", want);
-      size_t off = want.size() - s.size();
-      for (size_t d = 0; d < s.size(); ++d)
-        if (s[d] != 1 && s[d] != want[d + off] && s[d] >= 0 && want[d + off] >= 0)
-          fail("expand_as", "cannot expand shape ", s, " to ", want, " (dim ", d + off, ")");
-      return one(in[0].dtype(), want);
-    },
-    .view = [](std::span<const Tensor> in, const Attrs&) {
-      const Tensor& x = in[0];
-      const Shape& want = in[1].shape();
-      if (!broadcastable_to(x.shape(), want))
-        fail("expand_as", "cannot expand shape ", x.shape(), " to ", want);
-      size_t off = want.size() - x.shape().size();
-      Strides st(want.size(), 0);
-      for (size_t d = off; d < want.size(); ++d)
-        st[d] = (x.shape()[d - off] == 1 && want[d] != 1) ? 0 : x.strides()[d - off];
-      return TensorList{make_view(x, want, st, x.offset())};
-    },
-    .grad = [](const GradCtx& c) {
-      return TensorList{sum_to(c.g(), c.in(0).shape()), Tensor()};
-    }});
+const OpDef& kExpandAs = def_op(
+    {.name = "expand_as",
+     .num_inputs = 2,
+     .traits = kView,
+     .infer =
+         [](std::span<const Tensor> in, const Attrs&) {
+           const Shape& s = in[0].shape();
+           const Shape& want = in[1].shape();
+           if (s.rank() > want.rank()) fail("expand_as", "cannot expand shape ", s, " to ", want);
+           size_t off = want.size() - s.size();
+           for (size_t d = 0; d < s.size(); ++d)
+             if (s[d] != 1 && s[d] != want[d + off] && s[d] >= 0 && want[d + off] >= 0)
+               fail("expand_as", "cannot expand shape ", s, " to ", want, " (dim ", d + off, ")");
+           return one(in[0].dtype(), want);
+         },
+     .view =
+         [](std::span<const Tensor> in, const Attrs&) {
+           const Tensor& x = in[0];
+           const Shape& want = in[1].shape();
+           if (!broadcastable_to(x.shape(), want))
+             fail("expand_as", "cannot expand shape ", x.shape(), " to ", want);
+           size_t off = want.size() - x.shape().size();
+           Strides st(want.size(), 0);
+           for (size_t d = off; d < want.size(); ++d)
+             st[d] = (x.shape()[d - off] == 1 && want[d] != 1) ? 0 : x.strides()[d - off];
+           return TensorList{make_view(x, want, st, x.offset())};
+         },
+     .grad =
+         [](const GradCtx& c) {
+           return TensorList{sum_to(c.g(), c.in(0).shape()), Tensor()};
+         }});
 
-const OpDef& kSqueeze = def_op({.name = "squeeze", .attr_names = {"dim"}, .traits = kView,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      return one(in[0].dtype(), squeezed(in[0].shape(), a));
-    },
-    .view = [](std::span<const Tensor> in, const Attrs& a) {
-      const Tensor& x = in[0];
-      Shape s;
-      Strides st;
-      bool all = a.i(0) == INT64_MIN;
-      int64_t dim = all ? -1 : wrap_dim(a.i(0), x.shape(), "squeeze");
-      for (int64_t d = 0; d < x.dim(); ++d) {
-        bool drop = x.shape()[d] == 1 && (all || d == dim);
-        if (!drop) {
-          s.push_back(x.shape()[d]);
-          st.push_back(x.strides()[d]);
-        }
-      }
-      return TensorList{make_view(x, s, st, x.offset())};
-    },
-    .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
+const OpDef& kSqueeze =
+    def_op({.name = "squeeze",
+            .attr_names = {"dim"},
+            .traits = kView,
+            .infer = [](std::span<const Tensor> in,
+                        const Attrs& a) { return one(in[0].dtype(), squeezed(in[0].shape(), a)); },
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  const Tensor& x = in[0];
+                  Shape s;
+                  Strides st;
+                  bool all = a.i(0) == INT64_MIN;
+                  int64_t dim = all ? -1 : wrap_dim(a.i(0), x.shape(), "squeeze");
+                  for (int64_t d = 0; d < x.dim(); ++d) {
+                    bool drop = x.shape()[d] == 1 && (all || d == dim);
+                    if (!drop) {
+                      s.push_back(x.shape()[d]);
+                      st.push_back(x.strides()[d]);
+                    }
+                  }
+                  return TensorList{make_view(x, s, st, x.offset())};
+                },
+            .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
 
-const OpDef& kUnsqueeze = def_op({.name = "unsqueeze", .attr_names = {"dim"}, .traits = kView,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      Shape s = in[0].shape();
-      int64_t d = wrap_dim(a.i(0), s, "unsqueeze", 1);
-      Shape out;
-      for (int64_t i = 0; i <= s.rank(); ++i) {
-        if (i == d) out.push_back(1);
-        if (i < s.rank()) out.push_back(s[i]);
-      }
-      return one(in[0].dtype(), out);
-    },
-    .view = [](std::span<const Tensor> in, const Attrs& a) {
-      const Tensor& x = in[0];
-      int64_t d = wrap_dim(a.i(0), x.shape(), "unsqueeze", 1);
-      Shape s;
-      Strides st;
-      for (int64_t i = 0; i <= x.dim(); ++i) {
-        if (i == d) {
-          s.push_back(1);
-          st.push_back(i < x.dim() ? x.strides()[i] * x.shape()[i] : 1);
-        }
-        if (i < x.dim()) {
-          s.push_back(x.shape()[i]);
-          st.push_back(x.strides()[i]);
-        }
-      }
-      return TensorList{make_view(x, s, st, x.offset())};
-    },
-    .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
+const OpDef& kUnsqueeze =
+    def_op({.name = "unsqueeze",
+            .attr_names = {"dim"},
+            .traits = kView,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  Shape s = in[0].shape();
+                  int64_t d = wrap_dim(a.i(0), s, "unsqueeze", 1);
+                  Shape out;
+                  for (int64_t i = 0; i <= s.rank(); ++i) {
+                    if (i == d) out.push_back(1);
+                    if (i < s.rank()) out.push_back(s[i]);
+                  }
+                  return one(in[0].dtype(), out);
+                },
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  const Tensor& x = in[0];
+                  int64_t d = wrap_dim(a.i(0), x.shape(), "unsqueeze", 1);
+                  Shape s;
+                  Strides st;
+                  for (int64_t i = 0; i <= x.dim(); ++i) {
+                    if (i == d) {
+                      s.push_back(1);
+                      st.push_back(i < x.dim() ? x.strides()[i] * x.shape()[i] : 1);
+                    }
+                    if (i < x.dim()) {
+                      s.push_back(x.shape()[i]);
+                      st.push_back(x.strides()[i]);
+                    }
+                  }
+                  return TensorList{make_view(x, s, st, x.offset())};
+                },
+            .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
 
-const OpDef& kDetach = def_op({.name = "detach", .traits = kView,
-    .infer = [](std::span<const Tensor> in, const Attrs&) { return one(in[0].dtype(), in[0].shape()); },
-    .view = [](std::span<const Tensor> in, const Attrs&) {
-      const Tensor& x = in[0];
-      return TensorList{make_view(x, x.shape(), x.strides(), x.offset())};
-    }});
+const OpDef& kDetach =
+    def_op({.name = "detach",
+            .traits = kView,
+            .infer = [](std::span<const Tensor> in,
+                        const Attrs&) { return one(in[0].dtype(), in[0].shape()); },
+            .view =
+                [](std::span<const Tensor> in, const Attrs&) {
+                  const Tensor& x = in[0];
+                  return TensorList{make_view(x, x.shape(), x.strides(), x.offset())};
+                }});
 
-const OpDef& kClone = def_op({.name = "clone", .traits = kElementwise | kFusable,
-    .infer = [](std::span<const Tensor> in, const Attrs&) { return one(in[0].dtype(), in[0].shape()); },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-      copy_cast_kernel(in[0], out[0]);
-    },
-    .grad = [](const GradCtx& c) { return TensorList{c.g()}; },
-    .expr = "$0"});
+const OpDef& kClone =
+    def_op({.name = "clone",
+            .traits = kElementwise | kFusable,
+            .infer = [](std::span<const Tensor> in,
+                        const Attrs&) { return one(in[0].dtype(), in[0].shape()); },
+            .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
+                         const Attrs&) { copy_cast_kernel(in[0], out[0]); },
+            .grad = [](const GradCtx& c) { return TensorList{c.g()}; },
+            .expr = "$0"});
 
-const OpDef& kCast = def_op({.name = "cast", .attr_names = {"dtype"}, .traits = kElementwise | kFusable,
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      int64_t d = a.i(0);
-      if (d < 0 || d > 4) fail("cast", "unknown dtype code ", d);
-      return one(static_cast<DType>(d), in[0].shape());
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-      copy_cast_kernel(in[0], out[0]);
-    },
-    .grad = [](const GradCtx& c) {
-      if (!is_floating(c.in(0).dtype())) return TensorList{Tensor()};
-      return TensorList{cast(c.g(), c.in(0).dtype())};
-    },
-    .expr = "cast($0, @0)"});
+const OpDef& kCast = def_op({.name = "cast",
+                             .attr_names = {"dtype"},
+                             .traits = kElementwise | kFusable,
+                             .infer =
+                                 [](std::span<const Tensor> in, const Attrs& a) {
+                                   int64_t d = a.i(0);
+                                   if (d < 0 || d > 4) fail("cast", "unknown dtype code ", d);
+                                   return one(static_cast<DType>(d), in[0].shape());
+                                 },
+                             .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
+                                          const Attrs&) { copy_cast_kernel(in[0], out[0]); },
+                             .grad =
+                                 [](const GradCtx& c) {
+                                   if (!is_floating(c.in(0).dtype())) return TensorList{Tensor()};
+                                   return TensorList{cast(c.g(), c.in(0).dtype())};
+                                 },
+                             .expr = "cast($0, @0)"});
 
-const OpDef& kCat = def_op({.name = "cat", .num_inputs = -1, .attr_names = {"dim"},
-    .infer = [](std::span<const Tensor> in, const Attrs& a) {
-      if (in.empty()) fail("cat", "expected at least one tensor");
-      const Shape& s0 = in[0].shape();
-      if (s0.rank() == 0) fail("cat", "zero-dimensional tensor (shape ", s0, ") cannot be concatenated");
-      int64_t d = wrap_dim(a.i(0), s0, "cat");
-      Shape out = s0;
-      for (size_t k = 1; k < in.size(); ++k) {
-        const Shape& s = in[k].shape();
-        if (in[k].dtype() != in[0].dtype())
-          fail("cat", "tensor ", k, " has dtype ", in[k].dtype(), " (shape ", s, "), expected ",
-               in[0].dtype(), " like tensor 0 (shape ", s0, ")");
-        if (s.rank() != s0.rank())
-          fail("cat", "tensor ", k, " has shape ", s, ", expected rank ", s0.rank(), " like ", s0);
-        for (int64_t i = 0; i < s.rank(); ++i)
-          if (i != d && s[i] != s0[i])
-            fail("cat", "tensor ", k, " has shape ", s, ", which differs from ", s0,
-                 " outside dim ", d);
-        out[d] = (out[d] < 0 || s[d] < 0) ? -1 : out[d] + s[d];
-      }
-      return one(in[0].dtype(), out);
-    },
-    .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-      Tensor& o = out[0];
-      int64_t d = wrap_dim(a.i(0), o.dim(), "cat");
-      int64_t at = 0;
-      for (const auto& t : in) {
-        Shape vs = o.shape();
-        vs[d] = t.shape()[d];
-        Tensor dst = make_view(o, vs, o.strides(), at * o.strides()[d]);
-        if (t.numel() > 0) copy_cast_kernel(t, dst);
-        at += t.shape()[d];
-      }
-    },
-    .grad = [](const GradCtx& c) {
-      int64_t d = wrap_dim(c.attrs.i(0), c.g().dim(), "cat");
-      TensorList gs;
-      int64_t at = 0;
-      for (size_t k = 0; k < c.inputs.size(); ++k) {
-        int64_t n = c.in(k).shape()[d];
-        gs.push_back(c.need(k) ? slice(c.g(), d, at, at + n, 1) : Tensor());
-        at += n;
-      }
-      return gs;
-    }});
+const OpDef& kCat =
+    def_op({.name = "cat",
+            .num_inputs = -1,
+            .attr_names = {"dim"},
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  if (in.empty()) fail("cat", "expected at least one tensor");
+                  const Shape& s0 = in[0].shape();
+                  if (s0.rank() == 0)
+                    fail("cat", "zero-dimensional tensor (shape ", s0, ") cannot be concatenated");
+                  int64_t d = wrap_dim(a.i(0), s0, "cat");
+                  Shape out = s0;
+                  for (size_t k = 1; k < in.size(); ++k) {
+                    const Shape& s = in[k].shape();
+                    if (in[k].dtype() != in[0].dtype())
+                      fail("cat", "tensor ", k, " has dtype ", in[k].dtype(), " (shape ", s,
+                           "), expected ", in[0].dtype(), " like tensor 0 (shape ", s0, ")");
+                    if (s.rank() != s0.rank())
+                      fail("cat", "tensor ", k, " has shape ", s, ", expected rank ", s0.rank(),
+                           " like ", s0);
+                    for (int64_t i = 0; i < s.rank(); ++i)
+                      if (i != d && s[i] != s0[i])
+                        fail("cat", "tensor ", k, " has shape ", s, ", which differs from ", s0,
+                             " outside dim ", d);
+                    out[d] = (out[d] < 0 || s[d] < 0) ? -1 : out[d] + s[d];
+                  }
+                  return one(in[0].dtype(), out);
+                },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  Tensor& o = out[0];
+                  int64_t d = wrap_dim(a.i(0), o.dim(), "cat");
+                  int64_t at = 0;
+                  for (const auto& t : in) {
+                    Shape vs = o.shape();
+                    vs[d] = t.shape()[d];
+                    Tensor dst = make_view(o, vs, o.strides(), at * o.strides()[d]);
+                    if (t.numel() > 0) copy_cast_kernel(t, dst);
+                    at += t.shape()[d];
+                  }
+                },
+            .grad =
+                [](const GradCtx& c) {
+                  int64_t d = wrap_dim(c.attrs.i(0), c.g().dim(), "cat");
+                  TensorList gs;
+                  int64_t at = 0;
+                  for (size_t k = 0; k < c.inputs.size(); ++k) {
+                    int64_t n = c.in(k).shape()[d];
+                    gs.push_back(c.need(k) ? slice(c.g(), d, at, at + n, 1) : Tensor());
+                    at += n;
+                  }
+                  return gs;
+                }});
 
 }  // namespace
 
 Tensor reshape(const Tensor& a, const Shape& s) { return call1(kReshape, {a}, {s.vec()}); }
-Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) { return call1(kTranspose, {a}, {d0, d1}); }
-Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) { return call1(kPermute, {a}, {dims}); }
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) {
+  return call1(kTranspose, {a}, {d0, d1});
+}
+Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) {
+  return call1(kPermute, {a}, {dims});
+}
 Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step) {
   return call1(kSlice, {a}, {dim, start, end, step});
 }
@@ -479,7 +545,8 @@ Tensor unsqueeze(const Tensor& a, int64_t dim) { return call1(kUnsqueeze, {a}, {
 Tensor flatten(const Tensor& a, int64_t start, int64_t end) {
   if (a.dim() == 0) return reshape(a, {1});
   int64_t s = wrap_dim(start, a.shape(), "flatten"), e = wrap_dim(end, a.shape(), "flatten");
-  if (s > e) fail("flatten", "start_dim ", start, " comes after end_dim ", end, " for shape ", a.shape());
+  if (s > e)
+    fail("flatten", "start_dim ", start, " comes after end_dim ", end, " for shape ", a.shape());
   Shape out;
   for (int64_t i = 0; i < s; ++i) out.push_back(a.shape()[i]);
   int64_t m = 1;
@@ -540,7 +607,8 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
   return split(a, sizes, d);
 }
 std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
-  if (chunks <= 0) fail("chunk", "chunks must be positive, got ", chunks, " (shape ", a.shape(), ")");
+  if (chunks <= 0)
+    fail("chunk", "chunks must be positive, got ", chunks, " (shape ", a.shape(), ")");
   int64_t d = wrap_dim(dim, a.shape(), "chunk");
   int64_t n = a.shape()[d];
   return split(a, std::max<int64_t>(1, (n + chunks - 1) / chunks), d);
@@ -564,7 +632,9 @@ Tensor Tensor::t() const {
   if (dim() != 2) fail("t", "expected a 2-D tensor, got shape ", shape());
   return kiln::transpose(*this, 0, 1);
 }
-Tensor Tensor::permute(const std::vector<int64_t>& dims) const { return kiln::permute(*this, dims); }
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  return kiln::permute(*this, dims);
+}
 Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) const {
   return kiln::slice(*this, dim, start, end, step);
 }
@@ -573,13 +643,15 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   int64_t n = shape()[d];
   if (start < 0) start += n;
   if (start < 0 || length < 0 || start + length > n)
-    fail("narrow", "start ", start, " + length ", length, " exceeds dim ", d, " of shape ", shape());
+    fail("narrow", "start ", start, " + length ", length, " exceeds dim ", d, " of shape ",
+         shape());
   return kiln::slice(*this, d, start, start + length, 1);
 }
 Tensor Tensor::select(int64_t dim, int64_t i) const {
   int64_t d = wrap_dim(dim, shape(), "select");
   int64_t n = shape()[d];
-  if (i < -n || i >= n) fail("select", "index ", i, " out of range for dim ", d, " of shape ", shape());
+  if (i < -n || i >= n)
+    fail("select", "index ", i, " out of range for dim ", d, " of shape ", shape());
   if (i < 0) i += n;
   return kiln::squeeze(kiln::slice(*this, d, i, i + 1, 1), d);
 }
@@ -609,8 +681,6 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
-Tensor& Tensor::fill_(double v) {
-  return copy_(scalar_tensor(v, dtype()));
-}
+Tensor& Tensor::fill_(double v) { return copy_(scalar_tensor(v, dtype())); }
 
 }  // namespace kiln

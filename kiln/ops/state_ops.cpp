@@ -13,52 +13,65 @@ MetaList same_as_input(std::span<const Tensor> in, const Attrs&) {
   return one(in[0].dtype(), in[0].shape());
 }
 
-const OpDef& kPrint = def_op({.name = "print", .attr_names = {"message"},
-    .traits = kSideEffect | kView,
-    .infer = same_as_input,
-    .view = [](std::span<const Tensor> in, const Attrs& a) {
-      std::cout << a.s(0) << (a.s(0).empty() ? "" : " ") << in[0] << std::endl;
-      const Tensor& x = in[0];
-      return TensorList{make_view(x, x.shape(), x.strides(), x.offset())};
-    },
-    .grad = [](const GradCtx& c) { return TensorList{c.g()}; }});
+const OpDef& kPrint =
+    def_op({.name = "print",
+            .attr_names = {"message"},
+            .traits = kSideEffect | kView,
+            .infer = same_as_input,
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  std::cout << a.s(0) << (a.s(0).empty() ? "" : " ") << in[0] << std::endl;
+                  const Tensor& x = in[0];
+                  return TensorList{make_view(x, x.shape(), x.strides(), x.offset())};
+                },
+            .grad = [](const GradCtx& c) { return TensorList{c.g()}; }});
 
-const OpDef& kAssign = def_op({.name = "assign", .num_inputs = 2, .traits = kSideEffect | kView,
-    .infer = [](std::span<const Tensor> in, const Attrs&) {
-      if (!broadcastable_to(in[1].shape(), in[0].shape()))
-        fail("assign", "value of shape ", in[1].shape(), " does not fit variable of shape ",
-             in[0].shape());
-      return one(in[0].dtype(), in[0].shape());
-    },
-    .view = [](std::span<const Tensor> in, const Attrs&) {
-      Tensor var = in[0];
-      if (var.requires_grad() && grad_mode_enabled())
-        fail("assign", "in-place write into a tensor that requires grad (shape ", var.shape(),
-             "); wrap it in NoGradGuard");
-      NoGradGuard ng;
-      var.copy_(in[1]);
-      return TensorList{make_view(var, var.shape(), var.strides(), var.offset())};
-    }});
+const OpDef& kAssign =
+    def_op({.name = "assign",
+            .num_inputs = 2,
+            .traits = kSideEffect | kView,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs&) {
+                  if (!broadcastable_to(in[1].shape(), in[0].shape()))
+                    fail("assign", "value of shape ", in[1].shape(),
+                         " does not fit variable of shape ", in[0].shape());
+                  return one(in[0].dtype(), in[0].shape());
+                },
+            .view =
+                [](std::span<const Tensor> in, const Attrs&) {
+                  Tensor var = in[0];
+                  if (var.requires_grad() && grad_mode_enabled())
+                    fail("assign", "in-place write into a tensor that requires grad (shape ",
+                         var.shape(), "); wrap it in NoGradGuard");
+                  NoGradGuard ng;
+                  var.copy_(in[1]);
+                  return TensorList{make_view(var, var.shape(), var.strides(), var.offset())};
+                }});
 
-const OpDef& kGroup = def_op({.name = "group", .num_inputs = -1, .traits = kSideEffect,
-    .infer = [](std::span<const Tensor>, const Attrs&) { return one(Float32, Shape{}); },
-    .kernel = [](std::span<const Tensor>, std::span<Tensor> out, const Attrs&) {
-      *out[0].data_ptr<float>() = 0.f;
-    }});
+const OpDef& kGroup =
+    def_op({.name = "group",
+            .num_inputs = -1,
+            .traits = kSideEffect,
+            .infer = [](std::span<const Tensor>, const Attrs&) { return one(Float32, Shape{}); },
+            .kernel = [](std::span<const Tensor>, std::span<Tensor> out,
+                         const Attrs&) { *out[0].data_ptr<float>() = 0.f; }});
 
-const OpDef& kFillLike = def_op({.name = "fill_like", .attr_names = {"value"},
-    .infer = same_as_input,
-    .kernel = [](std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
-      Tensor& o = out[0];
-      double v = a.f(0);
-      KILN_DISPATCH_ALL(o.dtype(), "fill_like", [&] {
-        scalar_t* p = static_cast<scalar_t*>(o.raw_data());
-        scalar_t x = static_cast<scalar_t>(v);
-        for (int64_t i = 0; i < o.numel(); ++i) p[i] = x;
-      });
-    },
-    // The value does not depend on the input's values.
-    .grad = [](const GradCtx&) { return TensorList{Tensor()}; }});
+const OpDef& kFillLike =
+    def_op({.name = "fill_like",
+            .attr_names = {"value"},
+            .infer = same_as_input,
+            .kernel =
+                [](std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
+                  Tensor& o = out[0];
+                  double v = a.f(0);
+                  KILN_DISPATCH_ALL(o.dtype(), "fill_like", [&] {
+                    scalar_t* p = static_cast<scalar_t*>(o.raw_data());
+                    scalar_t x = static_cast<scalar_t>(v);
+                    for (int64_t i = 0; i < o.numel(); ++i) p[i] = x;
+                  });
+                },
+            // The value does not depend on the input's values.
+            .grad = [](const GradCtx&) { return TensorList{Tensor()}; }});
 
 }  // namespace
 

@@ -44,7 +44,8 @@ void Optimizer::step() {
 
 Tensor Optimizer::minimize(const Tensor& loss, const std::vector<Tensor>& var_list) {
   if (!loss.defined() || !loss.is_symbolic())
-    fail("minimize", "loss must be a symbolic tensor of a graph; eagerly use backward() and step()");
+    fail("minimize",
+         "loss must be a symbolic tensor of a graph; eagerly use backward() and step()");
   if (loss.numel() != 1) fail("minimize", "loss must have one element, got shape ", loss.shape());
   Graph g = Graph::of(loss);
   std::vector<Tensor> vars = var_list;
@@ -105,7 +106,8 @@ Tensor SGD::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slots
 
 // ---- Adam / AdamW ---------------------------------------------------------------------------
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions opts) : Optimizer(std::move(params)), opts_(opts) {
+Adam::Adam(std::vector<Tensor> params, AdamOptions opts)
+    : Optimizer(std::move(params)), opts_(opts) {
   if (opts.lr < 0) fail("Adam", "learning rate must be >= 0, got ", opts.lr);
   if (opts.beta1 < 0 || opts.beta1 >= 1 || opts.beta2 < 0 || opts.beta2 >= 1)
     fail("Adam", "betas must be in [0, 1), got ", opts.beta1, ", ", opts.beta2);
@@ -116,9 +118,10 @@ Adam::Adam(AdamOptions opts) : Adam(std::vector<Tensor>{}, opts) {}
 
 std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
 
-// m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
-// AdamW also subtracts lr * wd * p; Adam adds wd * p to g instead.
-Tensor Adam::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slots, const Tensor& t) {
+// m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) +
+// eps) AdamW also subtracts lr * wd * p; Adam adds wd * p to g instead.
+Tensor Adam::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slots,
+                    const Tensor& t) {
   const auto& o = opts_;
   Tensor g = (!o.decoupled && o.weight_decay != 0) ? add(g0, mul(p, o.weight_decay)) : g0;
   slots[0] = add(mul(slots[0], o.beta1), mul(g, 1 - o.beta1));

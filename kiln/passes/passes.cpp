@@ -55,7 +55,8 @@ int fold_constant_switches(Program& p) {
     }
     std::vector<int> live;
     for (int k = 0; k < static_cast<int>(n->inputs.size()); ++k)
-      if (!dead.count({n->inputs[static_cast<size_t>(k)].node, n->inputs[static_cast<size_t>(k)].index}))
+      if (!dead.count(
+              {n->inputs[static_cast<size_t>(k)].node, n->inputs[static_cast<size_t>(k)].index}))
         live.push_back(k);
     if (live.size() == n->inputs.size()) continue;
     if (n->op->name == "merge" && !live.empty()) {
@@ -108,11 +109,13 @@ Program prune(const GraphImpl& g, const std::vector<ValueRef>& fetches) {
 int cse(Program& p) {
   auto hash_node = [](const Node* n) {
     size_t h = std::hash<const void*>()(n->op) ^ (n->attrs.hash() * 31);
-    for (const auto& in : n->inputs) h = h * 1000003u ^ (std::hash<const void*>()(in.node) + static_cast<size_t>(in.index));
+    for (const auto& in : n->inputs)
+      h = h * 1000003u ^ (std::hash<const void*>()(in.node) + static_cast<size_t>(in.index));
     return h;
   };
   auto same = [](const Node* a, const Node* b) {
-    if (a->op != b->op || a->inputs.size() != b->inputs.size() || !(a->attrs == b->attrs)) return false;
+    if (a->op != b->op || a->inputs.size() != b->inputs.size() || !(a->attrs == b->attrs))
+      return false;
     for (size_t i = 0; i < a->inputs.size(); ++i)
       if (!(a->inputs[i] == b->inputs[i])) return false;
     return true;
@@ -161,7 +164,8 @@ int const_fold(Program& p, int64_t max_elems) {
     for (const auto& in : n->inputs) all_const = all_const && in.node->kind == NodeKind::Constant;
     if (!all_const) continue;
     bool small = true;
-    for (const auto& m : n->outputs) small = small && m.shape.is_static() && m.shape.numel() <= max_elems;
+    for (const auto& m : n->outputs)
+      small = small && m.shape.is_static() && m.shape.numel() <= max_elems;
     if (!small || n->outputs.size() != 1) continue;
     TensorList ins;
     for (const auto& in : n->inputs) ins.push_back(in.node->value);

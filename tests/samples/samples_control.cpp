@@ -48,40 +48,66 @@ Tensor scaled(const Tensor& x, double k) {
 }
 
 SampleRegistrar reg({
-    {.ops = {"switch"}, .name = "eager_true_side",
-     .inputs = [] { return In{rnd({2, 3}, 1)}; },
+    {.ops = {"switch"},
+     .name = "eager_true_side",
+     .inputs =
+         [] {
+           return In{rnd({2, 3}, 1)};
+         },
      .run = [](const In& a) { return switch_(a[0], bool_scalar(true))[1]; },
      .reference = [](const In& a) { return scaled(a[0], 1.0); }},
-    {.ops = {"switch"}, .name = "eager_false_side",
+    {.ops = {"switch"},
+     .name = "eager_false_side",
      .inputs = [] { return In{rnd({4}, 2)}; },
      .run = [](const In& a) { return switch_(a[0], bool_scalar(false))[0]; },
      .reference = [](const In& a) { return scaled(a[0], 1.0); }},
-    {.ops = {"merge"}, .name = "eager_second_live",
-     .inputs = [] { return In{rnd({3, 2}, 3)}; },
-     .run = [](const In& a) { return merge({Tensor(), a[0]})[0]; },
+    {.ops = {"merge"},
+     .name = "eager_second_live",
+     .inputs =
+         [] {
+           return In{rnd({3, 2}, 3)};
+         },
+     .run =
+         [](const In& a) {
+           return merge({Tensor(), a[0]})[0];
+         },
      .reference = [](const In& a) { return scaled(a[0], 1.0); }},
-    {.ops = {"switch", "merge"}, .name = "graph_true",
-     .inputs = [] { return In{rnd({2, 3}, 4)}; },
+    {.ops = {"switch", "merge"},
+     .name = "graph_true",
+     .inputs =
+         [] {
+           return In{rnd({2, 3}, 4)};
+         },
      .run = [](const In& a) { return switch_merge_graph(a[0], true); },
      .reference = [](const In& a) { return scaled(a[0], 2.0); },
      .differentiable = false},
-    {.ops = {"switch", "merge"}, .name = "graph_false",
+    {.ops = {"switch", "merge"},
+     .name = "graph_false",
      .inputs = [] { return In{rnd({3}, 5)}; },
      .run = [](const In& a) { return switch_merge_graph(a[0], false); },
      .reference = [](const In& a) { return scaled(a[0], -1.0); },
      .differentiable = false},
-    {.ops = {"while"}, .name = "graph_three_trips",
-     .inputs = [] { return In{rnd({2, 3}, 6)}; },
+    {.ops = {"while"},
+     .name = "graph_three_trips",
+     .inputs =
+         [] {
+           return In{rnd({2, 3}, 6)};
+         },
      .run = [](const In& a) { return while_graph(a[0], false); },
      .reference = [](const In& a) { return scaled(a[0], 1.875); },
      .differentiable = false},
     // d/dx sum(v^2) with v = 1.875 x is 2 * 1.875^2 x.
-    {.ops = {"while_grad"}, .name = "graph_gradient",
-     .inputs = [] { return In{rnd({3, 2}, 7)}; },
+    {.ops = {"while_grad"},
+     .name = "graph_gradient",
+     .inputs =
+         [] {
+           return In{rnd({3, 2}, 7)};
+         },
      .run = [](const In& a) { return while_graph(a[0], true); },
      .reference = [](const In& a) { return scaled(a[0], 2 * 1.875 * 1.875); },
      .differentiable = false},
-    {.ops = {"while"}, .name = "eager_loop",
+    {.ops = {"while"},
+     .name = "eager_loop",
      .inputs = [] { return In{rnd({3}, 8)}; },
      .run = [](const In& a) { return halving_loop(a[0])[1]; },
      .reference = [](const In& a) { return scaled(a[0], 1.875); }},

@@ -16,11 +16,16 @@ Tensor jitted(const Tensor& a, const Tensor& b) {
 SampleRegistrar reg({OpSample{
     .ops = {"jit_call"},
     .name = "tanh_mul_broadcast",
-    .inputs = [] { return std::vector<Tensor>{rnd({2, 3}, 1), rnd({3}, 2)}; },
+    .inputs =
+        [] {
+          return std::vector<Tensor>{rnd({2, 3}, 1), rnd({3}, 2)};
+        },
     .run = [](const std::vector<Tensor>& in) { return jitted(in[0], in[1]); },
-    .reference = [](const std::vector<Tensor>& in) {
-      return ref_elementwise(in, [](const std::vector<double>& v) { return std::tanh(v[0]) * (v[1] + 1); });
-    },
+    .reference =
+        [](const std::vector<Tensor>& in) {
+          return ref_elementwise(
+              in, [](const std::vector<double>& v) { return std::tanh(v[0]) * (v[1] + 1); });
+        },
 }});
 
 }  // namespace

@@ -240,25 +240,29 @@ OpSample conv_sample(std::string name, Shape xs, Shape ws, ConvCfg c, bool bias,
   return OpSample{
       .ops = kConvOps,
       .name = std::move(name),
-      .inputs = [=] {
-        In in{rnd(xs, seed), rnd(ws, seed + 1, 0.5)};
-        if (bias) in.push_back(rnd(Shape{ws[0]}, seed + 2));
-        return in;
-      },
-      .run = [=](const In& in) {
-        return conv2d(in[0], in[1], bias ? in[2] : Tensor(), c.stride, c.padding, c.dilation,
-                      c.groups);
-      },
-      .reference = [=](const In& in) {
-        return ref_conv2d(in[0], in[1], bias ? in[2] : Tensor(), c);
-      },
+      .inputs =
+          [=] {
+            In in{rnd(xs, seed), rnd(ws, seed + 1, 0.5)};
+            if (bias) in.push_back(rnd(Shape{ws[0]}, seed + 2));
+            return in;
+          },
+      .run =
+          [=](const In& in) {
+            return conv2d(in[0], in[1], bias ? in[2] : Tensor(), c.stride, c.padding, c.dilation,
+                          c.groups);
+          },
+      .reference =
+          [=](const In& in) { return ref_conv2d(in[0], in[1], bias ? in[2] : Tensor(), c); },
       .tol32 = 5e-5};
 }
 
 OpSample matmul_sample(std::string name, Shape as, Shape bs, uint64_t seed) {
   return OpSample{.ops = {"matmul"},
                   .name = std::move(name),
-                  .inputs = [=] { return In{rnd(as, seed), rnd(bs, seed + 1)}; },
+                  .inputs =
+                      [=] {
+                        return In{rnd(as, seed), rnd(bs, seed + 1)};
+                      },
                   .run = [](const In& in) { return matmul(in[0], in[1]); },
                   .reference = [](const In& in) { return ref_matmul(in[0], in[1]); }};
 }
@@ -266,20 +270,18 @@ OpSample matmul_sample(std::string name, Shape as, Shape bs, uint64_t seed) {
 // A sample for both pools on one configuration.
 std::vector<OpSample> pool_samples(std::string name, Shape xs, PoolCfg c, uint64_t seed) {
   return {
-      OpSample{.ops = {"max_pool2d", "max_pool2d_grad"},
-               .name = name,
-               .inputs = [=] { return In{rnd(xs, seed)}; },
-               .run = [=](const In& in) {
-                 return max_pool2d(in[0], c.kernel, c.stride, c.padding);
-               },
-               .reference = [=](const In& in) { return ref_max_pool(in[0], c); }},
-      OpSample{.ops = {"avg_pool2d", "avg_pool2d_grad"},
-               .name = name,
-               .inputs = [=] { return In{rnd(xs, seed)}; },
-               .run = [=](const In& in) {
-                 return avg_pool2d(in[0], c.kernel, c.stride, c.padding);
-               },
-               .reference = [=](const In& in) { return ref_avg_pool(in[0], c); }},
+      OpSample{
+          .ops = {"max_pool2d", "max_pool2d_grad"},
+          .name = name,
+          .inputs = [=] { return In{rnd(xs, seed)}; },
+          .run = [=](const In& in) { return max_pool2d(in[0], c.kernel, c.stride, c.padding); },
+          .reference = [=](const In& in) { return ref_max_pool(in[0], c); }},
+      OpSample{
+          .ops = {"avg_pool2d", "avg_pool2d_grad"},
+          .name = name,
+          .inputs = [=] { return In{rnd(xs, seed)}; },
+          .run = [=](const In& in) { return avg_pool2d(in[0], c.kernel, c.stride, c.padding); },
+          .reference = [=](const In& in) { return ref_avg_pool(in[0], c); }},
   };
 }
 
@@ -303,48 +305,61 @@ std::vector<OpSample> all() {
       OpSample{.ops = {"matmul"},
                .name = "transposed_operands",
                // a and b are stored [k, m] and [n, k]; the op sees transposed views.
-               .inputs = [] { return In{rnd({4, 3}, 21), rnd({5, 4}, 22)}; },
+               .inputs =
+                   [] {
+                     return In{rnd({4, 3}, 21), rnd({5, 4}, 22)};
+                   },
                .run = [](const In& in) { return matmul(in[0].t(), in[1].t()); },
-               .reference = [](const In& in) {
-                 return ref_matmul(ref_transpose2d(in[0]), ref_transpose2d(in[1]));
-               }},
+               .reference =
+                   [](const In& in) {
+                     return ref_matmul(ref_transpose2d(in[0]), ref_transpose2d(in[1]));
+                   }},
       OpSample{.ops = {"matmul"},
                .name = "batched_transposed",
-               .inputs = [] { return In{rnd({2, 4, 3}, 23), rnd({2, 4, 5}, 24)}; },
+               .inputs =
+                   [] {
+                     return In{rnd({2, 4, 3}, 23), rnd({2, 4, 5}, 24)};
+                   },
                .run = [](const In& in) { return matmul(in[0].transpose(-1, -2), in[1]); },
-               .reference = [](const In& in) {
-                 return ref_matmul(ref_transpose2d(in[0]), in[1]);
-               }},
+               .reference = [](const In& in) { return ref_matmul(ref_transpose2d(in[0]), in[1]); }},
       OpSample{.ops = {"matmul"},
                .name = "strided_copy",
                // Every other column: neither row- nor column-major, so the kernel copies.
-               .inputs = [] { return In{rnd({3, 8}, 25), rnd({4, 2}, 26)}; },
+               .inputs =
+                   [] {
+                     return In{rnd({3, 8}, 25), rnd({4, 2}, 26)};
+                   },
                .run = [](const In& in) { return matmul(in[0].slice(1, 0, 8, 2), in[1]); },
-               .reference = [](const In& in) {
-                 return ref_matmul(ref_cols(in[0], 2), in[1]);
-               }},
+               .reference = [](const In& in) { return ref_matmul(ref_cols(in[0], 2), in[1]); }},
       OpSample{.ops = {"matmul"},
                .name = "linear_bias_3d",
-               .inputs = [] { return In{rnd({2, 3, 4}, 27), rnd({5, 4}, 28), rnd({5}, 29)}; },
+               .inputs =
+                   [] {
+                     return In{rnd({2, 3, 4}, 27), rnd({5, 4}, 28), rnd({5}, 29)};
+                   },
                .run = [](const In& in) { return linear(in[0], in[1], in[2]); },
-               .reference = [](const In& in) {
-                 Tensor y = ref_matmul(in[0], ref_transpose2d(in[1]));
-                 return ref_elementwise({y, in[2]},
-                                        [](const std::vector<double>& v) { return v[0] + v[1]; });
-               }},
+               .reference =
+                   [](const In& in) {
+                     Tensor y = ref_matmul(in[0], ref_transpose2d(in[1]));
+                     return ref_elementwise(
+                         {y, in[2]}, [](const std::vector<double>& v) { return v[0] + v[1]; });
+                   }},
       OpSample{.ops = {"matmul"},
                .name = "linear_no_bias",
-               .inputs = [] { return In{rnd({3, 4}, 30), rnd({2, 4}, 31)}; },
+               .inputs =
+                   [] {
+                     return In{rnd({3, 4}, 30), rnd({2, 4}, 31)};
+                   },
                .run = [](const In& in) { return linear(in[0], in[1]); },
-               .reference = [](const In& in) {
-                 return ref_matmul(in[0], ref_transpose2d(in[1]));
-               }},
+               .reference = [](const In& in) { return ref_matmul(in[0], ref_transpose2d(in[1])); }},
 
       conv_sample("basic", {2, 2, 5, 5}, {3, 2, 3, 3}, {}, false, 40),
-      conv_sample("stride2_pad1", {2, 2, 6, 5}, {3, 2, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, false, 43),
+      conv_sample("stride2_pad1", {2, 2, 6, 5}, {3, 2, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, false,
+                  43),
       conv_sample("dilation2_pad1", {1, 2, 7, 7}, {2, 2, 3, 3}, {{1, 1}, {1, 1}, {2, 2}, 1}, false,
                   46),
-      conv_sample("groups2_bias", {2, 4, 5, 5}, {4, 2, 3, 3}, {{1, 1}, {0, 0}, {1, 1}, 2}, true, 49),
+      conv_sample("groups2_bias", {2, 4, 5, 5}, {4, 2, 3, 3}, {{1, 1}, {0, 0}, {1, 1}, 2}, true,
+                  49),
       [] {
         OpSample s = conv_sample("pointwise_1x1", {2, 3, 4, 4}, {5, 3, 1, 1}, {}, true, 52);
         s.noncontig_inputs = {0};  // a [5, 3, 1, 1] weight stays contiguous when transposed
@@ -355,75 +370,98 @@ std::vector<OpSample> all() {
 
       OpSample{.ops = {"conv2d_grad_input", "conv2d", "conv2d_grad_weight"},
                .name = "direct_stride2_pad1_groups2",
-               .inputs = [] { return In{rnd({2, 4, 3, 3}, 61), rnd({4, 2, 3, 3}, 62, 0.5)}; },
-               .run = [](const In& in) {
-                 ConvCfg c{{2, 2}, {1, 1}, {1, 1}, 2};
-                 Attrs a = c.attrs();
-                 a.push(Ints{6, 5});  // input_size: row 5 is never read (stride 2)
-                 return op1("conv2d_grad_input", {in[0], in[1]}, a);
-               },
-               .reference = [](const In& in) {
-                 return ref_conv2d_grad_input(in[0], in[1], 6, 5, {{2, 2}, {1, 1}, {1, 1}, 2});
-               },
+               .inputs =
+                   [] {
+                     return In{rnd({2, 4, 3, 3}, 61), rnd({4, 2, 3, 3}, 62, 0.5)};
+                   },
+               .run =
+                   [](const In& in) {
+                     ConvCfg c{{2, 2}, {1, 1}, {1, 1}, 2};
+                     Attrs a = c.attrs();
+                     a.push(Ints{6, 5});  // input_size: row 5 is never read (stride 2)
+                     return op1("conv2d_grad_input", {in[0], in[1]}, a);
+                   },
+               .reference =
+                   [](const In& in) {
+                     return ref_conv2d_grad_input(in[0], in[1], 6, 5, {{2, 2}, {1, 1}, {1, 1}, 2});
+                   },
                .tol32 = 5e-5},
       OpSample{.ops = {"conv2d_grad_weight", "conv2d", "conv2d_grad_input"},
                .name = "direct_stride2_pad1_groups2",
-               .inputs = [] { return In{rnd({2, 4, 6, 5}, 64), rnd({2, 4, 3, 3}, 65)}; },
-               .run = [](const In& in) {
-                 ConvCfg c{{2, 2}, {1, 1}, {1, 1}, 2};
-                 Attrs a = c.attrs();
-                 a.push(Ints{3, 3});  // kernel_size
-                 return op1("conv2d_grad_weight", {in[0], in[1]}, a);
-               },
-               .reference = [](const In& in) {
-                 return ref_conv2d_grad_weight(in[0], in[1], 3, 3, {{2, 2}, {1, 1}, {1, 1}, 2});
-               },
+               .inputs =
+                   [] {
+                     return In{rnd({2, 4, 6, 5}, 64), rnd({2, 4, 3, 3}, 65)};
+                   },
+               .run =
+                   [](const In& in) {
+                     ConvCfg c{{2, 2}, {1, 1}, {1, 1}, 2};
+                     Attrs a = c.attrs();
+                     a.push(Ints{3, 3});  // kernel_size
+                     return op1("conv2d_grad_weight", {in[0], in[1]}, a);
+                   },
+               .reference =
+                   [](const In& in) {
+                     return ref_conv2d_grad_weight(in[0], in[1], 3, 3, {{2, 2}, {1, 1}, {1, 1}, 2});
+                   },
                .tol32 = 5e-5},
 
       // Gradient ops of max pooling with arbitrary (also repeated) indices into a 4x5 plane.
       OpSample{.ops = {"max_pool2d_grad", "max_pool2d_gather"},
                .name = "direct_repeated_indices",
-               .inputs = [] {
-                 manual_seed(70);
-                 return In{rnd({2, 2, 3, 3}, 71), randint(0, 20, {2, 2, 3, 3})};
-               },
-               .run = [](const In& in) {
-                 return op1("max_pool2d_grad", {in[0], in[1]}, Attrs{Ints{4, 5}});
-               },
-               .reference = [](const In& in) {
-                 auto g = vals(in[0]);
-                 auto idx = in[1].to_vector<int64_t>();
-                 std::vector<double> dx(2 * 2 * 20, 0.0);
-                 for (size_t q = 0; q < g.size(); ++q) dx[q / 9 * 20 + static_cast<size_t>(idx[q])] += g[q];
-                 return from_vals(dx, Shape{2, 2, 4, 5});
-               }},
+               .inputs =
+                   [] {
+                     manual_seed(70);
+                     return In{rnd({2, 2, 3, 3}, 71), randint(0, 20, {2, 2, 3, 3})};
+                   },
+               .run =
+                   [](const In& in) {
+                     return op1("max_pool2d_grad", {in[0], in[1]}, Attrs{Ints{4, 5}});
+                   },
+               .reference =
+                   [](const In& in) {
+                     auto g = vals(in[0]);
+                     auto idx = in[1].to_vector<int64_t>();
+                     std::vector<double> dx(2 * 2 * 20, 0.0);
+                     for (size_t q = 0; q < g.size(); ++q)
+                       dx[q / 9 * 20 + static_cast<size_t>(idx[q])] += g[q];
+                     return from_vals(dx, Shape{2, 2, 4, 5});
+                   }},
       OpSample{.ops = {"max_pool2d_gather", "max_pool2d_grad"},
                .name = "direct",
-               .inputs = [] {
-                 manual_seed(72);
-                 Tensor idx = randint(0, 20, {2, 2, 3, 3});
-                 return In{rnd({2, 2, 4, 5}, 73), idx};
-               },
-               .run = [](const In& in) {
-                 return op1("max_pool2d_gather", {in[0], in[1]}, Attrs{});
-               },
-               .reference = [](const In& in) {
-                 auto src = vals(in[0]);
-                 auto idx = in[1].to_vector<int64_t>();
-                 std::vector<double> o(idx.size());
-                 for (size_t q = 0; q < idx.size(); ++q) o[q] = src[q / 9 * 20 + static_cast<size_t>(idx[q])];
-                 return from_vals(o, Shape{2, 2, 3, 3});
-               }},
+               .inputs =
+                   [] {
+                     manual_seed(72);
+                     Tensor idx = randint(0, 20, {2, 2, 3, 3});
+                     return In{rnd({2, 2, 4, 5}, 73), idx};
+                   },
+               .run =
+                   [](const In& in) {
+                     return op1("max_pool2d_gather", {in[0], in[1]}, Attrs{});
+                   },
+               .reference =
+                   [](const In& in) {
+                     auto src = vals(in[0]);
+                     auto idx = in[1].to_vector<int64_t>();
+                     std::vector<double> o(idx.size());
+                     for (size_t q = 0; q < idx.size(); ++q)
+                       o[q] = src[q / 9 * 20 + static_cast<size_t>(idx[q])];
+                     return from_vals(o, Shape{2, 2, 3, 3});
+                   }},
       OpSample{.ops = {"avg_pool2d_grad", "avg_pool2d"},
                .name = "direct_k3_s2_pad1",
-               .inputs = [] { return In{rnd({2, 2, 3, 3}, 75)}; },
-               .run = [](const In& in) {
-                 return op1("avg_pool2d_grad", {in[0]},
-                            Attrs{Ints{3, 3}, Ints{2, 2}, Ints{1, 1}, Ints{6, 5}});
-               },
-               .reference = [](const In& in) {
-                 return ref_avg_pool_grad(in[0], PoolCfg{{3, 3}, {2, 2}, {1, 1}}, 6, 5);
-               }},
+               .inputs =
+                   [] {
+                     return In{rnd({2, 2, 3, 3}, 75)};
+                   },
+               .run =
+                   [](const In& in) {
+                     return op1("avg_pool2d_grad", {in[0]},
+                                Attrs{Ints{3, 3}, Ints{2, 2}, Ints{1, 1}, Ints{6, 5}});
+                   },
+               .reference =
+                   [](const In& in) {
+                     return ref_avg_pool_grad(in[0], PoolCfg{{3, 3}, {2, 2}, {1, 1}}, 6, 5);
+                   }},
   };
   for (auto& p : pool_samples("k3_s2_pad1", {2, 2, 5, 6}, {{3, 3}, {2, 2}, {1, 1}}, 80))
     s.push_back(std::move(p));

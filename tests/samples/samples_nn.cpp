@@ -331,7 +331,8 @@ OpSample mse_sample(Reduction red, std::string name) {
 
 // Fraction of zeros near p, kept elements scaled by 1/(1-p), same seed -> same mask, another
 // seed -> another mask.
-std::string dropout_check(const In& in, const Tensor& out, double p, uint64_t seed, double frac_tol) {
+std::string dropout_check(const In& in, const Tensor& out, double p, uint64_t seed,
+                          double frac_tol) {
   auto x = vals(in[0]), y = vals(out);
   if (out.shape() != in[0].shape()) return "shape " + out.shape().str();
   double zeros = 0;
@@ -357,8 +358,7 @@ std::string dropout_check(const In& in, const Tensor& out, double p, uint64_t se
   return "";
 }
 
-OpSample dropout_sample(Shape s, double p, bool differentiable, double frac_tol,
-                        std::string name) {
+OpSample dropout_sample(Shape s, double p, bool differentiable, double frac_tol, std::string name) {
   OpSample o;
   o.ops = {"dropout"};
   o.name = std::move(name);
@@ -479,8 +479,8 @@ std::vector<OpSample> make_samples() {
   v.push_back(gather_s({3, 4}, 1, {0, 3, 1, 1, 2, 0}, {3, 2}, "dim1"));
   v.push_back(gather_s({3, 4}, 0, {2, 0, 1, 2, 0, 0, 2, 1}, {2, 4}, "dim0"));
   v.push_back(gather_s({3, 4}, 0, {2, 0, 1, 1}, {2, 2}, "index_smaller"));
-  v.push_back(gather_s({2, 3, 4}, 1, {0, 2, 1, 1, 0, 2, 2, 2, 0, 1, 0, 1, 2, 1, 0, 0, 0, 1, 2, 2,
-                                      1, 0, 1, 0, 2, 2, 2, 1, 0, 1},
+  v.push_back(gather_s({2, 3, 4}, 1, {0, 2, 1, 1, 0, 2, 2, 2, 0, 1, 0, 1, 2, 1, 0,
+                                      0, 0, 1, 2, 2, 1, 0, 1, 0, 2, 2, 2, 1, 0, 1},
                        {2, 5, 3}, "rank3_repeats"));
 
   auto scatter_s = [](Shape as, int64_t dim, I64 iv, Shape is, Shape ss, std::string name) {
@@ -495,8 +495,8 @@ std::vector<OpSample> make_samples() {
   };
   v.push_back(scatter_s({3, 4}, 1, {0, 0, 3, 1, 2, 2}, {3, 2}, {3, 2}, "dim1_duplicates"));
   v.push_back(scatter_s({3, 4}, 1, {1, 0, 3, 3, 2, 0}, {3, 2}, {3, 3}, "src_larger"));
-  v.push_back(scatter_s({3, 4}, 0, {0, 1, 2, 0, 2, 2, 1, 0, 1, 1, 0, 2, 0, 0, 0, 1}, {4, 4},
-                        {4, 4}, "dim0"));
+  v.push_back(scatter_s({3, 4}, 0, {0, 1, 2, 0, 2, 2, 1, 0, 1, 1, 0, 2, 0, 0, 0, 1}, {4, 4}, {4, 4},
+                        "dim0"));
 
   auto isel_s = [](Shape as, int64_t dim, I64 iv, std::string name) {
     OpSample o;

@@ -21,8 +21,10 @@ Tensor ref_reduce(const Tensor& x, std::vector<int64_t> dims, bool keepdim, cons
   for (auto d : dims) red[static_cast<size_t>(d < 0 ? d + r : d)] = true;
   Shape out;
   for (int64_t d = 0; d < r; ++d) {
-    if (!red[static_cast<size_t>(d)]) out.push_back(s[d]);
-    else if (keepdim) out.push_back(1);
+    if (!red[static_cast<size_t>(d)])
+      out.push_back(s[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   auto xv = vals(x);
   std::vector<std::vector<double>> groups(static_cast<size_t>(out.numel()));
@@ -115,33 +117,42 @@ void family(std::vector<OpSample>& v, const std::string& op, RedFn fn, Group f, 
   for (const auto& c : cases) {
     auto dims = c.dims;
     bool kd = c.keepdim;
-    v.push_back(red(op, c.name, c.shape, seed++, dims, kd,
-                    [fn, dims, kd](const Tensor& x) { return fn(x, dims, kd); }, f));
+    v.push_back(red(
+        op, c.name, c.shape, seed++, dims, kd,
+        [fn, dims, kd](const Tensor& x) { return fn(x, dims, kd); }, f));
   }
 }
 
 std::vector<OpSample> make_samples() {
   std::vector<OpSample> v;
-  family(v, "sum", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return sum(x, d, k); },
-         g_sum, 100);
-  family(v, "mean", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return mean(x, d, k); },
-         g_mean, 200);
-  family(v, "max", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return max(x, d, k); },
-         g_max, 300);
-  family(v, "min", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return min(x, d, k); },
-         g_min, 400);
-  family(v, "var", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return var(x, d, k); },
-         g_var(1), 500);
+  family(
+      v, "sum", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return sum(x, d, k); },
+      g_sum, 100);
+  family(
+      v, "mean",
+      [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return mean(x, d, k); }, g_mean,
+      200);
+  family(
+      v, "max", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return max(x, d, k); },
+      g_max, 300);
+  family(
+      v, "min", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return min(x, d, k); },
+      g_min, 400);
+  family(
+      v, "var", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return var(x, d, k); },
+      g_var(1), 500);
 
-  v.push_back(red("var", "population_correction0", {3, 5}, 600, {1}, false,
-                  [](const Tensor& x) { return var(x, {1}, false, 0); }, g_var(0)));
-  v.push_back(red("sum", "method_all", {2, 3}, 601, {}, false,
-                  [](const Tensor& x) { return x.sum(); }, g_sum));
-  v.push_back(red("mean", "method_all", {2, 3}, 602, {}, false,
-                  [](const Tensor& x) { return x.mean(); }, g_mean));
+  v.push_back(red(
+      "var", "population_correction0", {3, 5}, 600, {1}, false,
+      [](const Tensor& x) { return var(x, {1}, false, 0); }, g_var(0)));
+  v.push_back(red(
+      "sum", "method_all", {2, 3}, 601, {}, false, [](const Tensor& x) { return x.sum(); }, g_sum));
+  v.push_back(red(
+      "mean", "method_all", {2, 3}, 602, {}, false, [](const Tensor& x) { return x.mean(); },
+      g_mean));
   {
-    OpSample s = red("sum", "scalar_input", {}, 603, {}, false,
-                     [](const Tensor& x) { return sum(x); }, g_sum);
+    OpSample s = red(
+        "sum", "scalar_input", {}, 603, {}, false, [](const Tensor& x) { return sum(x); }, g_sum);
     v.push_back(std::move(s));
   }
   {
@@ -156,7 +167,8 @@ std::vector<OpSample> make_samples() {
     s.run = [](const In& in) { return sum(in[0], {0}); };
     s.reference = [](const In& in) { return ref_reduce(in[0], {0}, false, g_sum); };
     s.check = [](const In&, const Tensor& out) {
-      return out.dtype() == Int64 ? std::string() : "expected int64, got " + std::string(dtype_name(out.dtype()));
+      return out.dtype() == Int64 ? std::string()
+                                  : "expected int64, got " + std::string(dtype_name(out.dtype()));
     };
     s.differentiable = false;
     v.push_back(std::move(s));

@@ -32,7 +32,8 @@ Tensor gather_ref(const Tensor& x, const Shape& out_shape,
   auto xv = vals(x);
   std::vector<double> out(static_cast<size_t>(out_shape.numel()));
   for (int64_t i = 0; i < out_shape.numel(); ++i)
-    out[static_cast<size_t>(i)] = xv[static_cast<size_t>(ravel(src(unravel(i, out_shape)), x.shape()))];
+    out[static_cast<size_t>(i)] =
+        xv[static_cast<size_t>(ravel(src(unravel(i, out_shape)), x.shape()))];
   return from_vals(out, out_shape);
 }
 
@@ -52,105 +53,181 @@ std::vector<OpSample> make_samples() {
   std::vector<OpSample> v;
 
   // ---- reshape ----------------------------------------------------------------------------
-  v.push_back(one_in({"reshape"}, "merge_dims", [] { return rnd({2, 3, 4}, 1); },
-                     [](const Tensor& x) { return reshape(x, {6, 4}); },
-                     [](const Tensor& x) { return from_vals(vals(x), {6, 4}); }));
-  v.push_back(one_in({"reshape"}, "infer_minus_one", [] { return rnd({2, 3, 4}, 2); },
-                     [](const Tensor& x) { return reshape(x, {4, -1, 2}); },
-                     [](const Tensor& x) { return from_vals(vals(x), {4, 3, 2}); }));
-  v.push_back(one_in({"reshape"}, "to_scalar", [] { return rnd({1, 1}, 3); },
-                     [](const Tensor& x) { return reshape(x, {}); },
-                     [](const Tensor& x) { return from_vals(vals(x), {}); }));
+  v.push_back(one_in(
+      {"reshape"}, "merge_dims",
+      [] {
+        return rnd({2, 3, 4}, 1);
+      },
+      [](const Tensor& x) {
+        return reshape(x, {6, 4});
+      },
+      [](const Tensor& x) {
+        return from_vals(vals(x), {6, 4});
+      }));
+  v.push_back(one_in(
+      {"reshape"}, "infer_minus_one",
+      [] {
+        return rnd({2, 3, 4}, 2);
+      },
+      [](const Tensor& x) {
+        return reshape(x, {4, -1, 2});
+      },
+      [](const Tensor& x) {
+        return from_vals(vals(x), {4, 3, 2});
+      }));
+  v.push_back(one_in(
+      {"reshape"}, "to_scalar",
+      [] {
+        return rnd({1, 1}, 3);
+      },
+      [](const Tensor& x) { return reshape(x, {}); },
+      [](const Tensor& x) { return from_vals(vals(x), {}); }));
   v.back().noncontig_inputs = kNoNoncontig;
-  v.push_back(one_in({"reshape"}, "flatten", [] { return rnd({2, 3, 4}, 4); },
-                     [](const Tensor& x) { return x.flatten(1); },
-                     [](const Tensor& x) { return from_vals(vals(x), {2, 12}); }));
+  v.push_back(one_in(
+      {"reshape"}, "flatten",
+      [] {
+        return rnd({2, 3, 4}, 4);
+      },
+      [](const Tensor& x) { return x.flatten(1); },
+      [](const Tensor& x) {
+        return from_vals(vals(x), {2, 12});
+      }));
 
   // ---- transpose / permute --------------------------------------------------------------
-  v.push_back(one_in({"transpose"}, "outer_dims", [] { return rnd({2, 3, 4}, 5); },
-                     [](const Tensor& x) { return transpose(x, 0, 2); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {4, 3, 2}, [](const Idx& i) {
-                         return Idx{i[2], i[1], i[0]};
-                       });
-                     }));
-  v.push_back(one_in({"transpose"}, "negative_dims_t", [] { return rnd({3, 5}, 6); },
-                     [](const Tensor& x) { return x.transpose(-1, -2); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {5, 3}, [](const Idx& i) { return Idx{i[1], i[0]}; });
-                     }));
-  v.push_back(one_in({"permute"}, "rotate", [] { return rnd({2, 3, 4}, 7); },
-                     [](const Tensor& x) { return permute(x, {2, 0, 1}); },
-                     [](const Tensor& x) {
-                       // out[a][b][c] = x[b][c][a]
-                       return gather_ref(x, {4, 2, 3}, [](const Idx& i) {
-                         return Idx{i[1], i[2], i[0]};
-                       });
-                     }));
-  v.push_back(one_in({"permute"}, "negative_dims", [] { return rnd({2, 3, 4}, 8); },
-                     [](const Tensor& x) { return x.permute({-1, 1, 0}); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {4, 3, 2}, [](const Idx& i) {
-                         return Idx{i[2], i[1], i[0]};
-                       });
-                     }));
+  v.push_back(one_in(
+      {"transpose"}, "outer_dims",
+      [] {
+        return rnd({2, 3, 4}, 5);
+      },
+      [](const Tensor& x) { return transpose(x, 0, 2); },
+      [](const Tensor& x) {
+        return gather_ref(x, {4, 3, 2}, [](const Idx& i) { return Idx{i[2], i[1], i[0]}; });
+      }));
+  v.push_back(one_in(
+      {"transpose"}, "negative_dims_t",
+      [] {
+        return rnd({3, 5}, 6);
+      },
+      [](const Tensor& x) { return x.transpose(-1, -2); },
+      [](const Tensor& x) {
+        return gather_ref(x, {5, 3}, [](const Idx& i) { return Idx{i[1], i[0]}; });
+      }));
+  v.push_back(one_in(
+      {"permute"}, "rotate",
+      [] {
+        return rnd({2, 3, 4}, 7);
+      },
+      [](const Tensor& x) {
+        return permute(x, {2, 0, 1});
+      },
+      [](const Tensor& x) {
+        // out[a][b][c] = x[b][c][a]
+        return gather_ref(x, {4, 2, 3}, [](const Idx& i) { return Idx{i[1], i[2], i[0]}; });
+      }));
+  v.push_back(one_in(
+      {"permute"}, "negative_dims",
+      [] {
+        return rnd({2, 3, 4}, 8);
+      },
+      [](const Tensor& x) {
+        return x.permute({-1, 1, 0});
+      },
+      [](const Tensor& x) {
+        return gather_ref(x, {4, 3, 2}, [](const Idx& i) { return Idx{i[2], i[1], i[0]}; });
+      }));
 
   // ---- slice (its gradient is slice_grad) -------------------------------------------------
-  v.push_back(one_in({"slice", "slice_grad"}, "step_two", [] { return rnd({5, 6}, 9); },
-                     [](const Tensor& x) { return slice(x, 1, 1, 6, 2); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {5, 3}, [](const Idx& i) {
-                         return Idx{i[0], 1 + 2 * i[1]};
-                       });
-                     }));
-  v.push_back(one_in({"slice", "slice_grad"}, "negative_start_clamped_end",
-                     [] { return rnd({5, 4}, 10); },
-                     [](const Tensor& x) { return x.slice(0, -3, 100); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {3, 4}, [](const Idx& i) { return Idx{i[0] + 2, i[1]}; });
-                     }));
-  v.push_back(one_in({"slice", "slice_grad"}, "step_three_3d", [] { return rnd({7, 2, 3}, 11); },
-                     [](const Tensor& x) { return slice(x, 0, 0, 7, 3); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {3, 2, 3}, [](const Idx& i) {
-                         return Idx{3 * i[0], i[1], i[2]};
-                       });
-                     }));
-  v.push_back(one_in({"slice", "slice_grad"}, "narrow_select", [] { return rnd({4, 5}, 12); },
-                     [](const Tensor& x) { return x.narrow(1, 1, 3).select(0, -1); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {3}, [](const Idx& i) { return Idx{3, i[0] + 1}; });
-                     }));
-  v.push_back(one_in({"slice", "slice_grad"}, "split_piece", [] { return rnd({5, 3}, 13); },
-                     [](const Tensor& x) { return split(x, {2, 3}, 0)[1]; },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {3, 3}, [](const Idx& i) { return Idx{i[0] + 2, i[1]}; });
-                     }));
-  v.push_back(one_in({"slice", "slice_grad"}, "chunk_piece", [] { return rnd({2, 7}, 14); },
-                     [](const Tensor& x) { return chunk(x, 3, 1)[2]; },
-                     [](const Tensor& x) {
-                       // 7 in 3 chunks: sizes 3, 3, 1
-                       return gather_ref(x, {2, 1}, [](const Idx& i) { return Idx{i[0], 6}; });
-                     }));
+  v.push_back(one_in(
+      {"slice", "slice_grad"}, "step_two",
+      [] {
+        return rnd({5, 6}, 9);
+      },
+      [](const Tensor& x) { return slice(x, 1, 1, 6, 2); },
+      [](const Tensor& x) {
+        return gather_ref(x, {5, 3}, [](const Idx& i) { return Idx{i[0], 1 + 2 * i[1]}; });
+      }));
+  v.push_back(one_in(
+      {"slice", "slice_grad"}, "negative_start_clamped_end",
+      [] {
+        return rnd({5, 4}, 10);
+      },
+      [](const Tensor& x) { return x.slice(0, -3, 100); },
+      [](const Tensor& x) {
+        return gather_ref(x, {3, 4}, [](const Idx& i) { return Idx{i[0] + 2, i[1]}; });
+      }));
+  v.push_back(one_in(
+      {"slice", "slice_grad"}, "step_three_3d",
+      [] {
+        return rnd({7, 2, 3}, 11);
+      },
+      [](const Tensor& x) { return slice(x, 0, 0, 7, 3); },
+      [](const Tensor& x) {
+        return gather_ref(x, {3, 2, 3}, [](const Idx& i) { return Idx{3 * i[0], i[1], i[2]}; });
+      }));
+  v.push_back(one_in(
+      {"slice", "slice_grad"}, "narrow_select",
+      [] {
+        return rnd({4, 5}, 12);
+      },
+      [](const Tensor& x) { return x.narrow(1, 1, 3).select(0, -1); },
+      [](const Tensor& x) {
+        return gather_ref(x, {3}, [](const Idx& i) { return Idx{3, i[0] + 1}; });
+      }));
+  v.push_back(one_in(
+      {"slice", "slice_grad"}, "split_piece",
+      [] {
+        return rnd({5, 3}, 13);
+      },
+      [](const Tensor& x) {
+        return split(x, {2, 3}, 0)[1];
+      },
+      [](const Tensor& x) {
+        return gather_ref(x, {3, 3}, [](const Idx& i) { return Idx{i[0] + 2, i[1]}; });
+      }));
+  v.push_back(one_in(
+      {"slice", "slice_grad"}, "chunk_piece",
+      [] {
+        return rnd({2, 7}, 14);
+      },
+      [](const Tensor& x) { return chunk(x, 3, 1)[2]; },
+      [](const Tensor& x) {
+        // 7 in 3 chunks: sizes 3, 3, 1
+        return gather_ref(x, {2, 1}, [](const Idx& i) { return Idx{i[0], 6}; });
+      }));
 
   // ---- expand -----------------------------------------------------------------------------
-  v.push_back(one_in({"expand"}, "broadcast_new_dims", [] { return rnd({3, 1}, 15); },
-                     [](const Tensor& x) { return expand(x, {2, 3, 4}); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {2, 3, 4}, [](const Idx& i) { return Idx{i[1], 0}; });
-                     }));
+  v.push_back(one_in(
+      {"expand"}, "broadcast_new_dims",
+      [] {
+        return rnd({3, 1}, 15);
+      },
+      [](const Tensor& x) {
+        return expand(x, {2, 3, 4});
+      },
+      [](const Tensor& x) {
+        return gather_ref(x, {2, 3, 4}, [](const Idx& i) { return Idx{i[1], 0}; });
+      }));
   v.back().noncontig_inputs = kNoNoncontig;
-  v.push_back(one_in({"expand"}, "minus_one_keeps_dim", [] { return rnd({1, 3}, 16); },
-                     [](const Tensor& x) { return x.expand({4, -1}); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {4, 3}, [](const Idx& i) { return Idx{0, i[1]}; });
-                     }));
+  v.push_back(one_in(
+      {"expand"}, "minus_one_keeps_dim",
+      [] {
+        return rnd({1, 3}, 16);
+      },
+      [](const Tensor& x) {
+        return x.expand({4, -1});
+      },
+      [](const Tensor& x) {
+        return gather_ref(x, {4, 3}, [](const Idx& i) { return Idx{0, i[1]}; });
+      }));
   v.back().noncontig_inputs = kNoNoncontig;
-  v.push_back(one_in({"expand"}, "scalar", [] { return rnd({}, 17); },
-                     [](const Tensor& x) { return expand(x, {2, 2}); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {2, 2}, [](const Idx&) { return Idx{}; });
-                     }));
+  v.push_back(one_in(
+      {"expand"}, "scalar", [] { return rnd({}, 17); },
+      [](const Tensor& x) {
+        return expand(x, {2, 2});
+      },
+      [](const Tensor& x) {
+        return gather_ref(x, {2, 2}, [](const Idx&) { return Idx{}; });
+      }));
 
   {
     OpSample s;
@@ -166,66 +243,122 @@ std::vector<OpSample> make_samples() {
   }
 
   // ---- squeeze / unsqueeze ------------------------------------------------------------------
-  v.push_back(one_in({"squeeze"}, "all", [] { return rnd({2, 1, 3, 4}, 18); },
-                     [](const Tensor& x) { return squeeze(x); },
-                     [](const Tensor& x) { return from_vals(vals(x), {2, 3, 4}); }));
-  v.push_back(one_in({"squeeze"}, "one_dim", [] { return rnd({1, 2, 1, 3, 4}, 19); },
-                     [](const Tensor& x) { return x.squeeze(0); },
-                     [](const Tensor& x) { return from_vals(vals(x), {2, 1, 3, 4}); }));
-  v.push_back(one_in({"squeeze"}, "non_unit_dim_is_kept", [] { return rnd({2, 3}, 20); },
-                     [](const Tensor& x) { return x.squeeze(1); },
-                     [](const Tensor& x) { return from_vals(vals(x), {2, 3}); }));
-  v.push_back(one_in({"unsqueeze"}, "middle", [] { return rnd({2, 3}, 21); },
-                     [](const Tensor& x) { return unsqueeze(x, 1); },
-                     [](const Tensor& x) { return from_vals(vals(x), {2, 1, 3}); }));
-  v.push_back(one_in({"unsqueeze"}, "last_negative", [] { return rnd({2, 3}, 22); },
-                     [](const Tensor& x) { return x.unsqueeze(-1); },
-                     [](const Tensor& x) { return from_vals(vals(x), {2, 3, 1}); }));
+  v.push_back(one_in(
+      {"squeeze"}, "all",
+      [] {
+        return rnd({2, 1, 3, 4}, 18);
+      },
+      [](const Tensor& x) { return squeeze(x); },
+      [](const Tensor& x) {
+        return from_vals(vals(x), {2, 3, 4});
+      }));
+  v.push_back(one_in(
+      {"squeeze"}, "one_dim",
+      [] {
+        return rnd({1, 2, 1, 3, 4}, 19);
+      },
+      [](const Tensor& x) { return x.squeeze(0); },
+      [](const Tensor& x) {
+        return from_vals(vals(x), {2, 1, 3, 4});
+      }));
+  v.push_back(one_in(
+      {"squeeze"}, "non_unit_dim_is_kept",
+      [] {
+        return rnd({2, 3}, 20);
+      },
+      [](const Tensor& x) { return x.squeeze(1); },
+      [](const Tensor& x) {
+        return from_vals(vals(x), {2, 3});
+      }));
+  v.push_back(one_in(
+      {"unsqueeze"}, "middle",
+      [] {
+        return rnd({2, 3}, 21);
+      },
+      [](const Tensor& x) { return unsqueeze(x, 1); },
+      [](const Tensor& x) {
+        return from_vals(vals(x), {2, 1, 3});
+      }));
+  v.push_back(one_in(
+      {"unsqueeze"}, "last_negative",
+      [] {
+        return rnd({2, 3}, 22);
+      },
+      [](const Tensor& x) { return x.unsqueeze(-1); },
+      [](const Tensor& x) {
+        return from_vals(vals(x), {2, 3, 1});
+      }));
 
   // ---- detach / clone / cast ----------------------------------------------------------------
-  v.push_back(one_in({"detach"}, "basic", [] { return rnd({2, 3}, 23); },
-                     [](const Tensor& x) { return detach(x); },
-                     [](const Tensor& x) { return from_vals(vals(x), x.shape()); }));
+  v.push_back(one_in(
+      {"detach"}, "basic",
+      [] {
+        return rnd({2, 3}, 23);
+      },
+      [](const Tensor& x) { return detach(x); },
+      [](const Tensor& x) { return from_vals(vals(x), x.shape()); }));
   v.back().differentiable = false;  // no gradient flows through detach
-  v.push_back(one_in({"clone"}, "basic", [] { return rnd({2, 3}, 24); },
-                     [](const Tensor& x) { return clone(x); },
-                     [](const Tensor& x) { return from_vals(vals(x), x.shape()); }));
-  v.push_back(one_in({"clone"}, "contiguous_of_transpose", [] { return rnd({3, 4}, 25); },
-                     [](const Tensor& x) { return x.t().contiguous(); },
-                     [](const Tensor& x) {
-                       return gather_ref(x, {4, 3}, [](const Idx& i) { return Idx{i[1], i[0]}; });
-                     }));
+  v.push_back(one_in(
+      {"clone"}, "basic",
+      [] {
+        return rnd({2, 3}, 24);
+      },
+      [](const Tensor& x) { return clone(x); },
+      [](const Tensor& x) { return from_vals(vals(x), x.shape()); }));
+  v.push_back(one_in(
+      {"clone"}, "contiguous_of_transpose",
+      [] {
+        return rnd({3, 4}, 25);
+      },
+      [](const Tensor& x) { return x.t().contiguous(); },
+      [](const Tensor& x) {
+        return gather_ref(x, {4, 3}, [](const Idx& i) { return Idx{i[1], i[0]}; });
+      }));
   v.back().ops = {"clone", "transpose"};
   auto to_f32_ref = [](const Tensor& x) {
     auto xv = vals(x);
     for (auto& e : xv) e = static_cast<double>(static_cast<float>(e));
     return from_vals(xv, x.shape());
   };
-  v.push_back(one_in({"cast"}, "f64_to_f32", [] { return rnd({2, 3}, 26); },
-                     [](const Tensor& x) { return cast(x, Float32); }, to_f32_ref));
+  v.push_back(one_in(
+      {"cast"}, "f64_to_f32",
+      [] {
+        return rnd({2, 3}, 26);
+      },
+      [](const Tensor& x) { return cast(x, Float32); }, to_f32_ref));
   v.back().differentiable = false;  // rounding to float32 swamps central differences
   // Small magnitudes: float32 rounding error stays far below the finite-difference step.
-  v.push_back(one_in({"cast"}, "f64_to_f32_small_values", [] { return uni({2, 3}, 27, 1e-3, 2e-3); },
-                     [](const Tensor& x) { return x.to(Float32); }, to_f32_ref));
+  v.push_back(one_in(
+      {"cast"}, "f64_to_f32_small_values",
+      [] {
+        return uni({2, 3}, 27, 1e-3, 2e-3);
+      },
+      [](const Tensor& x) { return x.to(Float32); }, to_f32_ref));
   v.back().gc_atol = 1e-3;
   v.back().gc_rtol = 1e-2;
-  v.push_back(one_in({"cast"}, "to_int64_truncates", [] { return uni({2, 3}, 28, -5, 5); },
-                     [](const Tensor& x) { return cast(x, Int64); },
-                     [](const Tensor& x) {
-                       auto xv = vals(x);
-                       for (auto& e : xv) e = std::trunc(e);
-                       return from_vals(xv, x.shape());
-                     }));
+  v.push_back(one_in(
+      {"cast"}, "to_int64_truncates",
+      [] {
+        return uni({2, 3}, 28, -5, 5);
+      },
+      [](const Tensor& x) { return cast(x, Int64); },
+      [](const Tensor& x) {
+        auto xv = vals(x);
+        for (auto& e : xv) e = std::trunc(e);
+        return from_vals(xv, x.shape());
+      }));
   v.back().differentiable = false;
-  v.push_back(one_in({"cast"}, "to_bool", [] {
-                       return from_vals({0, 1.5, -2, 0, 0.25, 0}, {2, 3});
-                     },
-                     [](const Tensor& x) { return cast(x, Bool); },
-                     [](const Tensor& x) {
-                       auto xv = vals(x);
-                       for (auto& e : xv) e = e != 0 ? 1.0 : 0.0;
-                       return from_vals(xv, x.shape());
-                     }));
+  v.push_back(one_in(
+      {"cast"}, "to_bool",
+      [] {
+        return from_vals({0, 1.5, -2, 0, 0.25, 0}, {2, 3});
+      },
+      [](const Tensor& x) { return cast(x, Bool); },
+      [](const Tensor& x) {
+        auto xv = vals(x);
+        for (auto& e : xv) e = e != 0 ? 1.0 : 0.0;
+        return from_vals(xv, x.shape());
+      }));
   v.back().differentiable = false;
 
   // ---- cat / stack ----------------------------------------------------------------------------

@@ -99,9 +99,7 @@ std::vector<OpSample> make_samples() {
     s.name = value > 0 ? "positive_3d" : "negative_2d";
     Shape shape = value > 0 ? Shape{2, 3, 4} : Shape{5, 2};
     s.inputs = [shape] { return In{rnd(shape, 407)}; };
-    s.run = [value](const In& in) {
-      return call1(op_named("fill_like"), {in[0]}, Attrs{value});
-    };
+    s.run = [value](const In& in) { return call1(op_named("fill_like"), {in[0]}, Attrs{value}); };
     s.reference = [value](const In& in) {
       return from_vals(std::vector<double>(static_cast<size_t>(in[0].numel()), value),
                        in[0].shape());

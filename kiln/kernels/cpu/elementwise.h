@@ -18,8 +18,8 @@ template <int N>
 struct EwPlan {
   int64_t numel = 0;
   int64_t inner = 1;
-  SmallVec<int64_t, 6> outer;             // sizes of the outer dims
-  SmallVec<int64_t, 6> ostr;              // output strides of the outer dims
+  SmallVec<int64_t, 6> outer;                // sizes of the outer dims
+  SmallVec<int64_t, 6> ostr;                 // output strides of the outer dims
   std::array<SmallVec<int64_t, 6>, N> istr;  // input strides of the outer dims
   std::array<int64_t, N> inner_str{};
   std::array<int64_t, N> base{};  // input offsets (elements)
@@ -139,8 +139,8 @@ void unary_loop(const Tensor& a, Tensor& out, F f) {
 /// out = f(a, b) with broadcasting.
 template <typename TA, typename TB, typename TO, typename F>
 void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
-  if (a.is_contiguous() && b.is_contiguous() && out.is_contiguous() &&
-      a.shape() == out.shape() && b.shape() == out.shape()) {
+  if (a.is_contiguous() && b.is_contiguous() && out.is_contiguous() && a.shape() == out.shape() &&
+      b.shape() == out.shape()) {
     const TA* x = static_cast<const TA*>(a.raw_data());
     const TB* y = static_cast<const TB*>(b.raw_data());
     TO* o = static_cast<TO*>(out.raw_data());

@@ -23,11 +23,12 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
 #ifdef KILN_USE_ONEDNN
   // Small products lose more to thread start-up than they gain (64^3 at 2 threads measured
   // 81 GFLOP/s vs 173 on one), so they run on the calling thread alone.
-  const bool small = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < 2.0e6;
+  const bool small =
+      static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < 2.0e6;
   const int prev = small ? omp_get_max_threads() : 0;
   if (small && prev > 1) omp_set_num_threads(1);
-  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-                                beta, c, ldc);
+  dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (small && prev > 1) omp_set_num_threads(prev);
   if (st != dnnl_success) fail("matmul", "dnnl_sgemm failed with status ", static_cast<int>(st));
 #else

@@ -7,12 +7,12 @@ namespace kiln::cpu {
 
 /// Geometry of one sample's (one group's) 2-D convolution. All sizes in elements.
 struct Conv2dGeom {
-  int64_t C, H, W;     ///< input channels (of this group), height, width
-  int64_t kH, kW;      ///< kernel size
-  int64_t pH, pW;      ///< zero padding
-  int64_t sH, sW;      ///< stride
-  int64_t dH, dW;      ///< dilation
-  int64_t OH, OW;      ///< output size
+  int64_t C, H, W;  ///< input channels (of this group), height, width
+  int64_t kH, kW;   ///< kernel size
+  int64_t pH, pW;   ///< zero padding
+  int64_t sH, sW;   ///< stride
+  int64_t dH, dW;   ///< dilation
+  int64_t OH, OW;   ///< output size
   int64_t rows() const { return C * kH * kW; }
   int64_t cols() const { return OH * OW; }
 };

@@ -1,10 +1,10 @@
 // parallel_for on OpenMP: Debian's oneDNN runs on libgomp, so sharing its threads avoids
 // oversubscription. Small ranges run inline (a parallel region costs ~1-2 us).
 #pragma once
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
-
-#include <omp.h>
 
 namespace kiln {
 
@@ -26,7 +26,7 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     return;
   }
   int64_t chunks = std::min<int64_t>(nt, (n + grain - 1) / grain);
-#pragma omp parallel num_threads(static_cast<int>(chunks))
+#pragma omp parallel num_threads(static_cast <int>(chunks))
   {
     int64_t t = omp_get_thread_num();
     int64_t per = (n + chunks - 1) / chunks;

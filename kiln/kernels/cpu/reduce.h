@@ -27,30 +27,30 @@ template <typename T>
 void reduce_rows(const T* x, T* out, int64_t outer, int64_t inner, RedKind k) {
   parallel_for(outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1)),
                [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const T* r = x + i * inner;
-      T acc = red_init<T>(k);
-      if (k == RedKind::Sum) {
+                 for (int64_t i = b; i < e; ++i) {
+                   const T* r = x + i * inner;
+                   T acc = red_init<T>(k);
+                   if (k == RedKind::Sum) {
 #pragma omp simd reduction(+ : acc)
-        for (int64_t j = 0; j < inner; ++j) acc += r[j];
-      } else if (k == RedKind::Max) {
-        bool nan = false;
-        for (int64_t j = 0; j < inner; ++j) {
-          nan = nan || (r[j] != r[j]);
-          acc = r[j] > acc ? r[j] : acc;
-        }
-        if (nan) acc = std::numeric_limits<T>::quiet_NaN();
-      } else {
-        bool nan = false;
-        for (int64_t j = 0; j < inner; ++j) {
-          nan = nan || (r[j] != r[j]);
-          acc = r[j] < acc ? r[j] : acc;
-        }
-        if (nan) acc = std::numeric_limits<T>::quiet_NaN();
-      }
-      out[i] = acc;
-    }
-  });
+                     for (int64_t j = 0; j < inner; ++j) acc += r[j];
+                   } else if (k == RedKind::Max) {
+                     bool nan = false;
+                     for (int64_t j = 0; j < inner; ++j) {
+                       nan = nan || (r[j] != r[j]);
+                       acc = r[j] > acc ? r[j] : acc;
+                     }
+                     if (nan) acc = std::numeric_limits<T>::quiet_NaN();
+                   } else {
+                     bool nan = false;
+                     for (int64_t j = 0; j < inner; ++j) {
+                       nan = nan || (r[j] != r[j]);
+                       acc = r[j] < acc ? r[j] : acc;
+                     }
+                     if (nan) acc = std::numeric_limits<T>::quiet_NaN();
+                   }
+                   out[i] = acc;
+                 }
+               });
 }
 
 /// out[j] = reduce_i x[i*inner + j] (reduce over the leading dim).
@@ -58,20 +58,22 @@ template <typename T>
 void reduce_cols(const T* x, T* out, int64_t outer, int64_t inner, RedKind k) {
   parallel_for(inner, std::max<int64_t>(16, 32768 / std::max<int64_t>(outer, 1)),
                [&](int64_t b, int64_t e) {
-    T init = red_init<T>(k);
-    for (int64_t j = b; j < e; ++j) out[j] = init;
-    for (int64_t i = 0; i < outer; ++i) {
-      const T* r = x + i * inner;
-      if (k == RedKind::Sum) {
+                 T init = red_init<T>(k);
+                 for (int64_t j = b; j < e; ++j) out[j] = init;
+                 for (int64_t i = 0; i < outer; ++i) {
+                   const T* r = x + i * inner;
+                   if (k == RedKind::Sum) {
 #pragma omp simd
-        for (int64_t j = b; j < e; ++j) out[j] += r[j];
-      } else if (k == RedKind::Max) {
-        for (int64_t j = b; j < e; ++j) out[j] = (r[j] > out[j] || r[j] != r[j]) ? r[j] : out[j];
-      } else {
-        for (int64_t j = b; j < e; ++j) out[j] = (r[j] < out[j] || r[j] != r[j]) ? r[j] : out[j];
-      }
-    }
-  });
+                     for (int64_t j = b; j < e; ++j) out[j] += r[j];
+                   } else if (k == RedKind::Max) {
+                     for (int64_t j = b; j < e; ++j)
+                       out[j] = (r[j] > out[j] || r[j] != r[j]) ? r[j] : out[j];
+                   } else {
+                     for (int64_t j = b; j < e; ++j)
+                       out[j] = (r[j] < out[j] || r[j] != r[j]) ? r[j] : out[j];
+                   }
+                 }
+               });
 }
 
 }  // namespace kiln::cpu

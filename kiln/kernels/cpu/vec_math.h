@@ -1,9 +1,9 @@
 // Vectorizable float math: exp, tanh, erf written as plain arithmetic so that `omp simd` loops
 // vectorize them (libm's scalar calls would not). float64 uses libm (references, gradcheck).
 #pragma once
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <bit>
 #include <cstring>
 #include <limits>
 
@@ -47,15 +47,15 @@ namespace kiln::vm {
   // Abramowitz & Stegun 7.1.26 refined: |error| < 1.2e-7 via erfc = t*exp(-x^2+poly(t)).
   float ax = std::fabs(x);
   float t = 1.0f / (1.0f + 0.5f * ax);
-  float poly = -1.26551223f +
-               t * (1.00002368f +
-                    t * (0.37409196f +
-                         t * (0.09678418f +
-                              t * (-0.18628806f +
-                                   t * (0.27886807f +
-                                        t * (-1.13520398f +
-                                             t * (1.48851587f +
-                                                  t * (-0.82215223f + t * 0.17087277f))))))));
+  float poly =
+      -1.26551223f +
+      t * (1.00002368f +
+           t * (0.37409196f +
+                t * (0.09678418f +
+                     t * (-0.18628806f +
+                          t * (0.27886807f +
+                               t * (-1.13520398f +
+                                    t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
   float erfc = t * expf_fast(-ax * ax + poly);
   float r = 1.0f - erfc;
   return std::copysign(r, x);
@@ -63,12 +63,33 @@ namespace kiln::vm {
 
 [[gnu::always_inline]] inline float sigmoidf_fast(float x) { return 1.0f / (1.0f + expf_fast(-x)); }
 
-template <typename T> inline T exp(T x) { return std::exp(x); }
-template <> [[gnu::always_inline]] inline float exp<float>(float x) { return expf_fast(x); }
-template <typename T> inline T tanh(T x) { return std::tanh(x); }
-template <> [[gnu::always_inline]] inline float tanh<float>(float x) { return tanhf_fast(x); }
-template <typename T> inline T erf(T x) { return std::erf(x); }
-template <> [[gnu::always_inline]] inline float erf<float>(float x) { return erff_fast(x); }
-template <typename T> [[gnu::always_inline]] inline T sigmoid(T x) { return T(1) / (T(1) + exp<T>(-x)); }
+template <typename T>
+inline T exp(T x) {
+  return std::exp(x);
+}
+template <>
+[[gnu::always_inline]] inline float exp<float>(float x) {
+  return expf_fast(x);
+}
+template <typename T>
+inline T tanh(T x) {
+  return std::tanh(x);
+}
+template <>
+[[gnu::always_inline]] inline float tanh<float>(float x) {
+  return tanhf_fast(x);
+}
+template <typename T>
+inline T erf(T x) {
+  return std::erf(x);
+}
+template <>
+[[gnu::always_inline]] inline float erf<float>(float x) {
+  return erff_fast(x);
+}
+template <typename T>
+[[gnu::always_inline]] inline T sigmoid(T x) {
+  return T(1) / (T(1) + exp<T>(-x));
+}
 
 }  // namespace kiln::vm
