@@ -120,6 +120,41 @@ TEST_P(OpSampleTest, GradcheckNonContiguous) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
+// Broadcast layout: for elementwise ops, each floating input of rank >= 1 is replaced by its first
+// slice along dim 0, expanded back inside fn (stride 0), so every op reads a broadcast view and
+// its gradient must sum over the broadcast dim.
+TEST_P(OpSampleTest, GradcheckBroadcastLayout) {
+  const OpSample& s = sample_registry()[GetParam()];
+  const OpDef* op = OpRegistry::get().find(s.ops[0]);
+  if (!s.differentiable || !op || !op->has(kElementwise)) {
+    GTEST_SKIP() << "not a differentiable elementwise op (broadcast cases are samples)";
+  }
+  auto in = s.inputs();
+  std::vector<Shape> full_shapes;
+  std::vector<Tensor> small = in;
+  bool any = false;
+  for (size_t k = 0; k < in.size(); ++k) {
+    full_shapes.push_back(in[k].shape());
+    if (is_floating(in[k].dtype()) && in[k].dim() >= 1 && in[k].size(0) > 1) {
+      small[k] = in[k].narrow(0, 0, 1).contiguous();
+      any = true;
+    }
+  }
+  if (!any) GTEST_SKIP() << "no input with a leading dim to broadcast";
+  auto r = gradcheck(
+      [&](const std::vector<Tensor>& xs) {
+        std::vector<Tensor> b = xs;
+        for (size_t k = 0; k < xs.size(); ++k)
+          if (xs[k].shape() != full_shapes[k]) {
+            b[k] = xs[k].expand(full_shapes[k]);
+            EXPECT_EQ(b[k].stride(0), 0);
+          }
+        return s.run(b);
+      },
+      small, 1e-6, s.gc_atol, s.gc_rtol);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 std::string sample_name(const ::testing::TestParamInfo<size_t>& info) {
   const OpSample& s = sample_registry()[info.param];
   std::string n = s.ops[0] + "_" + s.name + "_" + std::to_string(info.param);

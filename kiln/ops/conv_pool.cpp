@@ -28,14 +28,6 @@ Tensor max_pool2d_gather_fn(const Tensor& src, const Tensor& idx);
 Tensor avg_pool2d_fn(const Tensor& x, const Attrs& pool_attrs);
 Tensor avg_pool2d_grad_fn(const Tensor& g, const Attrs& pool_attrs, int64_t H, int64_t W);
 
-template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
-  else
-    dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
-}
 
 // Output size of a window sweep; -1 when the input size is dynamic.
 int64_t out_size(int64_t in, int64_t eff_kernel, int64_t pad, int64_t stride) {

@@ -50,14 +50,6 @@ Shape matmul_shape(const Shape& a, const Shape& b) {
 
 // ---- kernel --------------------------------------------------------------------------------
 
-template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
-  else
-    dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
-}
 
 /// How a rows x cols matrix with strides (sr, sc) is handed to a row-major GEMM.
 struct MatArg {

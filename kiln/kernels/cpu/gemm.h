@@ -11,6 +11,16 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
            const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
            int64_t ldc);
+/// Typed form for kernels templated on the element type: C = op(A) @ op(B) + beta * C.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (sizeof(T) == sizeof(float))
+    sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
+  else
+    dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+}
+
 /// Name of the backend compiled in ("onednn" or "cblas").
 const char* gemm_backend();
 
