@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kiln/kernels/cpu/stream.h"
 #include "kiln/kernels/cpu/vec_math.h"
 #include "kiln/ops/index_util.h"
 
@@ -169,21 +170,31 @@ const OpDef& kLogSoftmax =
 template <typename T, bool HasW, bool HasB>
 void layer_norm_rows(const T* x, const T* w, const T* bb, T* y, T* mean_out, T* rstd_out,
                      int64_t rows, int64_t n, double eps) {
+  // Outputs past the caches are streamed out (see kernels/cpu/stream.h): a row is normalized
+  // into a cached buffer first. Rows longer than the buffer write directly.
+  constexpr int64_t kBuf = 4096;
+  const bool stream = rows * n * static_cast<int64_t>(sizeof(T)) >= cpu::kStreamBytes && n <= kBuf;
   parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)),
                [&](int64_t b, int64_t e) {
+                 alignas(64) T buf[kBuf];
                  for (int64_t r = b; r < e; ++r) {
                    const T* xr = x + r * n;
-                   T* yr = y + r * n;
-                   // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which
-                   // cancels.
-                   T s = 0;
-#pragma omp simd reduction(+ : s)
-                   for (int64_t j = 0; j < n; ++j) s += xr[j];
-                   const T mu = s / static_cast<T>(n);
-                   T v = 0;
-#pragma omp simd reduction(+ : v)
-                   for (int64_t j = 0; j < n; ++j) v += (xr[j] - mu) * (xr[j] - mu);
-                   const T rs = T(1) / std::sqrt(v / static_cast<T>(n) + static_cast<T>(eps));
+                   T* yr = stream ? buf : y + r * n;
+                   // One pass over the row for both moments, shifted by its first element so
+                   // that E[x^2] - E[x]^2 does not cancel when the mean is large against the
+                   // spread (the shift makes the moments those of x - x0).
+                   const T k = xr[0];
+                   T s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+                   for (int64_t j = 0; j < n; ++j) {
+                     T d = xr[j] - k;
+                     s1 += d;
+                     s2 += d * d;
+                   }
+                   const T m1 = s1 / static_cast<T>(n);
+                   const T var = std::max(T(0), s2 / static_cast<T>(n) - m1 * m1);
+                   const T mu = k + m1;
+                   const T rs = T(1) / std::sqrt(var + static_cast<T>(eps));
                    mean_out[r] = mu;
                    rstd_out[r] = rs;
 #pragma omp simd
@@ -193,7 +204,10 @@ void layer_norm_rows(const T* x, const T* w, const T* bb, T* y, T* mean_out, T* 
                      if constexpr (HasB) t += bb[j];
                      yr[j] = t;
                    }
+                   if (stream)
+                     cpu::stream_copy(y + r * n, buf, n * static_cast<int64_t>(sizeof(T)));
                  }
+                 if (stream) cpu::stream_fence();
                });
 }
 

@@ -39,6 +39,11 @@ class Optimizer {
   /// on) and returns one node that performs it when run.
   Tensor minimize(const Tensor& loss, const std::vector<Tensor>& var_list = {});
   const std::vector<Tensor>& params() const { return params_; }
+  /// The learning rate the next step() uses (what schedules in kiln/optim/schedule.h adjust).
+  /// In a graph, minimize() bakes the rate in when it is called; set_lr changes later eager
+  /// steps and later minimize() calls, not nodes already built.
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;
 
  protected:
   explicit Optimizer(std::vector<Tensor> params);
@@ -59,8 +64,8 @@ class SGD : public Optimizer {
   /// Graph form (`SGD(0.5).minimize(loss)`).
   explicit SGD(double lr, double momentum = 0.0);
   explicit SGD(SGDOptions opts);
-  double lr() const { return opts_.lr; }
-  void set_lr(double lr) { opts_.lr = lr; }
+  double lr() const override { return opts_.lr; }
+  void set_lr(double lr) override { opts_.lr = lr; }
 
  protected:
   Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
@@ -76,8 +81,8 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions opts);
   explicit Adam(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8);
   explicit Adam(AdamOptions opts);
-  double lr() const { return opts_.lr; }
-  void set_lr(double lr) { opts_.lr = lr; }
+  double lr() const override { return opts_.lr; }
+  void set_lr(double lr) override { opts_.lr = lr; }
 
  protected:
   Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "kiln/dispatch/dispatch.h"
+#include "kiln/passes/simplify.h"
 
 namespace kiln {
 namespace {
@@ -216,8 +217,11 @@ bool pass_enabled(const std::string& name) {
 std::string optimize(Program& p) {
   std::ostringstream os;
   if (pass_enabled("const_fold")) os << "const_fold: " << const_fold(p) << "  ";
+  if (pass_enabled("simplify")) os << "simplify: " << simplify(p) << "  ";
+  if (pass_enabled("transpose_fold")) os << "transpose_fold: " << fold_transposes(p) << "  ";
   if (pass_enabled("cse")) os << "cse: " << cse(p) << "  ";
-  if (pass_enabled("dce")) os << "dce: " << dce(p);
+  if (pass_enabled("dce")) os << "dce: " << dce(p) << "  ";
+  if (pass_enabled("fusion")) os << "fusion: " << fuse_elementwise(p);
   return os.str();
 }
 

@@ -26,6 +26,9 @@ int cse(Program& p);
 int const_fold(Program& p, int64_t max_elems = 1 << 20);
 /// Removes nodes no fetch depends on.
 int dce(Program& p);
+/// Elementwise fusion: groups of elementwise ops over one static shape become `fused` nodes
+/// (kiln/ops/fused.h). Returns the number of groups made.
+int fuse_elementwise(Program& p, int max_inputs = 32);
 /// Whether a pass is disabled through KILN_DISABLE_PASSES.
 bool pass_enabled(const std::string& name);
 /// Runs the enabled default pipeline; returns a one-line summary ("cse: 3, const_fold: 1, ...").

@@ -1,0 +1,344 @@
+// Fused-group codegen: emit C++ from each instruction's OpDef::expr, compile it with the
+// system compiler, dlopen it, and keep it in a disk cache keyed by a hash of source + options.
+// A cache entry is <key>.so plus <key>.sum (a checksum of the .so): an entry whose checksum does
+// not match is rebuilt, never loaded. Installs itself as the fused op's compiler hook.
+#include "kiln/codegen/codegen.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "kiln_prelude_vec_math.h"
+
+namespace kiln::codegen {
+namespace {
+
+const char* kFlags = "-O3 -march=native -std=c++20 -fPIC -shared -fno-math-errno -w";
+
+// Functions the ops' `expr` strings call, over float and double.
+const char* kExprPrelude = R"(
+namespace kf {
+template <class T> [[gnu::always_inline]] inline T exp(T x) { return kiln::vm::exp<T>(x); }
+template <class T> [[gnu::always_inline]] inline T tanh(T x) { return kiln::vm::tanh<T>(x); }
+template <class T> [[gnu::always_inline]] inline T erf(T x) { return kiln::vm::erf<T>(x); }
+template <class T> [[gnu::always_inline]] inline T sigmoid(T x) { return kiln::vm::sigmoid<T>(x); }
+template <class T> [[gnu::always_inline]] inline T log(T x) { return std::log(x); }
+template <class T> [[gnu::always_inline]] inline T sqrt(T x) { return std::sqrt(x); }
+template <class T> [[gnu::always_inline]] inline T pow(T a, T b) { return static_cast<T>(std::pow(a, b)); }
+template <class T> [[gnu::always_inline]] inline T abs(T x) { return x < 0 ? -x : x; }
+template <class T> [[gnu::always_inline]] inline T sign(T x) { return x != x ? x : T((x > 0) - (x < 0)); }
+template <class T> [[gnu::always_inline]] inline T relu(T x) { return x <= T(0) ? T(0) : x; }
+template <class T> [[gnu::always_inline]] inline T silu(T x) { return x * sigmoid<T>(x); }
+template <class T> [[gnu::always_inline]] inline T max(T a, T b) { return a != a ? a : (a > b ? a : b); }
+template <class T> [[gnu::always_inline]] inline T min(T a, T b) { return a != a ? a : (a < b ? a : b); }
+template <class T> [[gnu::always_inline]] inline T clamp(T x, double lo, double hi) {
+  return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
+}
+template <class T> [[gnu::always_inline]] inline T leaky_relu(T x, double s) { return x < T(0) ? x * T(s) : x; }
+template <class T> [[gnu::always_inline]] inline T gelu(T x, double approximate) {
+  if (approximate != 0) {
+    const T k = T(0.7978845608028654);
+    return T(0.5) * x * (T(1) + tanh<T>(k * (x + T(0.044715) * x * x * x)));
+  }
+  return T(0.5) * x * (T(1) + erf<T>(x * T(0.7071067811865476)));
+}
+}  // namespace kf
+)";
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string hex(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::string literal(double v) {
+  if (std::isnan(v)) return "NAN";
+  if (std::isinf(v)) return v > 0 ? "INFINITY" : "(-INFINITY)";
+  char b[48];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  bool integral = std::string(b).find_first_of(".eE") == std::string::npos;
+  char out[56];
+  std::snprintf(out, sizeof out, "(%s%s)", b, integral ? ".0" : "");
+  return out;
+}
+
+const char* ctype(DType d) {
+  switch (d) {
+    case Float32:
+      return "float";
+    case Float64:
+      return "double";
+    case Bool:
+      return "bool";
+    default:
+      fail("codegen", "unsupported dtype ", d);
+  }
+}
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<std::string, fused::KernelPtr> loaded;  // key -> kernel
+  Stats st;
+  bool dir_checked = false;
+  std::string dir_env;  // KILN_CACHE_DIR when the directory was checked
+  bool dir_ok = false;
+  bool compiler_ok = true;
+};
+Cache& cache() {
+  static Cache* c = new Cache();
+  return *c;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+std::string compiler() {
+  const char* c = std::getenv("KILN_CXX");
+  return c && *c ? c : "c++";
+}
+
+fused::KernelPtr load(const std::string& so) {
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) return nullptr;
+  return reinterpret_cast<fused::KernelPtr>(dlsym(h, "kiln_fused_kernel"));
+}
+
+// Entry is valid when the .so's checksum matches its .sum file.
+bool entry_valid(const std::string& base) {
+  std::string so, sum;
+  if (!read_file(base + ".so", so) || !read_file(base + ".sum", sum)) return false;
+  return hex(fnv1a(so.data(), so.size())) == sum;
+}
+
+fused::KernelPtr compile_hook(const fused::Program& p, DType dtype,
+                              const std::vector<DType>& in_dtypes, uint64_t pattern) {
+  if (!enabled()) return nullptr;
+  std::string src = emit(p, dtype, in_dtypes, pattern);
+  std::string opts = compiler() + " " + kFlags;
+  std::string key = hex(fnv1a(opts.data(), opts.size(), fnv1a(src.data(), src.size())));
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  auto it = c.loaded.find(key);
+  if (it != c.loaded.end()) {
+    ++c.st.memory_hits;
+    return it->second;
+  }
+  struct stat db {};
+  if (::stat(c.st.cache_dir.c_str(), &db) != 0) {  // removed since it was checked: recreate
+    try {
+      c.st.cache_dir = cache_dir();
+    } catch (const Error& err) {
+      c.st.last_error = err.what();
+      ++c.st.failures;
+      return nullptr;
+    }
+  }
+  std::string base = c.st.cache_dir + "/" + key;
+  auto t0 = std::chrono::steady_clock::now();
+  struct stat sb {};
+  bool exists = ::stat((base + ".so").c_str(), &sb) == 0;
+  if (exists && entry_valid(base)) {
+    if (fused::KernelPtr fn = load(base + ".so")) {
+      c.st.load_ms += ms_since(t0);
+      ++c.st.disk_hits;
+      c.loaded[key] = fn;
+      return fn;
+    }
+  }
+  if (exists) ++c.st.rebuilt;  // present but corrupt or unloadable
+  if (!c.compiler_ok) return nullptr;
+  // Compile under temporary names, then rename: another process never sees half an entry.
+  std::string tmp = base + "." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp + ".cpp");
+    f << src;
+  }
+  std::string cmd = "'" + compiler() + "' " + kFlags + " -o '" + tmp + ".so' '" + tmp +
+                    ".cpp' > '" + tmp + ".log' 2>&1";
+  int rc = std::system(cmd.c_str());
+  ++c.st.compiles;
+  c.st.compile_ms += ms_since(t0);
+  std::string so;
+  if (rc != 0 || !read_file(tmp + ".so", so)) {
+    std::string log;
+    read_file(tmp + ".log", log);
+    c.st.last_error = "compiler exited with " + std::to_string(rc) + ": " + log.substr(0, 400);
+    ++c.st.failures;
+    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 127) c.compiler_ok = false;  // no compiler at all
+    std::remove((tmp + ".so").c_str());
+    return nullptr;
+  }
+  {
+    std::ofstream f(tmp + ".sum");
+    f << hex(fnv1a(so.data(), so.size()));
+  }
+  std::rename((tmp + ".cpp").c_str(), (base + ".cpp").c_str());
+  std::rename((tmp + ".so").c_str(), (base + ".so").c_str());
+  std::rename((tmp + ".sum").c_str(), (base + ".sum").c_str());
+  std::remove((tmp + ".log").c_str());
+  fused::KernelPtr fn = load(base + ".so");
+  if (!fn) {
+    c.st.last_error = std::string("dlopen failed: ") + dlerror();
+    ++c.st.failures;
+    return nullptr;
+  }
+  c.loaded[key] = fn;
+  return fn;
+}
+
+struct Installer {
+  Installer() { fused::set_compiler(compile_hook); }
+} g_installer;
+
+}  // namespace
+
+std::string cache_dir() {
+  std::string dir;
+  if (const char* d = std::getenv("KILN_CACHE_DIR"); d && *d) {
+    dir = d;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    dir = std::string(x) + "/kiln";
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    dir = std::string(h) + "/.cache/kiln";
+  } else {
+    fail("codegen", "no cache directory: set KILN_CACHE_DIR or HOME");
+  }
+  if (dir.find_first_of("'\"") != std::string::npos)
+    fail("codegen", "cache directory '", dir, "' contains a quote");
+  // Parents as usual, the cache itself private.
+  for (size_t pos = 1; (pos = dir.find('/', pos)) != std::string::npos; ++pos)
+    ::mkdir(dir.substr(0, pos).c_str(), 0755);
+  ::mkdir(dir.c_str(), 0700);
+  struct stat sb {};
+  if (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
+    fail("codegen", "cannot create cache directory '", dir, "'");
+  if (sb.st_uid != ::geteuid())
+    fail("codegen", "refusing cache directory '", dir, "': owned by uid ", sb.st_uid,
+         ", not by this user (", ::geteuid(), ")");
+  if (sb.st_mode & (S_IWGRP | S_IWOTH))
+    fail("codegen", "refusing cache directory '", dir, "': writable by others (mode ",
+         sb.st_mode & 0777, "); a planted kernel would be loaded");
+  return dir;
+}
+
+bool enabled() {
+  const char* e = std::getenv("KILN_CODEGEN");
+  if (e && std::string(e) == "0") return false;
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  const char* env = std::getenv("KILN_CACHE_DIR");
+  std::string env_now = env ? env : "";
+  if (!c.dir_checked || env_now != c.dir_env) {
+    c.dir_checked = true;
+    c.dir_env = env_now;
+    c.dir_ok = false;
+    c.st.options = compiler() + " " + kFlags;
+    try {
+      c.st.cache_dir = cache_dir();
+      c.dir_ok = true;
+    } catch (const Error& err) {
+      c.st.last_error = err.what();
+      std::fprintf(stderr, "kiln: codegen off: %s\n", err.what());
+    }
+  }
+  return c.dir_ok && c.compiler_ok;
+}
+
+std::string emit(const fused::Program& p, DType dtype, const std::vector<DType>& in_dtypes,
+                 uint64_t pattern) {
+  std::ostringstream os;
+  os << "// Kiln fused kernel: " << p.text << "\n";
+  os << vec_math_source() << "\n" << kExprPrelude << "\n";
+  os << "namespace kf {\nextern \"C\" void kiln_fused_kernel(long n, const void* const* in_, "
+        "void* const* out_) {\n";
+  os << "  using T = " << ctype(dtype) << ";\n";
+  std::vector<std::string> arg(static_cast<size_t>(p.num_inputs));
+  for (int k = 0; k < p.num_inputs; ++k) {
+    const char* ct = ctype(in_dtypes[static_cast<size_t>(k)]);
+    if ((pattern >> k) & 1) {
+      os << "  const " << ct << "* __restrict__ in" << k << " = static_cast<const " << ct
+         << "*>(in_[" << k << "]);\n";
+      arg[static_cast<size_t>(k)] = std::string("in").append(std::to_string(k)).append("[j]");
+    } else {
+      os << "  const " << ct << " s" << k << " = *static_cast<const " << ct << "*>(in_[" << k
+         << "]);\n";
+      arg[static_cast<size_t>(k)] = std::string("s").append(std::to_string(k));
+    }
+  }
+  os << "  T* __restrict__ out0 = static_cast<T*>(out_[0]);\n";
+  os << "#pragma GCC ivdep\n  for (long j = 0; j < n; ++j) {\n";
+  for (size_t i = 0; i < p.code.size(); ++i) {
+    const fused::Instr& ins = p.code[i];
+    const std::string& e = ins.op->expr;
+    std::string out;
+    for (size_t c = 0; c < e.size(); ++c) {
+      if ((e[c] == '$' || e[c] == '@') && c + 1 < e.size() && std::isdigit(e[c + 1])) {
+        size_t d = c + 1;
+        int k = 0;
+        while (d < e.size() && std::isdigit(e[d])) k = k * 10 + (e[d++] - '0');
+        if (e[c] == '$') {
+          int a = ins.args.at(static_cast<size_t>(k));
+          if (a >= 0)
+            out += arg[static_cast<size_t>(a)];
+          else
+            out.append("t").append(std::to_string(-1 - a));
+        } else {
+          out += literal(ins.attrs.at(static_cast<size_t>(k)));
+        }
+        c = d - 1;
+      } else {
+        out += e[c];
+      }
+    }
+    // Results of arithmetic are T (so `x * 0.5` stays float); comparisons stay bool.
+    bool is_bool = ins.op->name == "lt" || ins.op->name == "le" || ins.op->name == "gt" ||
+                   ins.op->name == "ge" || ins.op->name == "eq" || ins.op->name == "ne" ||
+                   ins.op->name == "logical_and" || ins.op->name == "logical_or" ||
+                   ins.op->name == "logical_not";
+    os << "    const " << (is_bool ? "bool" : "T") << " t" << i << " = " << out << ";\n";
+  }
+  os << "    out0[j] = t" << p.code.size() - 1 << ";\n  }\n}\n}  // namespace kf\n";
+  return os.str();
+}
+
+Stats stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  return c.st;
+}
+
+void clear_memory_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.loaded.clear();
+}
+
+}  // namespace kiln::codegen

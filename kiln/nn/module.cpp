@@ -1,0 +1,174 @@
+// Module bookkeeping: registration, recursive traversal with dotted names, state dicts and
+// parameter swapping.
+#include "kiln/nn/module.h"
+
+#include "kiln/dispatch/dispatch.h"
+
+namespace kiln::nn {
+
+void Module::register_parameter(const std::string& name, Tensor* slot) {
+  if (!slot || !slot->defined())
+    fail("Module::register_parameter", "parameter '", name, "' of ", type_name(), " is undefined");
+  for (auto& [n, s] : params_)
+    if (n == name) fail("Module::register_parameter", "duplicate parameter name '", name, "'");
+  slot->requires_grad_(true);
+  params_.push_back({name, slot});
+}
+
+void Module::register_buffer(const std::string& name, Tensor* slot) {
+  for (auto& [n, s] : buffers_)
+    if (n == name) fail("Module::register_buffer", "duplicate buffer name '", name, "'");
+  buffers_.push_back({name, slot});
+}
+
+void Module::register_module(const std::string& name, Module* child) {
+  if (!child) fail("Module::register_module", "child '", name, "' is null");
+  for (auto& [n, c] : children_)
+    if (n == name) fail("Module::register_module", "duplicate child name '", name, "'");
+  children_.push_back({name, child});
+}
+
+void Module::collect(const std::string& prefix, bool params,
+                     std::vector<std::pair<std::string, Tensor*>>& out) const {
+  for (const auto& [n, s] : params ? params_ : buffers_) out.push_back({prefix + n, s});
+  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", params, out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor*>> v;
+  collect("", true, v);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [n, s] : v) out.push_back({n, *s});
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor*>> v;
+  collect("", false, v);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [n, s] : v) out.push_back({n, *s});
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_buffers()) out.push_back(t);
+  return out;
+}
+
+std::vector<Tensor*> Module::parameter_slots() {
+  std::vector<std::pair<std::string, Tensor*>> v;
+  collect("", true, v);
+  std::vector<Tensor*> out;
+  for (auto& [n, s] : v) out.push_back(s);
+  return out;
+}
+
+std::vector<Tensor*> Module::buffer_slots() {
+  std::vector<std::pair<std::string, Tensor*>> v;
+  collect("", false, v);
+  std::vector<Tensor*> out;
+  for (auto& [n, s] : v) out.push_back(s);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_children() const { return children_; }
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& t : parameters()) t.zero_grad();
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& t : parameters()) n += t.numel();
+  return n;
+}
+
+void Module::to(DType dtype) {
+  if (!is_floating(dtype))
+    fail("Module::to", type_name(), " can only be cast to a floating dtype, got ",
+         dtype_name(dtype));
+  NoGradGuard ng;
+  for (Tensor* slot : parameter_slots())
+    if (is_floating(slot->dtype()) && slot->dtype() != dtype)
+      *slot = slot->detach().to(dtype).requires_grad_(true);
+  for (Tensor* slot : buffer_slots())
+    if (slot->defined() && is_floating(slot->dtype()) && slot->dtype() != dtype)
+      *slot = slot->detach().to(dtype);
+}
+
+StateDict Module::state_dict() const {
+  StateDict sd = named_parameters();
+  for (auto& nb : named_buffers()) sd.push_back(nb);
+  return sd;
+}
+
+void Module::load_state_dict(const StateDict& sd, bool strict) {
+  std::vector<std::pair<std::string, Tensor*>> mine;
+  collect("", true, mine);
+  collect("", false, mine);
+  // Validate everything first so that a bad dict changes nothing.
+  std::vector<std::pair<Tensor*, const Tensor*>> todo;
+  for (auto& [name, slot] : mine) {
+    const Tensor* found = nullptr;
+    for (auto& [n, t] : sd)
+      if (n == name) found = &t;
+    if (!found) {
+      if (strict) fail("load_state_dict", type_name(), ": missing key '", name, "'");
+      continue;
+    }
+    if (!found->defined() || found->shape() != slot->shape() || found->dtype() != slot->dtype())
+      fail("load_state_dict", type_name(), ": '", name, "' expects ", slot->dtype(), slot->shape(),
+           ", got ", found->defined() ? dtype_name(found->dtype()) : "undefined",
+           found->defined() ? found->shape() : Shape{});
+    todo.push_back({slot, found});
+  }
+  if (strict)
+    for (auto& [n, t] : sd) {
+      bool known = false;
+      for (auto& [name, slot] : mine) known = known || name == n;
+      if (!known) fail("load_state_dict", type_name(), ": unexpected key '", n, "'");
+    }
+  NoGradGuard ng;
+  for (auto& [slot, src] : todo) slot->copy_(*src);
+}
+
+ParameterSwap::ParameterSwap(Module& m, const std::vector<Tensor>& params,
+                             const std::vector<Tensor>& buffers) {
+  std::vector<Tensor*> ps = m.parameter_slots();
+  if (params.size() != ps.size())
+    fail("ParameterSwap", m.type_name(), " has ", ps.size(), " parameters, got ", params.size());
+  std::vector<Tensor*> bs;
+  if (!buffers.empty()) {
+    bs = m.buffer_slots();
+    if (buffers.size() != bs.size())
+      fail("ParameterSwap", m.type_name(), " has ", bs.size(), " buffers, got ", buffers.size());
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    slots_.push_back(ps[i]);
+    saved_.push_back(*ps[i]);
+    *ps[i] = params[i];
+  }
+  for (size_t i = 0; i < bs.size(); ++i) {
+    slots_.push_back(bs[i]);
+    saved_.push_back(*bs[i]);
+    *bs[i] = buffers[i];
+  }
+}
+
+ParameterSwap::~ParameterSwap() {
+  for (size_t i = 0; i < slots_.size(); ++i) *slots_[i] = saved_[i];
+}
+
+}  // namespace kiln::nn

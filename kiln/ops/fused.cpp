@@ -1,0 +1,627 @@
+// The `fused` op: program parsing, the per-program state table, the driver that walks the
+// output in rows (broadcast inputs read in place, never expanded) and the tile interpreter.
+// Generated code, when kiln/codegen is linked and a compiler exists, replaces the interpreter
+// for a (program, dtype, input pattern) specialization; results agree to rounding.
+#include "kiln/ops/fused.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/kernels/cpu/parallel.h"
+#include "kiln/kernels/cpu/stream.h"
+#include "kiln/kernels/cpu/vec_math.h"
+#include "kiln/ops/op_util.h"
+
+namespace kiln::fused {
+namespace {
+
+enum Code : int {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kEq,
+  kNe,
+  kAnd,
+  kOr,
+  kNot,
+  kWhere,
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kAbs,
+  kSign,
+  kErf,
+  kClamp,
+  kRelu,
+  kLeaky,
+  kSigmoid,
+  kTanh,
+  kGelu,
+  kSilu,
+  kCopy
+};
+
+const std::unordered_map<std::string, int>& codes() {
+  static const std::unordered_map<std::string, int> m = {
+      {"add", kAdd},         {"sub", kSub},         {"mul", kMul},       {"div", kDiv},
+      {"pow", kPow},         {"maximum", kMax},     {"minimum", kMin},   {"lt", kLt},
+      {"le", kLe},           {"gt", kGt},           {"ge", kGe},         {"eq", kEq},
+      {"ne", kNe},           {"logical_and", kAnd}, {"logical_or", kOr}, {"logical_not", kNot},
+      {"where", kWhere},     {"neg", kNeg},         {"exp", kExp},       {"log", kLog},
+      {"sqrt", kSqrt},       {"rsqrt", kRsqrt},     {"abs", kAbs},       {"sign", kSign},
+      {"erf", kErf},         {"clamp", kClamp},     {"relu", kRelu},     {"leaky_relu", kLeaky},
+      {"sigmoid", kSigmoid}, {"tanh", kTanh},       {"gelu", kGelu},     {"silu", kSilu},
+      {"clone", kCopy}};
+  return m;
+}
+
+constexpr int64_t kTile = 256;
+constexpr int64_t kStreamChunk = 1024;  // elements computed into cache before streaming out
+constexpr int kMaxSpecs = 16;
+constexpr int64_t kMaxPrograms = 1 << 16;
+
+struct Spec {
+  DType dtype;
+  uint64_t pattern;
+  bool codegen;  // generated code was allowed when this was made
+  std::vector<DType> in_dtypes;
+  KernelPtr fn;  // null: interpret
+};
+
+// Per program: the parsed code, the interpreter's buffer assignment and the specializations.
+struct State {
+  Program prog;
+  std::vector<int> buf;  // per instruction: its tile buffer (inputs use 0..num_inputs-1)
+  int num_bufs = 0;
+  Spec specs[kMaxSpecs];
+  std::atomic<int> num_specs{0};
+  std::mutex mu;
+};
+
+std::atomic<State*> g_table[kMaxPrograms];
+std::atomic<int64_t> g_count{0};
+std::mutex g_mu;
+std::unordered_map<std::string, int64_t> g_ids;
+std::atomic<CompilerHook> g_compiler{nullptr};
+std::atomic<int64_t> g_specs{0}, g_compiled{0};
+std::atomic<bool> g_codegen{[] {
+  const char* e = std::getenv("KILN_CODEGEN");
+  return !(e && std::string(e) == "0");
+}()};
+
+// Linear scan: an instruction's buffer is freed after its last use, so a chain of 1000 ops needs
+// two buffers.
+void assign_buffers(State& s) {
+  const auto& code = s.prog.code;
+  std::vector<int> last(code.size(), -1);
+  for (size_t i = 0; i < code.size(); ++i)
+    for (int a : code[i].args)
+      if (a < 0) last[static_cast<size_t>(-1 - a)] = static_cast<int>(i);
+  std::vector<int> free_list;
+  int next = s.prog.num_inputs;
+  s.buf.assign(code.size(), -1);
+  for (size_t i = 0; i < code.size(); ++i) {
+    if (!free_list.empty()) {
+      s.buf[i] = free_list.back();
+      free_list.pop_back();
+    } else {
+      s.buf[i] = next++;
+    }
+    // Release arguments whose last use is here (after choosing ours, so none aliases it);
+    // an argument used twice (mul(t1,t1)) is released once.
+    for (int a : code[i].args)
+      if (a < 0 && last[static_cast<size_t>(-1 - a)] == static_cast<int>(i)) {
+        last[static_cast<size_t>(-1 - a)] = -1;
+        free_list.push_back(s.buf[static_cast<size_t>(-1 - a)]);
+      }
+  }
+  s.num_bufs = next;
+}
+
+State& state_for(const Attrs& a) {
+  int64_t kid = a.i(1);
+  if (kid >= 0 && kid < g_count.load(std::memory_order_acquire)) {
+    State* s = g_table[kid].load(std::memory_order_acquire);
+    if (s && s->prog.text == a.s(0)) return *s;
+  }
+  return *g_table[register_program(a.s(0))].load(std::memory_order_acquire);
+}
+
+// ---- interpreter ----------------------------------------------------------------------------
+
+template <typename T>
+[[gnu::always_inline]] inline T gelu_erf(T x) {
+  return T(0.5) * x * (T(1) + vm::erf<T>(x * T(0.7071067811865476)));
+}
+template <typename T>
+[[gnu::always_inline]] inline T gelu_tanh(T x) {
+  const T k = T(0.7978845608028654);
+  return T(0.5) * x * (T(1) + vm::tanh<T>(k * (x + T(0.044715) * x * x * x)));
+}
+
+template <typename T>
+void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64_t n) {
+#define KILN_LOOP(EXPR)                          \
+  for (int64_t j = 0; j < n; ++j) d[j] = (EXPR); \
+  break;
+  switch (ins.code) {
+    case kAdd:
+      KILN_LOOP(a[j] + b[j])
+    case kSub:
+      KILN_LOOP(a[j] - b[j])
+    case kMul:
+      KILN_LOOP(a[j] * b[j])
+    case kDiv:
+      KILN_LOOP(a[j] / b[j])
+    case kPow:
+      KILN_LOOP(static_cast<T>(std::pow(a[j], b[j])))
+    case kMax:
+      KILN_LOOP(a[j] != a[j] ? a[j] : (a[j] > b[j] ? a[j] : b[j]))
+    case kMin:
+      KILN_LOOP(a[j] != a[j] ? a[j] : (a[j] < b[j] ? a[j] : b[j]))
+    case kLt:
+      KILN_LOOP(T(a[j] < b[j]))
+    case kLe:
+      KILN_LOOP(T(a[j] <= b[j]))
+    case kGt:
+      KILN_LOOP(T(a[j] > b[j]))
+    case kGe:
+      KILN_LOOP(T(a[j] >= b[j]))
+    case kEq:
+      KILN_LOOP(T(a[j] == b[j]))
+    case kNe:
+      KILN_LOOP(T(a[j] != b[j]))
+    case kAnd:
+      KILN_LOOP(T(a[j] != T(0) && b[j] != T(0)))
+    case kOr:
+      KILN_LOOP(T(a[j] != T(0) || b[j] != T(0)))
+    case kNot:
+      KILN_LOOP(T(a[j] == T(0)))
+    case kWhere:
+      KILN_LOOP(a[j] != T(0) ? b[j] : c[j])
+    case kNeg:
+      KILN_LOOP(-a[j])
+    case kExp:
+      KILN_LOOP(vm::exp<T>(a[j]))
+    case kLog:
+      KILN_LOOP(std::log(a[j]))
+    case kSqrt:
+      KILN_LOOP(std::sqrt(a[j]))
+    case kRsqrt:
+      KILN_LOOP(T(1) / std::sqrt(a[j]))
+    case kAbs:
+      KILN_LOOP(a[j] < 0 ? -a[j] : a[j])
+    case kSign:
+      KILN_LOOP(a[j] != a[j] ? a[j] : T((a[j] > 0) - (a[j] < 0)))
+    case kErf:
+      KILN_LOOP(vm::erf<T>(a[j]))
+    case kClamp: {
+      T lo = T(ins.attrs[0]), hi = T(ins.attrs[1]);
+      KILN_LOOP(a[j] < lo ? lo : (a[j] > hi ? hi : a[j]))
+    }
+    case kRelu:
+      KILN_LOOP(a[j] <= T(0) ? T(0) : a[j])
+    case kLeaky: {
+      T s = T(ins.attrs[0]);
+      KILN_LOOP(a[j] < T(0) ? a[j] * s : a[j])
+    }
+    case kSigmoid:
+      KILN_LOOP(vm::sigmoid<T>(a[j]))
+    case kTanh:
+      KILN_LOOP(vm::tanh<T>(a[j]))
+    case kGelu:
+      if (ins.attrs[0] != 0) {
+        KILN_LOOP(gelu_tanh<T>(a[j]))
+      } else {
+        KILN_LOOP(gelu_erf<T>(a[j]))
+      }
+    case kSilu:
+      KILN_LOOP(a[j] * vm::sigmoid<T>(a[j]))
+    case kCopy:
+      KILN_LOOP(a[j])
+    default:
+      fail("fused", "unknown opcode ", ins.code);
+  }
+#undef KILN_LOOP
+}
+
+template <typename T>
+void load_input(T* dst, const void* src, DType dt, int64_t n, bool varying) {
+  if (dt == Bool) {
+    const bool* s = static_cast<const bool*>(src);
+    if (varying)
+      for (int64_t j = 0; j < n; ++j) dst[j] = T(s[j]);
+    else
+      for (int64_t j = 0; j < n; ++j) dst[j] = T(s[0]);
+  } else {
+    const T* s = static_cast<const T*>(src);
+    if (varying)
+      std::memcpy(dst, s, static_cast<size_t>(n) * sizeof(T));
+    else
+      for (int64_t j = 0; j < n; ++j) dst[j] = s[0];
+  }
+}
+
+// Runs the program over n elements tile by tile: each tile passes through every instruction
+// while it is in L1; the last instruction writes straight to the output.
+template <typename T>
+void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in, void* out) {
+  thread_local std::vector<T> scratch;
+  size_t need = static_cast<size_t>(s.num_bufs) * kTile;
+  if (scratch.size() < need) scratch.resize(need);
+  T* buf = scratch.data();
+  const Program& p = s.prog;
+  int ni = p.num_inputs;
+  for (int k = 0; k < ni; ++k)
+    if (!((sp.pattern >> k) & 1))
+      load_input<T>(buf + k * kTile, in[k], sp.in_dtypes[static_cast<size_t>(k)], kTile, false);
+  T* o = static_cast<T*>(out);
+  for (int64_t i0 = 0; i0 < n; i0 += kTile) {
+    int64_t len = std::min(kTile, n - i0);
+    for (int k = 0; k < ni; ++k)
+      if ((sp.pattern >> k) & 1) {
+        DType dt = sp.in_dtypes[static_cast<size_t>(k)];
+        const char* base =
+            static_cast<const char*>(in[k]) + i0 * static_cast<int64_t>(dtype_size(dt));
+        load_input<T>(buf + k * kTile, base, dt, len, true);
+      }
+    size_t last = p.code.size() - 1;
+    for (size_t i = 0; i < p.code.size(); ++i) {
+      const Instr& ins = p.code[i];
+      auto arg = [&](size_t k) -> const T* {
+        if (k >= ins.args.size()) return nullptr;
+        int a = ins.args[k];
+        int b = a >= 0 ? a : s.buf[static_cast<size_t>(-1 - a)];
+        return buf + b * kTile;
+      };
+      T* d = i == last ? o + i0 : buf + s.buf[i] * kTile;
+      run_instr<T>(ins, d, arg(0), arg(1), arg(2), len);
+    }
+  }
+}
+
+// ---- driver ---------------------------------------------------------------------------------
+
+const Spec& spec_for(State& s, DType dtype, const DType* in_dt, uint64_t pattern) {
+  const bool cg = g_codegen.load(std::memory_order_relaxed);
+  int n = s.num_specs.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    const Spec& sp = s.specs[i];
+    if (sp.dtype == dtype && sp.pattern == pattern && sp.codegen == cg &&
+        std::equal(sp.in_dtypes.begin(), sp.in_dtypes.end(), in_dt))
+      return sp;
+  }
+  std::lock_guard<std::mutex> lk(s.mu);
+  n = s.num_specs.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {  // made by another thread meanwhile
+    const Spec& sp = s.specs[i];
+    if (sp.dtype == dtype && sp.pattern == pattern && sp.codegen == cg &&
+        std::equal(sp.in_dtypes.begin(), sp.in_dtypes.end(), in_dt))
+      return sp;
+  }
+  Spec sp{dtype, pattern, cg, std::vector<DType>(in_dt, in_dt + s.prog.num_inputs), nullptr};
+  CompilerHook h = g_compiler.load();
+  if (cg && h) sp.fn = h(s.prog, dtype, sp.in_dtypes, pattern);
+  g_specs.fetch_add(1);
+  if (sp.fn) g_compiled.fetch_add(1);
+  if (n == kMaxSpecs) {  // table full: keep the oldest, interpret this one uncached
+    thread_local Spec overflow;
+    overflow = sp;
+    return overflow;
+  }
+  s.specs[n] = std::move(sp);
+  s.num_specs.store(n + 1, std::memory_order_release);
+  return s.specs[n];
+}
+
+constexpr int kMaxRank = 12;
+
+void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs& a) {
+  State& s = state_for(a);
+  const int ni = s.prog.num_inputs;
+  if (static_cast<int>(in_raw.size()) != ni)
+    fail("fused", "program takes ", ni, " inputs, got ", in_raw.size());
+  Tensor& o = out[0];
+  const DType dt = o.dtype();
+  const Shape& S = o.shape();
+  const int64_t r = S.rank();
+  if (r > kMaxRank) fail("fused", "rank ", r, " is above ", kMaxRank);
+  if (o.numel() == 0) return;
+  SmallVec<Tensor, 8> in(in_raw.begin(), in_raw.end());
+  SmallVec<DType, 8> in_dt;
+  for (const auto& t : in) in_dt.push_back(t.dtype());
+  // Per input, strides over the output's dims (0 where it broadcasts).
+  SmallVec<int64_t, 8 * kMaxRank> st(static_cast<size_t>(ni * r), 0);
+  auto fill_strides = [&](int k) {
+    const Tensor& t = in[static_cast<size_t>(k)];
+    int64_t tr = t.dim();
+    for (int64_t d = 0; d < r; ++d) {
+      int64_t td = d - (r - tr);
+      st[static_cast<size_t>(k * r + d)] = td < 0 || t.shape()[td] == 1 ? 0 : t.strides()[td];
+    }
+  };
+  int dims[kMaxRank];
+  int nd = 0;
+  for (int64_t d = 0; d < r; ++d)
+    if (S[d] != 1) dims[nd++] = static_cast<int>(d);
+  uint64_t pattern = 0;
+  int64_t inner = 1;
+  for (int k = 0; k < ni; ++k) {
+    fill_strides(k);
+    if (nd == 0) continue;
+    int64_t s0 = st[static_cast<size_t>(k * r + dims[nd - 1])];
+    if (s0 != 0 && s0 != 1) {  // strided innermost: one contiguous copy of this input
+      in[static_cast<size_t>(k)] = in[static_cast<size_t>(k)].contiguous();
+      fill_strides(k);
+      s0 = st[static_cast<size_t>(k * r + dims[nd - 1])];
+    }
+    if (s0 == 1) pattern |= uint64_t(1) << k;
+  }
+  // Fold trailing dims into one inner run while every input keeps its mode across them.
+  int cut = nd;
+  if (nd > 0) {
+    inner = S[dims[nd - 1]];
+    cut = nd - 1;
+    while (cut > 0) {
+      int d = dims[cut - 1];
+      bool ok = true;
+      for (int k = 0; k < ni && ok; ++k) {
+        int64_t sd = st[static_cast<size_t>(k * r + d)];
+        ok = ((pattern >> k) & 1) ? sd == inner : sd == 0;
+      }
+      if (!ok) break;
+      inner *= S[d];
+      --cut;
+    }
+  }
+  const Spec& sp = spec_for(s, dt, in_dt.data(), pattern);
+  SmallVec<const char*, 8> base;
+  SmallVec<int64_t, 8> esz;
+  for (int k = 0; k < ni; ++k) {
+    base.push_back(static_cast<const char*>(in[static_cast<size_t>(k)].raw_data()));
+    esz.push_back(static_cast<int64_t>(dtype_size(in_dt[static_cast<size_t>(k)])));
+  }
+  char* obase = static_cast<char*>(o.raw_data());
+  const int64_t oes = static_cast<int64_t>(dtype_size(dt));
+  const int64_t rows = o.numel() / inner;
+  // Work units: whole rows, or pieces of rows when there are too few rows to share.
+  int nt = get_num_threads();
+  int64_t per_row = 1;
+  if (rows < 4 * nt && o.numel() >= kParallelGrain) {
+    per_row = (4 * nt + rows - 1) / rows;
+    per_row = std::min<int64_t>(per_row, std::max<int64_t>(1, inner / 1024));
+  }
+  int64_t chunk = (inner + per_row - 1) / per_row;
+  chunk = (chunk + 63) / 64 * 64;
+  per_row = (inner + chunk - 1) / chunk;
+  const int64_t units = rows * per_row;
+  const bool stream = o.numel() * oes >= cpu::kStreamBytes;
+  auto compute = [&](int64_t n, const void* const* p, void* op) {
+    if (sp.fn)
+      sp.fn(n, p, &op);
+    else if (dt == Float32)
+      interpret<float>(s, sp, n, p, op);
+    else
+      interpret<double>(s, sp, n, p, op);
+  };
+  auto run_units = [&](int64_t u0, int64_t u1) {
+    const void* ptr[64];
+    SmallVec<const void*, 8> ptr_big;
+    const void** p = ptr;
+    if (ni > 64) {
+      ptr_big.resize(static_cast<size_t>(ni));
+      p = ptr_big.data();
+    }
+    for (int64_t u = u0; u < u1; ++u) {
+      int64_t row = u / per_row, col = (u % per_row) * chunk;
+      int64_t len = std::min(chunk, inner - col);
+      // Row index -> offsets along the outer dims.
+      int64_t idx[kMaxRank];
+      int64_t rem = row;
+      for (int c = cut - 1; c >= 0; --c) {
+        int64_t sz = S[dims[c]];
+        idx[c] = rem % sz;
+        rem /= sz;
+      }
+      for (int k = 0; k < ni; ++k) {
+        int64_t off = ((pattern >> k) & 1) ? col : 0;
+        for (int c = 0; c < cut; ++c) off += idx[c] * st[static_cast<size_t>(k * r + dims[c])];
+        p[k] = base[static_cast<size_t>(k)] + off * esz[static_cast<size_t>(k)];
+      }
+      void* op = obase + (row * inner + col) * oes;
+      if (!stream) {
+        compute(len, p, op);
+        continue;
+      }
+      // Large outputs: compute a sub-chunk into a cached buffer, then stream it out.
+      alignas(64) char tmp[kStreamChunk * 8];
+      const void* q[64];
+      SmallVec<const void*, 8> q_big;
+      const void** qq = q;
+      if (ni > 64) {
+        q_big.resize(static_cast<size_t>(ni));
+        qq = q_big.data();
+      }
+      for (int64_t off = 0; off < len; off += kStreamChunk) {
+        int64_t m = std::min(kStreamChunk, len - off);
+        for (int k = 0; k < ni; ++k)
+          qq[k] = static_cast<const char*>(p[k]) +
+                  (((pattern >> k) & 1) ? off * esz[static_cast<size_t>(k)] : 0);
+        compute(m, qq, tmp);
+        cpu::stream_copy(static_cast<char*>(op) + off * oes, tmp, m * oes);
+      }
+    }
+    if (stream) cpu::stream_fence();
+  };
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, chunk));
+  parallel_for(units, grain, run_units);
+}
+
+MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
+  const State& s = state_for(a);
+  if (static_cast<int>(in.size()) != s.prog.num_inputs)
+    fail("fused", "program takes ", s.prog.num_inputs, " inputs, got ", in.size());
+  DType dt = Float32;
+  bool found = false;
+  Shape shape;
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (in[k].dtype() != Bool) {
+      if (found && in[k].dtype() != dt)
+        fail("fused", "inputs mix ", dt, " and ", in[k].dtype(), " (input ", k, ")");
+      dt = in[k].dtype();
+      found = true;
+    }
+    shape = k == 0 ? in[k].shape() : broadcast_shapes(shape, in[k].shape(), "fused");
+  }
+  if (!found || !is_floating(dt))
+    fail("fused", "needs float32 or float64 inputs, got ", dt, " ", shape);
+  return opu::one(dt, shape);
+}
+
+}  // namespace
+
+bool supported(const OpDef& op) { return codes().count(op.name) != 0; }
+
+std::string instr_text(const OpDef& op, const std::vector<std::string>& args, const Attrs& attrs) {
+  std::string s = op.name;
+  s += '(';
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i) s += ',';
+    s += args[i];
+  }
+  for (size_t i = 0; i < attrs.size(); ++i) {
+    double v = 0;
+    if (auto* d = std::get_if<double>(&attrs[i]))
+      v = *d;
+    else if (auto* b = std::get_if<bool>(&attrs[i]))
+      v = *b ? 1 : 0;
+    else if (auto* n = std::get_if<int64_t>(&attrs[i]))
+      v = static_cast<double>(*n);
+    else
+      fail("fused", "op ", op.name, " has a non-numeric attribute");
+    char tmp[40];
+    std::snprintf(tmp, sizeof tmp, "%.17g", v);
+    s += (i ? "," : "|");
+    s += tmp;
+  }
+  return s + ")";
+}
+
+Program parse(const std::string& text) {
+  Program p;
+  p.text = text;
+  size_t pos = 0;
+  auto bad = [&](const std::string& why) -> void {
+    fail("fused", "malformed program at offset ", pos, " (", why, "): '", text, "'");
+  };
+  while (pos < text.size()) {
+    size_t lp = text.find('(', pos), rp = text.find(')', pos);
+    if (lp == std::string::npos || rp == std::string::npos || rp < lp) bad("expected op(...)");
+    Instr ins;
+    std::string name = text.substr(pos, lp - pos);
+    auto it = codes().find(name);
+    if (it == codes().end()) bad(str_cat("unknown op '", name, "'"));
+    ins.op = OpRegistry::get().find(name);
+    ins.code = it->second;
+    std::string body = text.substr(lp + 1, rp - lp - 1);
+    size_t bar = body.find('|');
+    std::string args = body.substr(0, bar),
+                attrs = bar == std::string::npos ? "" : body.substr(bar + 1);
+    size_t a = 0;
+    while (a < args.size()) {
+      size_t c = args.find(',', a);
+      std::string tok = args.substr(a, c == std::string::npos ? std::string::npos : c - a);
+      if (tok.size() < 2 || (tok[0] != 'i' && tok[0] != 't'))
+        bad(str_cat("bad argument '", tok, "'"));
+      int v = std::stoi(tok.substr(1));
+      if (tok[0] == 'i') {
+        ins.args.push_back(v);
+        p.num_inputs = std::max(p.num_inputs, v + 1);
+      } else {
+        if (v < 0 || v >= static_cast<int>(p.code.size())) bad(str_cat("forward reference ", tok));
+        ins.args.push_back(-1 - v);
+      }
+      if (c == std::string::npos) break;
+      a = c + 1;
+    }
+    a = 0;
+    while (a < attrs.size()) {
+      size_t c = attrs.find(',', a);
+      ins.attrs.push_back(
+          std::stod(attrs.substr(a, c == std::string::npos ? std::string::npos : c - a)));
+      if (c == std::string::npos) break;
+      a = c + 1;
+    }
+    size_t want =
+        ins.op->num_inputs < 0 ? ins.args.size() : static_cast<size_t>(ins.op->num_inputs);
+    if (ins.args.size() != want) bad(str_cat(name, " takes ", want, " arguments"));
+    if (ins.attrs.size() != ins.op->attr_names.size())
+      bad(str_cat(name, ": wrong attribute count"));
+    p.code.push_back(std::move(ins));
+    pos = rp + 1;
+    if (pos < text.size()) {
+      if (text[pos] != ';') bad("expected ';'");
+      ++pos;
+    }
+  }
+  if (p.code.empty()) bad("empty");
+  if (p.num_inputs > 64) bad("more than 64 inputs");
+  return p;
+}
+
+int64_t register_program(const std::string& text) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  auto it = g_ids.find(text);
+  if (it != g_ids.end()) return it->second;
+  int64_t id = g_count.load();
+  if (id >= kMaxPrograms) fail("fused", "more than ", kMaxPrograms, " fused programs");
+  auto* s = new State();  // lives for the process: kernels may run until exit
+  s->prog = parse(text);
+  assign_buffers(*s);
+  g_table[id].store(s, std::memory_order_release);
+  g_count.store(id + 1, std::memory_order_release);
+  g_ids[text] = id;
+  return id;
+}
+
+void set_compiler(CompilerHook hook) { g_compiler.store(hook); }
+void set_codegen(bool on) { g_codegen.store(on); }
+bool codegen_on() { return g_codegen.load(); }
+
+Stats stats() { return Stats{g_count.load(), g_specs.load(), g_compiled.load()}; }
+
+const OpDef& fused_op() {
+  static const OpDef& op = def_op({.name = "fused",
+                                   .num_inputs = -1,
+                                   .attr_names = {"program", "kid"},
+                                   .traits = kElementwise,
+                                   .infer = infer_fused,
+                                   .kernel = k_fused,
+                                   .doc = "elementwise group made by the fusion pass"});
+  return op;
+}
+
+Tensor call(const std::string& program, const std::vector<Tensor>& inputs) {
+  Attrs a{AttrValue(program), AttrValue(register_program(program))};
+  return call1(fused_op(), std::span<const Tensor>(inputs.data(), inputs.size()), a);
+}
+
+namespace {
+[[maybe_unused]] const OpDef& kFusedRegistered = fused_op();
+}
+
+}  // namespace kiln::fused

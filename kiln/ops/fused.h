@@ -1,0 +1,73 @@
+// The `fused` op: a group of elementwise ops that the fusion pass (kiln/passes/fusion.cpp)
+// replaced by one node. Its program is a list of instructions over the group's inputs; it runs
+// in one pass over memory, either through code generated for it (kiln/codegen installs the
+// compiler hook) or through the tile interpreter here, where each tile of 256 elements passes
+// through every instruction while it is in L1.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kiln/ops/op_def.h"
+
+namespace kiln::fused {
+
+/// One instruction: op (an elementwise OpDef), arguments (>= 0: group input k; < 0: the result
+/// of instruction -1-k), attribute values as doubles.
+struct Instr {
+  const OpDef* op = nullptr;
+  int code = 0;  ///< interpreter opcode
+  std::vector<int> args;
+  std::vector<double> attrs;
+};
+
+/// A parsed program. Text form: "mul(i0,i1);add(t0,i2);gelu(t1|0)" — iK a group input, tK the
+/// result of instruction K, attributes after '|'. The last instruction is the output.
+struct Program {
+  std::vector<Instr> code;
+  int num_inputs = 0;
+  std::string text;
+};
+
+/// Whether `op` can be an instruction (an elementwise op the interpreter and codegen know).
+bool supported(const OpDef& op);
+/// Parses the text form; kiln::Error on a malformed program.
+Program parse(const std::string& text);
+/// Text of one instruction, for the fusion pass to build programs.
+std::string instr_text(const OpDef& op, const std::vector<std::string>& args, const Attrs& attrs);
+
+/// A compiled specialization: `n` elements; in[k] points at input k's first element (inputs
+/// marked scalar in the pattern are read once); out[0] at the output.
+using KernelPtr = void (*)(int64_t n, const void* const* in, void* const* out);
+
+/// What a compiler (kiln/codegen) provides: C++ source for a program specialized to a dtype
+/// and an input pattern (bit k set: input k advances with the index; clear: input k is one
+/// value), compiled and loaded. Returns null when it cannot (no compiler): the interpreter runs.
+using CompilerHook = KernelPtr (*)(const Program& p, DType dtype,
+                                   const std::vector<DType>& in_dtypes, uint64_t pattern);
+void set_compiler(CompilerHook hook);
+/// Switches generated code on or off for kernels specialized from now on (default: on unless
+/// KILN_CODEGEN=0). Off: the tile interpreter runs. Tests use it to compare the two paths.
+void set_codegen(bool on);
+bool codegen_on();
+
+/// Registers a program text (deduplicated) and returns its id: the `kid` attribute of a fused
+/// node, so the kernel finds its state by index, never by hashing on the hot path.
+int64_t register_program(const std::string& text);
+
+struct Stats {
+  int64_t programs = 0;         ///< distinct programs registered
+  int64_t specializations = 0;  ///< (program, dtype, pattern) kernels made
+  int64_t compiled = 0;         ///< of those, compiled code (the rest interpret)
+};
+Stats stats();
+
+/// The `fused` OpDef (also registered under that name).
+const OpDef& fused_op();
+/// Runs a program on inputs through the dispatcher (the public wrapper; the fusion pass makes
+/// these nodes itself). Not differentiable: fusion runs after gradients are built.
+Tensor call(const std::string& program, const std::vector<Tensor>& inputs);
+
+}  // namespace kiln::fused

@@ -1,0 +1,290 @@
+// Memory planning (see memory_plan.h): in-place chains become one buffer, then greedy by size
+// places buffers in one arena; program_lifetimes derives lifetimes from a Program.
+#include "kiln/passes/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <unordered_map>
+
+namespace kiln {
+namespace {
+
+int64_t align_up(int64_t b, int64_t a) { return (b + a - 1) / a * a; }
+
+std::string fmt_bytes(int64_t b) {
+  char buf[64];
+  if (b >= (int64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1 << 20));
+  else if (b >= (int64_t{1} << 10))
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / (1 << 10));
+  else
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  return buf;
+}
+
+// Values sharing one buffer: an in-place chain (a -> b -> c, each taking the previous one's
+// buffer at its death), live from the first def to the last use.
+struct Buffer {
+  int64_t size = 0;  // aligned
+  int start = 0, end = 0;
+  std::vector<int> members;
+  int64_t offset = -1;
+};
+
+bool overlap_time(int s0, int e0, int s1, int e1) { return s0 <= e1 && s1 <= e0; }
+bool overlap_space(int64_t o0, int64_t n0, int64_t o1, int64_t n1) {
+  return n0 > 0 && n1 > 0 && o0 < o1 + n1 && o1 < o0 + n0;
+}
+
+}  // namespace
+
+std::string MemoryPlan::summary() const {
+  std::string s = "arena " + fmt_bytes(arena_bytes) + " (planned peak) vs " +
+                  fmt_bytes(unplanned_bytes) + " unplanned sum";
+  if (unplanned_bytes > 0) {
+    char pct[32];
+    std::snprintf(pct, sizeof pct, " (%.1f%%)",
+                  100.0 * static_cast<double>(arena_bytes) / static_cast<double>(unplanned_bytes));
+    s += pct;
+  }
+  s += ", " + std::to_string(planned) + " values planned, " + std::to_string(inplace) +
+       " in place, " + std::to_string(reused) + " reusing memory, " + std::to_string(not_planned) +
+       " not planned";
+  if (dynamic > 0) s += " (" + std::to_string(dynamic) + " with dynamic dims)";
+  return s;
+}
+
+MemoryPlan plan_memory(const std::vector<ValueLife>& values, int64_t alignment) {
+  if (alignment <= 0 || (alignment & (alignment - 1)) != 0)
+    fail("plan_memory", "alignment must be a positive power of two, got ", alignment);
+  const int n = static_cast<int>(values.size());
+  for (int i = 0; i < n; ++i) {
+    const ValueLife& v = values[static_cast<size_t>(i)];
+    if (!v.plannable) continue;
+    if (v.bytes < 0 || v.def < 0 || v.last_use < v.def)
+      fail("plan_memory", "value ", i, " has bytes ", v.bytes, ", def ", v.def, ", last_use ",
+           v.last_use, "; expected bytes >= 0 and 0 <= def <= last_use");
+    if (v.inplace_from < -1 || v.inplace_from >= n || v.inplace_from == i)
+      fail("plan_memory", "value ", i, " has inplace_from ", v.inplace_from, "; expected -1 or ",
+           "another value's index in [0, ", n, ")");
+  }
+  MemoryPlan plan;
+  plan.offset.assign(values.size(), -1);
+
+  // In-place chains first, in def order so a producer's buffer exists before its consumer.
+  std::vector<int> order;
+  for (int i = 0; i < n; ++i)
+    if (values[static_cast<size_t>(i)].plannable)
+      order.push_back(i);
+    else
+      ++plan.not_planned;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return values[static_cast<size_t>(a)].def < values[static_cast<size_t>(b)].def;
+  });
+  std::vector<int> buffer_of(values.size(), -1);
+  std::vector<char> taken(values.size(), 0);
+  std::vector<Buffer> bufs;
+  for (int i : order) {
+    const ValueLife& v = values[static_cast<size_t>(i)];
+    plan.unplanned_bytes += v.bytes;
+    int a = v.inplace_from;
+    if (a >= 0) {
+      const ValueLife& src = values[static_cast<size_t>(a)];
+      int b = buffer_of[static_cast<size_t>(a)];
+      if (src.plannable && b >= 0 && !taken[static_cast<size_t>(a)] && src.last_use == v.def &&
+          src.def < v.def && src.bytes == v.bytes) {
+        taken[static_cast<size_t>(a)] = 1;
+        bufs[static_cast<size_t>(b)].end = std::max(bufs[static_cast<size_t>(b)].end, v.last_use);
+        bufs[static_cast<size_t>(b)].members.push_back(i);
+        buffer_of[static_cast<size_t>(i)] = b;
+        ++plan.inplace;
+        continue;
+      }
+    }
+    buffer_of[static_cast<size_t>(i)] = static_cast<int>(bufs.size());
+    bufs.push_back(Buffer{align_up(v.bytes, alignment), v.def, v.last_use, {i}, -1});
+  }
+
+  // Greedy by size: largest first (earlier start breaks ties, then creation order).
+  std::vector<int> by_size(bufs.size());
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) {
+    const Buffer& x = bufs[static_cast<size_t>(a)];
+    const Buffer& y = bufs[static_cast<size_t>(b)];
+    return x.size != y.size ? x.size > y.size : x.start < y.start;
+  });
+  std::vector<int> placed;
+  std::vector<const Buffer*> live;
+  for (int bi : by_size) {
+    Buffer& b = bufs[static_cast<size_t>(bi)];
+    live.clear();
+    for (int pi : placed) {
+      const Buffer& o = bufs[static_cast<size_t>(pi)];
+      if (o.size > 0 && overlap_time(b.start, b.end, o.start, o.end)) live.push_back(&o);
+    }
+    std::sort(live.begin(), live.end(),
+              [](const Buffer* x, const Buffer* y) { return x->offset < y->offset; });
+    int64_t off = 0;
+    for (const Buffer* o : live) {
+      if (off + b.size <= o->offset) break;  // fits in the gap below o
+      off = std::max(off, o->offset + o->size);
+    }
+    b.offset = off;
+    plan.arena_bytes = std::max(plan.arena_bytes, off + b.size);
+    placed.push_back(bi);
+  }
+  for (const Buffer& b : bufs)
+    for (int m : b.members) plan.offset[static_cast<size_t>(m)] = b.offset;
+  plan.planned = static_cast<int64_t>(order.size());
+  // A buffer reuses memory when its space overlaps a buffer that died before it started.
+  for (const Buffer& b : bufs)
+    for (const Buffer& o : bufs)
+      if (&o != &b && o.end < b.start && overlap_space(b.offset, b.size, o.offset, o.size)) {
+        plan.reused += static_cast<int64_t>(b.members.size());
+        break;
+      }
+  return plan;
+}
+
+bool validate_plan(const std::vector<ValueLife>& values, const MemoryPlan& plan, std::string* why,
+                   int64_t alignment) {
+  auto bad = [&](const std::string& msg) {
+    if (why) *why = msg;
+    return false;
+  };
+  if (plan.offset.size() != values.size())
+    return bad(str_cat("plan has ", plan.offset.size(), " offsets for ", values.size(), " values"));
+  const size_t n = values.size();
+  for (size_t i = 0; i < n; ++i) {
+    int64_t o = plan.offset[i];
+    if (!values[i].plannable) {
+      if (o != -1) return bad(str_cat("value ", i, " is not plannable but has offset ", o));
+      continue;
+    }
+    if (o < 0 || o % alignment != 0 || o + values[i].bytes > plan.arena_bytes)
+      return bad(str_cat("value ", i, " (", values[i].bytes, " bytes) has offset ", o,
+                         " outside the arena of ", plan.arena_bytes, " bytes or unaligned"));
+  }
+  auto in_place = [&](size_t a, size_t b) {  // b took a's buffer as a dies
+    return values[b].inplace_from == static_cast<int>(a) && values[a].last_use == values[b].def &&
+           plan.offset[a] == plan.offset[b];
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (!values[i].plannable) continue;
+    for (size_t j = i + 1; j < n; ++j) {
+      if (!values[j].plannable) continue;
+      const ValueLife &a = values[i], &b = values[j];
+      if (!overlap_time(a.def, a.last_use, b.def, b.last_use) ||
+          !overlap_space(plan.offset[i], a.bytes, plan.offset[j], b.bytes))
+        continue;
+      if (in_place(i, j) || in_place(j, i)) continue;
+      return bad(str_cat("values ", i, " [", a.def, ", ", a.last_use, "] at ", plan.offset[i], "+",
+                         a.bytes, " and ", j, " [", b.def, ", ", b.last_use, "] at ",
+                         plan.offset[j], "+", b.bytes, " overlap in time and space"));
+    }
+  }
+  return true;
+}
+
+std::vector<ValueLife> program_lifetimes(const Program& p, int64_t* dynamic) {
+  const auto& nodes = p.graph->nodes;
+  std::unordered_map<const Node*, int> base;  // first value index of each node
+  std::unordered_map<const Node*, int> step;  // op nodes only
+  int count = 0, steps = 0;
+  for (const auto& n : nodes) {
+    base[n.get()] = count;
+    count += static_cast<int>(n->outputs.size());
+    if (n->kind == NodeKind::Op) step[n.get()] = steps++;
+  }
+  std::vector<ValueLife> lives(static_cast<size_t>(count));
+  // The buffers each value reads through: itself, or for a view (or forwarded value) the
+  // buffers of what it aliases.
+  std::vector<std::vector<int>> roots(static_cast<size_t>(count));
+  int64_t dyn = 0;
+  auto value = [&](ValueRef v) { return base.at(v.node) + v.index; };
+  for (const auto& up : nodes) {
+    const Node* n = up.get();
+    int b = base[n];
+    if (n->kind != NodeKind::Op) {
+      for (size_t k = 0; k < n->outputs.size(); ++k) {
+        lives[static_cast<size_t>(b) + k].plannable = false;
+        roots[static_cast<size_t>(b) + k] = {b + static_cast<int>(k)};
+      }
+      continue;
+    }
+    int s = step[n];
+    for (const auto& in : n->inputs)
+      for (int r : roots[static_cast<size_t>(value(in))])
+        lives[static_cast<size_t>(r)].last_use =
+            std::max(lives[static_cast<size_t>(r)].last_use, s);
+    bool aliasing = n->op->view != nullptr;
+    for (size_t k = 0; k < n->outputs.size(); ++k) {
+      size_t vi = static_cast<size_t>(b) + k;
+      ValueLife& v = lives[vi];
+      v.def = v.last_use = s;
+      const TensorMeta& m = n->outputs[k];
+      if (aliasing) {
+        v.plannable = false;
+        size_t k_end = n->op->has(kView) ? std::min<size_t>(1, n->inputs.size()) : n->inputs.size();
+        for (size_t j = 0; j < k_end; ++j)
+          for (int r : roots[static_cast<size_t>(value(n->inputs[j]))]) roots[vi].push_back(r);
+        continue;
+      }
+      roots[vi] = {static_cast<int>(vi)};
+      if (!m.shape.is_static()) {
+        v.plannable = false;
+        ++dyn;
+        continue;
+      }
+      v.bytes = m.shape.numel() * static_cast<int64_t>(dtype_size(m.dtype));
+      v.plannable = !n->op->has(kSideEffect);
+    }
+  }
+  // A fetched value, and every buffer it aliases, outlives the run.
+  for (const auto& f : p.fetches) {
+    int fi = value(f);
+    lives[static_cast<size_t>(fi)].plannable = false;
+    for (int r : roots[static_cast<size_t>(fi)]) lives[static_cast<size_t>(r)].plannable = false;
+  }
+  // In place: an elementwise op may write over an input buffer of its own size and dtype that
+  // it reads last (not through a view: the kernel would read and write different layouts).
+  for (const auto& up : nodes) {
+    const Node* n = up.get();
+    if (n->kind != NodeKind::Op || !n->op->has(kInplaceable) || !n->op->has(kElementwise) ||
+        n->outputs.size() != 1)
+      continue;
+    ValueLife& out = lives[static_cast<size_t>(base[n])];
+    if (!out.plannable) continue;
+    for (const auto& in : n->inputs) {
+      int iv = value(in);
+      const ValueLife& src = lives[static_cast<size_t>(iv)];
+      if (in.node->kind != NodeKind::Op || !src.plannable || src.last_use != out.def ||
+          src.bytes != out.bytes ||
+          in.node->outputs[static_cast<size_t>(in.index)].dtype != n->outputs[0].dtype)
+        continue;
+      // add(x, transpose(x)) must not write over x: another input reads it in another order.
+      bool read_through_view = false;
+      for (const auto& other : n->inputs) {
+        int ov = value(other);
+        if (ov == iv) continue;
+        for (int r : roots[static_cast<size_t>(ov)]) read_through_view |= r == iv;
+      }
+      if (read_through_view) continue;
+      out.inplace_from = iv;
+      break;
+    }
+  }
+  if (dynamic) *dynamic = dyn;
+  return lives;
+}
+
+MemoryPlan plan_program_memory(const Program& p) {
+  int64_t dyn = 0;
+  std::vector<ValueLife> lives = program_lifetimes(p, &dyn);
+  MemoryPlan plan = plan_memory(lives);
+  plan.dynamic = dyn;
+  return plan;
+}
+
+}  // namespace kiln

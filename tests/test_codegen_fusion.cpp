@@ -1,0 +1,361 @@
+// Elementwise fusion and codegen: the pass groups what it should, fused results equal eager
+// ones through both the tile interpreter and generated code, random graphs agree, and the disk
+// cache is reused by a second process and rebuilt when corrupt.
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+
+#include "kiln/codegen/codegen.h"
+#include "kiln/exec/session.h"
+#include "kiln/kiln.h"
+#include "kiln/ops/fused.h"
+
+extern char** environ;
+
+namespace {
+using namespace kiln;
+
+double max_rel(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    double d = std::fabs(x[i] - y[i]) / std::max(1.0, std::fabs(y[i]));
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+int count_op(const Program& p, const std::string& name) {
+  int n = 0;
+  for (const auto& node : p.graph->nodes) n += node->kind == NodeKind::Op && node->op->name == name;
+  return n;
+}
+
+// A private cache directory per test process, so runs do not share state.
+std::string fresh_cache() {
+  std::string dir =
+      std::filesystem::temp_directory_path().string() + "/kiln_cg_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+  return dir;
+}
+
+TEST(Fusion, GeluOfAffineBecomesOneKernel) {
+  fresh_cache();
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {64, 33});
+  Tensor a = rand({33}), b = rand({1});
+  Tensor y = gelu(add(mul(x, a), b));
+  Program p = prune(*g.impl(), {g.value_of(y)});
+  optimize(p);
+  EXPECT_EQ(count_op(p, "fused"), 1);
+  EXPECT_EQ(count_op(p, "gelu"), 0);
+  Tensor xv = randn({64, 33});
+  Tensor ref = gelu(add(mul(xv, a), b));
+  for (bool cg : {false, true}) {
+    fused::set_codegen(cg);
+    Session s(g);
+    Tensor out = s.run(y, {{x, xv}});
+    EXPECT_LT(max_rel(out, ref), 1e-6) << "codegen " << cg;
+    EXPECT_EQ(s.last_run().nodes_executed, 1);
+  }
+  fused::set_codegen(true);
+}
+
+TEST(Fusion, SharedValueUsedOutsideStaysUnfused) {
+  // t = x * 2 is fetched as well as used by the group: it must stay a value of its own.
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {8, 8});
+  Tensor t = mul(x, 2.0);
+  Tensor y = tanh(add(t, 1.0));
+  Program p = prune(*g.impl(), {g.value_of(t), g.value_of(y)});
+  optimize(p);
+  EXPECT_EQ(count_op(p, "mul"), 1);
+  Tensor xv = randn({8, 8});
+  Session s(g);
+  auto out = s.run({t, y}, {{x, xv}});
+  EXPECT_LT(max_rel(out[0], mul(xv, 2.0)), 1e-7);
+  EXPECT_LT(max_rel(out[1], tanh(add(mul(xv, 2.0), 1.0))), 1e-6);
+}
+
+TEST(Fusion, ThousandAddsFuseIntoOneKernel) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {16});
+  Tensor y = g.placeholder("y", Float32, {16});
+  Tensor z = x;
+  for (int i = 0; i < 1000; ++i) z = add(z, y);
+  Program p = prune(*g.impl(), {g.value_of(z)});
+  optimize(p);
+  EXPECT_EQ(count_op(p, "fused"), 1);
+  EXPECT_EQ(count_op(p, "add"), 0);
+  Tensor xv = randn({16}), yv = randn({16});
+  Session s(g);
+  Tensor out = s.run(z, {{x, xv}, {y, yv}});
+  EXPECT_LT(max_rel(out, add(xv, mul(yv, 1000.0))), 1e-4);  // 1000 float roundings
+  EXPECT_EQ(s.last_run().nodes_executed, 1);
+}
+
+TEST(Fusion, PassCanBeSwitchedOff) {
+  ::setenv("KILN_DISABLE_PASSES", "fusion", 1);
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {4});
+  Tensor y = relu(mul(x, 3.0));
+  Program p = prune(*g.impl(), {g.value_of(y)});
+  optimize(p);
+  ::unsetenv("KILN_DISABLE_PASSES");
+  EXPECT_EQ(count_op(p, "fused"), 0);
+  EXPECT_EQ(count_op(p, "relu"), 1);
+}
+
+TEST(Fusion, WhereWithComparisonAndBoolInput) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float64, {5, 7});
+  Tensor m = g.placeholder("m", Bool, {7});
+  Tensor y = where(logical_and(gt(x, 0.0), m), exp(x), mul(x, 0.5));
+  Tensor xv = randn({5, 7}, Float64);
+  Tensor mv = tensor(std::vector<bool>{true, false, true, true, false, true, false}, {7});
+  Tensor ref = where(logical_and(gt(xv, 0.0), mv), exp(xv), mul(xv, 0.5));
+  Program p = prune(*g.impl(), {g.value_of(y)});
+  optimize(p);
+  EXPECT_EQ(count_op(p, "fused"), 1);
+  for (bool cg : {false, true}) {
+    fused::set_codegen(cg);
+    Session s(g);
+    EXPECT_LT(max_rel(s.run(y, {{x, xv}, {m, mv}}), ref), 1e-12) << "codegen " << cg;
+  }
+  fused::set_codegen(true);
+}
+
+// Random graphs of registry elementwise ops with random broadcast shapes: eager, the optimized
+// graph through the interpreter, and through generated code agree (relative 1e-5).
+struct RandomGraph {
+  std::vector<Shape> in_shapes;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+};
+
+RandomGraph make_random(std::mt19937& rng) {
+  std::uniform_int_distribution<int> pick(0, 1000000);
+  int rank = 1 + pick(rng) % 3;
+  Shape full;
+  for (int d = 0; d < rank; ++d) full.push_back(1 + pick(rng) % 9);
+  int ninputs = 1 + pick(rng) % 4;
+  RandomGraph rg;
+  for (int k = 0; k < ninputs; ++k) {
+    Shape s;  // broadcastable to full: drop leading dims, set some to 1
+    int drop = k == 0 ? 0 : pick(rng) % (rank + 1);
+    for (int d = drop; d < rank; ++d) s.push_back(pick(rng) % 3 == 0 && k ? 1 : full[d]);
+    rg.in_shapes.push_back(s);
+  }
+  int nops = 2 + pick(rng) % 8;
+  std::vector<int> ops;
+  for (int i = 0; i < nops; ++i) ops.push_back(pick(rng));
+  rg.fn = [ops, ninputs](const std::vector<Tensor>& in) {
+    std::vector<Tensor> vals(in.begin(), in.end());
+    for (int code : ops) {
+      const Tensor& a = vals[static_cast<size_t>(code % vals.size())];
+      const Tensor& b = vals[static_cast<size_t>((code / 7) % vals.size())];
+      Tensor r;
+      switch ((code / 101) % 16) {
+        case 0:
+          r = add(a, b);
+          break;
+        case 1:
+          r = sub(a, b);
+          break;
+        case 2:
+          r = mul(a, b);
+          break;
+        case 3:
+          r = div(a, add(abs(b), 1.0));
+          break;
+        case 4:
+          r = tanh(a);
+          break;
+        case 5:
+          r = sigmoid(a);
+          break;
+        case 6:
+          r = relu(a);
+          break;
+        case 7:
+          r = gelu(a, (code & 1) != 0);
+          break;
+        case 8:
+          r = exp(clamp(a, -5.0, 5.0));
+          break;
+        case 9:
+          r = maximum(a, b);
+          break;
+        case 10:
+          r = where(gt(a, b), a, neg(b));
+          break;
+        case 11:
+          r = silu(a);
+          break;
+        case 12:
+          r = leaky_relu(a, 0.1);
+          break;
+        case 13:
+          r = sqrt(add(mul(a, a), 1.0));
+          break;
+        case 14:
+          r = minimum(a, mul(b, 0.5));
+          break;
+        default:
+          r = erf(a);
+          break;
+      }
+      vals.push_back(r);
+    }
+    (void)ninputs;
+    // Sum the last value with the broadcast of everything so the output has the full shape.
+    Tensor out = vals.back();
+    for (size_t k = 0; k < in.size(); ++k) out = add(out, mul(in[k], 0.25));
+    return out;
+  };
+  return rg;
+}
+
+void run_random_graphs(int count, bool with_codegen) {
+  std::mt19937 rng(1234);
+  int fused_graphs = 0;
+  for (int gi = 0; gi < count; ++gi) {
+    RandomGraph rg = make_random(rng);
+    std::vector<Tensor> vals;
+    for (const auto& s : rg.in_shapes) vals.push_back(randn(s));
+    Tensor ref = rg.fn(vals);
+    Graph g;
+    std::vector<Tensor> phs;
+    FeedDict feeds;
+    for (size_t k = 0; k < rg.in_shapes.size(); ++k) {
+      phs.push_back(g.placeholder("in" + std::to_string(k), Float32, rg.in_shapes[k]));
+      feeds.push_back({phs.back(), vals[k]});
+    }
+    Tensor y = rg.fn(phs);
+    Program p = prune(*g.impl(), {g.value_of(y)});
+    optimize(p);
+    fused_graphs += count_op(p, "fused") > 0;
+    for (bool cg : {false, true}) {
+      if (cg && !with_codegen) continue;
+      fused::set_codegen(cg);
+      Session s(g);
+      Tensor out = s.run(y, feeds);
+      ASSERT_EQ(out.shape(), ref.shape()) << "graph " << gi;
+      ASSERT_LT(max_rel(out, ref), 1e-5)
+          << "graph " << gi << " codegen " << cg << "\n"
+          << [&] {
+               std::string s;
+               for (auto& n : p.graph->nodes)
+                 if (n->kind == NodeKind::Op)
+                   s += n->op->name + " " + n->attrs.str(n->op->attr_names) + "\n";
+               for (auto& sh : rg.in_shapes) s += "in " + sh.str() + "\n";
+               return s;
+             }();
+    }
+  }
+  fused::set_codegen(true);
+  EXPECT_GT(fused_graphs, count * 3 / 4);
+}
+
+TEST(Fusion, RandomGraphsInterpreterMatchesEager) { run_random_graphs(200, false); }
+
+TEST(Codegen, RandomGraphsGeneratedCodeMatchesEager) {
+  fresh_cache();
+  if (!codegen::enabled()) GTEST_SKIP() << "no compiler: " << codegen::stats().last_error;
+  run_random_graphs(40, true);
+  EXPECT_GT(codegen::stats().compiles, 0);
+}
+
+// Runs one fused graph in this process; KILN_CG_CHILD tells the child half of the cache test.
+Tensor run_probe() {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {3, 5});
+  Tensor y = sigmoid(sub(mul(x, 1.75), 0.125));
+  Session s(g);
+  return s.run(y, {{x, arange(0, 15, 1, Float32).reshape({3, 5})}});
+}
+
+TEST(Codegen, ChildProbe) {
+  if (!std::getenv("KILN_CG_CHILD")) GTEST_SKIP() << "runs as the child of SecondProcessReuses";
+  Tensor out = run_probe();
+  auto st = codegen::stats();
+  // The parent checks the exit code: 0 = loaded from disk without compiling.
+  std::exit(st.compiles == 0 && st.disk_hits >= 1 ? 0 : 3);
+}
+
+int spawn_child(const std::string& filter) {
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string f = "--gtest_filter=" + filter;
+  char* argv[] = {self.data(), f.data(), nullptr};
+  ::setenv("KILN_CG_CHILD", "1", 1);
+  pid_t pid;
+  int rc = posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, environ);
+  ::unsetenv("KILN_CG_CHILD");
+  if (rc != 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Codegen, SecondProcessReusesCacheAndCorruptEntryIsRebuilt) {
+  std::string dir = fresh_cache();
+  if (!codegen::enabled()) GTEST_SKIP() << "no compiler: " << codegen::stats().last_error;
+  auto before = codegen::stats();
+  Tensor first = run_probe();
+  EXPECT_EQ(codegen::stats().compiles, before.compiles + 1);
+  // The directory is private.
+  struct stat sb {};
+  ASSERT_EQ(::stat(dir.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0700u);
+  // A second process loads the kernel from disk and compiles nothing.
+  EXPECT_EQ(spawn_child("Codegen.ChildProbe"), 0);
+  // Corrupt the entry: the next process must detect it and rebuild (so it compiles: exit 3).
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".so") {
+      std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(200);
+      f.write("garbage!", 8);
+    }
+  EXPECT_EQ(spawn_child("Codegen.ChildProbe"), 3);
+  // ... and the rebuilt entry is good again for the one after.
+  EXPECT_EQ(spawn_child("Codegen.ChildProbe"), 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Codegen, RefusesWorldWritableCacheDir) {
+  std::string dir =
+      std::filesystem::temp_directory_path().string() + "/kiln_cg_ww_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ::chmod(dir.c_str(), 0777);
+  ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+  try {
+    codegen::cache_dir();
+    ADD_FAILURE() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("writable by others"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Codegen, EmittedSourceUsesOpExpressions) {
+  fused::Program p = fused::parse("mul(i0,i1);gelu(t0|1)");
+  std::string src = codegen::emit(p, Float32, {Float32, Float32}, 0b01);
+  EXPECT_NE(src.find("(in0[j] * s1)"), std::string::npos) << src.substr(src.size() - 600);
+  EXPECT_NE(src.find("gelu(t0, (1.0))"), std::string::npos);
+  EXPECT_THROW(fused::parse("mul(i0"), Error);
+  EXPECT_THROW(fused::parse("nosuchop(i0)"), Error);
+  EXPECT_THROW(fused::parse("add(i0,t3)"), Error);
+}
+
+}  // namespace

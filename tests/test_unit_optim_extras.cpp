@@ -1,0 +1,272 @@
+// kiln/optim extras: gradient clipping (PyTorch semantics), learning-rate schedules against
+// PyTorch's formulas, and SGD / Adam / AdamW trajectories against PyTorch's update rules
+// written out step by step in float64.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "kiln/kiln.h"
+#include "kiln/optim/clip.h"
+#include "kiln/optim/schedule.h"
+
+using namespace kiln;
+
+namespace {
+
+Tensor param(std::vector<double> v) {
+  Tensor t = tensor(v);
+  t.requires_grad_();
+  return t;
+}
+
+}  // namespace
+
+// ---- clipping --------------------------------------------------------------------------------
+
+TEST(ClipGradNorm, ScalesAllGradientsByTheGlobalNorm) {
+  Tensor a = param({1, 2}), b = param({3}), c = param({5});
+  a.set_grad(tensor(std::vector<double>{3, 0}));
+  b.set_grad(tensor(std::vector<double>{4}));  // c has no gradient: skipped
+  Tensor ga = a.grad();
+  const double total = optim::clip_grad_norm({a, b, c}, 1.0);
+  EXPECT_DOUBLE_EQ(total, 5.0);  // sqrt(3^2 + 4^2)
+  const double coef = 1.0 / (5.0 + 1e-6);
+  EXPECT_TRUE(a.grad().is_same(ga));  // scaled in place
+  EXPECT_DOUBLE_EQ(a.grad().at({0}), 3 * coef);
+  EXPECT_DOUBLE_EQ(b.grad().at({0}), 4 * coef);
+  EXPECT_FALSE(c.grad().defined());
+  // Below the limit nothing changes.
+  a.set_grad(tensor(std::vector<double>{0.3, 0.4}));
+  EXPECT_NEAR(optim::clip_grad_norm({a}, 1.0), 0.5, 1e-15);
+  EXPECT_EQ(a.grad().to_vector<double>(), std::vector<double>({0.3, 0.4}));
+}
+
+TEST(ClipGradNorm, OtherNormsAndDtypes) {
+  Tensor a = tensor({1.0f, -2.0f, 0.5f});
+  a.requires_grad_();
+  a.set_grad(tensor({-3.0f, 1.0f, 2.0f}));
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm({a}, 10.0, INFINITY), 3.0);
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm({a}, 10.0, 1.0), 6.0);
+  EXPECT_NEAR(optim::clip_grad_norm({a}, 10.0, 3.0), std::cbrt(27.0 + 1 + 8), 1e-12);
+  const double total = optim::clip_grad_norm({a}, 1.5, INFINITY);
+  EXPECT_DOUBLE_EQ(total, 3.0);
+  EXPECT_NEAR(a.grad().at({0}), -3.0 * 1.5 / (3.0 + 1e-6), 1e-6);
+  EXPECT_EQ(a.grad().dtype(), Float32);
+  // Non-contiguous gradient.
+  Tensor m = zeros({2, 2});
+  m.requires_grad_();
+  m.set_grad(tensor({1.0f, 2.0f, 2.0f, 4.0f}, {2, 2}).t());
+  EXPECT_NEAR(optim::clip_grad_norm({m}, 100.0), 5.0, 1e-6);
+  // No gradients at all.
+  Tensor n = param({1});
+  EXPECT_EQ(optim::clip_grad_norm({n}, 1.0), 0.0);
+}
+
+TEST(ClipGradNorm, BadArgumentsRaise) {
+  Tensor a = param({1});
+  a.set_grad(tensor(std::vector<double>{2}));
+  EXPECT_THROW(optim::clip_grad_norm({a}, -1.0), Error);
+  EXPECT_THROW(optim::clip_grad_norm({a}, 1.0, 0.0), Error);
+  EXPECT_THROW(optim::clip_grad_norm({a}, NAN), Error);
+  EXPECT_THROW(optim::clip_grad_norm({Tensor()}, 1.0), Error);
+  EXPECT_THROW(optim::clip_grad_value({a}, -0.5), Error);
+  EXPECT_EQ(a.grad().at({0}), 2.0);  // untouched by the failed calls
+}
+
+TEST(ClipGradValue, ClampsElementwise) {
+  Tensor a = param({0, 0, 0});
+  a.set_grad(tensor(std::vector<double>{-2, 0.5, 3}));
+  optim::clip_grad_value({a}, 1.0);
+  EXPECT_EQ(a.grad().to_vector<double>(), std::vector<double>({-1, 0.5, 1}));
+}
+
+// ---- schedules -------------------------------------------------------------------------------
+
+TEST(Schedules, StepLRThroughTheScheduler) {
+  Tensor w = param({1});
+  optim::SGD opt({w}, {.lr = 0.8});
+  optim::LRScheduler sched(opt, optim::StepLR(3, 0.5));
+  std::vector<double> got;
+  for (int t = 0; t < 8; ++t) {
+    got.push_back(opt.lr());
+    sched.step();
+  }
+  EXPECT_EQ(got, std::vector<double>({0.8, 0.8, 0.8, 0.4, 0.4, 0.4, 0.2, 0.2}));
+  EXPECT_EQ(sched.last_step(), 8);
+  EXPECT_EQ(sched.base_lr(), 0.8);
+}
+
+TEST(Schedules, CosineMatchesPyTorchRecursiveForm) {
+  // PyTorch's CosineAnnealingLR.get_lr() updates the rate recursively from the previous one;
+  // its closed form is what Kiln evaluates. They agree over several periods.
+  const double base = 0.1, eta_min = 0.001;
+  const int t_max = 10;
+  Tensor w = param({1});
+  optim::Adam opt({w}, {.lr = base});
+  optim::LRScheduler sched(opt, optim::CosineAnnealingLR(t_max, eta_min));
+  const double pi = std::numbers::pi;
+  double torch_lr = base;
+  for (int t = 0; t <= 35; ++t) {
+    if (t > 0) {
+      if ((t - 1 - t_max) % (2 * t_max) == 0)
+        torch_lr += (base - eta_min) * (1 - std::cos(pi / t_max)) / 2;
+      else
+        torch_lr = (1 + std::cos(pi * t / t_max)) / (1 + std::cos(pi * (t - 1) / t_max)) *
+                       (torch_lr - eta_min) +
+                   eta_min;
+    }
+    EXPECT_NEAR(opt.lr(), torch_lr, 1e-12) << "step " << t;
+    sched.step();
+  }
+  optim::CosineAnnealingLR c(t_max, eta_min);
+  EXPECT_DOUBLE_EQ(c.lr(0, base), base);
+  EXPECT_NEAR(c.lr(5, base), (base + eta_min) / 2, 1e-15);
+  EXPECT_NEAR(c.lr(10, base), eta_min, 1e-15);
+}
+
+TEST(Schedules, LinearWarmupMatchesSequentialLinearLR) {
+  const int warm = 4, t_max = 6;
+  const double base = 0.5;
+  optim::LinearWarmup only(warm);
+  EXPECT_EQ(only.lr(0, 1.0), 0.25);
+  EXPECT_EQ(only.lr(3, 1.0), 1.0);
+  EXPECT_EQ(only.lr(100, 1.0), 1.0);
+  EXPECT_EQ(optim::LinearWarmup(0).lr(0, 1.0), 1.0);
+
+  Tensor w = param({1});
+  optim::SGD opt({w}, {.lr = base});
+  optim::LRScheduler sched(opt, optim::LinearWarmup(warm, optim::CosineAnnealingLR(t_max)));
+  for (int t = 0; t < 12; ++t) {
+    // SequentialLR([LinearLR(start_factor=1/W, end_factor=1, total_iters=W-1), cosine], [W])
+    double want;
+    if (t < warm) {
+      const double start = 1.0 / warm;
+      want = base * (start + (1 - start) * std::min(t, warm - 1) / (warm - 1));
+    } else {
+      want = base * (1 + std::cos(std::numbers::pi * (t - warm) / t_max)) / 2;
+    }
+    EXPECT_NEAR(opt.lr(), want, 1e-15) << "step " << t;
+    sched.step();
+  }
+  // A copy of a warmup keeps its own inner schedule.
+  optim::LinearWarmup a(2, optim::StepLR(1, 0.5));
+  optim::LinearWarmup b = a;
+  EXPECT_EQ(b.lr(3, 1.0), 0.5);
+}
+
+TEST(Schedules, BadArgumentsRaise) {
+  EXPECT_THROW(optim::StepLR(0), Error);
+  EXPECT_THROW(optim::StepLR(1, 0.0), Error);
+  EXPECT_THROW(optim::CosineAnnealingLR(0), Error);
+  EXPECT_THROW(optim::CosineAnnealingLR(5, -1.0), Error);
+  EXPECT_THROW(optim::LinearWarmup(-1), Error);
+}
+
+// ---- optimizer trajectories vs PyTorch's algorithms --------------------------------------------
+
+namespace {
+
+// Runs `steps` eager steps of `opt` on loss = sum(0.5 * a * w^2 + c * w), whose gradient is
+// a * w + c, and returns w after each step.
+template <typename Opt>
+std::vector<std::vector<double>> run(Tensor w, Opt& opt, const std::vector<double>& a,
+                                     const std::vector<double>& c, int steps) {
+  Tensor ta = tensor(a), tc = tensor(c);
+  std::vector<std::vector<double>> out;
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    Tensor loss = sum(add(mul(mul(mul(w, w), ta), 0.5), mul(tc, w)));
+    loss.backward();
+    opt.step();
+    out.push_back(w.to_vector<double>());
+  }
+  return out;
+}
+
+void expect_traj(const std::vector<std::vector<double>>& got,
+                 const std::vector<std::vector<double>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t s = 0; s < got.size(); ++s)
+    for (size_t i = 0; i < got[s].size(); ++i)
+      EXPECT_NEAR(got[s][i], want[s][i], 1e-12 * (1 + std::fabs(want[s][i])))
+          << "step " << s + 1 << " element " << i;
+}
+
+}  // namespace
+
+TEST(OptimizerTrajectories, SgdMomentumByHand) {
+  // loss = 0.5 w^2, lr 0.1, momentum 0.9, w0 = 1:
+  // g=1, buf=1, w=0.9; g=0.9, buf=1.8, w=0.72; g=0.72, buf=2.34, w=0.486.
+  Tensor w = param({1});
+  optim::SGD opt({w}, {.lr = 0.1, .momentum = 0.9});
+  expect_traj(run(w, opt, {1}, {0}, 3), {{0.9}, {0.72}, {0.486}});
+}
+
+TEST(OptimizerTrajectories, SgdVariantsMatchPyTorch) {
+  const std::vector<double> a{1.0, 2.0, 0.5}, c{0.3, -1.0, 0.0}, w0{1.0, -0.5, 2.0};
+  for (bool nesterov : {false, true})
+    for (double wd : {0.0, 0.05}) {
+      SCOPED_TRACE(str_cat("nesterov ", nesterov, " wd ", wd));
+      const double lr = 0.1, mom = 0.9;
+      Tensor w = param(w0);
+      optim::SGD opt({w}, {.lr = lr, .momentum = mom, .weight_decay = wd, .nesterov = nesterov});
+      // torch.optim.SGD (dampening 0): d = g + wd p; buf = d on step 1, else mom buf + d;
+      // d = nesterov ? d + mom buf : buf; p -= lr d.
+      std::vector<double> p = w0, buf(3);
+      std::vector<std::vector<double>> want;
+      for (int s = 0; s < 3; ++s) {
+        for (size_t i = 0; i < 3; ++i) {
+          double d = a[i] * p[i] + c[i] + wd * p[i];
+          buf[i] = s == 0 ? d : mom * buf[i] + d;
+          d = nesterov ? d + mom * buf[i] : buf[i];
+          p[i] -= lr * d;
+        }
+        want.push_back(p);
+      }
+      expect_traj(run(w, opt, a, c, 3), want);
+    }
+}
+
+TEST(OptimizerTrajectories, AdamAndAdamWMatchPyTorch) {
+  const std::vector<double> a{1.0, 2.0, 0.5}, c{0.3, -1.0, 0.0}, w0{1.0, -0.5, 2.0};
+  const double lr = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+  for (bool decoupled : {false, true}) {
+    SCOPED_TRACE(decoupled ? "AdamW" : "Adam(weight_decay)");
+    Tensor w = param(w0);
+    optim::AdamOptions o{.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd};
+    std::unique_ptr<optim::Optimizer> opt;
+    if (decoupled)
+      opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{w}, o);
+    else
+      opt = std::make_unique<optim::Adam>(std::vector<Tensor>{w}, o);
+    // torch.optim.AdamW: p *= 1 - lr wd; torch.optim.Adam: g += wd p. Then m, v updates and
+    // p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
+    std::vector<double> p = w0, m(3), v(3);
+    std::vector<std::vector<double>> want;
+    for (int t = 1; t <= 3; ++t) {
+      for (size_t i = 0; i < 3; ++i) {
+        double g = a[i] * p[i] + c[i];
+        if (decoupled)
+          p[i] *= 1 - lr * wd;
+        else
+          g += wd * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+        p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + eps);
+      }
+      want.push_back(p);
+    }
+    expect_traj(run(w, *opt, a, c, 3), want);
+  }
+}
+
+TEST(OptimizerTrajectories, SetLrThroughTheBaseClass) {
+  Tensor w = param({1});
+  optim::AdamW opt({w}, {.lr = 0.01});
+  optim::Optimizer& base = opt;
+  EXPECT_EQ(base.lr(), 0.01);
+  base.set_lr(0.5);
+  EXPECT_EQ(opt.lr(), 0.5);
+}
