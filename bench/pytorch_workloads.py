@@ -163,10 +163,169 @@ def w6(threads, config):
          1.0 / median_time(step_cell(scripted), reps=5, inner=3, warmup=3), config)
 
 
+def train_step(model, opt, loss_fn):
+    def step():
+        loss = loss_fn(model)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
+
+
+def try_script(module):
+    """torch.jit.script of the module, or (None, reason) when TorchScript cannot express it."""
+    try:
+        return torch.jit.script(module), None
+    except Exception as e:  # report, never fake
+        return None, f"torch.jit.script failed: {type(e).__name__}: {str(e).splitlines()[0]}"
+
+
+def emit_modes(workload, name, threads, p, config, make_step, reps, inner, warmup):
+    """Times eager and TorchScript training steps (make_step(scripted: bool) -> (step, note))."""
+    for mode, scripted in (("eager", False), ("torchscript", True)):
+        step, note = make_step(scripted)
+        pp = dict(p, note=note) if note else p
+        if step is None:
+            print(json.dumps({"workload": workload, "name": name, "impl": "pytorch", "mode": mode,
+                              "threads": threads, "params": dict(pp, config=config),
+                              "metric": "steps/s", "value": None,
+                              "peak_rss_mib": round(peak_rss_mib(), 1)}), flush=True)
+            continue
+        t = median_time(step, reps=reps, inner=inner, warmup=warmup)
+        emit(workload, name, mode, threads, pp, "steps/s", 1.0 / t, config)
+
+
+def w5(threads, config):
+    p = {"batch": 64, "input": [1, 28, 28], "opt": "sgd"}
+
+    def make_step(scripted):
+        torch.manual_seed(5)
+        x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+        nn = torch.nn
+        model = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                              nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+                              nn.Linear(84, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        note = None
+        if scripted:
+            model, note = try_script(model)
+            if model is None:
+                return None, note
+            note = "torch.jit.script forward; backward by autograd"
+        return train_step(model, opt, lambda m: F.cross_entropy(m(x), y)), note
+
+    emit_modes("W5", "lenet5_train_step", threads, p, config, make_step, 7, 10, 5)
+
+
+class GPTBlock(torch.nn.Module):
+    def __init__(self, d: int, heads: int, seq: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+        mask = torch.full((seq, seq), float("-inf")).triu(1)
+        self.register_buffer("mask", mask)
+
+    def forward(self, h):
+        b, t, d = h.shape
+        hd = d // self.heads
+        q, k, v = self.qkv(self.ln1(h)).chunk(3, 2)
+        q = q.reshape(b, t, self.heads, hd).transpose(1, 2)
+        k = k.reshape(b, t, self.heads, hd).transpose(1, 2)
+        v = v.reshape(b, t, self.heads, hd).transpose(1, 2)
+        att = torch.softmax(q @ k.transpose(2, 3) * (1.0 / hd ** 0.5) + self.mask, -1)
+        o = (att @ v).transpose(1, 2).reshape(b, t, d)
+        h = h + self.proj(o)
+        return h + self.fc2(F.gelu(self.fc1(self.ln2(h))))
+
+
+class GPTMini(torch.nn.Module):
+    def __init__(self, vocab=96, seq=64, d=128, heads=4, layers=2):
+        super().__init__()
+        self.tok = torch.nn.Parameter(torch.randn(vocab, d) * 0.02)
+        self.pos = torch.nn.Parameter(torch.randn(seq, d) * 0.02)
+        self.blocks = torch.nn.ModuleList([GPTBlock(d, heads, seq) for _ in range(layers)])
+        self.lnf, self.head = torch.nn.LayerNorm(d), torch.nn.Linear(d, vocab)
+
+    def forward(self, idx, tgt):
+        h = F.embedding(idx, self.tok) + self.pos
+        for blk in self.blocks:
+            h = blk(h)
+        logits = self.head(self.lnf(h))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+
+
+def w7(threads, config):
+    p = {"blocks": 2, "d": 128, "heads": 4, "seq": 64, "batch": 16, "vocab": 96, "opt": "adamw"}
+
+    def make_step(scripted):
+        torch.manual_seed(7)
+        idx, tgt = torch.randint(0, 96, (16, 64)), torch.randint(0, 96, (16, 64))
+        model = GPTMini()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        note = None
+        if scripted:
+            model, note = try_script(model)
+            if model is None:
+                return None, note
+            note = "torch.jit.script forward; backward by autograd"
+        return train_step(model, opt, lambda m: m(idx, tgt)), note
+
+    emit_modes("W7", "gpt_mini_train_step", threads, p, config, make_step, 7, 3, 3)
+
+
+class MoE(torch.nn.Module):
+    """Top-2 of 8 experts; each expert runs only its tokens (nonzero, index, index_add_)."""
+
+    def __init__(self, d=256, hidden=512, experts=8):
+        super().__init__()
+        self.router = torch.nn.Linear(d, experts, bias=False)
+        self.experts = torch.nn.ModuleList([
+            torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.GELU(),
+                                torch.nn.Linear(hidden, d)) for _ in range(experts)])
+
+    def forward(self, x):
+        probs = torch.softmax(self.router(x), -1)
+        top_p, top_i = probs.topk(2, dim=1)
+        gates = top_p / top_p.sum(1, keepdim=True)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            where = (top_i == e).nonzero()
+            tok, slot = where[:, 0], where[:, 1]
+            out.index_add_(0, tok, expert(x[tok]) * gates[tok, slot].unsqueeze(1))
+        return out
+
+
+def w8(threads, config):
+    p = {"experts": 8, "d": 256, "hidden": 512, "top_k": 2, "tokens": 1024}
+
+    def make_step(scripted):
+        torch.manual_seed(8)
+        x, target = torch.randn(1024, 256), torch.randn(1024, 256)
+        model = MoE()
+        note = None
+        if scripted:
+            model, note = try_script(model)
+            if model is None:
+                return None, note
+            note = "torch.jit.script forward; backward by autograd"
+
+        def step():
+            for prm in model.parameters():
+                prm.grad = None
+            F.mse_loss(model(x), target).backward()
+        return step, note
+
+    emit_modes("W8", "moe_top2_fwd_bwd", threads, p, config, make_step, 7, 3, 3)
+
+
 def main():
     workload, threads, config = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(threads)
-    {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W6": w6}[workload](threads, config)
+    {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W7": w7,
+     "W8": w8}[workload](threads, config)
 
 
 if __name__ == "__main__":

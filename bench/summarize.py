@@ -11,11 +11,14 @@ LOWER_IS_BETTER = {"us/op", "ms", "s"}
 
 
 def key_params(p):
-    return json.dumps({k: v for k, v in p.items() if k != "config"}, sort_keys=True)
+    # "note" (W5/W7/W8: what TorchScript covers, or why it could not run) is not a parameter.
+    return json.dumps({k: v for k, v in p.items() if k not in ("config", "note")}, sort_keys=True)
 
 
 def main(path):
     rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+    # A PyTorch mode that could not run (W5/W7/W8 TorchScript) is reported with value null.
+    rows = [r for r in rows if r.get("value") is not None]
     groups = defaultdict(lambda: defaultdict(list))
     rss = defaultdict(list)
     for r in rows:

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "kiln/dispatch/dispatch.h"
+#include "kiln/passes/memory_plan.h"
 
 namespace kiln {
 
@@ -31,9 +32,42 @@ struct Session::Plan {
   std::vector<std::string> placeholder_names;
   std::vector<int> fetch_slots;
   std::string passes;
+  bool has_control_flow = false;
+
+  // ---- the bound form: built after a first run, replayed while feeds keep their layouts ----
+  // Every op output lives at a planned offset in one arena (kiln/passes/memory_plan.h), or is a
+  // view whose storage is re-pointed each run; kernels are called directly on prebuilt tensors.
+  // A replay allocates only the fetched results.
+  struct SlotInfo {
+    DType dtype = Float32;
+    Shape shape;
+    Strides strides;
+    int64_t offset = 0;
+    bool seen = false;
+    int view_of = -1;      // slot whose storage this value aliases (view steps), -1: none
+    int64_t view_rel = 0;  // its offset minus the aliased value's offset (elements)
+  };
+  enum class StepKind : uint8_t { Kernel, View, Generic };
+  struct Bound {
+    bool ok = false;
+    std::vector<StepKind> kind;             // per step
+    std::vector<char> fresh;                // per slot: allocate a new buffer each run
+    std::vector<char> is_view;              // per slot: a prebuilt view re-pointed each run
+    std::vector<Tensor> slots;              // prebuilt tensors (arena-backed or views)
+    std::vector<std::vector<int>> release;  // per step: fresh slots to drop after it
+    std::shared_ptr<Storage> arena;
+    int64_t arena_bytes = 0, unplanned_bytes = 0;
+  };
+  std::vector<SlotInfo> info;  // recorded by the last generic run
+  std::vector<int> ph_slot_of_feed;
+  Bound bound;
 };
 
 namespace {
+
+bool same_strides(const Strides& a, const Strides& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
 
 std::string signature(const std::vector<Tensor>& fetches, const FeedDict& feeds) {
   std::ostringstream os;
@@ -125,6 +159,7 @@ Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedD
         st.op = n->op;
         st.attrs = n->attrs;
         st.takes_dead = n->op->has(kControlFlow) && n->op->name == "merge";
+        plan->has_control_flow = plan->has_control_flow || n->op->has(kControlFlow);
         for (auto& in : n->inputs) st.in.push_back(base[in.node] + in.index);
         for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i) st.out.push_back(s + i);
         for (int x : st.in) last_use[static_cast<size_t>(x)] = static_cast<int>(plan->steps.size());
@@ -176,9 +211,118 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
       fail("Session::run", "feed for placeholder '", n->name, "' has shape ", v.shape(),
            ", expected ", m.shape);
   }
+  Plan& p = cached_plan(fetches, feeds);
+  NoGradGuard ng;
+  // Placeholder slot -> fed tensor (found by name once per run).
+  feed_of_.assign(p.placeholders.size(), nullptr);
+  for (size_t i = 0; i < p.placeholders.size(); ++i) {
+    const Node* node = p.placeholders[i].second;
+    for (const auto& [k, v] : feeds)
+      if (k.impl()->sym->node->kind == NodeKind::Placeholder &&
+          k.impl()->sym->node->name == node->name)
+        feed_of_[i] = &v;
+    if (!feed_of_[i])
+      fail("Session::run", "placeholder '", node->name, "' (", dtype_name(node->outputs[0].dtype),
+           node->outputs[0].shape, ") must be fed");
+  }
+  std::vector<Tensor>* slots_ptr;
+  if (p.bound.ok && feeds_match(p)) {
+    run_bound(p);
+    slots_ptr = &p.bound.slots;
+  } else {
+    run_generic(p);
+    slots_ptr = &generic_slots_;
+    if (!p.has_control_flow && pass_enabled("memory_plan")) bind(p);
+  }
+  std::vector<Tensor>& slots = *slots_ptr;
+  if (last_plan_ != &p) {
+    stats_.passes = p.passes;
+    last_plan_ = &p;
+  }
+  stats_.plan_steps = static_cast<int64_t>(p.steps.size());
+  std::vector<Tensor> out;
+  out.reserve(p.fetch_slots.size());
+  for (size_t i = 0; i < p.fetch_slots.size(); ++i) {
+    Tensor t = slots[static_cast<size_t>(p.fetch_slots[i])];
+    if (!t.defined()) {
+      const ValueRef& f = p.program.fetches[i];
+      fail(
+          "Session::run", "fetch ", i, " (", f.node->label(), " output ", f.index,
+          ") is dead: it lies on the untaken side of a switch, so it was not computed in this run");
+    }
+    // Results that alias Session state are copied, so later runs do not change them.
+    bool aliases = false;
+    for (auto& [name, v] : vars_) aliases = aliases || t.shares_storage(v);
+    // A bound view's tensor object is re-pointed by the next run: hand out a view of its own.
+    bool bound_view =
+        slots_ptr == &p.bound.slots && p.bound.is_view[static_cast<size_t>(p.fetch_slots[i])];
+    out.push_back(aliases      ? t.clone()
+                  : bound_view ? make_view(t, t.shape(), t.strides(), t.offset())
+                               : t);
+  }
+  stats_.arena_bytes = p.bound.ok ? p.bound.arena_bytes : 0;
+  stats_.unplanned_bytes = p.bound.ok ? p.bound.unplanned_bytes : 0;
+  // Drop this run's fresh buffers and feeds from the bound slots (the caller owns them now).
+  if (slots_ptr == &p.bound.slots) {
+    for (int f : p.fetch_slots)
+      if (p.bound.fresh[static_cast<size_t>(f)] && !p.bound.is_view[static_cast<size_t>(f)])
+        slots[static_cast<size_t>(f)] = Tensor();
+    for (auto& [sl, node] : p.placeholders) slots[static_cast<size_t>(sl)] = Tensor();
+  } else {
+    for (auto& t : generic_slots_) t = Tensor();
+  }
+  return out;
+}
+
+Session::Plan& Session::cached_plan(const std::vector<Tensor>& fetches, const FeedDict& feeds) {
+  // The same fetch and feed tensors as last time: no signature string, no map lookup.
+  bool same = last_plan_ && last_fetches_.size() == fetches.size() &&
+              last_feed_keys_.size() == feeds.size();
+  // Compared by graph node and output index (stable for the graph's life), not by tensor
+  // object, whose address a temporary may reuse.
+  auto key = [](const Tensor& t) {
+    return std::pair<const Node*, int>(t.impl()->sym->node, t.impl()->sym->index);
+  };
+  for (size_t i = 0; same && i < fetches.size(); ++i) same = last_fetches_[i] == key(fetches[i]);
+  for (size_t i = 0; same && i < feeds.size(); ++i)
+    same = last_feed_keys_[i] == key(feeds[i].first);
+  if (same) return *last_plan_;
   Plan& p = plan_for(fetches, feeds);
-  std::vector<Tensor> slots(static_cast<size_t>(p.num_slots));
-  for (auto& [s, v] : p.constants) slots[static_cast<size_t>(s)] = v;
+  last_fetches_.clear();
+  for (const auto& f : fetches) last_fetches_.push_back(key(f));
+  last_feed_keys_.clear();
+  for (const auto& [k, v] : feeds) last_feed_keys_.push_back(key(k));
+  last_plan_ = nullptr;  // stats_.passes is refreshed below
+  return p;
+}
+
+bool Session::feeds_match(const Plan& p) const {
+  for (size_t i = 0; i < p.placeholders.size(); ++i) {
+    const Plan::SlotInfo& si = p.info[static_cast<size_t>(p.placeholders[i].first)];
+    const Tensor& v = *feed_of_[i];
+    if (v.dtype() != si.dtype || v.shape() != si.shape || !same_strides(v.strides(), si.strides) ||
+        v.offset() != si.offset)
+      return false;
+  }
+  return true;
+}
+
+void Session::run_generic(Plan& p) {
+  std::vector<Tensor>& slots = generic_slots_;
+  slots.assign(static_cast<size_t>(p.num_slots), Tensor());
+  p.info.assign(static_cast<size_t>(p.num_slots), Plan::SlotInfo());
+  auto record = [&](int s, const Tensor& t) {
+    auto& si = p.info[static_cast<size_t>(s)];
+    si.dtype = t.dtype();
+    si.shape = t.shape();
+    si.strides = t.strides();
+    si.offset = t.offset();
+    si.seen = true;
+  };
+  for (auto& [s, v] : p.constants) {
+    slots[static_cast<size_t>(s)] = v;
+    record(s, v);
+  }
   for (auto& [s, name] : p.variables) {
     auto it = vars_.find(name);
     if (it == vars_.end()) {  // a variable added to the graph after this Session was made
@@ -186,19 +330,12 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
       it = vars_.emplace(name, n->value.clone()).first;
     }
     slots[static_cast<size_t>(s)] = it->second;
+    record(s, it->second);
   }
-  for (auto& [s, node] : p.placeholders) {
-    const Tensor* found = nullptr;
-    for (const auto& [k, v] : feeds)
-      if (k.impl()->sym->node->name == node->name &&
-          k.impl()->sym->node->kind == NodeKind::Placeholder)
-        found = &v;
-    if (!found)
-      fail("Session::run", "placeholder '", node->name, "' (", dtype_name(node->outputs[0].dtype),
-           node->outputs[0].shape, ") must be fed");
-    slots[static_cast<size_t>(s)] = *found;
+  for (size_t i = 0; i < p.placeholders.size(); ++i) {
+    slots[static_cast<size_t>(p.placeholders[i].first)] = *feed_of_[i];
+    record(p.placeholders[i].first, *feed_of_[i]);
   }
-  NoGradGuard ng;
   int64_t executed = 0;
   TensorList ins;
   for (auto& st : p.steps) {
@@ -219,30 +356,172 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
       for (int s : st.free_after) slots[static_cast<size_t>(s)] = Tensor();
       continue;
     }
-    for (size_t i = 0; i < st.out.size(); ++i)
+    for (size_t i = 0; i < st.out.size(); ++i) {
+      if (!outs[i].defined()) {  // a dead output (control flow): nothing to record
+        slots[static_cast<size_t>(st.out[i])] = Tensor();
+        continue;
+      }
+      record(st.out[i], outs[i]);
+      if (st.op->view && !ins.empty() && ins[0].defined() && outs[i].shares_storage(ins[0])) {
+        p.info[static_cast<size_t>(st.out[i])].view_of = st.in[0];
+        p.info[static_cast<size_t>(st.out[i])].view_rel = outs[i].offset() - ins[0].offset();
+      }
       slots[static_cast<size_t>(st.out[i])] = std::move(outs[i]);
+    }
     for (int s : st.free_after) slots[static_cast<size_t>(s)] = Tensor();
     ++executed;
   }
-  ins.clear();
   stats_.nodes_executed = executed;
-  stats_.plan_steps = static_cast<int64_t>(p.steps.size());
-  stats_.passes = p.passes;
-  std::vector<Tensor> out;
-  for (size_t i = 0; i < p.fetch_slots.size(); ++i) {
-    Tensor t = slots[static_cast<size_t>(p.fetch_slots[i])];
-    if (!t.defined()) {
-      const ValueRef& f = p.program.fetches[i];
-      fail(
-          "Session::run", "fetch ", i, " (", f.node->label(), " output ", f.index,
-          ") is dead: it lies on the untaken side of a switch, so it was not computed in this run");
+}
+
+// Builds the bound form from what the generic run recorded: step kinds, which slots need a
+// fresh buffer each run (fetched results and what they alias, outputs of generic steps), and
+// an arena plan for the rest over lifetimes in this plan's own step order.
+void Session::bind(Plan& p) {
+  Plan::Bound b;
+  const size_t S = p.steps.size(), N = static_cast<size_t>(p.num_slots);
+  for (const auto& si : p.info)
+    if (!si.seen) return;  // some value was never computed
+  b.kind.resize(S);
+  b.fresh.assign(N, 0);
+  std::vector<int> def(N, -1), last(N, -1);
+  for (size_t i = 0; i < S; ++i) {
+    const auto& st = p.steps[i];
+    Plan::StepKind k = Plan::StepKind::Kernel;
+    if (st.op->has(kSideEffect) || st.op->has(kControlFlow)) {  // assign is a view that writes
+      k = Plan::StepKind::Generic;
+    } else if (st.op->view) {
+      k = Plan::StepKind::View;
+      for (int o : st.out)
+        k = p.info[static_cast<size_t>(o)].view_of >= 0 ? k : Plan::StepKind::Generic;
+    } else if (!st.op->kernel) {
+      k = Plan::StepKind::Generic;
+    } else if (st.op->contiguous_inputs) {
+      for (int x : st.in) {
+        const auto& si = p.info[static_cast<size_t>(x)];
+        if (!same_strides(si.strides, contiguous_strides(si.shape))) k = Plan::StepKind::Generic;
+      }
     }
-    // Results that alias Session state are copied, so later runs do not change them.
-    bool aliases = false;
-    for (auto& [name, v] : vars_) aliases = aliases || t.shares_storage(v);
-    out.push_back(aliases ? t.clone() : t);
+    b.kind[i] = k;
+    for (int o : st.out) {
+      def[static_cast<size_t>(o)] = static_cast<int>(i);
+      if (k == Plan::StepKind::Generic) b.fresh[static_cast<size_t>(o)] = 1;
+    }
+    for (int x : st.in) last[static_cast<size_t>(x)] = static_cast<int>(i);
   }
-  return out;
+  auto root = [&](int s) {
+    while (p.info[static_cast<size_t>(s)].view_of >= 0) s = p.info[static_cast<size_t>(s)].view_of;
+    return s;
+  };
+  for (int f : p.fetch_slots) {
+    b.fresh[static_cast<size_t>(f)] = 1;
+    b.fresh[static_cast<size_t>(root(f))] = 1;
+    last[static_cast<size_t>(f)] = static_cast<int>(S);
+  }
+  // A view keeps the buffer it aliases alive until its own last use.
+  for (size_t i = S; i-- > 0;)
+    if (b.kind[i] == Plan::StepKind::View)
+      for (int o : p.steps[i].out) {
+        int base = p.info[static_cast<size_t>(o)].view_of;
+        last[static_cast<size_t>(base)] =
+            std::max(last[static_cast<size_t>(base)], last[static_cast<size_t>(o)]);
+      }
+  std::vector<ValueLife> life(N);
+  for (size_t s = 0; s < N; ++s) {
+    const auto& si = p.info[s];
+    bool kernel_out = def[s] >= 0 && b.kind[static_cast<size_t>(def[s])] == Plan::StepKind::Kernel;
+    life[s].plannable = kernel_out && !b.fresh[s];
+    life[s].bytes =
+        static_cast<int64_t>(si.shape.numel() * static_cast<int64_t>(dtype_size(si.dtype)));
+    life[s].def = std::max(def[s], 0);
+    life[s].last_use = std::max(last[s], life[s].def);
+  }
+  MemoryPlan mp = plan_memory(life);
+  b.arena_bytes = mp.arena_bytes;
+  b.unplanned_bytes = mp.unplanned_bytes;
+  b.arena = std::make_shared<Storage>(static_cast<size_t>(std::max<int64_t>(mp.arena_bytes, 64)));
+  b.slots.assign(N, Tensor());
+  b.is_view.assign(N, 0);
+  for (size_t s = 0; s < N; ++s) {
+    const auto& si = p.info[s];
+    bool is_view = def[s] >= 0 && b.kind[static_cast<size_t>(def[s])] == Plan::StepKind::View;
+    b.is_view[s] = is_view;
+    if (mp.offset[s] < 0 && !is_view) continue;
+    auto impl = std::make_shared<TensorImpl>();
+    impl->dtype = si.dtype;
+    impl->shape = si.shape;
+    if (is_view) {  // storage re-pointed each run at the aliased buffer
+      impl->strides = si.strides;
+      impl->offset = si.offset;
+    } else {
+      impl->storage = b.arena;
+      impl->strides = contiguous_strides(si.shape);
+      impl->offset = mp.offset[s] / static_cast<int64_t>(dtype_size(si.dtype));
+    }
+    impl->recompute_contiguous();
+    b.slots[s] = Tensor(std::move(impl));
+  }
+  for (auto& [s, v] : p.constants) b.slots[static_cast<size_t>(s)] = v;
+  for (auto& [s, name] : p.variables) b.slots[static_cast<size_t>(s)] = vars_.at(name);
+  // Fresh, unfetched buffers go at their last use, as in the generic run.
+  b.release.assign(S, {});
+  std::vector<char> fetched(N, 0);
+  for (int f : p.fetch_slots) fetched[static_cast<size_t>(f)] = 1;
+  for (size_t s = 0; s < N; ++s)
+    if (b.fresh[s] && !fetched[s] && def[s] >= 0 && !b.is_view[s])
+      b.release[static_cast<size_t>(std::min<int>(last[s], static_cast<int>(S) - 1))].push_back(
+          static_cast<int>(s));
+  b.ok = true;
+  p.bound = std::move(b);
+}
+
+void Session::run_bound(Plan& p) {
+  auto& b = p.bound;
+  auto& slots = b.slots;
+  for (size_t i = 0; i < p.placeholders.size(); ++i)
+    slots[static_cast<size_t>(p.placeholders[i].first)] = *feed_of_[i];
+  TensorList ins, outs;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const auto& st = p.steps[i];
+    switch (b.kind[i]) {
+      case Plan::StepKind::View:
+        for (int o : st.out) {
+          const auto& si = p.info[static_cast<size_t>(o)];
+          const Tensor& base = slots[static_cast<size_t>(si.view_of)];
+          TensorImpl* impl = slots[static_cast<size_t>(o)].impl();
+          impl->storage = base.impl()->storage;
+          impl->offset = base.impl()->offset + si.view_rel;  // the base may sit in the arena
+        }
+        break;
+      case Plan::StepKind::Kernel: {
+        ins.clear();
+        outs.clear();
+        for (int x : st.in) ins.push_back(slots[static_cast<size_t>(x)]);
+        for (int o : st.out) {
+          Tensor& t = slots[static_cast<size_t>(o)];
+          if (b.fresh[static_cast<size_t>(o)]) {
+            const auto& si = p.info[static_cast<size_t>(o)];
+            t = empty(si.shape, si.dtype);
+          }
+          outs.push_back(t);
+        }
+        st.op->kernel(std::span<const Tensor>(ins.data(), ins.size()),
+                      std::span<Tensor>(outs.data(), outs.size()), st.attrs);
+        break;
+      }
+      case Plan::StepKind::Generic: {
+        ins.clear();
+        for (int x : st.in) ins.push_back(slots[static_cast<size_t>(x)]);
+        TensorList o =
+            run_kernel(*st.op, std::span<const Tensor>(ins.data(), ins.size()), st.attrs);
+        for (size_t k = 0; k < st.out.size(); ++k)
+          slots[static_cast<size_t>(st.out[k])] = std::move(o[k]);
+        break;
+      }
+    }
+    for (int r : b.release[i]) slots[static_cast<size_t>(r)] = Tensor();
+  }
+  stats_.nodes_executed = static_cast<int64_t>(p.steps.size());
 }
 
 Tensor Session::run(const Tensor& fetch, const FeedDict& feeds) {

@@ -17,9 +17,11 @@ namespace kiln {
 using FeedDict = std::vector<std::pair<Tensor, Tensor>>;
 
 struct RunStats {
-  int64_t nodes_executed = 0;  ///< kernels run in the last run()
-  int64_t plan_steps = 0;      ///< steps in the plan used
-  std::string passes;          ///< what the optimizer did when the plan was built
+  int64_t nodes_executed = 0;   ///< kernels run in the last run()
+  int64_t plan_steps = 0;       ///< steps in the plan used
+  std::string passes;           ///< what the optimizer did when the plan was built
+  int64_t arena_bytes = 0;      ///< planned arena of the plan in use (0 until it is bound)
+  int64_t unplanned_bytes = 0;  ///< what its planned buffers would take without reuse
 };
 
 class Session {
@@ -46,7 +48,17 @@ class Session {
 
  private:
   Plan& plan_for(const std::vector<Tensor>& fetches, const FeedDict& feeds);
+  Plan& cached_plan(const std::vector<Tensor>& fetches, const FeedDict& feeds);
+  bool feeds_match(const Plan& p) const;
+  void run_generic(Plan& p);
+  void bind(Plan& p);
+  void run_bound(Plan& p);
   Graph graph_;
+  // The last plan used and the tensors that selected it (a repeat run skips the lookup).
+  Plan* last_plan_ = nullptr;
+  std::vector<std::pair<const Node*, int>> last_fetches_, last_feed_keys_;
+  std::vector<const Tensor*> feed_of_;  // per placeholder of the plan in use
+  std::vector<Tensor> generic_slots_;
   std::map<std::string, Tensor> vars_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   RunStats stats_;

@@ -1,0 +1,126 @@
+// RNN / LSTM / GRU: one input GEMM per layer for all time steps, then a loop of small ops.
+#include "kiln/nn/rnn.h"
+
+#include <cmath>
+
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln::nn {
+
+namespace {
+// PyTorch's RNN init: every weight and bias ~ U(-1/sqrt(hidden), 1/sqrt(hidden)).
+Tensor uniform_init(const Shape& s, double bound) {
+  NoGradGuard ng;
+  return sub(mul(rand(s), 2.0 * bound), bound);
+}
+}  // namespace
+
+RNNBase::RNNBase(Mode mode, RNNOptions opts) : mode_(mode), opts_(std::move(opts)) {
+  const char* who = mode == Mode::RNN ? "RNN" : mode == Mode::LSTM ? "LSTM" : "GRU";
+  if (opts_.input_size <= 0 || opts_.hidden_size <= 0 || opts_.num_layers <= 0)
+    fail(who, "input_size, hidden_size and num_layers must be positive, got ", opts_.input_size,
+         ", ", opts_.hidden_size, ", ", opts_.num_layers);
+  if (mode == Mode::RNN && opts_.nonlinearity != "tanh" && opts_.nonlinearity != "relu")
+    fail(who, "nonlinearity must be 'tanh' or 'relu', got '", opts_.nonlinearity, "'");
+  gates_ = mode == Mode::LSTM ? 4 : mode == Mode::GRU ? 3 : 1;
+  const int64_t H = opts_.hidden_size, L = opts_.num_layers;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(H));
+  // Reserve first: registration keeps pointers into these vectors.
+  w_ih_.reserve(L), w_hh_.reserve(L), b_ih_.reserve(L), b_hh_.reserve(L);
+  for (int64_t l = 0; l < L; ++l) {
+    int64_t in = l == 0 ? opts_.input_size : H;
+    w_ih_.push_back(uniform_init({gates_ * H, in}, bound));
+    w_hh_.push_back(uniform_init({gates_ * H, H}, bound));
+    if (opts_.bias) {
+      b_ih_.push_back(uniform_init({gates_ * H}, bound));
+      b_hh_.push_back(uniform_init({gates_ * H}, bound));
+    }
+  }
+  for (int64_t l = 0; l < L; ++l) {
+    std::string s = "_l" + std::to_string(l);
+    register_parameter("weight_ih" + s, &w_ih_[l]);
+    register_parameter("weight_hh" + s, &w_hh_[l]);
+    if (opts_.bias) {
+      register_parameter("bias_ih" + s, &b_ih_[l]);
+      register_parameter("bias_hh" + s, &b_hh_[l]);
+    }
+  }
+}
+
+std::string RNNBase::type_name() const {
+  return mode_ == Mode::RNN ? "RNN" : mode_ == Mode::LSTM ? "LSTM" : "GRU";
+}
+
+std::pair<Tensor, RNNState> RNNBase::forward(const Tensor& x_in, const RNNState& state) {
+  const std::string who = type_name();
+  const int64_t H = opts_.hidden_size, L = opts_.num_layers;
+  if (!x_in.defined() || x_in.dim() != 3)
+    fail(who.c_str(), "input must be 3-D ", opts_.batch_first ? "[B, T, input]" : "[T, B, input]",
+         ", got shape ", x_in.defined() ? x_in.shape() : Shape{});
+  if (!is_floating(x_in.dtype()))
+    fail(who.c_str(), "input must be floating point, got ", x_in.dtype());
+  if (x_in.size(2) != opts_.input_size)
+    fail(who.c_str(), "input feature size ", x_in.size(2), " (shape ", x_in.shape(),
+         ") does not match input_size ", opts_.input_size);
+  Tensor x = opts_.batch_first ? transpose(x_in, 0, 1) : x_in;  // [T, B, in]
+  const int64_t T = x.size(0), B = x.size(1);
+  const Shape state_shape{L, B, H};
+  auto check_state = [&](const Tensor& s, const char* name) {
+    if (s.defined() && s.shape() != state_shape)
+      fail(who.c_str(), "initial ", name, " must have shape ", state_shape, ", got ", s.shape());
+  };
+  check_state(state.h, "h");
+  check_state(state.c, "c");
+  if (state.c.defined() && mode_ != Mode::LSTM)
+    fail(who.c_str(), "only an LSTM takes a cell state c");
+  if (T == 0) fail(who.c_str(), "input has no time steps (shape ", x_in.shape(), ")");
+
+  RNNState out_state;
+  std::vector<Tensor> h_final, c_final;
+  Tensor layer_in = x;
+  for (int64_t l = 0; l < L; ++l) {
+    Tensor h = state.h.defined() ? state.h.select(0, l) : zeros({B, H}, x.dtype());
+    Tensor c;
+    if (mode_ == Mode::LSTM)
+      c = state.c.defined() ? state.c.select(0, l) : zeros({B, H}, x.dtype());
+    // All time steps' input projections in one GEMM: [T*B, in] -> [T, B, G*H].
+    const int64_t in = layer_in.size(2);
+    Tensor xp = linear(reshape(layer_in, {T * B, in}), w_ih_[l], opts_.bias ? b_ih_[l] : Tensor());
+    xp = reshape(xp, {T, B, gates_ * H});
+    Tensor b_hh = opts_.bias ? b_hh_[l] : Tensor();
+    std::vector<Tensor> outs;
+    outs.reserve(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      Tensor xt = xp.select(0, t);  // [B, G*H]
+      Tensor hp = linear(h, w_hh_[l], b_hh);
+      if (mode_ == Mode::RNN) {
+        Tensor pre = add(xt, hp);
+        h = opts_.nonlinearity == "relu" ? relu(pre) : tanh(pre);
+      } else if (mode_ == Mode::LSTM) {
+        auto g = chunk(add(xt, hp), 4, 1);
+        Tensor i = sigmoid(g[0]), f = sigmoid(g[1]), gg = tanh(g[2]), o = sigmoid(g[3]);
+        c = add(mul(f, c), mul(i, gg));
+        h = mul(o, tanh(c));
+      } else {
+        auto xg = chunk(xt, 3, 1);
+        auto hg = chunk(hp, 3, 1);
+        Tensor r = sigmoid(add(xg[0], hg[0]));
+        Tensor z = sigmoid(add(xg[1], hg[1]));
+        Tensor n = tanh(add(xg[2], mul(r, hg[2])));
+        // h' = (1 - z) * n + z * h  ==  n + z * (h - n)
+        h = add(n, mul(z, sub(h, n)));
+      }
+      outs.push_back(h);
+    }
+    h_final.push_back(h);
+    if (mode_ == Mode::LSTM) c_final.push_back(c);
+    layer_in = stack(outs, 0);  // [T, B, H]
+  }
+  out_state.h = stack(h_final, 0);
+  if (mode_ == Mode::LSTM) out_state.c = stack(c_final, 0);
+  Tensor y = opts_.batch_first ? transpose(layer_in, 0, 1) : layer_in;
+  return {y, out_state};
+}
+
+}  // namespace kiln::nn
