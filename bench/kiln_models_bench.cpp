@@ -78,6 +78,19 @@ struct TrainBench {
 
 constexpr double kSgdLr = 0.01, kAdamLr = 1e-3, kWd = 0.01, kB1 = 0.9, kB2 = 0.999, kEps = 1e-8;
 
+// The bound Session plan's arena (planned peak of the step's intermediates) beside the sum of
+// the same buffers without reuse.
+void emit_plan(const std::string& w, const std::string& name, int threads, const std::string& p,
+               const RunStats& st) {
+  if (st.unplanned_bytes <= 0) return;
+  double mib = 1024.0 * 1024.0;
+  std::string params =
+      p.substr(0, p.size() - 1) +
+      ", \"unplanned_MiB\": " + std::to_string(st.unplanned_bytes / mib) +
+      ", \"ratio\": " + std::to_string(double(st.arena_bytes) / double(st.unplanned_bytes)) + "}";
+  emit(w, name, "kiln", "graph", threads, params, "planned_peak_MiB", st.arena_bytes / mib);
+}
+
 void run_train_bench(const TrainBench& tb, int threads, const std::string& modes, int rounds) {
   std::vector<std::function<void()>> fs;
   std::vector<std::string> names;
@@ -197,6 +210,7 @@ void run_train_bench(const TrainBench& tb, int threads, const std::string& modes
   fl.print(tb.workload);
   for (size_t i = 0; i < fs.size(); ++i)
     emit(tb.workload, tb.name, "kiln", names[i], threads, tb.params_json, "steps/s", 1.0 / med[i]);
+  if (sess) emit_plan(tb.workload, tb.name, threads, tb.params_json, sess->last_run());
   if (want(modes, "jit")) {
     auto st = adam ? adam_step.stats() : sgd_step.stats();
     if (st.eager_fallback || st.graph_breaks > 0)
@@ -416,6 +430,7 @@ void w8(int threads, const std::string& modes, int rounds) {
   std::string p = "{\"experts\": 8, \"d\": 256, \"hidden\": 512, \"top_k\": 2, \"tokens\": 1024}";
   for (size_t i = 0; i < fs.size(); ++i)
     emit("W8", "moe_top2_fwd_bwd", "kiln", names[i], threads, p, "steps/s", 1.0 / med[i]);
+  if (sess) emit_plan("W8", "moe_top2_fwd_bwd", threads, p, sess->last_run());
   if (want(modes, "jit") && (jf.stats().eager_fallback || jf.stats().graph_breaks > 0))
     std::cerr << "[kiln_models_bench] W8 jit:\n" << jf.explain() << "\n";
 }

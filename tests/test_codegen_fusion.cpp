@@ -18,6 +18,7 @@
 #include "kiln/exec/session.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/fused.h"
+#include "random_graphs.h"
 
 extern char** environ;
 
@@ -137,143 +138,12 @@ TEST(Fusion, WhereWithComparisonAndBoolInput) {
   fused::set_codegen(true);
 }
 
-// Random graphs of registry elementwise ops with random broadcast shapes: eager, the optimized
-// graph through the interpreter, and through generated code agree (relative 1e-5).
-struct RandomGraph {
-  std::vector<Shape> in_shapes;
-  std::function<Tensor(const std::vector<Tensor>&)> fn;
-};
-
-RandomGraph make_random(std::mt19937& rng) {
-  std::uniform_int_distribution<int> pick(0, 1000000);
-  int rank = 1 + pick(rng) % 3;
-  Shape full;
-  for (int d = 0; d < rank; ++d) full.push_back(1 + pick(rng) % 9);
-  int ninputs = 1 + pick(rng) % 4;
-  RandomGraph rg;
-  for (int k = 0; k < ninputs; ++k) {
-    Shape s;  // broadcastable to full: drop leading dims, set some to 1
-    int drop = k == 0 ? 0 : pick(rng) % (rank + 1);
-    for (int d = drop; d < rank; ++d) s.push_back(pick(rng) % 3 == 0 && k ? 1 : full[d]);
-    rg.in_shapes.push_back(s);
-  }
-  int nops = 2 + pick(rng) % 8;
-  std::vector<int> ops;
-  for (int i = 0; i < nops; ++i) ops.push_back(pick(rng));
-  rg.fn = [ops, ninputs](const std::vector<Tensor>& in) {
-    std::vector<Tensor> vals(in.begin(), in.end());
-    for (int code : ops) {
-      const Tensor& a = vals[static_cast<size_t>(code % vals.size())];
-      const Tensor& b = vals[static_cast<size_t>((code / 7) % vals.size())];
-      Tensor r;
-      switch ((code / 101) % 16) {
-        case 0:
-          r = add(a, b);
-          break;
-        case 1:
-          r = sub(a, b);
-          break;
-        case 2:
-          r = mul(a, b);
-          break;
-        case 3:
-          r = div(a, add(abs(b), 1.0));
-          break;
-        case 4:
-          r = tanh(a);
-          break;
-        case 5:
-          r = sigmoid(a);
-          break;
-        case 6:
-          r = relu(a);
-          break;
-        case 7:
-          r = gelu(a, (code & 1) != 0);
-          break;
-        case 8:
-          r = exp(clamp(a, -5.0, 5.0));
-          break;
-        case 9:
-          r = maximum(a, b);
-          break;
-        case 10:
-          r = where(gt(a, b), a, neg(b));
-          break;
-        case 11:
-          r = silu(a);
-          break;
-        case 12:
-          r = leaky_relu(a, 0.1);
-          break;
-        case 13:
-          r = sqrt(add(mul(a, a), 1.0));
-          break;
-        case 14:
-          r = minimum(a, mul(b, 0.5));
-          break;
-        default:
-          r = erf(a);
-          break;
-      }
-      vals.push_back(r);
-    }
-    (void)ninputs;
-    // Sum the last value with the broadcast of everything so the output has the full shape.
-    Tensor out = vals.back();
-    for (size_t k = 0; k < in.size(); ++k) out = add(out, mul(in[k], 0.25));
-    return out;
-  };
-  return rg;
-}
-
-void run_random_graphs(int count, bool with_codegen) {
-  std::mt19937 rng(1234);
-  int fused_graphs = 0;
-  for (int gi = 0; gi < count; ++gi) {
-    RandomGraph rg = make_random(rng);
-    std::vector<Tensor> vals;
-    for (const auto& s : rg.in_shapes) vals.push_back(randn(s));
-    Tensor ref = rg.fn(vals);
-    Graph g;
-    std::vector<Tensor> phs;
-    FeedDict feeds;
-    for (size_t k = 0; k < rg.in_shapes.size(); ++k) {
-      phs.push_back(g.placeholder("in" + std::to_string(k), Float32, rg.in_shapes[k]));
-      feeds.push_back({phs.back(), vals[k]});
-    }
-    Tensor y = rg.fn(phs);
-    Program p = prune(*g.impl(), {g.value_of(y)});
-    optimize(p);
-    fused_graphs += count_op(p, "fused") > 0;
-    for (bool cg : {false, true}) {
-      if (cg && !with_codegen) continue;
-      fused::set_codegen(cg);
-      Session s(g);
-      Tensor out = s.run(y, feeds);
-      ASSERT_EQ(out.shape(), ref.shape()) << "graph " << gi;
-      ASSERT_LT(max_rel(out, ref), 1e-5)
-          << "graph " << gi << " codegen " << cg << "\n"
-          << [&] {
-               std::string s;
-               for (auto& n : p.graph->nodes)
-                 if (n->kind == NodeKind::Op)
-                   s += n->op->name + " " + n->attrs.str(n->op->attr_names) + "\n";
-               for (auto& sh : rg.in_shapes) s += "in " + sh.str() + "\n";
-               return s;
-             }();
-    }
-  }
-  fused::set_codegen(true);
-  EXPECT_GT(fused_graphs, count * 3 / 4);
-}
-
-TEST(Fusion, RandomGraphsInterpreterMatchesEager) { run_random_graphs(200, false); }
+TEST(Fusion, RandomGraphsInterpreterMatchesEager) { kiln::testing::run_random_graphs(200, false); }
 
 TEST(Codegen, RandomGraphsGeneratedCodeMatchesEager) {
   fresh_cache();
   if (!codegen::enabled()) GTEST_SKIP() << "no compiler: " << codegen::stats().last_error;
-  run_random_graphs(40, true);
+  kiln::testing::run_random_graphs(40, true);  // all 200: test_slow_codegen_random
   EXPECT_GT(codegen::stats().compiles, 0);
 }
 

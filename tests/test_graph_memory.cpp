@@ -12,6 +12,10 @@
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 
+// The replacement pair below is malloc/free underneath on purpose; GCC cannot see that the
+// new and delete it pairs are both ours.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 namespace {
 std::atomic<int64_t> g_news{0};
 }

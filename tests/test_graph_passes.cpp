@@ -634,4 +634,24 @@ TEST(MemoryPlan, ViewsExtendTheirSourceAndBlockInPlace) {
   EXPECT_EQ(plan.inplace, 1);
 }
 
+// ---- verifier ---------------------------------------------------------------------------
+
+TEST(PassVerifier, AcceptsOptimizedProgramsAndNamesThePassThatBrokeOne) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {4, 3});
+  Tensor y = sum(mul(gelu(add(x, 1.0)), x), {1});
+  Program p = prune(*g.impl(), {g.value_of(y)});
+  optimize(p);
+  EXPECT_NO_THROW(verify_program(p, "optimize"));
+  // Swap the last op before its inputs: a use before definition.
+  auto& nodes = p.graph->nodes;
+  std::swap(nodes.front(), nodes.back());
+  try {
+    verify_program(p, "my_pass");
+    ADD_FAILURE() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("after my_pass"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

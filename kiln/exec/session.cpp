@@ -59,8 +59,8 @@ struct Session::Plan {
     int64_t arena_bytes = 0, unplanned_bytes = 0;
   };
   std::vector<SlotInfo> info;  // recorded by the last generic run
-  std::vector<int> ph_slot_of_feed;
   Bound bound;
+  int binds = 0;  // times this plan was bound (a new feed layout rebinds it)
 };
 
 namespace {
@@ -232,7 +232,11 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
   } else {
     run_generic(p);
     slots_ptr = &generic_slots_;
-    if (!p.has_control_flow && pass_enabled("memory_plan")) bind(p);
+    // Feeds whose shapes keep changing would rebind every run: after a few, stay generic.
+    if (!p.has_control_flow && p.binds < 4 && pass_enabled("memory_plan")) {
+      ++p.binds;
+      bind(p);
+    }
   }
   std::vector<Tensor>& slots = *slots_ptr;
   if (last_plan_ != &p) {

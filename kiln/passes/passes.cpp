@@ -214,14 +214,59 @@ bool pass_enabled(const std::string& name) {
   return true;
 }
 
+void verify_program(const Program& p, const std::string& after) {
+  std::unordered_map<const Node*, size_t> pos;
+  const auto& nodes = p.graph->nodes;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = *nodes[i];
+    for (const auto& in : n.inputs) {
+      auto it = pos.find(in.node);
+      if (it == pos.end())
+        fail("verify", "after ", after, ": node ", i, " (", n.label(),
+             ") uses a node that is not before it in the program");
+      if (in.index < 0 || in.index >= static_cast<int>(in.node->outputs.size()))
+        fail("verify", "after ", after, ": node ", i, " (", n.label(), ") uses output ", in.index,
+             " of a node with ", in.node->outputs.size(), " outputs");
+    }
+    if (n.kind == NodeKind::Op) {
+      if (!n.op) fail("verify", "after ", after, ": op node ", i, " has no op");
+      if (n.op->num_inputs >= 0 && static_cast<int>(n.inputs.size()) != n.op->num_inputs)
+        fail("verify", "after ", after, ": node ", i, " (", n.op->name, ") has ", n.inputs.size(),
+             " inputs, expected ", n.op->num_inputs);
+      if (n.outputs.empty()) fail("verify", "after ", after, ": node ", i, " has no outputs");
+    } else if (!n.inputs.empty()) {
+      fail("verify", "after ", after, ": node ", i, " (", n.label(),
+           ") is not an op but has inputs");
+    }
+    pos[&n] = i;
+  }
+  for (const auto& f : p.fetches)
+    if (!pos.count(f.node) || f.index < 0 || f.index >= static_cast<int>(f.node->outputs.size()))
+      fail("verify", "after ", after, ": a fetch refers to a value outside the program");
+}
+
 std::string optimize(Program& p) {
+  // Debug builds (or KILN_VERIFY_PASSES=1) check the program after every pass.
+#ifdef NDEBUG
+  static const bool verify = [] {
+    const char* e = std::getenv("KILN_VERIFY_PASSES");
+    return e && std::string(e) == "1";
+  }();
+#else
+  const bool verify = true;
+#endif
   std::ostringstream os;
-  if (pass_enabled("const_fold")) os << "const_fold: " << const_fold(p) << "  ";
-  if (pass_enabled("simplify")) os << "simplify: " << simplify(p) << "  ";
-  if (pass_enabled("transpose_fold")) os << "transpose_fold: " << fold_transposes(p) << "  ";
-  if (pass_enabled("cse")) os << "cse: " << cse(p) << "  ";
-  if (pass_enabled("dce")) os << "dce: " << dce(p) << "  ";
-  if (pass_enabled("fusion")) os << "fusion: " << fuse_elementwise(p);
+  auto run = [&](const char* name, auto&& pass) {
+    if (!pass_enabled(name)) return;
+    os << (os.tellp() > 0 ? "  " : "") << name << ": " << pass();
+    if (verify) verify_program(p, name);
+  };
+  run("const_fold", [&] { return const_fold(p); });
+  run("simplify", [&] { return simplify(p); });
+  run("transpose_fold", [&] { return fold_transposes(p); });
+  run("cse", [&] { return cse(p); });
+  run("dce", [&] { return dce(p); });
+  run("fusion", [&] { return fuse_elementwise(p); });
   return os.str();
 }
 

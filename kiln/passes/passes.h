@@ -31,6 +31,9 @@ int dce(Program& p);
 int fuse_elementwise(Program& p, int max_inputs = 32);
 /// Whether a pass is disabled through KILN_DISABLE_PASSES.
 bool pass_enabled(const std::string& name);
+/// Checks a program's structure (topological order, arities, fetches inside); kiln::Error
+/// naming the pass `after` which it broke. optimize() runs it after every pass in debug builds.
+void verify_program(const Program& p, const std::string& after);
 /// Runs the enabled default pipeline; returns a one-line summary ("cse: 3, const_fold: 1, ...").
 std::string optimize(Program& p);
 
