@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/core/tls.h"
+
 namespace kiln {
 namespace {
 
@@ -69,7 +71,7 @@ constexpr size_t kThreadCacheBytes = size_t(256) << 10;
 std::atomic<int64_t> g_in_use{0};
 std::atomic<int64_t> g_peak{0};
 
-thread_local bool t_cache_alive = true;
+thread_local bool t_cache_alive KILN_TLS = true;
 
 struct ThreadCache {
   std::vector<void*> small[21];
@@ -89,7 +91,7 @@ struct ThreadCache {
       }
   }
 };
-thread_local ThreadCache t_cache;
+thread_local ThreadCache t_cache KILN_TLS;
 std::atomic<uint64_t> g_tc_cached{0};
 
 void note_alloc(size_t cap) {

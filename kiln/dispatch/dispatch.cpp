@@ -2,14 +2,16 @@
 // output from the caching allocator, the kernel, and a branch on grad mode.
 #include "kiln/dispatch/dispatch.h"
 
+#include "kiln/core/tls.h"
+
 namespace kiln {
 namespace {
-thread_local bool t_grad_mode = true;
-thread_local SymbolicHandler* t_handler = nullptr;
+thread_local bool t_grad_mode KILN_TLS = true;
+thread_local SymbolicHandler* t_handler KILN_TLS = nullptr;
 SymbolicHandler* g_graph_handler = nullptr;
-thread_local bool t_capture_all = false;
+thread_local bool t_capture_all KILN_TLS = false;
 AutogradRecorder g_recorder = nullptr;
-thread_local uint64_t t_count = 0;
+thread_local uint64_t t_count KILN_TLS = 0;
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
