@@ -20,6 +20,10 @@ namespace {
 std::atomic<int64_t> g_news{0};
 }
 
+// Under AddressSanitizer the runtime owns operator new/delete (and their aligned forms, which
+// this pair does not replace): count only Kiln's allocator there.
+#ifndef __SANITIZE_ADDRESS__
+#define KILN_COUNT_NEW 1
 void* operator new(size_t n) {
   g_news.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n ? n : 1)) return p;
@@ -27,6 +31,7 @@ void* operator new(size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+#endif
 
 namespace {
 using namespace kiln;
@@ -110,7 +115,11 @@ TEST(GraphMemory, SteadyStateAllocatesOnlyWhatItReturns) {
   int64_t ops = s.last_run().plan_steps;
   EXPECT_GT(ops, 8);
   EXPECT_LE(allocs, 1.0) << "Kiln allocator calls per run";
+#ifdef KILN_COUNT_NEW
   EXPECT_LE(news, 4.0) << "operator new calls per run (plan has " << ops << " steps)";
+#else
+  (void)news;
+#endif
 }
 
 }  // namespace
