@@ -167,9 +167,11 @@ void emit_memory_plan(const char* w, const char* name, int threads, const std::s
   optimize(prog);
   MemoryPlan mp = plan_program_memory(prog);
   double mib = 1024.0 * 1024.0;
-  std::string params = p.substr(0, p.size() - 1) + ", \"unplanned_MiB\": " +
-                       std::to_string(mp.unplanned_bytes / mib) + ", \"ratio\": " +
-                       std::to_string(mp.unplanned_bytes ? double(mp.arena_bytes) / double(mp.unplanned_bytes) : 0) + "}";
+  std::string params =
+      p.substr(0, p.size() - 1) +
+      ", \"unplanned_MiB\": " + std::to_string(mp.unplanned_bytes / mib) + ", \"ratio\": " +
+      std::to_string(mp.unplanned_bytes ? double(mp.arena_bytes) / double(mp.unplanned_bytes) : 0) +
+      "}";
   emit(w, name, "kiln", "graph", threads, params, "planned_peak_MiB", mp.arena_bytes / mib);
 }
 

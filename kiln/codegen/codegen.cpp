@@ -22,7 +22,8 @@
 namespace kiln::codegen {
 namespace {
 
-const char* kFlags = "-O3 -march=native -std=c++20 -fPIC -shared -fno-math-errno -fno-trapping-math -w";
+const char* kFlags =
+    "-O3 -march=native -std=c++20 -fPIC -shared -fno-math-errno -fno-trapping-math -w";
 
 // Functions the ops' `expr` strings call, over float and double.
 const char* kExprPrelude = R"(

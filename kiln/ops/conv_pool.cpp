@@ -28,7 +28,6 @@ Tensor max_pool2d_gather_fn(const Tensor& src, const Tensor& idx);
 Tensor avg_pool2d_fn(const Tensor& x, const Attrs& pool_attrs);
 Tensor avg_pool2d_grad_fn(const Tensor& g, const Attrs& pool_attrs, int64_t H, int64_t W);
 
-
 // Output size of a window sweep; -1 when the input size is dynamic.
 int64_t out_size(int64_t in, int64_t eff_kernel, int64_t pad, int64_t stride) {
   if (in < 0) return -1;

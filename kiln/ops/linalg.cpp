@@ -50,7 +50,6 @@ Shape matmul_shape(const Shape& a, const Shape& b) {
 
 // ---- kernel --------------------------------------------------------------------------------
 
-
 /// How a rows x cols matrix with strides (sr, sc) is handed to a row-major GEMM.
 struct MatArg {
   bool trans;
