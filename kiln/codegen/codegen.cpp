@@ -46,11 +46,7 @@ template <class T> [[gnu::always_inline]] inline T clamp(T x, double lo, double 
 }
 template <class T> [[gnu::always_inline]] inline T leaky_relu(T x, double s) { return x < T(0) ? x * T(s) : x; }
 template <class T> [[gnu::always_inline]] inline T gelu(T x, double approximate) {
-  if (approximate != 0) {
-    const T k = T(0.7978845608028654);
-    return T(0.5) * x * (T(1) + tanh<T>(k * (x + T(0.044715) * x * x * x)));
-  }
-  return T(0.5) * x * (T(1) + erf<T>(x * T(0.7071067811865476)));
+  return approximate != 0 ? kiln::vm::gelu_tanh<T>(x) : kiln::vm::gelu_erf<T>(x);
 }
 }  // namespace kf
 )";

@@ -1,10 +1,11 @@
 // Size-class caching allocator: power-of-two classes below 1 MiB, 2 MiB granules above (mmap'd,
-// MADV_HUGEPAGE). One mutex; the eager hot path costs a lock and a vector pop.
+// MADV_HUGEPAGE). One mutex behind a per-thread front cache, so the eager hot path takes no lock.
 #include "kiln/core/allocator.h"
 
 #include <sys/mman.h>
 
 #include <atomic>
+#include <bit>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -32,14 +33,8 @@ Pool& pool() {
   return *p;
 }
 
-int small_class(size_t n) {
-  size_t c = 64;
-  int k = 0;
-  while (c < n) {
-    c <<= 1;
-    ++k;
-  }
-  return k;
+int small_class(size_t n) {  // smallest k with 64 << k >= n
+  return n <= 64 ? 0 : std::bit_width(n - 1) - 6;
 }
 
 void* system_alloc(size_t cap) {
@@ -64,9 +59,13 @@ void system_free(void* p, size_t cap) {
 }
 
 // Per-thread front cache for small blocks: the eager hot path takes no lock. Blocks freed on
-// another thread simply join that thread's cache; overflow goes to the shared pool.
+// another thread simply join that thread's cache; overflow goes to the shared pool. The cache is
+// plain data (trivially constructed and destroyed), so an access is one %fs-relative load with
+// no TLS-init call; a separate thread_local with a destructor, armed the first time the cache
+// keeps a block, hands the blocks to the pool when the thread ends.
 constexpr size_t kThreadCacheMax = 32;
 constexpr size_t kThreadCacheBytes = size_t(256) << 10;
+constexpr int kThreadCacheClasses = 13;  // 64 B .. 256 KiB
 
 std::atomic<int64_t> g_in_use{0};
 std::atomic<int64_t> g_peak{0};
@@ -74,25 +73,32 @@ std::atomic<int64_t> g_peak{0};
 thread_local bool t_cache_alive KILN_TLS = true;
 
 struct ThreadCache {
-  std::vector<void*> small[21];
-  uint64_t hits = 0;
-  ThreadCache() {
-    for (auto& v : small) v.reserve(kThreadCacheMax);
-  }
-  ~ThreadCache() {
+  void* small[kThreadCacheClasses][kThreadCacheMax];
+  uint32_t n[kThreadCacheClasses];
+  uint64_t hits;
+  uint64_t bytes;  // held here; counted in allocator_stats() for this thread only
+  bool armed;
+};
+thread_local ThreadCache t_cache KILN_TLS;
+
+struct CacheFlusher {
+  bool armed = false;
+  ~CacheFlusher() {
     t_cache_alive = false;
     Pool& P = pool();
     std::lock_guard<std::mutex> lk(P.mu);
-    P.stats.hits += hits;
-    for (int k = 0; k < 21; ++k)
-      for (void* p : small[k]) {
-        P.small[k].push_back(p);
+    P.stats.hits += t_cache.hits;
+    for (int k = 0; k < kThreadCacheClasses; ++k) {
+      for (uint32_t i = 0; i < t_cache.n[k]; ++i) {
+        P.small[k].push_back(t_cache.small[k][i]);
         P.stats.cached_bytes += size_t(64) << k;
       }
+      t_cache.n[k] = 0;
+    }
+    t_cache.bytes = 0;
   }
 };
-thread_local ThreadCache t_cache KILN_TLS;
-std::atomic<uint64_t> g_tc_cached{0};
+thread_local CacheFlusher t_flusher;
 
 void note_alloc(size_t cap) {
   int64_t now = g_in_use.fetch_add(static_cast<int64_t>(cap), std::memory_order_relaxed) +
@@ -116,13 +122,11 @@ void* cached_alloc(size_t nbytes, size_t* capacity) {
   *capacity = cap;
   note_alloc(cap);
   if (cls >= 0 && cap <= kThreadCacheBytes) {
-    auto& v = t_cache.small[cls];
-    if (!v.empty()) {
-      void* p = v.back();
-      v.pop_back();
-      ++t_cache.hits;
-      g_tc_cached.fetch_sub(cap, std::memory_order_relaxed);
-      return p;
+    ThreadCache& tc = t_cache;
+    if (tc.n[cls] > 0) {
+      ++tc.hits;
+      tc.bytes -= cap;
+      return tc.small[cls][--tc.n[cls]];
     }
   }
   {
@@ -155,10 +159,15 @@ void cached_free(void* p, size_t cap) {
   if (!p) return;
   g_in_use.fetch_sub(static_cast<int64_t>(cap), std::memory_order_relaxed);
   if (cap <= kThreadCacheBytes && t_cache_alive) {
-    auto& v = t_cache.small[small_class(cap)];
-    if (v.size() < kThreadCacheMax) {
-      v.push_back(p);
-      g_tc_cached.fetch_add(cap, std::memory_order_relaxed);
+    ThreadCache& tc = t_cache;
+    const int cls = small_class(cap);
+    if (tc.n[cls] < kThreadCacheMax) {
+      if (!tc.armed) {  // first block kept by this thread: arrange the hand-back at its exit
+        tc.armed = true;
+        t_flusher.armed = true;
+      }
+      tc.small[cls][tc.n[cls]++] = p;
+      tc.bytes += cap;
       return;
     }
   }
@@ -181,8 +190,9 @@ AllocatorStats allocator_stats() {
   AllocatorStats s = P.stats;
   s.in_use_bytes = static_cast<size_t>(g_in_use.load(std::memory_order_relaxed));
   s.peak_in_use_bytes = static_cast<size_t>(g_peak.load(std::memory_order_relaxed));
-  s.cached_bytes += g_tc_cached.load(std::memory_order_relaxed);
-  s.hits += t_cache.hits;  // this thread's front-cache hits (others are added at thread exit)
+  // This thread's front cache; other threads' hits and blocks are added when they exit.
+  s.cached_bytes += t_cache.bytes;
+  s.hits += t_cache.hits;
   return s;
 }
 
@@ -191,13 +201,11 @@ void reset_peak_memory() { g_peak.store(g_in_use.load(std::memory_order_relaxed)
 void empty_cache() {
   Pool& P = pool();
   std::lock_guard<std::mutex> lk(P.mu);
-  for (int k = 0; k < 21; ++k) {
-    for (void* p : t_cache.small[k]) {
-      system_free(p, size_t(64) << k);
-      g_tc_cached.fetch_sub(size_t(64) << k, std::memory_order_relaxed);
-    }
-    t_cache.small[k].clear();
+  for (int k = 0; k < kThreadCacheClasses; ++k) {
+    for (uint32_t i = 0; i < t_cache.n[k]; ++i) system_free(t_cache.small[k][i], size_t(64) << k);
+    t_cache.n[k] = 0;
   }
+  t_cache.bytes = 0;
   for (int k = 0; k < 21; ++k) {
     for (void* p : P.small[k]) system_free(p, size_t(64) << k);
     P.small[k].clear();

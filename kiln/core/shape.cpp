@@ -22,13 +22,6 @@ bool Shape::is_static() const {
   return true;
 }
 
-bool Shape::operator==(const Shape& o) const {
-  if (size() != o.size()) return false;
-  for (size_t i = 0; i < size(); ++i)
-    if ((*this)[i] != o[i]) return false;
-  return true;
-}
-
 std::string Shape::str() const {
   std::ostringstream os;
   os << *this;
@@ -48,11 +41,14 @@ std::ostream& operator<<(std::ostream& os, const Shape& s) {
 }
 
 Strides contiguous_strides(const Shape& s) {
-  Strides st(s.size(), 0);
+  const size_t n = s.size();
+  Strides st(n, 0);
+  int64_t* o = st.data();
+  const int64_t* d = s.data();
   int64_t acc = 1;
-  for (int64_t i = s.rank() - 1; i >= 0; --i) {
-    st[i] = acc;
-    acc *= std::max<int64_t>(s[i], 1);
+  for (size_t i = n; i-- > 0;) {
+    o[i] = acc;
+    acc *= d[i] > 1 ? d[i] : 1;
   }
   return st;
 }

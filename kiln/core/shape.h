@@ -28,7 +28,14 @@ class Shape : public SmallVec<int64_t, 6> {
   bool is_static() const;
   std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }
   std::string str() const;
-  bool operator==(const Shape& o) const;
+  bool operator==(const Shape& o) const {
+    if (size() != o.size()) return false;
+    const int64_t* a = data();
+    const int64_t* b = o.data();
+    for (size_t i = 0; i < size(); ++i)  // early exit keeps GCC from making this a memcmp call
+      if (a[i] != b[i]) return false;
+    return true;
+  }
   bool operator!=(const Shape& o) const { return !(*this == o); }
 };
 using Strides = SmallVec<int64_t, 6>;

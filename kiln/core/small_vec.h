@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <initializer_list>
 #include <new>
 #include <type_traits>
@@ -14,28 +15,22 @@ template <typename T, size_t N>
 class SmallVec {
  public:
   SmallVec() = default;
-  SmallVec(std::initializer_list<T> il) {
-    reserve(il.size());
-    for (const auto& v : il) push_back(v);
-  }
+  SmallVec(std::initializer_list<T> il) { assign_copy(il.begin(), il.size()); }
   template <typename It, typename = decltype(*std::declval<It>())>
   SmallVec(It b, It e) {
     for (; b != e; ++b) push_back(*b);
   }
   explicit SmallVec(size_t n, const T& v = T()) {
     reserve(n);
-    for (size_t i = 0; i < n; ++i) push_back(v);
+    for (size_t i = 0; i < n; ++i) new (ptr() + i) T(v);
+    size_ = n;
   }
-  SmallVec(const SmallVec& o) {
-    reserve(o.size_);
-    for (const auto& v : o) push_back(v);
-  }
+  SmallVec(const SmallVec& o) { assign_copy(o.ptr(), o.size_); }
   SmallVec(SmallVec&& o) noexcept { move_from(std::move(o)); }
   SmallVec& operator=(const SmallVec& o) {
     if (this != &o) {
       clear();
-      reserve(o.size_);
-      for (const auto& v : o) push_back(v);
+      assign_copy(o.ptr(), o.size_);
     }
     return *this;
   }
@@ -102,10 +97,32 @@ class SmallVec {
     while (size_ < n) push_back(v);
   }
   void clear() {
-    while (size_ > 0) pop_back();
+    if constexpr (std::is_trivially_destructible_v<T>)
+      size_ = 0;
+    else
+      while (size_ > 0) pop_back();
   }
 
  private:
+  // Shapes and strides are copied several times per eager op: trivially copyable elements go
+  // by one memcpy instead of a capacity check per element.
+  void assign_copy(const T* src, size_t n) {
+    reserve(n);
+    if constexpr (std::is_trivially_copyable_v<T>) {
+      T* d = ptr();
+      if (n <= 8) {  // shapes: a few elements, not worth a libc call
+        for (size_t i = 0; i < n; ++i) {
+          d[i] = src[i];
+          asm("" ::: "memory");  // keeps GCC from turning the loop back into a memcpy call
+        }
+      } else {
+        std::memcpy(static_cast<void*>(d), src, n * sizeof(T));
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) new (ptr() + i) T(src[i]);
+    }
+    size_ = n;
+  }
   T* ptr() { return heap_ ? heap_ : reinterpret_cast<T*>(inline_); }
   const T* ptr() const { return heap_ ? heap_ : reinterpret_cast<const T*>(inline_); }
   void destroy() {
@@ -122,6 +139,10 @@ class SmallVec {
       o.heap_ = nullptr;
       o.size_ = 0;
       o.cap_ = N;
+    } else if constexpr (std::is_trivially_copyable_v<T>) {
+      std::memcpy(static_cast<void*>(inline_), o.inline_, sizeof(inline_));  // fixed size: inlined
+      size_ = o.size_;
+      o.size_ = 0;
     } else {
       for (size_t i = 0; i < o.size_; ++i) new (ptr() + i) T(std::move(o.ptr()[i]));
       size_ = o.size_;

@@ -4,7 +4,16 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/core/block_pool.h"
+
 namespace kiln {
+
+std::shared_ptr<TensorImpl> make_tensor_impl() {
+  return std::allocate_shared<TensorImpl>(block_pool::Allocator<TensorImpl>());
+}
+std::shared_ptr<Storage> make_storage(size_t nbytes) {
+  return std::allocate_shared<Storage>(block_pool::Allocator<Storage>(), nbytes);
+}
 
 Storage::Storage(size_t nbytes) : nbytes_(nbytes) { data_ = cached_alloc(nbytes, &capacity_); }
 
@@ -49,11 +58,9 @@ bool Tensor::shares_storage(const Tensor& o) const {
   return impl_ && o.impl_ && impl_->storage && impl_->storage == o.impl_->storage;
 }
 
-void Tensor::check_concrete(const char* what) const {
+void Tensor::not_concrete(const char* what) const {
   if (!impl_) fail(what, "tensor is undefined");
-  if (!impl_->storage)
-    fail(what,
-         "value of this tensor is unknown while building a graph; fetch it with Session::run");
+  fail(what, "value of this tensor is unknown while building a graph; fetch it with Session::run");
 }
 
 Tensor Tensor::host_value(const char* what, const std::source_location& loc) const {
@@ -167,8 +174,8 @@ double Tensor::at(std::initializer_list<int64_t> idx) const {
 Tensor empty(const Shape& shape, DType dtype) {
   for (int64_t d : shape)
     if (d < 0) fail("empty", "shape ", shape, " has a negative or dynamic dim");
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  auto impl = make_tensor_impl();
+  impl->storage = make_storage(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -257,7 +264,7 @@ Tensor tensor(const std::vector<bool>& v, const Shape& s) { return from_host<boo
 Tensor tensor(std::initializer_list<float> v, const Shape& s) { return from_host<float>(v, s); }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = make_tensor_impl();
   impl->storage = base.impl()->storage;
   impl->shape = shape;
   impl->strides = strides;

@@ -55,6 +55,9 @@ struct AutogradMeta {
 };
 
 struct TensorImpl {
+  // User-provided, so that allocate_shared's value-initialization runs the member initializers
+  // instead of first zeroing the whole object (a 200-byte memset per op output).
+  TensorImpl() {}
   std::shared_ptr<Storage> storage;
   Shape shape;
   Strides strides;
@@ -70,6 +73,11 @@ struct TensorImpl {
 
 /// Hook that graph building and JIT tracing install to answer host reads of symbolic tensors
 /// (in a graph: an error; under jit: a graph break that returns the concrete value).
+/// A fresh TensorImpl / Storage whose shared_ptr control block comes from the per-thread block
+/// pool (kiln/core/block_pool.h): what every op output is built from.
+std::shared_ptr<TensorImpl> make_tensor_impl();
+std::shared_ptr<Storage> make_storage(size_t nbytes);
+
 using HostReadHook = Tensor (*)(const Tensor& t, const char* what, const std::source_location& loc);
 void set_host_read_hook(HostReadHook h);
 /// A hook for this thread only, tried before the process-wide one (the JIT tracer installs it
@@ -178,7 +186,11 @@ class Tensor {
   Tensor mean() const;
 
  private:
-  void check_concrete(const char* what) const;
+  void check_concrete(const char* what) const {
+    if (!impl_ || !impl_->storage) [[unlikely]]
+      not_concrete(what);
+  }
+  [[noreturn]] void not_concrete(const char* what) const;
   Tensor host_value(const char* what, const std::source_location& loc) const;
   std::shared_ptr<TensorImpl> impl_;
 };

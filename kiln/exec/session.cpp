@@ -451,7 +451,7 @@ void Session::bind(Plan& p) {
     bool is_view = def[s] >= 0 && b.kind[static_cast<size_t>(def[s])] == Plan::StepKind::View;
     b.is_view[s] = is_view;
     if (mp.offset[s] < 0 && !is_view) continue;
-    auto impl = std::make_shared<TensorImpl>();
+    auto impl = make_tensor_impl();
     impl->dtype = si.dtype;
     impl->shape = si.shape;
     if (is_view) {  // storage re-pointed each run at the aliased buffer

@@ -20,7 +20,7 @@ std::shared_ptr<GraphImpl> graph_of(const Tensor& t) {
 }
 
 Tensor make_symbolic(const std::shared_ptr<GraphImpl>& g, Node* n, int index) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = make_tensor_impl();
   const TensorMeta& m = n->outputs[static_cast<size_t>(index)];
   impl->shape = m.shape;
   impl->strides = contiguous_strides(m.shape);

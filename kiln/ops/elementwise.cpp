@@ -15,7 +15,9 @@ using opu::scalar_like;
 
 MetaList infer_binary(const char* op, std::span<const Tensor> in) {
   opu::require_same_dtype(op, in[0], in[1]);
-  return one(in[0].dtype(), broadcast_shapes(in[0].shape(), in[1].shape(), op));
+  const Shape& a = in[0].shape();
+  if (a == in[1].shape()) return one(in[0].dtype(), a);
+  return one(in[0].dtype(), broadcast_shapes(a, in[1].shape(), op));
 }
 template <const char* Name>
 MetaList infer_binary_num(std::span<const Tensor> in, const Attrs&) {
@@ -222,15 +224,14 @@ struct GeluErfF {
   explicit GeluErfF(const Attrs&) {}
   template <class T>
   [[gnu::always_inline]] T operator()(T x) const {
-    return T(0.5) * x * (T(1) + vm::erf<T>(x * T(0.7071067811865476)));
+    return vm::gelu_erf<T>(x);
   }
 };
 struct GeluTanhF {
   explicit GeluTanhF(const Attrs&) {}
   template <class T>
   [[gnu::always_inline]] T operator()(T x) const {
-    const T k = T(0.7978845608028654);  // sqrt(2/pi)
-    return T(0.5) * x * (T(1) + vm::tanh<T>(k * (x + T(0.044715) * x * x * x)));
+    return vm::gelu_tanh<T>(x);
   }
 };
 void k_gelu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -637,6 +638,7 @@ Tensor float_in(const Tensor& a) {
 }
 
 Tensor bin(const OpDef& op, const Tensor& a, const Tensor& b) {
+  if (a.defined() && b.defined() && a.dtype() == b.dtype()) return call1(op, {a, b});
   auto [x, y] = promoted(a, b);
   return call1(op, {x, y});
 }

@@ -143,15 +143,8 @@ State& state_for(const Attrs& a) {
 
 // ---- interpreter ----------------------------------------------------------------------------
 
-template <typename T>
-[[gnu::always_inline]] inline T gelu_erf(T x) {
-  return T(0.5) * x * (T(1) + vm::erf<T>(x * T(0.7071067811865476)));
-}
-template <typename T>
-[[gnu::always_inline]] inline T gelu_tanh(T x) {
-  const T k = T(0.7978845608028654);
-  return T(0.5) * x * (T(1) + vm::tanh<T>(k * (x + T(0.044715) * x * x * x)));
-}
+using vm::gelu_erf;
+using vm::gelu_tanh;
 
 template <typename T>
 void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64_t n) {

@@ -10,9 +10,11 @@
 
 namespace kiln::opu {
 
-inline MetaList one(DType dt, Shape s) {
+inline MetaList one(DType dt, const Shape& s) {
   MetaList m;
-  m.push_back(TensorMeta{dt, std::move(s)});
+  TensorMeta& t = m.emplace_back();
+  t.dtype = dt;
+  t.shape = s;
   return m;
 }
 

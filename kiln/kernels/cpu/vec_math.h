@@ -44,21 +44,32 @@ namespace kiln::vm {
 }
 
 [[gnu::always_inline]] inline float erff_fast(float x) {
-  // Abramowitz & Stegun 7.1.26 refined: |error| < 1.2e-7 via erfc = t*exp(-x^2+poly(t)).
-  float ax = std::fabs(x);
-  float t = 1.0f / (1.0f + 0.5f * ax);
-  float poly =
-      -1.26551223f +
-      t * (1.00002368f +
-           t * (0.37409196f +
-                t * (0.09678418f +
-                     t * (-0.18628806f +
-                          t * (0.27886807f +
-                               t * (-1.13520398f +
-                                    t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
-  float erfc = t * expf_fast(-ax * ax + poly);
-  float r = 1.0f - erfc;
-  return std::copysign(r, x);
+  // erf(x) = x P(x^2) / Q(x^2) on [-4, 4] (the odd/even rational minimax fit Eigen and XLA use
+  // for float; erf(4) rounds to 1.0f, so clamping there is exact in float). Max abs. and rel.
+  // error 3.3e-7 over [-10, 10] against double erf, including near 0 where the old
+  // 1 - t*exp(..) form lost relative accuracy to cancellation. About 12 FMAs and one divide,
+  // against the old form's divide, 10 FMAs and an exp: ~3x faster, which is what lets a fused
+  // gelu approach the memory bound (W2). erf is odd, so it works on |x| and puts the sign back;
+  // the clamp is an integer min on the bits (one vpminud: float ternaries become compare+blend
+  // chains without -ffinite-math-only), and NaN is restored at the end.
+  const uint32_t b = std::bit_cast<uint32_t>(x);
+  uint32_t a = b & 0x7fffffffu;
+  a = a < 0x40800000u ? a : 0x40800000u;  // 0x40800000 = 4.0f
+  const float c = std::bit_cast<float>(a);
+  const float x2 = c * c;
+  float p = std::fma(x2, -2.72614225801306e-10f, 2.77068142495902e-08f);
+  p = std::fma(x2, p, -2.10102402082508e-06f);
+  p = std::fma(x2, p, -5.69250639462346e-05f);
+  p = std::fma(x2, p, -7.34990630326855e-04f);
+  p = std::fma(x2, p, -2.95459980854025e-03f);
+  p = std::fma(x2, p, -1.60960333262415e-02f);
+  float q = std::fma(x2, -1.45660718464996e-05f, -2.13374055278905e-04f);
+  q = std::fma(x2, q, -1.68282697438203e-03f);
+  q = std::fma(x2, q, -7.37332916720468e-03f);
+  q = std::fma(x2, q, -1.42647390514189e-02f);
+  const float r = c * p / q;
+  const float s = std::bit_cast<float>(std::bit_cast<uint32_t>(r) | (b & 0x80000000u));
+  return x != x ? x : s;
 }
 
 [[gnu::always_inline]] inline float sigmoidf_fast(float x) { return 1.0f / (1.0f + expf_fast(-x)); }
@@ -90,6 +101,20 @@ template <>
 template <typename T>
 [[gnu::always_inline]] inline T sigmoid(T x) {
   return T(1) / (T(1) + exp<T>(-x));
+}
+
+/// gelu, erf form: x * Phi(x) = h + h * erf(x / sqrt(2)) with h = x / 2 (one FMA fewer than
+/// 0.5 x (1 + erf)). Shared by the eager kernel, the fused interpreter and generated code.
+template <typename T>
+[[gnu::always_inline]] inline T gelu_erf(T x) {
+  const T h = T(0.5) * x;
+  return std::fma(h, erf<T>(x * T(0.7071067811865476)), h);
+}
+/// gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <typename T>
+[[gnu::always_inline]] inline T gelu_tanh(T x) {
+  const T k = T(0.7978845608028654);  // sqrt(2/pi)
+  return T(0.5) * x * (T(1) + tanh<T>(k * (x + T(0.044715) * x * x * x)));
 }
 
 }  // namespace kiln::vm
