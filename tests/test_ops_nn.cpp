@@ -185,21 +185,26 @@ TEST(Softmax, LargeRowsAndColumnsMatchNaive) {
 
 TEST(LayerNorm, LargeRowsMatchNaive) {
   manual_seed(6);
-  Tensor x = randn({256, 384});
-  Tensor w = randn({384}), b = randn({384});
-  auto got = v64(layer_norm(x, {384}, w, b, 1e-5));
-  auto xv = v64(x), wv = v64(w), bv = v64(b);
-  std::vector<double> want(xv.size());
-  for (size_t r = 0; r < 256; ++r) {
-    double m = 0, v = 0;
-    for (size_t j = 0; j < 384; ++j) m += xv[r * 384 + j];
-    m /= 384;
-    for (size_t j = 0; j < 384; ++j) v += (xv[r * 384 + j] - m) * (xv[r * 384 + j] - m);
-    v /= 384;
-    for (size_t j = 0; j < 384; ++j)
-      want[r * 384 + j] = (xv[r * 384 + j] - m) / std::sqrt(v + 1e-5) * wv[j] + bv[j];
+  // 256 x 384 stays in cache; 2800 x 401 (4.5 MB) takes the streaming-store path, with a row
+  // length that is a multiple of neither the accumulator block nor the streamed piece.
+  for (auto [R, N] : {std::pair<size_t, size_t>{256, 384}, {2800, 401}}) {
+    const auto r64 = static_cast<int64_t>(R), n64 = static_cast<int64_t>(N);
+    Tensor x = add(randn({r64, n64}), 2.0);
+    Tensor w = randn({n64}), b = randn({n64});
+    auto got = v64(layer_norm(x, {n64}, w, b, 1e-5));
+    auto xv = v64(x), wv = v64(w), bv = v64(b);
+    std::vector<double> want(xv.size());
+    for (size_t r = 0; r < R; ++r) {
+      double m = 0, v = 0;
+      for (size_t j = 0; j < N; ++j) m += xv[r * N + j];
+      m /= static_cast<double>(N);
+      for (size_t j = 0; j < N; ++j) v += (xv[r * N + j] - m) * (xv[r * N + j] - m);
+      v /= static_cast<double>(N);
+      for (size_t j = 0; j < N; ++j)
+        want[r * N + j] = (xv[r * N + j] - m) / std::sqrt(v + 1e-5) * wv[j] + bv[j];
+    }
+    expect_near_all(got, want, 1e-4);
   }
-  expect_near_all(got, want, 1e-4);
 }
 
 TEST(LayerNorm, SecondOrderGradientMatchesFiniteDifference) {

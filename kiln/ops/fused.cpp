@@ -70,7 +70,7 @@ const std::unordered_map<std::string, int>& codes() {
 }
 
 constexpr int64_t kTile = 256;
-constexpr int64_t kStreamChunk = 1024;  // elements computed into cache before streaming out
+constexpr int64_t kStreamChunk = 128;  // elements computed into cache before streaming out
 constexpr int kMaxSpecs = 16;
 constexpr int64_t kMaxPrograms = 1 << 16;
 
