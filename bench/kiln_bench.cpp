@@ -161,6 +161,8 @@ void w3(int threads) {
 
 // Plans memory for the optimized program that computes `fetch` and reports the planned arena
 // (metric planned_peak_MiB) beside the unplanned sum of the same buffers.
+bool want(const std::string& modes, const char* m) { return modes.find(m) != std::string::npos; }
+
 void emit_memory_plan(const char* w, const char* name, int threads, const std::string& p,
                       const Graph& g, const Tensor& fetch) {
   Program prog = prune(*g.impl(), {g.value_of(fetch)});
@@ -176,7 +178,7 @@ void emit_memory_plan(const char* w, const char* name, int threads, const std::s
 }
 
 // W4: MLP 784-256-256-10, ReLU, batch 128, cross-entropy, one SGD step.
-void w4(int threads) {
+void w4(int threads, const std::string& modes) {
   manual_seed(4);
   const int64_t B = 128;
   Tensor xb = rand({B, 784}), yb = randint(0, 10, {B});
@@ -233,16 +235,19 @@ void w4(int threads) {
   };
   std::vector<double> te, tg, tj;
   for (int r = 0; r < 7; ++r) {
-    te.push_back(median_time(eager_step, 1, 20, r == 0 ? 5 : 0));
-    tg.push_back(median_time(graph_step, 1, 20, r == 0 ? 5 : 0));
-    tj.push_back(median_time(jit_step, 1, 20, r == 0 ? 5 : 0));
+    if (want(modes, "eager")) te.push_back(median_time(eager_step, 1, 20, r == 0 ? 5 : 0));
+    if (want(modes, "graph")) tg.push_back(median_time(graph_step, 1, 20, r == 0 ? 5 : 0));
+    if (want(modes, "jit")) tj.push_back(median_time(jit_step, 1, 20, r == 0 ? 5 : 0));
   }
   std::sort(te.begin(), te.end());
   std::sort(tg.begin(), tg.end());
   std::sort(tj.begin(), tj.end());
-  emit("W4", "mlp_train_step", "kiln", "eager", threads, p, "steps/s", 1.0 / te[3]);
-  emit("W4", "mlp_train_step", "kiln", "graph", threads, p, "steps/s", 1.0 / tg[3]);
-  emit("W4", "mlp_train_step", "kiln", "jit", threads, p, "steps/s", 1.0 / tj[3]);
+  if (want(modes, "eager"))
+    emit("W4", "mlp_train_step", "kiln", "eager", threads, p, "steps/s", 1.0 / te[3]);
+  if (want(modes, "graph"))
+    emit("W4", "mlp_train_step", "kiln", "graph", threads, p, "steps/s", 1.0 / tg[3]);
+  if (want(modes, "jit"))
+    emit("W4", "mlp_train_step", "kiln", "jit", threads, p, "steps/s", 1.0 / tj[3]);
   // Memory planning on the same training step with the batch dim static (the planner leaves
   // dynamic dims out): planned arena against the sum of every intermediate buffer.
   Graph gs;
@@ -252,7 +257,8 @@ void w4(int threads) {
   Tensor s3 = gs.variable("w3", wc), sb3 = gs.variable("b3", bc);
   Tensor sh = relu(linear(relu(linear(sx, s1, sb1)), s2, sb2));
   Tensor sloss = cross_entropy(linear(sh, s3, sb3), sy);
-  emit_memory_plan("W4", "mlp_train_step", threads, p, gs, optim::SGD(0.01).minimize(sloss));
+  if (want(modes, "graph"))
+    emit_memory_plan("W4", "mlp_train_step", threads, p, gs, optim::SGD(0.01).minimize(sloss));
 }
 
 // W6: LSTM train step, cell written as a loop over time steps (seq 32, batch 32, input 64,
@@ -277,7 +283,7 @@ std::vector<Tensor> lstm_step(const std::vector<Tensor>& prm, const Tensor& x, c
   return out;
 }
 
-void w6(int threads) {
+void w6(int threads, const std::string& modes) {
   manual_seed(6);
   Tensor x = randn({32, 32, 64}), y = randint(0, 10, {32});
   std::vector<Tensor> prm = {mul(randn({64, 1024}), 0.05), mul(randn({256, 1024}), 0.05),
@@ -310,29 +316,35 @@ void w6(int threads) {
   auto graph_step = [&] { sess.run(gstep, {{gx, x}, {gy, y}}); };
   std::vector<double> te, tg, tj;
   for (int r = 0; r < 5; ++r) {
-    te.push_back(median_time(eager_step, 1, 3, r == 0 ? 2 : 0));
-    tg.push_back(median_time(graph_step, 1, 3, r == 0 ? 2 : 0));
-    tj.push_back(median_time(jit_step, 1, 3, r == 0 ? 2 : 0));
+    if (want(modes, "eager")) te.push_back(median_time(eager_step, 1, 3, r == 0 ? 2 : 0));
+    if (want(modes, "graph")) tg.push_back(median_time(graph_step, 1, 3, r == 0 ? 2 : 0));
+    if (want(modes, "jit")) tj.push_back(median_time(jit_step, 1, 3, r == 0 ? 2 : 0));
   }
   std::sort(te.begin(), te.end());
   std::sort(tg.begin(), tg.end());
   std::sort(tj.begin(), tj.end());
   std::string p = "{\"seq\": 32, \"batch\": 32, \"input\": 64, \"hidden\": 256}";
-  emit("W6", "lstm_cell_loop_train_step", "kiln", "eager", threads, p, "steps/s", 1.0 / te[2]);
-  emit("W6", "lstm_cell_loop_train_step", "kiln", "graph", threads, p, "steps/s", 1.0 / tg[2]);
-  emit("W6", "lstm_cell_loop_train_step", "kiln", "jit", threads, p, "steps/s", 1.0 / tj[2]);
-  emit_memory_plan("W6", "lstm_cell_loop_train_step", threads, p, g, gstep);
+  if (want(modes, "eager"))
+    emit("W6", "lstm_cell_loop_train_step", "kiln", "eager", threads, p, "steps/s", 1.0 / te[2]);
+  if (want(modes, "graph"))
+    emit("W6", "lstm_cell_loop_train_step", "kiln", "graph", threads, p, "steps/s", 1.0 / tg[2]);
+  if (want(modes, "jit"))
+    emit("W6", "lstm_cell_loop_train_step", "kiln", "jit", threads, p, "steps/s", 1.0 / tj[2]);
+  if (want(modes, "graph"))
+    emit_memory_plan("W6", "lstm_cell_loop_train_step", threads, p, g, gstep);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: kiln_bench W1|W2|W3 THREADS\n";
+    std::cerr << "usage: kiln_bench W1|W2|W3|W4|W6 THREADS [eager,graph,jit]\n";
     return 2;
   }
   std::string w = argv[1];
   int threads = std::atoi(argv[2]);
+  // W4 and W6 take the modes to run (default all): one mode per process gives its own peak RSS.
+  const std::string modes = argc > 3 ? argv[3] : "eager,graph,jit";
   set_num_threads(threads);
   openblas_set_num_threads(threads);
   // On the 2-vCPU VM the first ~0.5 s of a process runs multi-threaded work far slower
@@ -352,9 +364,9 @@ int main(int argc, char** argv) {
   else if (w == "W3")
     w3(threads);
   else if (w == "W4")
-    w4(threads);
+    w4(threads, modes);
   else if (w == "W6")
-    w6(threads);
+    w6(threads, modes);
   else {
     std::cerr << "unknown workload " << w << "\n";
     return 2;
