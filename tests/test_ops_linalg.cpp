@@ -211,6 +211,53 @@ TEST(Pool, MaxPoolRoutesGradientToArgmax) {
             (std::vector<double>{0.25, 0.5, 0.25, 0.5, 1, 0.5, 0.25, 0.5, 0.25}));
 }
 
+TEST(Pool, MaxPoolMatchesNaiveWithTiesAndNaN) {
+  // Values and argmax indices against a plain loop, over the geometries with a vectorized row
+  // path (2x2 / 3x3 windows, stride 1 and 2) and a generic one (stride 3, odd sizes), with
+  // padding that clips edge windows. Small integers make ties common (the first maximum wins);
+  // planted NaNs must win their windows (the first NaN).
+  manual_seed(11);
+  struct G {
+    int64_t k, s, p, h, w;
+  };
+  for (const G& g : {G{2, 2, 0, 28, 28}, G{2, 2, 1, 9, 11}, G{3, 2, 1, 14, 13}, G{3, 1, 1, 7, 20},
+                     G{3, 3, 0, 10, 17}, G{2, 1, 0, 5, 6}}) {
+    Tensor x = cast(randint(0, 4, {2, 3, g.h, g.w}), Float32);
+    std::vector<float> xv = x.to_vector<float>();
+    xv[5] = NAN;
+    xv[xv.size() - 3] = NAN;
+    x = tensor(xv, {2, 3, g.h, g.w});
+    auto r = kiln::call(*OpRegistry::get().find("max_pool2d"), {x},
+                        {std::vector<int64_t>{g.k, g.k}, std::vector<int64_t>{g.s, g.s},
+                         std::vector<int64_t>{g.p, g.p}});
+    const int64_t OH = (g.h + 2 * g.p - g.k) / g.s + 1, OW = (g.w + 2 * g.p - g.k) / g.s + 1;
+    ASSERT_EQ(r[0].shape(), (Shape{2, 3, OH, OW}));
+    std::vector<float> yv = r[0].to_vector<float>();
+    std::vector<int64_t> iv = r[1].to_vector<int64_t>();
+    for (int64_t pl = 0; pl < 6; ++pl)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float best = -INFINITY;
+          int64_t bi = -1;
+          for (int64_t ih = oh * g.s - g.p; ih < oh * g.s - g.p + g.k; ++ih)
+            for (int64_t iw = ow * g.s - g.p; iw < ow * g.s - g.p + g.k; ++iw) {
+              if (ih < 0 || iw < 0 || ih >= g.h || iw >= g.w) continue;
+              float v = xv[static_cast<size_t>((pl * g.h + ih) * g.w + iw)];
+              if (bi < 0 || (!std::isnan(best) && (v > best || std::isnan(v)))) {
+                best = v;
+                bi = ih * g.w + iw;
+              }
+            }
+          const size_t o = static_cast<size_t>((pl * OH + oh) * OW + ow);
+          if (std::isnan(best))
+            EXPECT_TRUE(std::isnan(yv[o])) << "k" << g.k << " s" << g.s << " at " << o;
+          else
+            EXPECT_EQ(yv[o], best) << "k" << g.k << " s" << g.s << " p" << g.p << " at " << o;
+          EXPECT_EQ(iv[o], bi) << "k" << g.k << " s" << g.s << " p" << g.p << " at " << o;
+        }
+  }
+}
+
 // ---- bad inputs ------------------------------------------------------------------------------
 
 // Runs f, which must raise kiln::Error; returns the message.

@@ -15,3 +15,22 @@ TEST(Smoke, AddAndBackward) {
   EXPECT_FLOAT_EQ(g[0], 5);
   EXPECT_FLOAT_EQ(g[2], 7);
 }
+
+// KILN_PROFILE's table: self time per op, largest first. The recording functions work whether or
+// not the variable was set, so the table is checked directly.
+TEST(Profile, ReportsCallsAndSelfTimePerOp) {
+  profile_reset();
+  const OpDef* add_op = OpRegistry::get().find("add");
+  const OpDef* mm = OpRegistry::get().find("matmul");
+  ASSERT_TRUE(add_op && mm);
+  profile_record(*add_op, 0.001);
+  profile_record(*add_op, 0.003);
+  profile_record(*mm, 0.010);
+  std::string r = profile_report();
+  EXPECT_NE(r.find("matmul"), std::string::npos) << r;
+  EXPECT_LT(r.find("matmul"), r.find("add")) << "largest first\n" << r;
+  EXPECT_NE(r.find("2000.00"), std::string::npos) << "add: 2 calls, 2000 us each\n" << r;
+  EXPECT_NE(r.find("14.000"), std::string::npos) << "total ms\n" << r;
+  profile_reset();
+  EXPECT_EQ(profile_report().find("matmul"), std::string::npos);
+}

@@ -3,6 +3,7 @@
 #include "kiln/dispatch/dispatch.h"
 
 #include "kiln/core/tls.h"
+#include "kiln/dispatch/profile.h"
 
 namespace kiln {
 namespace {
@@ -27,7 +28,8 @@ void set_capture_all(bool on) { t_capture_all = on; }
 void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
 uint64_t eager_op_count() { return t_count; }
 
-TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
+namespace {
+TensorList run_kernel_impl(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
   if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
     fail(op.name.c_str(), "expected ", op.num_inputs, " inputs, got ", inputs.size());
   for (size_t k = 0; k < inputs.size(); ++k)
@@ -50,6 +52,22 @@ TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Att
     }
   }
   op.kernel(inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
+  return outs;
+}
+}  // namespace
+
+TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  if (!profiling_enabled()) [[likely]]
+    return run_kernel_impl(op, inputs, attrs);
+  // Self time: ops whose kernels call other ops (conv2d runs matmul) are charged without them.
+  static thread_local double t_children = 0;
+  const double saved = t_children;
+  t_children = 0;
+  const double t0 = profile_now();
+  TensorList outs = run_kernel_impl(op, inputs, attrs);
+  const double elapsed = profile_now() - t0;
+  profile_record(op, elapsed - t_children);
+  t_children = saved + elapsed;
   return outs;
 }
 

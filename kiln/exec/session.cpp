@@ -11,6 +11,7 @@
 
 #include "kiln/core/allocator.h"
 #include "kiln/dispatch/dispatch.h"
+#include "kiln/dispatch/profile.h"
 #include "kiln/passes/memory_plan.h"
 
 namespace kiln {
@@ -514,8 +515,10 @@ void Session::run_bound(Plan& p) {
           }
           outs.push_back(t);
         }
+        const double t0 = profiling_enabled() ? profile_now() : 0;
         st.op->kernel(std::span<const Tensor>(ins.data(), ins.size()),
                       std::span<Tensor>(outs.data(), outs.size()), st.attrs);
+        if (profiling_enabled()) profile_record(*st.op, profile_now() - t0);
         break;
       }
       case Plan::StepKind::Generic: {

@@ -73,10 +73,24 @@ void reduce_into(const Tensor& x, const RedDims& rd, T* out, cpu::RedKind k) {
     trailing = trailing && rd.dims[i] == rank - nr + i;
     leading = leading && rd.dims[i] == i;
   }
+  // Leading and trailing dims reduced around a kept middle block ({0, 2, 3} of [N, C, H, W]: a
+  // conv bias gradient, batch norm statistics): rows first, then columns of the partial results,
+  // instead of a transposing copy of the whole input (W5: 150 us -> tens per call).
+  int64_t lead = 0, trail = 0;
+  while (lead < nr && rd.dims[lead] == lead) ++lead;
+  while (trail < nr - lead && rd.dims[nr - 1 - trail] == rank - 1 - trail) ++trail;
+  const bool lead_and_trail = lead > 0 && trail > 0 && lead + trail == nr;
   if (x.is_contiguous() && trailing) {
     cpu::reduce_rows<T>(x.data_ptr<T>(), out, kept, red, k);
   } else if (x.is_contiguous() && leading) {
     cpu::reduce_cols<T>(x.data_ptr<T>(), out, red, kept, k);
+  } else if (x.is_contiguous() && lead_and_trail) {
+    int64_t A = 1, B = 1;
+    for (int64_t d = 0; d < lead; ++d) A *= x.shape()[d];
+    for (int64_t d = rank - trail; d < rank; ++d) B *= x.shape()[d];
+    std::vector<T> part(static_cast<size_t>(A * kept));
+    cpu::reduce_rows<T>(x.data_ptr<T>(), part.data(), A * kept, B, k);
+    cpu::reduce_cols<T>(part.data(), out, A, kept, k);
   } else {
     std::vector<int64_t> perm;
     for (int64_t d = 0; d < rank; ++d)

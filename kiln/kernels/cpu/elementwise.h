@@ -194,9 +194,41 @@ void ternary_loop(const Tensor& a, const Tensor& b, const Tensor& c, Tensor& out
     const TA* x = A + off[0];
     const TB* y = B + off[1];
     const TC* z = C + off[2];
-    if (os1 == 1 && s[0] == 1 && s[1] == 1 && s[2] == 1) {
+    // Contiguous output, each operand contiguous or broadcast (stride 0) along the row: one
+    // vector loop per combination (where(mask, g, 0) in relu's gradient takes the 1,1,0 one; the
+    // strided loop below it was scalar with a branch per element).
+    const auto run = [&]<bool X, bool Y, bool Z>() {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i], z[i]);
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[X ? i : 0], y[Y ? i : 0], z[Z ? i : 0]);
+    };
+    if (os1 == 1 && (s[0] == 0 || s[0] == 1) && (s[1] == 0 || s[1] == 1) &&
+        (s[2] == 0 || s[2] == 1)) {
+      switch (s[0] * 4 + s[1] * 2 + s[2]) {
+        case 7:
+          run.template operator()<true, true, true>();
+          break;
+        case 6:
+          run.template operator()<true, true, false>();
+          break;
+        case 5:
+          run.template operator()<true, false, true>();
+          break;
+        case 4:
+          run.template operator()<true, false, false>();
+          break;
+        case 3:
+          run.template operator()<false, true, true>();
+          break;
+        case 2:
+          run.template operator()<false, true, false>();
+          break;
+        case 1:
+          run.template operator()<false, false, true>();
+          break;
+        default:
+          run.template operator()<false, false, false>();
+          break;
+      }
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * os1] = f(x[i * s[0]], y[i * s[1]], z[i * s[2]]);
     }
