@@ -122,4 +122,29 @@ TEST(GraphMemory, SteadyStateAllocatesOnlyWhatItReturns) {
 #endif
 }
 
+// A jitted function without graph breaks replays through the same bound plan: after warm-up a
+// call takes from Kiln's allocator only the tensor it returns, whatever the op count.
+TEST(GraphMemory, JitReplayAllocatesOnlyWhatItReturns) {
+  manual_seed(4);
+  Tensor w1 = mul(randn({64, 20}), 0.2), b1 = zeros({64}), w2 = mul(randn({5, 64}), 0.2);
+  Tensor xb = randn({32, 20}), yb = randint(0, 5, {32});
+  auto f =
+      jit([](const Tensor& x, const Tensor& y, const Tensor& a, const Tensor& b, const Tensor& c) {
+        Tensor h = tanh(mul(gelu(add(linear(x, a, b), 0.1)), 0.5));
+        return cross_entropy(matmul(h, c.t()), y);
+      });
+  Tensor eager = [&] {
+    Tensor h = tanh(mul(gelu(add(linear(xb, w1, b1), 0.1)), 0.5));
+    return cross_entropy(matmul(h, w2.t()), yb);
+  }();
+  for (int i = 0; i < 3; ++i) f(xb, yb, w1, b1, w2);
+  const int runs = 50;
+  uint64_t a0 = kiln_allocs();
+  Tensor r;
+  for (int i = 0; i < runs; ++i) r = f(xb, yb, w1, b1, w2);
+  double allocs = double(kiln_allocs() - a0) / runs;
+  EXPECT_LE(allocs, 1.0) << "Kiln allocator calls per jitted call";
+  EXPECT_NEAR(r.item<double>(), eager.item<double>(), 1e-5);
+}
+
 }  // namespace

@@ -180,6 +180,13 @@ struct Version {
   Graph graph;
   std::vector<Tensor> g_inputs, g_outputs, g_out_grads, g_in_grads;
   std::unique_ptr<Session> bwd_session;
+  // A single-piece trace without side effects or control flow replays through a Session: the
+  // same bound plan as static graphs (op outputs at planned offsets in one arena, no per-op
+  // allocation in the steady state). fwd_feeds holds one pair per traced placeholder, in the
+  // order assign_arg_slots walks the arguments; only the values change between calls.
+  std::unique_ptr<Session> fwd_session;
+  FeedDict fwd_feeds;
+  std::vector<Tensor> fwd_outs;
   double compile_ms = 0;
   bool eager_only = false;  // a graph break under autograd: this version runs eagerly
 };
@@ -453,6 +460,21 @@ struct Engine::Impl {
     Program prog = prune(*g.impl(), roots);
     optimize(prog);
     const auto& nodes = prog.graph->nodes;
+    // KILN_JIT_SESSION=0 keeps the interpreter loop below (to measure what the Session buys).
+    static const bool use_session = [] {
+      const char* e = std::getenv("KILN_JIT_SESSION");
+      return !(e && std::string(e) == "0");
+    }();
+    bool plain = use_session;
+    for (const auto& n : nodes)
+      if (n->kind == NodeKind::Op && (n->op->has(kSideEffect) || n->op->has(kControlFlow)))
+        plain = false;
+    if (plain) {
+      v.fwd_session = std::make_unique<Session>(g);
+      v.fwd_feeds.clear();
+      for (const auto& ph : phs) v.fwd_feeds.emplace_back(ph, Tensor());
+      v.fwd_outs = outs;
+    }
     int slots = 0;
     std::vector<int> base = slot_bases(v, nodes, &slots);
     auto slot = [&](ValueRef r) { return base[static_cast<size_t>(r.node->id)] + r.index; };
@@ -562,6 +584,22 @@ struct Engine::Impl {
   // Replays `v`; returns false (and the reason) when a break guard has no traced branch.
   bool replay(Version& v, const std::vector<Arg>& args, std::vector<Tensor>& outs,
               std::string* why) {
+    if (v.fwd_session) {
+      size_t p = 0;
+      for (size_t i = 0; i < args.size(); ++i) {
+        const auto& k = v.key[i];
+        if (args[i].kind == Arg::kTensor) {
+          v.fwd_feeds[p++].second = args[i].t;
+        } else if (args[i].kind == Arg::kTensorList) {
+          for (const auto& t : args[i].ts) v.fwd_feeds[p++].second = t;
+        } else if (k.runtime) {
+          v.fwd_feeds[p++].second = scalar_tensor(args[i].v, Float32);
+        }
+      }
+      outs = v.fwd_session->run(v.fwd_outs, v.fwd_feeds);
+      for (auto& f : v.fwd_feeds) f.second = Tensor();  // hold no caller tensor between calls
+      return true;
+    }
     auto& slots = v.slots;
     for (size_t i = 0; i < args.size(); ++i) {
       const auto& s = v.arg_slots[i];
