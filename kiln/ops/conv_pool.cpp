@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/im2col.h"
 #include "kiln/kernels/cpu/parallel.h"
@@ -97,6 +98,12 @@ bool is_pointwise(const cpu::Conv2dGeom& g) {
   return g.kH == 1 && g.kW == 1 && g.sH == 1 && g.sW == 1 && g.pH == 0 && g.pW == 0;
 }
 
+// The shape oneDNN's primitives take (float32 only: float64 references stay on im2col + GEMM).
+cpu::ConvShape conv_shape(const ConvP& p, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                          int64_t kH, int64_t kW, int64_t OH, int64_t OW) {
+  return cpu::ConvShape{N, C, H, W, O, kH, kW, p.G, OH, OW, p.sH, p.sW, p.pH, p.pW, p.dH, p.dW};
+}
+
 // How many chunks of samples to run side by side. Batch parallelism splits im2col and GEMM
 // alike with no synchronization, so it wins whenever every thread gets whole samples; with a
 // few large samples the GEMM's own threads split better (never both: no nesting). float64 goes
@@ -132,6 +139,11 @@ void conv2d_fwd(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p) {
   const cpu::Conv2dGeom geo = conv_geom(p, Cg, H, W, kH, kW, OH, OW);
   const int64_t K = geo.rows(), P = geo.cols();
   const bool direct = is_pointwise(geo);
+  if constexpr (std::is_same_v<T, float>)
+    if (!direct &&
+        cpu::dnnl_conv2d_forward(conv_shape(p, N, C, H, W, O, kH, kW, OH, OW), x.data_ptr<float>(),
+                                 w.data_ptr<float>(), y.data_ptr<float>()))
+      return;
   const int64_t chunks = batch_chunks<T>(N, double(O) * double(K) * double(P));
   Tensor buf = direct ? Tensor() : empty(Shape{chunks * K * P}, x.dtype());
   const T* px = x.data_ptr<T>();
@@ -160,6 +172,11 @@ void conv2d_bwd_input(const Tensor& gy, const Tensor& w, Tensor& dx, const ConvP
   const cpu::Conv2dGeom geo = conv_geom(p, Cg, H, W, kH, kW, OH, OW);
   const int64_t K = geo.rows(), P = geo.cols();
   const bool direct = is_pointwise(geo);
+  if constexpr (std::is_same_v<T, float>)
+    if (!direct && cpu::dnnl_conv2d_backward_data(conv_shape(p, N, C, H, W, O, kH, kW, OH, OW),
+                                                  gy.data_ptr<float>(), w.data_ptr<float>(),
+                                                  dx.data_ptr<float>()))
+      return;
   const int64_t chunks = batch_chunks<T>(N, double(O) * double(K) * double(P));
   Tensor buf = direct ? Tensor() : empty(Shape{chunks * K * P}, dx.dtype());
   const T* pg = gy.data_ptr<T>();
@@ -193,6 +210,11 @@ void conv2d_bwd_weight(const Tensor& x, const Tensor& gy, Tensor& dw, const Conv
   std::fill(pdw, pdw + O * K, T(0));
   if (dw.numel() == 0 || N == 0 || P == 0) return;
   const bool direct = is_pointwise(geo);
+  if constexpr (std::is_same_v<T, float>)
+    if (!direct &&
+        cpu::dnnl_conv2d_backward_weights(conv_shape(p, N, C, H, W, O, kH, kW, OH, OW),
+                                          x.data_ptr<float>(), gy.data_ptr<float>(), pdw))
+      return;
   const int64_t chunks = batch_chunks<T>(N, double(O) * double(K) * double(P));
   // Each chunk accumulates into its own dw (chunk 0 into the output), summed at the end.
   const int64_t scratch = (direct ? 0 : K * P) + O * K;

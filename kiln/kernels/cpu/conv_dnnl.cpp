@@ -1,0 +1,236 @@
+// oneDNN convolution primitives behind the ConvShape interface: the primitive picks its memory
+// layouts (blocked ones for its jit kernels; on plain NCHW it falls back to its own im2col +
+// GEMM, no faster than Kiln's), and reorders move Kiln's NCHW / (G)OIHW data in and out. One
+// primitive per shape and direction in a small per-thread cache (a primitive's library-managed
+// scratchpad makes concurrent use of one primitive unsafe, so threads do not share them).
+#include "kiln/kernels/cpu/conv_dnnl.h"
+
+#ifdef KILN_USE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+namespace kiln::cpu {
+namespace {
+
+enum class Dir { Fwd, BwdData, BwdWeights };
+
+struct Key {
+  ConvShape s;
+  Dir dir;
+  bool operator==(const Key& o) const {
+    return dir == o.dir && std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0;
+  }
+};
+
+dnnl_engine_t engine() {
+  static dnnl_engine_t e = [] {
+    dnnl_engine_t x = nullptr;
+    if (dnnl_engine_create(&x, dnnl_cpu, 0) != dnnl_success) x = nullptr;
+    return x;
+  }();
+  return e;
+}
+
+// One direction of one convolution shape. Argument i (two inputs, then the output) is bound to
+// the caller's buffer through user[i]; when the primitive wants another layout (blocked
+// nChw16c and the like: the fast jit kernels use them), inner[i] holds it and reorder[i] moves
+// the data in (inputs) or out (the output).
+struct Entry {
+  Key key;
+  dnnl_primitive_desc_t fwd_pd = nullptr, pd = nullptr;
+  dnnl_primitive_t prim = nullptr;
+  dnnl_memory_t user[3] = {nullptr, nullptr, nullptr}, inner[3] = {nullptr, nullptr, nullptr};
+  dnnl_primitive_desc_t reorder_pd[3] = {nullptr, nullptr, nullptr};
+  dnnl_primitive_t reorder[3] = {nullptr, nullptr, nullptr};
+  int arg[3] = {0, 0, 0};
+  bool ok = false;
+  Entry() = default;
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
+  ~Entry() {
+    for (int i = 0; i < 3; ++i) {
+      if (reorder[i]) dnnl_primitive_destroy(reorder[i]);
+      if (reorder_pd[i]) dnnl_primitive_desc_destroy(reorder_pd[i]);
+      if (inner[i]) dnnl_memory_destroy(inner[i]);
+      if (user[i]) dnnl_memory_destroy(user[i]);
+    }
+    if (prim) dnnl_primitive_destroy(prim);
+    if (pd && pd != fwd_pd) dnnl_primitive_desc_destroy(pd);
+    if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
+  }
+};
+
+struct Cache {
+  std::deque<std::unique_ptr<Entry>> entries;
+  dnnl_stream_t stream = nullptr;
+  ~Cache() {
+    entries.clear();
+    if (stream) dnnl_stream_destroy(stream);
+  }
+};
+
+thread_local Cache t_cache;
+
+bool build(Entry& e) {
+  const ConvShape& s = e.key.s;
+  dnnl_engine_t eng = engine();
+  if (!eng) return false;
+  // usrc/uwei/udst: the caller's plain layouts; src/wei/dst: "any", the primitive's choice.
+  dnnl_memory_desc_t usrc, uwei, udst, src, wei, dst;
+  dnnl_dims_t sd = {s.N, s.C, s.H, s.W}, dd = {s.N, s.O, s.OH, s.OW};
+  dnnl_dims_t wd4 = {s.O, s.C, s.kH, s.kW}, wd5 = {s.G, s.O / s.G, s.C / s.G, s.kH, s.kW};
+  const int wn = s.G == 1 ? 4 : 5;
+  auto* wd = s.G == 1 ? wd4 : wd5;
+  if (dnnl_memory_desc_init_by_tag(&usrc, 4, sd, dnnl_f32, dnnl_nchw) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&udst, 4, dd, dnnl_f32, dnnl_nchw) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&uwei, wn, wd, dnnl_f32, s.G == 1 ? dnnl_oihw : dnnl_goihw) !=
+          dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&wei, wn, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
+    return false;
+  // oneDNN counts dilation from 0 (dense = 0) and wants the right/bottom padding that makes
+  // the output size come out as given (it may be smaller than the left padding).
+  dnnl_dims_t st = {s.sH, s.sW}, dil = {s.dH - 1, s.dW - 1}, pl = {s.pH, s.pW};
+  dnnl_dims_t pr = {(s.OH - 1) * s.sH + (s.kH - 1) * s.dH + 1 - s.H - s.pH,
+                    (s.OW - 1) * s.sW + (s.kW - 1) * s.dW + 1 - s.W - s.pW};
+  dnnl_convolution_desc_t fd;
+  if (dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
+                                                 dnnl_convolution_direct, &src, &wei, nullptr, &dst,
+                                                 st, dil, pl, pr) != dnnl_success)
+    return false;
+  if (dnnl_primitive_desc_create(&e.fwd_pd, &fd, nullptr, eng, nullptr) != dnnl_success) {
+    e.fwd_pd = nullptr;
+    return false;
+  }
+  const dnnl_memory_desc_t* umds[3];
+  dnnl_query_t q[3];
+  if (e.key.dir == Dir::Fwd) {
+    e.pd = e.fwd_pd;
+    umds[0] = &usrc, umds[1] = &uwei, umds[2] = &udst;
+    q[0] = dnnl_query_src_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_dst_md;
+    e.arg[0] = DNNL_ARG_SRC, e.arg[1] = DNNL_ARG_WEIGHTS, e.arg[2] = DNNL_ARG_DST;
+  } else if (e.key.dir == Dir::BwdData) {
+    dnnl_convolution_desc_t bd;
+    if (dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &src, &wei,
+                                                         &dst, st, dil, pl, pr) != dnnl_success ||
+        dnnl_primitive_desc_create(&e.pd, &bd, nullptr, eng, e.fwd_pd) != dnnl_success) {
+      e.pd = nullptr;
+      return false;
+    }
+    umds[0] = &udst, umds[1] = &uwei, umds[2] = &usrc;
+    q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
+    e.arg[0] = DNNL_ARG_DIFF_DST, e.arg[1] = DNNL_ARG_WEIGHTS, e.arg[2] = DNNL_ARG_DIFF_SRC;
+  } else {
+    dnnl_convolution_desc_t bd;
+    if (dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &src,
+                                                            &wei, nullptr, &dst, st, dil, pl,
+                                                            pr) != dnnl_success ||
+        dnnl_primitive_desc_create(&e.pd, &bd, nullptr, eng, e.fwd_pd) != dnnl_success) {
+      e.pd = nullptr;
+      return false;
+    }
+    umds[0] = &usrc, umds[1] = &udst, umds[2] = &uwei;
+    q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
+    e.arg[0] = DNNL_ARG_SRC, e.arg[1] = DNNL_ARG_DIFF_DST, e.arg[2] = DNNL_ARG_DIFF_WEIGHTS;
+  }
+  if (dnnl_primitive_create(&e.prim, e.pd) != dnnl_success) {
+    e.prim = nullptr;
+    return false;
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (dnnl_memory_create(&e.user[i], umds[i], eng, DNNL_MEMORY_NONE) != dnnl_success) {
+      e.user[i] = nullptr;
+      return false;
+    }
+    const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(e.pd, q[i], 0);
+    if (!want) return false;
+    if (dnnl_memory_desc_equal(want, umds[i])) continue;
+    if (dnnl_memory_create(&e.inner[i], want, eng, DNNL_MEMORY_ALLOCATE) != dnnl_success) {
+      e.inner[i] = nullptr;
+      return false;
+    }
+    const bool out = i == 2;
+    if (dnnl_reorder_primitive_desc_create(&e.reorder_pd[i], out ? want : umds[i], eng,
+                                           out ? umds[i] : want, eng, nullptr) != dnnl_success) {
+      e.reorder_pd[i] = nullptr;
+      return false;
+    }
+    if (dnnl_primitive_create(&e.reorder[i], e.reorder_pd[i]) != dnnl_success) {
+      e.reorder[i] = nullptr;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool run(const ConvShape& s, Dir dir, const void* a, const void* b, void* out) {
+  Cache& c = t_cache;
+  if (!c.stream) {
+    dnnl_engine_t eng = engine();
+    if (!eng || dnnl_stream_create(&c.stream, eng, dnnl_stream_default_flags) != dnnl_success) {
+      c.stream = nullptr;
+      return false;
+    }
+  }
+  Key k{s, dir};
+  Entry* e = nullptr;
+  for (auto& x : c.entries)
+    if (x->key == k) e = x.get();
+  if (!e) {
+    auto n = std::make_unique<Entry>();
+    n->key = k;
+    n->ok = build(*n);
+    if (c.entries.size() >= 64) c.entries.pop_front();
+    c.entries.push_back(std::move(n));
+    e = c.entries.back().get();
+  }
+  if (!e->ok) return false;
+  dnnl_memory_set_data_handle(e->user[0], const_cast<void*>(a));
+  dnnl_memory_set_data_handle(e->user[1], const_cast<void*>(b));
+  dnnl_memory_set_data_handle(e->user[2], out);
+  auto reorder = [&](int i, dnnl_memory_t from, dnnl_memory_t to) {
+    dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    return dnnl_primitive_execute(e->reorder[i], c.stream, 2, ra) == dnnl_success;
+  };
+  for (int i = 0; i < 2; ++i)
+    if (e->reorder[i] && !reorder(i, e->user[i], e->inner[i])) return false;
+  dnnl_memory_t m[3];
+  for (int i = 0; i < 3; ++i) m[i] = e->inner[i] ? e->inner[i] : e->user[i];
+  dnnl_exec_arg_t args[3] = {{e->arg[0], m[0]}, {e->arg[1], m[1]}, {e->arg[2], m[2]}};
+  if (dnnl_primitive_execute(e->prim, c.stream, 3, args) != dnnl_success) return false;
+  if (e->reorder[2] && !reorder(2, e->inner[2], e->user[2])) return false;
+  return dnnl_stream_wait(c.stream) == dnnl_success;
+}
+
+}  // namespace
+
+bool dnnl_conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y) {
+  return run(s, Dir::Fwd, x, w, y);
+}
+bool dnnl_conv2d_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx) {
+  return run(s, Dir::BwdData, gy, w, gx);
+}
+bool dnnl_conv2d_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw) {
+  return run(s, Dir::BwdWeights, x, gy, gw);
+}
+
+}  // namespace kiln::cpu
+
+#else  // CBLAS build: no oneDNN, the callers use im2col + GEMM.
+
+namespace kiln::cpu {
+bool dnnl_conv2d_forward(const ConvShape&, const float*, const float*, float*) { return false; }
+bool dnnl_conv2d_backward_data(const ConvShape&, const float*, const float*, float*) {
+  return false;
+}
+bool dnnl_conv2d_backward_weights(const ConvShape&, const float*, const float*, float*) {
+  return false;
+}
+}  // namespace kiln::cpu
+
+#endif
