@@ -55,6 +55,8 @@ std::vector<double> time_interleaved(const std::vector<std::function<void()>>& f
     f();  // first call: traces/compiles (jit), builds plans (graph), fills caches
     inner.push_back(calibrate(f, 0.15));
   }
+  // KILN_PROFILE=1: the table at exit covers the timed rounds only, not tracing and warm-up.
+  profile_reset();
   std::vector<std::vector<double>> t(fs.size());
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < fs.size(); ++i)
