@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <new>
 
@@ -145,6 +146,38 @@ TEST(GraphMemory, JitReplayAllocatesOnlyWhatItReturns) {
   double allocs = double(kiln_allocs() - a0) / runs;
   EXPECT_LE(allocs, 1.0) << "Kiln allocator calls per jitted call";
   EXPECT_NEAR(r.item<double>(), eager.item<double>(), 1e-5);
+}
+
+// Kernels that write their output through a view (cat, slice_grad) must start from the output's
+// own offset: in a bound plan the output sits inside the arena. Both wrote at the arena's start
+// until 2026-12-03, clobbering whatever lived there (a jitted MoE training step diverged from
+// eager at its second call).
+TEST(GraphMemory, BoundPlanCatAndSliceGradMatchEager) {
+  manual_seed(8);
+  auto f = [](const Tensor& x, const Tensor& w, const Tensor& u) {
+    EnableGradGuard eg;
+    Tensor wl = w.detach().requires_grad_();
+    Tensor y = tanh(matmul(x, wl));
+    auto c = chunk(y, 3, 1);
+    Tensor z = cat({mul(c[2], 2.0), c[0], exp(c[1])}, 1);
+    Tensor h = cat({z, mul(z, z)}, 0);
+    Tensor loss = sum(mul(h, u));
+    return std::vector<Tensor>{grad({loss}, {wl})[0], loss.detach()};
+  };
+  auto jf = jit(f);
+  Tensor w = mul(randn({16, 24}), 0.3), u = randn({16, 24});
+  for (int call = 0; call < 4; ++call) {
+    Tensor x = randn({8, 16});
+    std::vector<Tensor> want = f(x, w, u), got = jf(x, w, u);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      auto a = got[k].to_vector<double>(), b = want[k].to_vector<double>();
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 1e-5 * (1 + std::fabs(b[i])))
+            << "call " << call << " output " << k << " element " << i;
+    }
+  }
 }
 
 }  // namespace

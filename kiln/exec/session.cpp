@@ -477,10 +477,13 @@ void Session::bind(Plan& p) {
   b.release.assign(S, {});
   std::vector<char> fetched(N, 0);
   for (int f : p.fetch_slots) fetched[static_cast<size_t>(f)] = 1;
+  // A value nobody reads (an unused second output) goes right after the step that made it
+  // (last is -1 there: indexing release with it wrote out of bounds).
   for (size_t s = 0; s < N; ++s)
-    if (b.fresh[s] && !fetched[s] && def[s] >= 0 && !b.is_view[s])
-      b.release[static_cast<size_t>(std::min<int>(last[s], static_cast<int>(S) - 1))].push_back(
-          static_cast<int>(s));
+    if (b.fresh[s] && !fetched[s] && def[s] >= 0 && !b.is_view[s]) {
+      const int at = std::min<int>(std::max(last[s], def[s]), static_cast<int>(S) - 1);
+      b.release[static_cast<size_t>(at)].push_back(static_cast<int>(s));
+    }
   b.ok = true;
   p.bound = std::move(b);
 }

@@ -763,6 +763,7 @@ struct Engine::Impl {
     if (!replay(ref, args, outs, &reason))
       fail("jit", "internal: the new trace does not replay: ", reason);
     if (ref.fwd_session) ref.compile_ms += now_ms() - t0;
+    if (verify) verify_outputs(args, fn, outs);
     return outs;
   }
 

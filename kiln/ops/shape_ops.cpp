@@ -247,7 +247,9 @@ const OpDef& kSliceGrad =
                   Shape vs = o.shape();
                   vs[r.dim] = r.len;
                   Strides st = o.strides();
-                  int64_t off = r.start * st[r.dim];
+                  // From the output's own offset: in a bound Session plan it sits inside the
+                  // arena, not at the start of a storage of its own.
+                  int64_t off = o.offset() + r.start * st[r.dim];
                   st[r.dim] *= r.step;
                   Tensor dst = make_view(o, vs, st, off);
                   copy_cast_kernel(in[0], dst);
@@ -506,7 +508,7 @@ const OpDef& kCat =
                   for (const auto& t : in) {
                     Shape vs = o.shape();
                     vs[d] = t.shape()[d];
-                    Tensor dst = make_view(o, vs, o.strides(), at * o.strides()[d]);
+                    Tensor dst = make_view(o, vs, o.strides(), o.offset() + at * o.strides()[d]);
                     if (t.numel() > 0) copy_cast_kernel(t, dst);
                     at += t.shape()[d];
                   }
