@@ -31,8 +31,7 @@ int main(int argc, char** argv) {
   };
   // Same protocol as kiln_bench W3: warm up, then the median of timed batches of chains.
   double t = median_time(chain, 15, 5, 3);
-  const std::string p =
-      "{\"ops\": 1000, \"numel\": 16, \"config\": \"" + config + "_cpp\"}";
+  const std::string p = "{\"ops\": 1000, \"numel\": 16, \"config\": \"" + config + "_cpp\"}";
   emit("W3", "dependent_adds", "pytorch", "eager", threads, p, "us/op", t / 1000 * 1e6);
   return sink.numel() == 16 ? 0 : 1;
 }

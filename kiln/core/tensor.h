@@ -71,13 +71,13 @@ struct TensorImpl {
   void recompute_contiguous();
 };
 
-/// Hook that graph building and JIT tracing install to answer host reads of symbolic tensors
-/// (in a graph: an error; under jit: a graph break that returns the concrete value).
 /// A fresh TensorImpl / Storage whose shared_ptr control block comes from the per-thread block
 /// pool (kiln/core/block_pool.h): what every op output is built from.
 std::shared_ptr<TensorImpl> make_tensor_impl();
 std::shared_ptr<Storage> make_storage(size_t nbytes);
 
+/// Hook that graph building and JIT tracing install to answer host reads of symbolic tensors
+/// (in a graph: an error; under jit: a graph break that returns the concrete value).
 using HostReadHook = Tensor (*)(const Tensor& t, const char* what, const std::source_location& loc);
 void set_host_read_hook(HostReadHook h);
 /// A hook for this thread only, tried before the process-wide one (the JIT tracer installs it

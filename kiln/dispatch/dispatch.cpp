@@ -59,7 +59,8 @@ TensorList run_kernel_impl(const OpDef& op, std::span<const Tensor> inputs, cons
 TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
   if (!profiling_enabled()) [[likely]]
     return run_kernel_impl(op, inputs, attrs);
-  // Self time: ops whose kernels call other ops (conv2d runs matmul) are charged without them.
+  // Self time: when a kernel runs other ops through run_kernel, their time is charged to them,
+  // not to it.
   static thread_local double t_children = 0;
   const double saved = t_children;
   t_children = 0;

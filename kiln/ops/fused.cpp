@@ -70,7 +70,9 @@ const std::unordered_map<std::string, int>& codes() {
 }
 
 constexpr int64_t kTile = 256;
-constexpr int64_t kStreamChunk = 128;  // elements computed into cache before streaming out
+// Elements computed into cache before streaming out. Small pieces let the stores of one overlap
+// the arithmetic and loads of the next (W2 gelu at 2 threads: 1024 -> 38 GB/s, 128 -> 44).
+constexpr int64_t kStreamChunk = 128;
 constexpr int kMaxSpecs = 16;
 constexpr int64_t kMaxPrograms = 1 << 16;
 

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <mutex>
 
 namespace kiln::cpu {
 namespace {

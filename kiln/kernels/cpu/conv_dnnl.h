@@ -1,7 +1,9 @@
 // 2-D convolution through oneDNN's convolution primitives (forward, backward data, backward
-// weights) for float32 NCHW tensors: the library PyTorch itself uses for these, and several
-// times faster than im2col + GEMM on small convolutions (LeNet's: 16 output channels, 10x10
-// outputs), where unfolding the input costs more than the arithmetic.
+// weights) for float32 NCHW tensors: the library PyTorch itself uses for these. On LeNet's
+// second convolution (6 -> 16 channels, 10x10 outputs) it is 3.2x faster than Kiln's im2col +
+// GEMM (forward 660 -> 204 us), where unfolding the input cost more than the arithmetic; on the
+// first (1 channel in) the two are about even. Each cached primitive keeps its own buffers in
+// the primitive's layout (as large as its operands), so the cache costs memory on large convs.
 #pragma once
 #include <cstdint>
 
@@ -15,8 +17,8 @@ struct ConvShape {
   int64_t sH, sW, pH, pW, dH, dW;
 };
 
-/// Each returns false, having written nothing, when oneDNN is not the build's backend or has no
-/// implementation for the shape; the caller then runs im2col + GEMM. Primitives are built once
+/// Each returns false when oneDNN is not the build's backend or cannot build a primitive for the
+/// shape (nothing is written then); the caller then runs im2col + GEMM. Primitives are built once
 /// per shape and thread and cached (at most 64 per thread, the oldest dropped first).
 bool dnnl_conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y);
 bool dnnl_conv2d_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx);
