@@ -225,9 +225,11 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
     if (any_needed) {
       // Materialize missing output grads as zeros; re-wrap saved outputs for create_graph.
       TensorList outs;
+      SmallVec<bool, 4> flows;
       std::shared_ptr<GradNode> self;
       for (size_t k = 0; k < n->outputs.size(); ++k) {
         const Tensor& o = n->outputs[k];
+        flows.push_back(gout[k].defined());
         if (!gout[k].defined() && is_floating(o.dtype())) gout[k] = zeros(o.shape(), o.dtype());
         if (create_graph && is_floating(o.dtype())) {
           if (!self) {
@@ -253,7 +255,8 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
                   std::span<const Tensor>(n->inputs.data(), n->inputs.size()),
                   std::span<const Tensor>(outs.data(), outs.size()),
                   std::span<const Tensor>(gout.data(), gout.size()),
-                  std::span<const bool>(needs.data(), needs.size())};
+                  std::span<const bool>(needs.data(), needs.size()),
+                  std::span<const bool>(flows.data(), flows.size())};
       if (modified_out < 0) {
         gin = n->op->grad(ctx);
       } else {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kiln/core/block_pool.h"
 
@@ -274,6 +275,93 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
   return Tensor(std::move(impl));
 }
 
+namespace {
+template <typename T>
+void gather_rows(const char* src, int64_t rows, int64_t n, int64_t inner_stride,
+                 const std::vector<int64_t>& outer_shape, const std::vector<int64_t>& outer_strides,
+                 int64_t offset, char* dst) {
+  T* d = reinterpret_cast<T*>(dst);
+  const T* s = reinterpret_cast<const T*>(src);
+  const size_t r = outer_shape.size();
+  std::vector<int64_t> idx(r, 0);
+  int64_t off = offset;
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* x = s + off;
+    if (inner_stride == 1)
+      std::memcpy(d, x, static_cast<size_t>(n) * sizeof(T));
+    else
+      for (int64_t i = 0; i < n; ++i) d[i] = x[i * inner_stride];
+    d += n;
+    for (size_t k = r; k-- > 0;) {
+      if (++idx[k] < outer_shape[k]) {
+        off += outer_strides[k];
+        break;
+      }
+      off -= outer_strides[k] * (outer_shape[k] - 1);
+      idx[k] = 0;
+    }
+  }
+}
+
+// Row-major gather of a strided view into dst. Dims are merged where the view is contiguous
+// across them, so a transposed-heads copy ([B, T, H, hd] from [B, H, T, hd]) moves hd-element
+// runs with memcpy instead of one element at a time (that was 245 us for 512 KiB, ~7x slower
+// than the runs).
+void strided_gather(const void* base, const Shape& shape, const Strides& strides, int64_t offset,
+                    size_t es, void* out) {
+  std::vector<int64_t> sh, st;
+  for (int64_t d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!sh.empty() && st.back() == strides[d] * shape[d]) {
+      sh.back() *= shape[d];
+      st.back() = strides[d];
+    } else {
+      sh.push_back(shape[d]);
+      st.push_back(strides[d]);
+    }
+  }
+  const char* src = static_cast<const char*>(base);
+  char* dst = static_cast<char*>(out);
+  if (sh.empty()) {
+    if (shape.numel() > 0) std::memcpy(dst, src + offset * static_cast<int64_t>(es), es);
+    return;
+  }
+  const int64_t n = sh.back(), inner = st.back();
+  sh.pop_back();
+  st.pop_back();
+  int64_t rows = 1;
+  for (auto v : sh) rows *= v;
+  if (rows * n == 0) return;
+  switch (es) {
+    case 1:
+      return gather_rows<uint8_t>(src, rows, n, inner, sh, st, offset, dst);
+    case 2:
+      return gather_rows<uint16_t>(src, rows, n, inner, sh, st, offset, dst);
+    case 4:
+      return gather_rows<uint32_t>(src, rows, n, inner, sh, st, offset, dst);
+    case 8:
+      return gather_rows<uint64_t>(src, rows, n, inner, sh, st, offset, dst);
+    default:
+      break;
+  }
+  // Other element sizes: one element at a time.
+  std::vector<int64_t> idx(sh.size(), 0);
+  int64_t off = offset;
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t i = 0; i < n; ++i, dst += es)
+      std::memcpy(dst, src + (off + i * inner) * static_cast<int64_t>(es), es);
+    for (size_t k = sh.size(); k-- > 0;) {
+      if (++idx[k] < sh[k]) {
+        off += st[k];
+        break;
+      }
+      off -= st[k] * (sh[k] - 1);
+      idx[k] = 0;
+    }
+  }
+}
+}  // namespace
+
 Tensor raw_contiguous_copy(const Tensor& t) {
   Tensor out = empty(t.shape(), t.dtype());
   size_t es = t.element_size();
@@ -283,10 +371,7 @@ Tensor raw_contiguous_copy(const Tensor& t) {
     std::memcpy(dst, src + t.offset() * es, static_cast<size_t>(t.numel()) * es);
     return out;
   }
-  for_each_offset(*t.impl(), [&](int64_t off) {
-    std::memcpy(dst, src + off * es, es);
-    dst += es;
-  });
+  strided_gather(src, t.shape(), t.strides(), t.offset(), es, dst);
   return out;
 }
 

@@ -67,7 +67,7 @@ TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Att
   const double t0 = profile_now();
   TensorList outs = run_kernel_impl(op, inputs, attrs);
   const double elapsed = profile_now() - t0;
-  profile_record(op, elapsed - t_children);
+  profile_record(op, elapsed - t_children, inputs);
   t_children = saved + elapsed;
   return outs;
 }

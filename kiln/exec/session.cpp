@@ -521,7 +521,9 @@ void Session::run_bound(Plan& p) {
         const double t0 = profiling_enabled() ? profile_now() : 0;
         st.op->kernel(std::span<const Tensor>(ins.data(), ins.size()),
                       std::span<Tensor>(outs.data(), outs.size()), st.attrs);
-        if (profiling_enabled()) profile_record(*st.op, profile_now() - t0);
+        if (profiling_enabled())
+          profile_record(*st.op, profile_now() - t0,
+                         std::span<const Tensor>(ins.data(), ins.size()));
         break;
       }
       case Plan::StepKind::Generic: {

@@ -64,7 +64,7 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<T
       any = any || grads.count(key(n, i));
     if (!any) continue;
     TensorList ins, outs, gout;
-    SmallVec<bool, 4> needs;
+    SmallVec<bool, 4> needs, flows;
     bool any_need = false;
     for (const auto& in : n->inputs) {
       ins.push_back(sym(in));
@@ -80,6 +80,7 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<T
       Tensor o = sym(ValueRef{n, i});
       outs.push_back(o);
       auto gi = grads.find(key(n, i));
+      flows.push_back(gi != grads.end());
       if (gi != grads.end())
         gout.push_back(gi->second);
       else
@@ -90,7 +91,8 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<T
                 std::span<const Tensor>(ins.data(), ins.size()),
                 std::span<const Tensor>(outs.data(), outs.size()),
                 std::span<const Tensor>(gout.data(), gout.size()),
-                std::span<const bool>(needs.data(), needs.size())};
+                std::span<const bool>(needs.data(), needs.size()),
+                std::span<const bool>(flows.data(), flows.size())};
     TensorList gin = n->op->grad(ctx);
     if (gin.size() != n->inputs.size())
       fail("gradients", "gradient rule of '", n->op->name, "' returned ", gin.size(),

@@ -242,6 +242,33 @@ void k_gelu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
     k_unary_float<GeluErfF>(in, out, a);
 }
 
+// gelu_grad(g, x) = g * gelu'(x). Erf form: gelu' = Phi(x) + x phi(x). Tanh form, with
+// u = k (x + a x^3), t = tanh u: gelu' = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3 a x^2).
+struct GeluGradErfF {
+  template <class T>
+  [[gnu::always_inline]] T operator()(T g, T x) const {
+    const T cdf = T(0.5) + T(0.5) * vm::erf<T>(x * T(0.7071067811865476));
+    const T pdf = vm::exp<T>(T(-0.5) * x * x) * T(0.3989422804014327);
+    return g * (cdf + x * pdf);
+  }
+};
+struct GeluGradTanhF {
+  template <class T>
+  [[gnu::always_inline]] T operator()(T g, T x) const {
+    const T k = T(0.7978845608028654), a = T(0.044715);
+    const T x2 = x * x;
+    const T t = vm::tanh<T>(k * (x + a * x2 * x));
+    const T d = T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x2);
+    return g * d;
+  }
+};
+void k_gelu_grad(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  if (a.b(0))
+    k_binary_float<GeluGradTanhF>(in, out, a);
+  else
+    k_binary_float<GeluGradErfF>(in, out, a);
+}
+
 // ---- op definitions -------------------------------------------------------------------------
 
 constexpr char kAddN[] = "add", kSubN[] = "sub", kMulN[] = "mul", kDivN[] = "div", kPowN[] = "pow",
@@ -251,7 +278,7 @@ constexpr char kAddN[] = "add", kSubN[] = "sub", kMulN[] = "mul", kDivN[] = "div
                kLogN[] = "log", kSqrtN[] = "sqrt", kRsqrtN[] = "rsqrt", kAbsN[] = "abs",
                kSignN[] = "sign", kErfN[] = "erf", kReluN[] = "relu", kLeakyN[] = "leaky_relu",
                kSigN[] = "sigmoid", kTanhN[] = "tanh", kGeluN[] = "gelu", kSiluN[] = "silu",
-               kClampN[] = "clamp";
+               kGeluGradN[] = "gelu_grad", kClampN[] = "clamp";
 
 constexpr uint32_t kEw = kElementwise | kFusable | kInplaceable;
 
@@ -595,6 +622,10 @@ const OpDef& kGelu =
             .grad =
                 [](const GradCtx& c) {
                   const Tensor& x = c.in(0);
+                  // Eagerly one pass (gelu_grad); in a graph the decomposition below, which the
+                  // fusion pass compiles into one kernel together with its neighbours.
+                  if (c.g().is_concrete() && x.is_concrete())
+                    return TensorList{gelu_grad(c.g(), x, c.attrs.b(0))};
                   if (c.attrs.b(0)) {
                     // y = x/2 (1 + tanh(u)), u = k (x + 0.044715 x^3):
                     // dy/dx = (1 + tanh u)/2 + x/2 (1 - tanh^2 u) k (1 + 3*0.044715 x^2)
@@ -611,6 +642,35 @@ const OpDef& kGelu =
                   return TensorList{mul(c.g(), add(cdf, mul(x, pdf)))};
                 },
             .expr = "gelu($0, @0)"});
+// Second derivatives: erf form gelu'' = phi(x) (2 - x^2); tanh form (with u' = k (1 + 3 a x^2))
+// gelu'' = (1 - t^2) (u' - x t u'^2 + 3 a k x^2).
+const OpDef& kGeluGrad =
+    def_op({.name = "gelu_grad",
+            .num_inputs = 2,
+            .attr_names = {"approximate"},
+            .traits = kElementwise | kInplaceable,
+            .infer = infer_binary_float<kGeluGradN>,
+            .kernel = k_gelu_grad,
+            .grad =
+                [](const GradCtx& c) {
+                  const Tensor &g = c.in(0), &x = c.in(1), &gg = c.g();
+                  const bool approx = c.attrs.b(0);
+                  Tensor dg = c.need(0) ? gelu_grad(gg, x, approx) : Tensor();
+                  if (!c.need(1)) return TensorList{dg, Tensor()};
+                  Tensor x2 = mul(x, x);
+                  Tensor d2;
+                  if (approx) {
+                    const double k = 0.7978845608028654, a = 0.044715;
+                    Tensor t = tanh(mul(add(x, mul(mul(x2, x), a)), k));
+                    Tensor up = add(mul(x2, 3 * a * k), k);
+                    d2 = mul(sub(1.0, mul(t, t)),
+                             add(sub(up, mul(mul(x, t), mul(up, up))), mul(x2, 3 * a * k)));
+                  } else {
+                    d2 = mul(mul(exp(mul(x2, -0.5)), 0.3989422804014327), sub(2.0, x2));
+                  }
+                  return TensorList{dg, mul(mul(gg, g), d2)};
+                },
+            .doc = "g * d gelu(x) / dx (gelu's gradient in one pass)"});
 const OpDef& kSilu =
     def_op({.name = kSiluN,
             .traits = kEw,
@@ -731,6 +791,10 @@ Tensor sigmoid(const Tensor& a) { return call1(kSigmoid, {float_in(a)}); }
 Tensor tanh(const Tensor& a) { return call1(kTanh, {float_in(a)}); }
 Tensor gelu(const Tensor& a, bool approximate) {
   return call1(kGelu, {float_in(a)}, {approximate});
+}
+Tensor gelu_grad(const Tensor& g, const Tensor& x, bool approximate) {
+  auto [a, b] = promoted(float_in(g), float_in(x));
+  return call1(kGeluGrad, {a, b}, {approximate});
 }
 Tensor silu(const Tensor& a) { return call1(kSilu, {float_in(a)}); }
 

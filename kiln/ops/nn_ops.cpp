@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kiln/kernels/cpu/stream.h"
 #include "kiln/kernels/cpu/vec_math.h"
@@ -18,34 +19,55 @@ using opu::prod;
 
 // ---- softmax / log_softmax --------------------------------------------------------------------
 
-// Reduced dim last (inner == 1): one contiguous row per task, max / exp-sum / scale.
+// Reduced dim last (inner == 1): one contiguous row per task, max / exp-sum / scale. The max and
+// the sum keep kW independent lanes: `omp simd reduction(max)` over a 64-element row (attention
+// scores) compiled to a loop 5x slower than this (vector epilogues and a horizontal reduction per
+// row), which made softmax 2x slower than exp over the same elements.
 template <typename T, bool Log>
 void softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
+  constexpr int64_t kW = 64 / sizeof(T);
   parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)),
                [&](int64_t b, int64_t e) {
                  for (int64_t r = b; r < e; ++r) {
                    const T* xr = x + r * n;
                    T* yr = y + r * n;
+                   T acc[kW];
+                   for (int64_t u = 0; u < kW; ++u) acc[u] = -std::numeric_limits<T>::infinity();
+                   int64_t j = 0;
+                   for (; j + kW <= n; j += kW) {
+#pragma omp simd
+                     for (int64_t u = 0; u < kW; ++u)
+                       acc[u] = acc[u] > xr[j + u] ? acc[u] : xr[j + u];
+                   }
                    T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-                   for (int64_t j = 0; j < n; ++j) m = std::max(m, xr[j]);
+                   for (int64_t u = 0; u < kW; ++u) m = std::max(m, acc[u]);
+                   for (; j < n; ++j) m = std::max(m, xr[j]);
+                   // A NaN anywhere reaches the sum through its exp, so the max may skip it.
+                   T sa[kW] = {};
+                   j = 0;
+                   for (; j + kW <= n; j += kW) {
+#pragma omp simd
+                     for (int64_t u = 0; u < kW; ++u) {
+                       const T ev = vm::exp<T>(xr[j + u] - m);
+                       if constexpr (!Log) yr[j + u] = ev;
+                       sa[u] += ev;
+                     }
+                   }
                    T s = 0;
+                   for (int64_t u = 0; u < kW; ++u) s += sa[u];
+                   for (; j < n; ++j) {
+                     const T ev = vm::exp<T>(xr[j] - m);
+                     if constexpr (!Log) yr[j] = ev;
+                     s += ev;
+                   }
                    if constexpr (Log) {
-#pragma omp simd reduction(+ : s)
-                     for (int64_t j = 0; j < n; ++j) s += vm::exp<T>(xr[j] - m);
                      const T lse = m + std::log(s);
 #pragma omp simd
-                     for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] - lse;
+                     for (int64_t k = 0; k < n; ++k) yr[k] = xr[k] - lse;
                    } else {
-#pragma omp simd reduction(+ : s)
-                     for (int64_t j = 0; j < n; ++j) {
-                       T ev = vm::exp<T>(xr[j] - m);
-                       yr[j] = ev;
-                       s += ev;
-                     }
                      const T inv = T(1) / s;
 #pragma omp simd
-                     for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
+                     for (int64_t k = 0; k < n; ++k) yr[k] *= inv;
                    }
                  }
                });
@@ -122,6 +144,52 @@ void softmax_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Att
   });
 }
 
+// dx = y * (g - sum(g * y)) along the softmax dim: two passes over each row while it is in
+// cache, instead of four whole-tensor ops (mul, sum, sub, mul).
+template <typename T>
+void softmax_grad_impl(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner) {
+  if (inner == 1) {
+    parallel_for(outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t r = b; r < e; ++r) {
+                     const T* gr = g + r * n;
+                     const T* yr = y + r * n;
+                     T* dr = dx + r * n;
+                     T s = 0;
+#pragma omp simd reduction(+ : s)
+                     for (int64_t j = 0; j < n; ++j) s += gr[j] * yr[j];
+#pragma omp simd
+                     for (int64_t j = 0; j < n; ++j) dr[j] = yr[j] * (gr[j] - s);
+                   }
+                 });
+    return;
+  }
+  constexpr int64_t kBlk = 256;
+  int64_t nblk = (inner + kBlk - 1) / kBlk;
+  int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n * std::min(inner, kBlk)));
+  parallel_for(outer * nblk, grain, [&](int64_t b, int64_t e) {
+    T sm[kBlk];
+    for (int64_t t = b; t < e; ++t) {
+      int64_t o = t / nblk, j0 = (t % nblk) * kBlk, w = std::min(inner, j0 + kBlk) - j0;
+      const int64_t base = o * n * inner + j0;
+      for (int64_t j = 0; j < w; ++j) sm[j] = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const T* gr = g + base + k * inner;
+        const T* yr = y + base + k * inner;
+#pragma omp simd
+        for (int64_t j = 0; j < w; ++j) sm[j] += gr[j] * yr[j];
+      }
+      for (int64_t k = 0; k < n; ++k) {
+        const T* gr = g + base + k * inner;
+        const T* yr = y + base + k * inner;
+        T* dr = dx + base + k * inner;
+#pragma omp simd
+        for (int64_t j = 0; j < w; ++j) dr[j] = yr[j] * (gr[j] - sm[j]);
+      }
+    }
+  });
+}
+
 template <bool Log>
 MetaList infer_softmax(std::span<const Tensor> in, const Attrs& a) {
   const char* op = Log ? "log_softmax" : "softmax";
@@ -130,22 +198,64 @@ MetaList infer_softmax(std::span<const Tensor> in, const Attrs& a) {
   return one(in[0].dtype(), in[0].shape());
 }
 
-const OpDef& kSoftmax =
-    def_op({.name = "softmax",
-            .attr_names = {"dim"},
-            .traits = kReduction,
-            .infer = infer_softmax<false>,
-            .kernel = softmax_kernel<false>,
-            // y_i = e^{x_i} / sum_j e^{x_j}: dy_i/dx_k = y_i (d_ik - y_k), so
-            // dx_k = sum_i g_i y_i (d_ik - y_k) = y_k (g_k - sum_i g_i y_i).
-            .grad =
-                [](const GradCtx& c) {
-                  int64_t dim = c.attrs.i(0);
-                  const Tensor& y = c.out(0);
-                  return TensorList{mul(y, sub(c.g(), sum(mul(c.g(), y), {dim}, true)))};
-                },
-            .contiguous_inputs = true,
-            .doc = "exp(x - max) / sum(exp(x - max)) along dim"});
+const OpDef& kSoftmax = def_op(
+    {.name = "softmax",
+     .attr_names = {"dim"},
+     .traits = kReduction,
+     .infer = infer_softmax<false>,
+     .kernel = softmax_kernel<false>,
+     // y_i = e^{x_i} / sum_j e^{x_j}: dy_i/dx_k = y_i (d_ik - y_k), so
+     // dx_k = sum_i g_i y_i (d_ik - y_k) = y_k (g_k - sum_i g_i y_i).
+     .grad =
+         [](const GradCtx& c) { return TensorList{softmax_grad(c.g(), c.out(0), c.attrs.i(0))}; },
+     .contiguous_inputs = true,
+     .doc = "exp(x - max) / sum(exp(x - max)) along dim"});
+
+// Inputs g (the gradient of softmax's output) and y (that output). Its own gradient, for
+// double backward: with s = sum(g y), dx_k = y_k (g_k - s) is linear in g, so d/dg against gg
+// is softmax_grad(gg, y); d/dy_j = gg_j (g_j - s) - g_j sum(gg y).
+const OpDef& kSoftmaxGrad = def_op(
+    {.name = "softmax_grad",
+     .num_inputs = 2,
+     .attr_names = {"dim"},
+     .traits = kReduction,
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           opu::require_float("softmax_grad", in[0]);
+           opu::require_same_dtype("softmax_grad", in[0], in[1]);
+           if (in[0].shape() != in[1].shape())
+             fail("softmax_grad", "gradient shape ", in[0].shape(),
+                  " differs from the softmax output's ", in[1].shape());
+           wrap_dim(a.i(0), std::max<int64_t>(in[0].dim(), 1), "softmax_grad");
+           return one(in[0].dtype(), in[0].shape());
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           const Shape& s = in[1].shape();
+           if (s.numel() == 0) return;
+           int64_t r = std::max<int64_t>(s.rank(), 1);
+           int64_t dim = wrap_dim(a.i(0), r, "softmax_grad");
+           int64_t outer = s.rank() ? prod(s, 0, dim) : 1, n = s.rank() ? s[dim] : 1;
+           int64_t inner = s.rank() ? prod(s, dim + 1, s.rank()) : 1;
+           KILN_DISPATCH_FLOAT(in[1].dtype(), "softmax_grad", [&] {
+             softmax_grad_impl<scalar_t>(in[0].data_ptr<scalar_t>(), in[1].data_ptr<scalar_t>(),
+                                         out[0].data_ptr<scalar_t>(), outer, n, inner);
+           });
+         },
+     .grad =
+         [](const GradCtx& c) {
+           int64_t dim = c.attrs.i(0);
+           const Tensor &g = c.in(0), &y = c.in(1), &gg = c.g();
+           Tensor dg = c.need(0) ? softmax_grad(gg, y, dim) : Tensor();
+           Tensor dy;
+           if (c.need(1)) {
+             Tensor s = sum(mul(g, y), {dim}, true);
+             dy = sub(mul(gg, sub(g, s)), mul(g, sum(mul(gg, y), {dim}, true)));
+           }
+           return TensorList{dg, dy};
+         },
+     .contiguous_inputs = true,
+     .doc = "y * (g - sum(g * y, dim)): softmax's gradient from its output y"});
 
 const OpDef& kLogSoftmax =
     def_op({.name = "log_softmax",
@@ -299,9 +409,128 @@ void layer_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const 
 // (the mu and rstd terms matter only for gradients of gradients, where those outputs are used
 // by this very rule). Grouped so that only rows-sized tensors carry the per-row coefficients:
 //   dx = rstd gh + (g_mu/N - rstd mean(gh)) + xh (-g_rstd rstd^2 / N - rstd mean(gh xh)).
+// layer_norm_backward: inputs g, x, mean, rstd[, weight]; outputs dx, dweight, dbias (the last
+// two of the normalized shape, dweight zeros without a weight). Per row, with xh = (x - mean)
+// rstd and gh = g w: dx = rstd (gh - mean(gh) - xh mean(gh xh)); dweight = sum over rows of
+// g xh, dbias = sum of g. One pass per row in cache instead of ~15 whole-tensor ops.
+template <typename T>
+void ln_backward_rows(const T* g, const T* x, const T* mu, const T* rs, const T* w, T* dx, T* dw,
+                      T* db, int64_t rows, int64_t n) {
+  const int nt = std::max(1, omp_in_parallel() ? 1 : omp_get_max_threads());
+  std::vector<T> part(static_cast<size_t>(2 * nt * n), T(0));
+  parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)),
+               [&](int64_t b, int64_t e) {
+                 const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
+                 T* pw = part.data() + static_cast<size_t>(2 * t) * n;
+                 T* pb = pw + n;
+                 for (int64_t r = b; r < e; ++r) {
+                   const T* gr = g + r * n;
+                   const T* xr = x + r * n;
+                   T* dr = dx + r * n;
+                   const T m = mu[r], s = rs[r];
+                   T s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+                   for (int64_t j = 0; j < n; ++j) {
+                     const T xh = (xr[j] - m) * s;
+                     const T gh = w ? gr[j] * w[j] : gr[j];
+                     s1 += gh;
+                     s2 += gh * xh;
+                     pw[j] += gr[j] * xh;
+                     pb[j] += gr[j];
+                   }
+                   const T a = s1 / T(n), c = s2 / T(n);
+#pragma omp simd
+                   for (int64_t j = 0; j < n; ++j) {
+                     const T xh = (xr[j] - m) * s;
+                     const T gh = w ? gr[j] * w[j] : gr[j];
+                     dr[j] = s * (gh - a - xh * c);
+                   }
+                 }
+               });
+  for (int64_t j = 0; j < n; ++j) {
+    T sw = 0, sb = 0;
+    for (int t = 0; t < nt; ++t) {
+      sw += part[static_cast<size_t>(2 * t) * n + j];
+      sb += part[static_cast<size_t>(2 * t + 1) * n + j];
+    }
+    dw[j] = sw;
+    db[j] = sb;
+  }
+}
+
+const OpDef& kLayerNormBackward = def_op(
+    {.name = "layer_norm_backward",
+     .num_inputs = -1,
+     .num_outputs = 3,
+     .attr_names = {"normalized_ndim", "has_weight"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const char* op = "layer_norm_backward";
+           const bool hw = a.b(1);
+           if (in.size() != (hw ? 5u : 4u))
+             fail(op, "expected ", hw ? 5 : 4, " inputs (g, x, mean, rstd", hw ? ", weight" : "",
+                  "), got ", in.size());
+           const Tensor& x = in[1];
+           opu::require_float(op, x);
+           const int64_t k = a.i(0);
+           if (k < 1 || k > x.dim())
+             fail(op, "cannot normalize over the last ", k, " dims of input ", x.shape());
+           Shape ns(x.shape().begin() + (x.dim() - k), x.shape().end());
+           Shape ks = x.shape();
+           for (int64_t d = x.dim() - k; d < x.dim(); ++d) ks[d] = 1;
+           for (size_t i = 0; i < in.size(); ++i) {
+             opu::require_same_dtype(op, x, in[i]);
+             const Shape& want = i <= 1 ? x.shape() : (i <= 3 ? ks : ns);
+             if (in[i].shape() != want)
+               fail(op, "input ", i, " has shape ", in[i].shape(), ", expected ", want, " (input ",
+                    x.shape(), ")");
+           }
+           MetaList m;
+           m.push_back(TensorMeta{x.dtype(), x.shape()});
+           m.push_back(TensorMeta{x.dtype(), ns});
+           m.push_back(TensorMeta{x.dtype(), ns});
+           return m;
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           const Shape& s = in[1].shape();
+           const int64_t k = a.i(0);
+           int64_t rows = prod(s, 0, s.rank() - k), n = prod(s, s.rank() - k, s.rank());
+           KILN_DISPATCH_FLOAT(in[1].dtype(), "layer_norm_backward", [&] {
+             scalar_t* dw = out[1].data_ptr<scalar_t>();
+             scalar_t* db = out[2].data_ptr<scalar_t>();
+             if (rows == 0) {
+               std::fill(dw, dw + n, scalar_t(0));
+               std::fill(db, db + n, scalar_t(0));
+               return;
+             }
+             ln_backward_rows<scalar_t>(in[0].data_ptr<scalar_t>(), in[1].data_ptr<scalar_t>(),
+                                        in[2].data_ptr<scalar_t>(), in[3].data_ptr<scalar_t>(),
+                                        a.b(1) ? in[4].data_ptr<scalar_t>() : nullptr,
+                                        out[0].data_ptr<scalar_t>(), dw, db, rows, n);
+             if (!a.b(1)) std::fill(dw, dw + n, scalar_t(0));
+           });
+         },
+     .contiguous_inputs = true,
+     .doc = "layer_norm's gradients (dx, dweight, dbias) from g, x, mean, rstd[, weight]"});
+
 TensorList layer_norm_grad(const GradCtx& c) {
   LnAttrs la(c.attrs);
   const Tensor& x = c.in(0);
+  // Eagerly, when only y's gradient flowed and no graph of the gradient is wanted: one fused
+  // pass (layer_norm_backward, which has no gradient rule of its own). Otherwise the
+  // decomposition below, which double backward differentiates and graph passes fuse.
+  if (c.g(0).is_concrete() && x.is_concrete() && !grad_mode_enabled() && !c.flowed(1) &&
+      !c.flowed(2)) {
+    TensorList in{c.g(0), x, c.out(1), c.out(2)};
+    if (la.has_w) in.push_back(c.in(1));
+    TensorList r =
+        call(kLayerNormBackward, std::span<const Tensor>(in.data(), in.size()), {la.k, la.has_w});
+    TensorList res{c.need(0) ? r[0] : Tensor()};
+    if (la.has_w) res.push_back(c.need(1) ? r[1] : Tensor());
+    if (la.has_b) res.push_back(c.need(la.has_w ? 2 : 1) ? r[2] : Tensor());
+    return res;
+  }
   std::vector<int64_t> dims;
   for (int64_t d = x.dim() - la.k; d < x.dim(); ++d) dims.push_back(d);
   double n = static_cast<double>(prod(x.shape(), x.dim() - la.k, x.dim()));
@@ -565,6 +794,9 @@ Tensor as_dtype(const Tensor& t, DType dt) {
 
 Tensor softmax(const Tensor& a, int64_t dim) { return call1(kSoftmax, {a}, {dim}); }
 Tensor log_softmax(const Tensor& a, int64_t dim) { return call1(kLogSoftmax, {a}, {dim}); }
+Tensor softmax_grad(const Tensor& g, const Tensor& y, int64_t dim) {
+  return call1(kSoftmaxGrad, {g, y}, {dim});
+}
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {

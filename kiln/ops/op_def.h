@@ -54,10 +54,14 @@ struct GradCtx {
   std::span<const Tensor> grads;
   /// Which inputs need a gradient (rules may skip the others and return undefined).
   std::span<const bool> needs;
+  /// Per output: whether a gradient really flowed into it (false: grads[k] is materialized
+  /// zeros). Empty when the caller does not say; flowed() is then true.
+  std::span<const bool> flows = {};
   const Tensor& in(size_t k) const { return inputs[k]; }
   const Tensor& out(size_t k) const { return outputs[k]; }
   const Tensor& g(size_t k = 0) const { return grads[k]; }
   bool need(size_t k) const { return needs[k]; }
+  bool flowed(size_t k) const { return flows.empty() || flows[k]; }
 };
 
 enum OpTrait : uint32_t {

@@ -65,6 +65,8 @@ Tensor sigmoid(const Tensor& a);
 Tensor tanh(const Tensor& a);
 /// approximate = false: x * Phi(x) with erf; true: the tanh form.
 Tensor gelu(const Tensor& a, bool approximate = false);
+/// g * gelu'(x): gelu's gradient in one pass (what gelu's backward runs eagerly).
+Tensor gelu_grad(const Tensor& g, const Tensor& x, bool approximate = false);
 Tensor silu(const Tensor& a);
 
 // ---- operators -----------------------------------------------------------------------------
@@ -132,6 +134,8 @@ Tensor sum_to(const Tensor& a, const Shape& shape);
 /// sum_to with the target shape read from `like` when it runs (works with dynamic dims).
 Tensor sum_to_like(const Tensor& a, const Tensor& like);
 Tensor softmax(const Tensor& a, int64_t dim = -1);
+/// y * (g - sum(g * y, dim)): the gradient of softmax from its output y, in one op.
+Tensor softmax_grad(const Tensor& g, const Tensor& y, int64_t dim = -1);
 Tensor log_softmax(const Tensor& a, int64_t dim = -1);
 
 // ---- linear algebra, convolution, pooling --------------------------------------------------

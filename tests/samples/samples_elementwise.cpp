@@ -270,6 +270,39 @@ std::vector<OpSample> make_samples() {
         double k = std::sqrt(2.0 / M_PI);
         return 0.5 * a * (1 + std::tanh(k * (a + 0.044715 * a * a * a)));
       }));
+  // gelu's one-pass gradient against the derivative written out; its gradcheck checks the
+  // second-derivative rules.
+  v.push_back(binary(
+      "gelu_grad", "erf",
+      [] {
+        return In{uni({3, 4}, 41, -2, 2), uni({3, 4}, 42, -3, 3)};
+      },
+      [](const Tensor& g, const Tensor& x) { return gelu_grad(g, x); },
+      [](double g, double x) {
+        return g * (0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+                    x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI));
+      }));
+  v.push_back(binary(
+      "gelu_grad", "tanh_approx",
+      [] {
+        return In{uni({3, 4}, 43, -2, 2), uni({3, 4}, 44, -3, 3)};
+      },
+      [](const Tensor& g, const Tensor& x) { return gelu_grad(g, x, true); },
+      [](double g, double x) {
+        double k = std::sqrt(2.0 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+        return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x));
+      }));
+  v.push_back(binary(
+      "gelu_grad", "broadcast_grad",
+      [] {
+        return In{uni({3, 1}, 45, -2, 2), uni({3, 4}, 46, -3, 3)};
+      },
+      [](const Tensor& g, const Tensor& x) { return gelu_grad(g, x); },
+      [](double g, double x) {
+        return g * (0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+                    x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI));
+      },
+      true, kNoNoncontig));
   v.push_back(unary(
       "silu", "basic",
       [] {

@@ -252,6 +252,37 @@ OpSample softmax_sample(bool log, Shape s, int64_t dim, std::string name, double
   return o;
 }
 
+// softmax_grad(g, y) against y * (g - sum(g y)) in loops; y is a real softmax output. Its
+// gradcheck covers the double-backward rule.
+OpSample softmax_grad_sample(Shape s, int64_t dim, std::string name) {
+  OpSample o;
+  o.ops = {"softmax_grad"};
+  o.name = std::move(name);
+  o.inputs = [s, dim] { return In{rnd(s, 12), softmax(rnd(s, 13, 2.0), dim)}; };
+  o.run = [dim](const In& in) { return softmax_grad(in[0], in[1], dim); };
+  o.reference = [s, dim](const In& in) {
+    std::vector<double> g = vals(in[0]), y = vals(in[1]), out(g.size());
+    int64_t d = dim < 0 ? dim + s.rank() : dim;
+    int64_t outer = 1, inner = 1, n = s[d];
+    for (int64_t i = 0; i < d; ++i) outer *= s[i];
+    for (int64_t i = d + 1; i < s.rank(); ++i) inner *= s[i];
+    for (int64_t o2 = 0; o2 < outer; ++o2)
+      for (int64_t j = 0; j < inner; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          size_t i = static_cast<size_t>((o2 * n + k) * inner + j);
+          acc += g[i] * y[i];
+        }
+        for (int64_t k = 0; k < n; ++k) {
+          size_t i = static_cast<size_t>((o2 * n + k) * inner + j);
+          out[i] = y[i] * (g[i] - acc);
+        }
+      }
+    return from_vals(out, s);
+  };
+  return o;
+}
+
 OpSample layer_norm_sample(Shape xs, Shape ns, bool w, bool b, std::string name) {
   OpSample o;
   o.ops = {"layer_norm"};
@@ -316,6 +347,55 @@ OpSample nll_grad_sample(Shape gs, I64 target, Shape ts, Reduction red, int64_t 
   o.reference = [red, ignore, C](const In& in) {
     return ref_nll_grad(in[0], in[1], red, ignore, C);
   };
+  return o;
+}
+
+// layer_norm_backward(g, x, mean, rstd[, w]) -> dx, dw, db, checked as one flat tensor
+// [dx..., dw..., db...] against loops over the formula; mean and rstd are arbitrary per-row
+// values (the formula holds for any). Not differentiable (eager-only fast path).
+OpSample ln_backward_sample(Shape xs, int64_t k, bool w, std::string name) {
+  OpSample o;
+  o.ops = {"layer_norm_backward"};
+  o.name = std::move(name);
+  Shape ks = xs, ns;
+  for (int64_t d = xs.rank() - k; d < xs.rank(); ++d) {
+    ks[d] = 1;
+    ns.push_back(xs[d]);
+  }
+  o.inputs = [xs, ks, ns, w] {
+    In in{rnd(xs, 81), rnd(xs, 82), rnd(ks, 83), uni(ks, 84, 0.5, 2.0)};
+    if (w) in.push_back(rnd(ns, 85));
+    return in;
+  };
+  o.run = [k, w](const In& in) {
+    TensorList r = call(OpRegistry::get().at("layer_norm_backward"),
+                        std::span<const Tensor>(in.data(), in.size()), {k, w});
+    return cat({flatten(r[0]), flatten(r[1]), flatten(r[2])}, 0);
+  };
+  o.reference = [w](const In& in) {
+    std::vector<double> g = vals(in[0]), x = vals(in[1]), mu = vals(in[2]), rs = vals(in[3]);
+    std::vector<double> wv = w ? vals(in[4]) : std::vector<double>();
+    const size_t rows = mu.size(), n = g.size() / rows;
+    std::vector<double> dx(g.size()), dw(n, 0.0), db(n, 0.0);
+    for (size_t r = 0; r < rows; ++r) {
+      double s1 = 0, s2 = 0;
+      for (size_t j = 0; j < n; ++j) {
+        double xh = (x[r * n + j] - mu[r]) * rs[r], gh = g[r * n + j] * (w ? wv[j] : 1.0);
+        s1 += gh;
+        s2 += gh * xh;
+        dw[j] += w ? g[r * n + j] * xh : 0.0;
+        db[j] += g[r * n + j];
+      }
+      for (size_t j = 0; j < n; ++j) {
+        double xh = (x[r * n + j] - mu[r]) * rs[r], gh = g[r * n + j] * (w ? wv[j] : 1.0);
+        dx[r * n + j] = rs[r] * (gh - s1 / double(n) - xh * s2 / double(n));
+      }
+    }
+    dx.insert(dx.end(), dw.begin(), dw.end());
+    dx.insert(dx.end(), db.begin(), db.end());
+    return from_vals(dx, Shape{static_cast<int64_t>(dx.size())});
+  };
+  o.differentiable = false;
   return o;
 }
 
@@ -388,6 +468,8 @@ OpSample dropout_identity_sample(double p, bool training, std::string name) {
 
 std::vector<OpSample> make_samples() {
   std::vector<OpSample> v;
+  v.push_back(softmax_grad_sample({3, 5}, -1, "last_dim"));
+  v.push_back(softmax_grad_sample({2, 3, 4}, 1, "middle_dim"));
   for (bool log : {false, true}) {
     v.push_back(softmax_sample(log, {3, 5}, -1, "last_dim"));
     v.push_back(softmax_sample(log, {2, 3, 4}, 1, "middle_dim"));
@@ -401,6 +483,8 @@ std::vector<OpSample> make_samples() {
   v.push_back(layer_norm_sample({2, 3, 4}, {3, 4}, false, false, "two_dims_plain"));
   v.push_back(layer_norm_sample({2, 5}, {5}, true, false, "weight_only"));
   v.push_back(layer_norm_sample({4, 3}, {3}, false, true, "bias_only"));
+  v.push_back(ln_backward_sample({4, 6}, 1, true, "weight"));
+  v.push_back(ln_backward_sample({2, 3, 4}, 2, false, "two_dims_no_weight"));
 
   {
     OpSample o;
