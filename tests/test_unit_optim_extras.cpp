@@ -270,3 +270,43 @@ TEST(OptimizerTrajectories, SetLrThroughTheBaseClass) {
   base.set_lr(0.5);
   EXPECT_EQ(opt.lr(), 0.5);
 }
+
+// Eager step() updates contiguous parameters in one fused pass and falls back to the update
+// written in ops otherwise (a strided parameter here); both must give the same trajectory.
+TEST(OptimizerTrajectories, FusedStepMatchesOpPath) {
+  Tensor w0 = randn({4, 3}, Float32), a = rand({4, 3}), c = randn({4, 3});
+  auto run_both = [&](auto make_opt) {
+    Tensor wc = w0.clone().requires_grad_();
+    Tensor wn = w0.t().contiguous().t().detach().requires_grad_();  // same values, strided
+    ASSERT_TRUE(wc.is_contiguous());
+    ASSERT_FALSE(wn.is_contiguous());
+    auto oc = make_opt(wc);
+    auto on = make_opt(wn);
+    for (int s = 0; s < 4; ++s) {
+      for (auto [w, o] : {std::pair{wc, oc.get()}, std::pair{wn, on.get()}}) {
+        o->zero_grad();
+        sum(add(mul(mul(mul(w, w), a), 0.5), mul(c, w))).backward();
+        o->step();
+      }
+      std::vector<float> x = wc.to_vector<float>(), y = wn.to_vector<float>();
+      for (size_t i = 0; i < x.size(); ++i)
+        EXPECT_NEAR(x[i], y[i], 2e-6 * (1 + std::fabs(y[i]))) << "step " << s + 1 << " i " << i;
+    }
+  };
+  for (bool nesterov : {false, true})
+    run_both([&](Tensor w) {
+      return std::make_unique<optim::SGD>(
+          std::vector<Tensor>{w},
+          optim::SGDOptions{
+              .lr = 0.1, .momentum = 0.9, .weight_decay = 0.05, .nesterov = nesterov});
+    });
+  run_both([](Tensor w) {
+    return std::make_unique<optim::SGD>(std::vector<Tensor>{w}, optim::SGDOptions{.lr = 0.1});
+  });
+  for (bool decoupled : {false, true})
+    run_both([&](Tensor w) -> std::unique_ptr<optim::Optimizer> {
+      optim::AdamOptions o{.lr = 0.05, .weight_decay = 0.1};
+      if (decoupled) return std::make_unique<optim::AdamW>(std::vector<Tensor>{w}, o);
+      return std::make_unique<optim::Adam>(std::vector<Tensor>{w}, o);
+    });
+}

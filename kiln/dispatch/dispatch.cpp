@@ -25,6 +25,7 @@ SymbolicHandler* set_symbolic_handler(SymbolicHandler* h) {
 SymbolicHandler* symbolic_handler() { return t_handler; }
 void set_graph_handler(SymbolicHandler* h) { g_graph_handler = h; }
 void set_capture_all(bool on) { t_capture_all = on; }
+bool capturing() { return t_capture_all && t_handler; }
 void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
 uint64_t eager_op_count() { return t_count; }
 

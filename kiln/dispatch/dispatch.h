@@ -51,6 +51,9 @@ SymbolicHandler* symbolic_handler();
 void set_graph_handler(SymbolicHandler* h);
 /// When true, every op call goes to the handler even with concrete inputs (tracing).
 void set_capture_all(bool on);
+/// Whether op calls on this thread are being captured (a JIT trace is in progress): code with
+/// an eager-only fast path (writing into tensors directly) must take the op path then.
+bool capturing();
 
 /// Called after an eager op ran with grad mode on and an input requiring grad.
 using AutogradRecorder = void (*)(const OpDef& op, std::span<const Tensor> inputs,

@@ -6,6 +6,7 @@
 
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/graph/graph.h"
+#include "kiln/kernels/cpu/optim_kernels.h"
 #include "kiln/ops/ops.h"
 
 namespace kiln::optim {
@@ -30,16 +31,40 @@ void Optimizer::step() {
     step_ = scalar_tensor(0.0, Float64);
   }
   step_ = add(step_, 1.0);
+  // Eagerly each parameter is updated in place in one pass; while a JIT trace captures this
+  // call, the update goes through ops (which the trace records).
+  const bool fused = !capturing() && step_.is_concrete();
+  const double t = fused ? step_.item<double>() : 0.0;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
+    if (fused && fused_ok(p, g, slots_[i]) &&
+        fused_update(p, g.is_contiguous() ? g : raw_contiguous_copy(g), slots_[i], t)) {
+      p.impl()->storage->bump_version();
+      for (auto& sl : slots_[i]) sl.impl()->storage->bump_version();
+      continue;
+    }
     std::vector<Tensor> slots = slots_[i];
     Tensor np = update(p, g, slots, step_);
     for (size_t k = 0; k < slots.size(); ++k)
       if (!slots[k].is_same(slots_[i][k])) slots_[i][k].copy_(slots[k]);
     p.copy_(np);
   }
+}
+
+bool Optimizer::fused_update(Tensor&, const Tensor&, std::vector<Tensor>&, double) { return false; }
+
+bool Optimizer::fused_ok(const Tensor& p, const Tensor& g, const std::vector<Tensor>& slots) {
+  auto fits = [&](const Tensor& t) {
+    return t.is_concrete() && t.dtype() == p.dtype() && t.shape() == p.shape() &&
+           !t.requires_grad();
+  };
+  if (!p.is_concrete() || !p.is_contiguous() || !is_floating(p.dtype()) || !fits(g)) return false;
+  if (p.dtype() != Float32 && p.dtype() != Float64) return false;
+  for (const auto& sl : slots)
+    if (!fits(sl) || !sl.is_contiguous() || sl.shares_storage(p)) return false;
+  return !g.shares_storage(p);
 }
 
 Tensor Optimizer::minimize(const Tensor& loss, const std::vector<Tensor>& var_list) {
@@ -104,6 +129,16 @@ Tensor SGD::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slots
   return sub(p, mul(g, opts_.lr));
 }
 
+bool SGD::fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, double) {
+  cpu::SgdParams a{opts_.lr, opts_.momentum, opts_.weight_decay, opts_.nesterov};
+  KILN_DISPATCH_FLOAT(p.dtype(), "SGD", [&] {
+    cpu::sgd_update<scalar_t>(p.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(),
+                              slots.empty() ? nullptr : slots[0].data_ptr<scalar_t>(), p.numel(),
+                              a);
+  });
+  return true;
+}
+
 // ---- Adam / AdamW ---------------------------------------------------------------------------
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions opts)
@@ -134,6 +169,24 @@ Tensor Adam::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slot
   Tensor upd = div(mhat, add(sqrt(vhat), o.eps));
   if (o.decoupled && o.weight_decay != 0) upd = add(upd, mul(p, o.weight_decay));
   return sub(p, mul(upd, o.lr));
+}
+
+bool Adam::fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, double t) {
+  const auto& o = opts_;
+  cpu::AdamParams a{o.lr,
+                    o.beta1,
+                    o.beta2,
+                    o.eps,
+                    o.weight_decay,
+                    o.decoupled,
+                    1.0 - std::pow(o.beta1, t),
+                    1.0 - std::pow(o.beta2, t)};
+  KILN_DISPATCH_FLOAT(p.dtype(), "Adam", [&] {
+    cpu::adam_update<scalar_t>(p.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(),
+                               slots[0].data_ptr<scalar_t>(), slots[1].data_ptr<scalar_t>(),
+                               p.numel(), a);
+  });
+  return true;
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions opts)

@@ -52,6 +52,13 @@ class Optimizer {
   virtual Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
                         const Tensor& step) = 0;
   virtual std::vector<std::string> slot_names() const = 0;
+  /// The same update written into p and its slots in one pass (eager step() only), called when
+  /// fused_ok(); `t` is the step number (1 for the first step). Returns false when the
+  /// optimizer has none (the default), and step() runs update() instead.
+  virtual bool fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, double t);
+  /// Whether p, g and the slots suit fused_update: concrete, contiguous (g may be strided: it
+  /// is copied), float32/float64, one shape and dtype, no aliasing.
+  static bool fused_ok(const Tensor& p, const Tensor& g, const std::vector<Tensor>& slots);
   std::vector<Tensor> params_;
   std::vector<std::vector<Tensor>> slots_;  // eager state per parameter
   Tensor step_;                             // eager step counter (float64 scalar)
@@ -71,6 +78,7 @@ class SGD : public Optimizer {
   Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
                 const Tensor& step) override;
   std::vector<std::string> slot_names() const override;
+  bool fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, double t) override;
 
  private:
   SGDOptions opts_;
@@ -88,6 +96,7 @@ class Adam : public Optimizer {
   Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
                 const Tensor& step) override;
   std::vector<std::string> slot_names() const override;
+  bool fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, double t) override;
 
  private:
   AdamOptions opts_;
