@@ -346,3 +346,32 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
 }
 
 }  // namespace
+
+// linear(x, w) multiplies by w^T, a transposed view. The weight's gradient must come back in
+// w's own (contiguous) layout, eagerly and in a graph: a transposed gradient made every
+// optimizer step copy it first (W4: 325 -> 60 us per eager SGD step).
+TEST(Linear, WeightGradientKeepsTheWeightsLayout) {
+  Tensor x = randn({8, 5}), w0 = randn({3, 5}), b0 = randn({3});
+  Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+  sum(mul(linear(x, w, b), linear(x, w, b))).backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_TRUE(w.grad().is_contiguous());
+  // Against the plain formula dW = 2 (x W^T + b)^T x.
+  Tensor y = add(matmul(x, w0.t()), b0);
+  std::vector<float> want = mul(matmul(y.t(), x), 2.0).to_vector<float>();
+  std::vector<float> got = w.grad().to_vector<float>();
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
+
+  Graph g;
+  Tensor gx = g.placeholder("x", Float32, {8, 5});
+  Tensor gw = g.variable("w", w0), gb = g.variable("b", b0);
+  Tensor gy = linear(gx, gw, gb);
+  Tensor dw = gradients({sum(mul(gy, gy))}, {gw})[0];
+  Session s(g);
+  Tensor r = s.run(dw, {{gx, x}});
+  EXPECT_TRUE(r.is_contiguous());
+  got = r.to_vector<float>();
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
+}

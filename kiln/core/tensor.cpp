@@ -1,6 +1,7 @@
 // Tensor storage, metadata, host reads and raw (non-op) helpers.
 #include "kiln/core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -303,6 +304,22 @@ void gather_rows(const char* src, int64_t rows, int64_t n, int64_t inner_stride,
   }
 }
 
+// dst[i][j] = src[off + i + j * S] for an R x C output, in 32 x 32 blocks.
+template <typename T>
+void transpose_block(const char* src, int64_t off, int64_t R, int64_t C, int64_t S, char* dst) {
+  const T* s = reinterpret_cast<const T*>(src) + off;
+  T* d = reinterpret_cast<T*>(dst);
+  constexpr int64_t kB = 32;
+  for (int64_t i0 = 0; i0 < R; i0 += kB) {
+    const int64_t i1 = std::min(R, i0 + kB);
+    for (int64_t j0 = 0; j0 < C; j0 += kB) {
+      const int64_t j1 = std::min(C, j0 + kB);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = j0; j < j1; ++j) d[i * C + j] = s[i + j * S];
+    }
+  }
+}
+
 // Row-major gather of a strided view into dst. Dims are merged where the view is contiguous
 // across them, so a transposed-heads copy ([B, T, H, hd] from [B, H, T, hd]) moves hd-element
 // runs with memcpy instead of one element at a time (that was 245 us for 512 KiB, ~7x slower
@@ -324,6 +341,32 @@ void strided_gather(const void* base, const Shape& shape, const Strides& strides
   char* dst = static_cast<char*>(out);
   if (sh.empty()) {
     if (shape.numel() > 0) std::memcpy(dst, src + offset * static_cast<int64_t>(es), es);
+    return;
+  }
+  // A transpose of the last two dims (the source is contiguous along the output's rows):
+  // blocked, so that each cache line read serves a whole block instead of one element
+  // (a [256, 784] weight gradient from its transposed matmul: ~4x faster).
+  if (sh.size() >= 2 && st[sh.size() - 2] == 1 && st.back() != 1 && (es == 4 || es == 8)) {
+    const int64_t R = sh[sh.size() - 2], C = sh.back(), S = st.back();
+    std::vector<int64_t> osh(sh.begin(), sh.end() - 2), ost(st.begin(), st.end() - 2);
+    int64_t outer = 1;
+    for (auto v : osh) outer *= v;
+    std::vector<int64_t> idx(osh.size(), 0);
+    int64_t off = offset;
+    for (int64_t o = 0; o < outer; ++o) {
+      if (es == 4)
+        transpose_block<uint32_t>(src, off, R, C, S, dst + o * R * C * 4);
+      else
+        transpose_block<uint64_t>(src, off, R, C, S, dst + o * R * C * 8);
+      for (size_t k = osh.size(); k-- > 0;) {
+        if (++idx[k] < osh[k]) {
+          off += ost[k];
+          break;
+        }
+        off -= ost[k] * (osh[k] - 1);
+        idx[k] = 0;
+      }
+    }
     return;
   }
   const int64_t n = sh.back(), inner = st.back();

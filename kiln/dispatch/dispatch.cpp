@@ -26,6 +26,14 @@ SymbolicHandler* symbolic_handler() { return t_handler; }
 void set_graph_handler(SymbolicHandler* h) { g_graph_handler = h; }
 void set_capture_all(bool on) { t_capture_all = on; }
 bool capturing() { return t_capture_all && t_handler; }
+
+namespace {
+const OpDef* (*g_producer_hook)(const Tensor&) = nullptr;
+}
+const OpDef* producer_op(const Tensor& t) {
+  return t.defined() && t.is_symbolic() && g_producer_hook ? g_producer_hook(t) : nullptr;
+}
+void set_producer_hook(const OpDef* (*hook)(const Tensor&)) { g_producer_hook = hook; }
 void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
 uint64_t eager_op_count() { return t_count; }
 

@@ -51,6 +51,12 @@ SymbolicHandler* symbolic_handler();
 void set_graph_handler(SymbolicHandler* h);
 /// When true, every op call goes to the handler even with concrete inputs (tracing).
 void set_capture_all(bool on);
+/// The op whose output a symbolic tensor is (null for concrete tensors, graph inputs and
+/// variables): lets a gradient rule pick the layout a graph's value will have, as it reads
+/// strides on concrete tensors. kiln/graph installs the lookup.
+const OpDef* producer_op(const Tensor& t);
+void set_producer_hook(const OpDef* (*hook)(const Tensor&));
+
 /// Whether op calls on this thread are being captured (a JIT trace is in progress): code with
 /// an eager-only fast path (writing into tensors directly) must take the op path then.
 bool capturing();

@@ -105,6 +105,10 @@ struct Install {
     static GraphBuilder builder;
     set_graph_handler(&builder);
     set_host_read_hook(&host_read);
+    set_producer_hook([](const Tensor& t) -> const OpDef* {
+      const Node* n = t.impl()->sym->node;
+      return n && n->kind == NodeKind::Op ? n->op : nullptr;
+    });
   }
 } g_install;
 

@@ -182,7 +182,22 @@ const OpDef& kMatmul = def_op(
            Tensor da, db;
            if (c.need(0)) da = matmul(c.g(), transpose(b, -1, -2));
            if (c.need(1)) {
-             if (b.dim() == 2 && a.dim() > 2)
+             // b stored transposed (linear's weight, w^T): compute db^T = g^T a, contiguous, and
+             // hand back its transpose, which has b's layout, so that transpose's rule gives w
+             // a contiguous gradient (torch's mm_mat2_backward does the same). The plain form
+             // made every weight gradient a transposed view that the optimizer then had to copy.
+             // In a graph, b made by a transpose: the two transposes then cancel (simplify)
+             // and the inner one folds into the GEMM (fold_transposes).
+             const OpDef* bp = producer_op(b);
+             const bool b_transposed =
+                 b.dim() == 2 &&
+                 (b.is_concrete()
+                      ? !b.is_contiguous() && b.strides()[0] == 1 && b.strides()[1] == b.shape()[0]
+                      : bp && (bp->name == "transpose" || bp->name == "permute"));
+             if (b_transposed)
+               db = transpose(matmul(transpose(flatten(c.g(), 0, -2), 0, 1), flatten(a, 0, -2)), 0,
+                              1);
+             else if (b.dim() == 2 && a.dim() > 2)
                db = matmul(transpose(flatten(a, 0, -2), 0, 1), flatten(c.g(), 0, -2));
              else
                db = matmul(transpose(a, -1, -2), c.g());
