@@ -320,7 +320,8 @@ void w7(int threads, const std::string& modes, int rounds) {
 // 8 experts 256->512->256 with GELU, softmax router, top-2 by two argmax passes (the first
 // choice masked out for the second), gate weights renormalized over the two, 1024 tokens,
 // loss = MSE to a fixed random target, forward + backward (no optimizer step). Each expert runs
-// only its own tokens: index_select of its rows, MLP, scaled by the gate, scatter_add back.
+// only its own tokens: index_select of its rows, MLP, scaled by the gate, index_add back (as the
+// PyTorch side's index_add_).
 //
 // Kiln has no data-dependent-shape op (nonzero), so the token lists per expert are built on the
 // host from the router's argmaxes (one small [1024, 8] read per step, counted in every mode) and
@@ -370,7 +371,7 @@ Params moe_fwd_bwd(const Params& prm, const Tensor& x, const Tensor& target, con
     Tensor ye = linear(gelu(linear(xe, p[0], p[1])), p[2], p[3]);
     Tensor ge = index_select(gate.select(1, e), 0, tok);
     Tensor contrib = mul(ye, unsqueeze(ge, 1));
-    out = scatter_add(out, 0, expand_as(unsqueeze(tok, 1), contrib), contrib);
+    out = index_add(out, 0, tok, contrib);
   }
   Tensor loss = mse_loss(out, target);
   Params gs = grad({loss}, q, {}, false, false, /*allow_unused=*/true);

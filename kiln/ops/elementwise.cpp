@@ -247,9 +247,7 @@ void k_gelu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
 struct GeluGradErfF {
   template <class T>
   [[gnu::always_inline]] T operator()(T g, T x) const {
-    const T cdf = T(0.5) + T(0.5) * vm::erf<T>(x * T(0.7071067811865476));
-    const T pdf = vm::exp<T>(T(-0.5) * x * x) * T(0.3989422804014327);
-    return g * (cdf + x * pdf);
+    return g * vm::gelu_erf_grad<T>(x);
   }
 };
 struct GeluGradTanhF {

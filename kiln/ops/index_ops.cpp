@@ -378,6 +378,66 @@ const OpDef& kIndexSelect = def_op(
      .contiguous_inputs = true,
      .doc = "slices of a along dim at the given indices"});
 
+// index_add(a, dim, index, src): a copy of a with src's slices added at index along dim
+// (torch.index_add). The row form of scatter_add that MoE's combine step needs: one index per
+// slice instead of an expanded index tensor per element.
+MetaList infer_index_add(std::span<const Tensor> in, const Attrs& at) {
+  const Tensor& a = in[0];
+  const Tensor& idx = in[1];
+  const Tensor& src = in[2];
+  opu::require_index("index_add", idx);
+  opu::require_numeric("index_add", a);
+  opu::require_same_dtype("index_add", a, src);
+  if (a.dim() == 0) fail("index_add", "input must have at least 1 dim, got shape ", a.shape());
+  if (idx.dim() > 1)
+    fail("index_add", "index must be 0-d or 1-d, got shape ", idx.shape(), " (input ", a.shape(),
+         ")");
+  int64_t dim = wrap_dim(at.i(0), a.dim(), "index_add");
+  bool ok = src.dim() == a.dim();
+  for (int64_t d = 0; ok && d < a.dim(); ++d) {
+    int64_t want = d == dim ? idx.numel() : a.shape()[d];
+    ok = !known(src.shape()[d], want) || src.shape()[d] == want;
+  }
+  if (!ok)
+    fail("index_add", "src shape ", src.shape(), " must equal input shape ", a.shape(),
+         " with dim ", dim, " of the index's length ", idx.numel());
+  return one(a.dtype(), a.shape());
+}
+
+void index_add_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& at) {
+  const Tensor& a = in[0];
+  const Tensor& idx = in[1];
+  const Tensor& src = in[2];
+  int64_t dim = wrap_dim(at.i(0), a.dim(), "index_add");
+  const Shape& as = a.shape();
+  int64_t outer = prod(as, 0, dim), V = as[dim], inner = prod(as, dim + 1, as.rank());
+  int64_t n = idx.numel();
+  std::memcpy(out[0].raw_data(), a.raw_data(), static_cast<size_t>(a.numel()) * a.element_size());
+  opu::with_index(idx, "index_add", [&](auto* ip) {
+    opu::check_range("index_add", ip, n, V, "dim of the input", idx.shape());
+    if (outer * n * inner == 0) return;
+    KILN_DISPATCH_NUMERIC(a.dtype(), "index_add", [&] {
+      add_rows(src.data_ptr<scalar_t>(), ip, out[0].data_ptr<scalar_t>(), outer, V, n, inner);
+    });
+  });
+}
+
+const OpDef& kIndexAdd = def_op(
+    {.name = "index_add",
+     .num_inputs = 3,
+     .attr_names = {"dim"},
+     .infer = infer_index_add,
+     .kernel = index_add_kernel,
+     // out = a + A(src) with A linear: d/da = g; d/dsrc = A^T g = index_select(g, dim, index).
+     .grad =
+         [](const GradCtx& c) {
+           Tensor gs;
+           if (c.need(2)) gs = index_select(c.g(), c.attrs.i(0), flat_index(c.in(1)));
+           return TensorList{c.need(0) ? c.g() : Tensor(), Tensor(), gs};
+         },
+     .contiguous_inputs = true,
+     .doc = "copy of a with src's slices added at index along dim, as torch.index_add"});
+
 const OpDef& kEmbedding = def_op(
     {.name = "embedding",
      .num_inputs = 2,
@@ -406,6 +466,10 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
 
 Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
   return call1(kScatterAdd, {a, index, src}, {dim});
+}
+
+Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
+  return call1(kIndexAdd, {a, index, src}, {dim});
 }
 
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {

@@ -167,6 +167,9 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
 /// Out-of-place: a copy of `a` with `src` added at `index` along dim.
 Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+/// Out-of-place torch.index_add: a copy of `a` with the slices of `src` along dim added at the
+/// positions `index` (1-D) names; repeated indices accumulate.
+Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
 
 enum class Reduction { None, Mean, Sum };
 /// logits [N, C] (or [N, C, d...]) and class indices [N] (int64).

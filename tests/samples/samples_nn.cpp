@@ -592,6 +592,32 @@ std::vector<OpSample> make_samples() {
     o.reference = [dim](const In& in) { return ref_index_select(in[0], dim, in[1]); };
     return o;
   };
+  // index_add: out = a with src's slices along dim added at index (repeats accumulate).
+  auto iadd_s = [](Shape as, int64_t dim, I64 iv, Shape ss, std::string name) {
+    OpSample o;
+    o.ops = {"index_add", "index_select"};
+    o.name = std::move(name);
+    int64_t n = static_cast<int64_t>(iv.size());
+    o.inputs = [as, iv, n, ss] { return In{rnd(as, 141), idx(iv, {n}), rnd(ss, 142)}; };
+    o.run = [dim](const In& in) { return index_add(in[0], dim, in[1], in[2]); };
+    o.reference = [as, dim, ss](const In& in) {
+      std::vector<double> out = vals(in[0]), sv = vals(in[2]);
+      I64 ix = ivals(in[1]);
+      int64_t d = dim < 0 ? dim + as.rank() : dim;
+      int64_t outer = 1, inner = 1;
+      for (int64_t i = 0; i < d; ++i) outer *= as[i];
+      for (int64_t i = d + 1; i < as.rank(); ++i) inner *= as[i];
+      for (int64_t o2 = 0; o2 < outer; ++o2)
+        for (int64_t i = 0; i < ss[d]; ++i)
+          for (int64_t j = 0; j < inner; ++j)
+            out[static_cast<size_t>((o2 * as[d] + ix[static_cast<size_t>(i)]) * inner + j)] +=
+                sv[static_cast<size_t>((o2 * ss[d] + i) * inner + j)];
+      return from_vals(out, as);
+    };
+    return o;
+  };
+  v.push_back(iadd_s({4, 3}, 0, {2, 0, 2}, {3, 3}, "dim0_repeat"));
+  v.push_back(iadd_s({2, 4, 3}, 1, {3, 1, 1, 0, 2}, {2, 5, 3}, "rank3_middle"));
   v.push_back(isel_s({4, 3}, 0, {2, 0, 2}, "dim0_repeat"));
   v.push_back(isel_s({4, 3}, 1, {1, 1, 0, 2}, "dim1"));
   v.push_back(isel_s({2, 3, 4}, -2, {2, 1}, "rank3_middle"));
