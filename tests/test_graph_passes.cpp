@@ -409,6 +409,101 @@ void expect_valid(const std::vector<ValueLife>& v, const MemoryPlan& plan) {
   EXPECT_TRUE(validate_plan(v, plan, &why)) << why;
 }
 
+std::string name_of(const char* prefix, int t) {
+  std::string s(prefix);
+  s += std::to_string(t);
+  return s;
+}
+
+void expect_close(const std::vector<Tensor>& a, const std::vector<Tensor>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].shape(), b[i].shape()) << "fetch " << i;
+    std::vector<double> x = a[i].to_vector<double>(), y = b[i].to_vector<double>();
+    for (size_t k = 0; k < x.size(); ++k)
+      EXPECT_NEAR(x[k], y[k], tol * (1 + std::fabs(y[k]))) << "fetch " << i << " element " << k;
+  }
+}
+
+// Backpropagation through time's weight gradient: sum_t h_t^T g_t over steps. The pass makes it
+// one product of concatenations; a sum with fewer than three products, a broadcasting add, a
+// product read elsewhere and a long inner dim are left alone.
+TEST(PassMatmulSum, SumOfProductsBecomesOneProduct) {
+  manual_seed(11);
+  Graph g;
+  const int T = 5;
+  std::vector<Tensor> hs, gs;
+  std::map<std::string, Tensor> feeds;
+  for (int t = 0; t < T; ++t) {
+    std::string hn = name_of("h", t), gn = name_of("g", t);
+    hs.push_back(g.placeholder(hn, Float32, {4, 16}));
+    gs.push_back(g.placeholder(gn, Float32, {4, 24}));
+    feeds[hn] = randn({4, 16});
+    feeds[gn] = randn({4, 24});
+  }
+  Tensor bptt = matmul(transpose(hs[0], 0, 1), gs[0]);  // [16, 24], K = 4
+  for (int t = 1; t < T; ++t) bptt = add(bptt, matmul(transpose(hs[t], 0, 1), gs[t]));
+  // Plain (untransposed) operands, plus a non-product leaf in the tree.
+  std::vector<Tensor> ps, qs;
+  for (int t = 0; t < 3; ++t) {
+    std::string pn = name_of("p", t), qn = name_of("q", t);
+    ps.push_back(g.placeholder(pn, Float32, {16, 4}));
+    qs.push_back(g.placeholder(qn, Float32, {4, 24}));
+    feeds[pn] = randn({16, 4});
+    feeds[qn] = randn({4, 24});
+  }
+  Tensor plain =
+      add(add(add(matmul(ps[0], qs[0]), matmul(ps[1], qs[1])), g.constant(ones({16, 24}))),
+          matmul(ps[2], qs[2]));
+  // Left alone: two products only; a broadcast add; a product also fetched.
+  Tensor two = add(matmul(transpose(hs[0], 0, 1), gs[0]), matmul(transpose(hs[1], 0, 1), gs[1]));
+  Tensor shared = matmul(transpose(hs[3], 0, 1), gs[3]);
+  Tensor bcast = add(add(add(shared, matmul(transpose(hs[1], 0, 1), gs[1])),
+                         matmul(transpose(hs[2], 0, 1), gs[2])),
+                     g.constant(ones({24})));
+  Program p = program_of({bptt, plain, two, bcast, shared});
+  auto before = evaluate(p, feeds);
+  const int mm_before = count_op(p, "matmul");
+  EXPECT_EQ(merge_matmul_sums(p), 2);
+  verify_program(p, "matmul_sum");
+  // bptt: 5 products -> 1; plain: 3 -> 1; two and bcast keep theirs (2 + 3).
+  EXPECT_EQ(mm_before, 5 + 3 + 2 + 3);
+  EXPECT_EQ(count_op(p, "matmul"), 1 + 1 + 2 + 3);
+  EXPECT_EQ(count_op(p, "cat"), 4);
+  expect_close(before, evaluate(p, feeds), 1e-5);
+}
+
+// A transposed matrix read by many matmuls (one per time step) is copied once; one read by a
+// few keeps being read through the GEMM's transpose flag.
+TEST(PassTransposeFold, ManyReadersOfATransposeShareOneCopy) {
+  manual_seed(12);
+  Graph g;
+  Tensor w = g.placeholder("w", Float32, {24, 16});
+  Tensor u = g.placeholder("u", Float32, {24, 16});
+  std::map<std::string, Tensor> feeds{{"w", randn({24, 16})}, {"u", randn({24, 16})}};
+  std::vector<Tensor> outs;
+  for (int t = 0; t < 6; ++t) {
+    std::string xn = name_of("x", t);
+    Tensor x = g.placeholder(xn, Float32, {4, 16});
+    feeds[xn] = randn({4, 16});
+    outs.push_back(matmul(x, transpose(w, 0, 1)));  // a fresh transpose node per step
+    if (t < 2) outs.push_back(matmul(x, transpose(u, 0, 1)));
+  }
+  Program p = program_of(outs);
+  auto before = evaluate(p, feeds);
+  EXPECT_EQ(fold_transposes(p), 1);
+  verify_program(p, "transpose_fold");
+  EXPECT_EQ(count_op(p, "clone"), 1);
+  int read_clone = 0;
+  for (const auto& node : p.graph->nodes)
+    if (node->kind == NodeKind::Op && node->op->name == "matmul")
+      read_clone +=
+          node->inputs[1].node->kind == NodeKind::Op && node->inputs[1].node->op->name == "clone";
+  EXPECT_EQ(read_clone, 6);
+  // Same products up to the GEMM's summation order for the other layout.
+  expect_close(before, evaluate(p, feeds), 1e-5);
+}
+
 TEST(MemoryPlan, ChainReusesTheFirstBuffer) {
   // a -> b -> c: a is dead when c is written, so c takes a's place.
   std::vector<ValueLife> v{life(1024, 0, 1), life(1024, 1, 2), life(1024, 2, 3)};

@@ -264,6 +264,7 @@ std::string optimize(Program& p) {
   run("const_fold", [&] { return const_fold(p); });
   run("simplify", [&] { return simplify(p); });
   run("transpose_fold", [&] { return fold_transposes(p); });
+  run("matmul_sum", [&] { return merge_matmul_sums(p); });
   run("cse", [&] { return cse(p); });
   run("dce", [&] { return dce(p); });
   run("fusion", [&] { return fuse_elementwise(p); });

@@ -29,6 +29,10 @@ int dce(Program& p);
 /// Elementwise fusion: groups of elementwise ops over one static shape become `fused` nodes
 /// (kiln/ops/fused.h). Returns the number of groups made.
 int fuse_elementwise(Program& p, int max_inputs = 32);
+/// Pass "matmul_sum": a sum (add tree) of three or more 2-D matmuls with a short inner dim
+/// becomes one matmul of the concatenated operands (backpropagation through time's per-step
+/// weight gradients). Returns the number of sums merged.
+int merge_matmul_sums(Program& p);
 /// Whether a pass is disabled through KILN_DISABLE_PASSES.
 bool pass_enabled(const std::string& name);
 /// Checks a program's structure (topological order, arities, fetches inside); kiln::Error
