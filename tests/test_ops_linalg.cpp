@@ -124,11 +124,15 @@ TEST(Conv2d, Float32MatchesFloat64) {
   struct G {
     int64_t N, C, H, W, O, Cg, k, sh, sw, ph, pw, dh, dw, groups;
   };
-  for (const G& g : {G{6, 8, 12, 12, 16, 4, 3, 2, 1, 1, 1, 1, 2, 2},
-                     G{4, 1, 28, 28, 6, 1, 5, 1, 1, 2, 2, 1, 1, 1},
-                     G{3, 6, 14, 14, 16, 6, 5, 1, 1, 0, 0, 1, 1, 1},
-                     G{2, 3, 11, 10, 5, 3, 3, 2, 3, 1, 2, 1, 1, 1},
-                     G{2, 4, 9, 9, 4, 1, 3, 2, 2, 1, 1, 2, 2, 4}}) {
+  for (const G& g :
+       {G{6, 8, 12, 12, 16, 4, 3, 2, 1, 1, 1, 1, 2, 2},
+        G{4, 1, 28, 28, 6, 1, 5, 1, 1, 2, 2, 1, 1, 1},
+        G{3, 6, 14, 14, 16, 6, 5, 1, 1, 0, 0, 1, 1, 1},
+        G{2, 3, 11, 10, 5, 3, 3, 2, 3, 1, 2, 1, 1, 1}, G{2, 4, 9, 9, 4, 1, 3, 2, 2, 1, 1, 2, 2, 4},
+        // Tiny reductions (C k k <= 32, stride 1): three channels 3x3 with uneven
+        // padding, and one channel 5x5 without.
+        G{3, 3, 10, 17, 5, 3, 3, 1, 1, 2, 1, 1, 1, 1},
+        G{2, 1, 9, 12, 4, 1, 5, 1, 1, 0, 0, 1, 1, 1}}) {
     manual_seed(5);
     Tensor x = randn({g.N, g.C, g.H, g.W}), w = mul(randn({g.O, g.Cg, g.k, g.k}), 0.3);
     Tensor bias = randn({g.O});
@@ -230,7 +234,8 @@ TEST(Pool, MaxPoolMatchesNaiveWithTiesAndNaN) {
   // Values and argmax indices against a plain loop, over the geometries with a vectorized row
   // path (2x2 / 3x3 windows, stride 1 and 2) and a generic one (stride 3, odd sizes), with
   // padding that clips edge windows. Small integers make ties common (the first maximum wins);
-  // planted NaNs must win their windows (the first NaN).
+  // planted NaNs must win their windows, the last NaN of a window when it has two (PyTorch's
+  // rule: take v when v > best or v is NaN).
   manual_seed(11);
   struct G {
     int64_t k, s, p, h, w;
@@ -239,6 +244,7 @@ TEST(Pool, MaxPoolMatchesNaiveWithTiesAndNaN) {
                      G{3, 3, 0, 10, 17}, G{2, 1, 0, 5, 6}}) {
     Tensor x = cast(randint(0, 4, {2, 3, g.h, g.w}), Float32);
     std::vector<float> xv = x.to_vector<float>();
+    xv[4] = NAN;
     xv[5] = NAN;
     xv[xv.size() - 3] = NAN;
     x = tensor(xv, {2, 3, g.h, g.w});
@@ -258,7 +264,7 @@ TEST(Pool, MaxPoolMatchesNaiveWithTiesAndNaN) {
             for (int64_t iw = ow * g.s - g.p; iw < ow * g.s - g.p + g.k; ++iw) {
               if (ih < 0 || iw < 0 || ih >= g.h || iw >= g.w) continue;
               float v = xv[static_cast<size_t>((pl * g.h + ih) * g.w + iw)];
-              if (bi < 0 || (!std::isnan(best) && (v > best || std::isnan(v)))) {
+              if (bi < 0 || v > best || std::isnan(v)) {
                 best = v;
                 bi = ih * g.w + iw;
               }
