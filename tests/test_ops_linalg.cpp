@@ -325,6 +325,16 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
       conv2d(ones({1, 4, 5, 5}), ones({3, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2), "conv2d",
       {"groups", "[1, 4, 5, 5]", "[3, 2, 3, 3]"});
   EXPECT_KILN_ERROR(conv2d(ones({2, 5, 5}), w), "conv2d", {"[2, 5, 5]", "4-D"});
+  // max_pool2d_grad range-checks its indices inside the scatter and names the bad one.
+  {
+    const OpDef& mpg = OpRegistry::get().at("max_pool2d_grad");
+    Tensor idx = tensor(std::vector<int64_t>{0, 3, 99, 1}, {1, 1, 2, 2});
+    EXPECT_KILN_ERROR(call(mpg, {ones({1, 1, 2, 2}), idx}, {std::vector<int64_t>{4, 4}}),
+                      "max_pool2d_grad", {"index 99", "4x4"});
+    Tensor neg = tensor(std::vector<int64_t>{0, -1, 2, 1}, {1, 1, 2, 2});
+    EXPECT_KILN_ERROR(call(mpg, {ones({1, 1, 2, 2}), neg}, {std::vector<int64_t>{4, 4}}),
+                      "max_pool2d_grad", {"index -1"});
+  }
   EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), ones({2, 5, 5})), "conv2d", {"[2, 5, 5]"});
   EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), w, Tensor(), {0, 1}), "conv2d",
                     {"stride", "[0, 1]"});

@@ -2,6 +2,7 @@
 // average pooling with theirs. Every gradient op's own rule is written with the family's ops,
 // so gradients of gradients work.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -732,17 +733,28 @@ void check_indices(const char* op, const Tensor& idx, int64_t H, int64_t W) {
            idx.shape(), ")");
 }
 
-// dx[plane][idx[q]] += g[q] over the planes [lo, hi), outside any lambda so that the stores
-// are known not to alias the index and gradient pointers.
+// dx[plane] = 0, then dx[plane][idx[q]] += g[q], over the planes [lo, hi): each thread zeroes
+// and fills its own planes. Indices are range-checked in the same pass: a bad one is clamped
+// (writing only into this fresh output, which the caller then discards with the error) and
+// counted. Outside any lambda so that the stores are known not to alias the inputs. A separate
+// serial check and fill took as long as the scatter and did not scale with threads.
 template <typename T>
-void pool_scatter(const T* __restrict g, const int64_t* __restrict idx, T* __restrict dx,
-                  int64_t lo, int64_t hi, int64_t Q, int64_t HW) {
+int64_t pool_scatter(const T* __restrict g, const int64_t* __restrict idx, T* __restrict dx,
+                     int64_t lo, int64_t hi, int64_t Q, int64_t HW) {
+  int64_t bad = 0;
   for (int64_t pl = lo; pl < hi; ++pl) {
     T* d = dx + pl * HW;
+    std::fill(d, d + HW, T(0));
     const int64_t* ip = idx + pl * Q;
     const T* gp = g + pl * Q;
-    for (int64_t q = 0; q < Q; ++q) d[ip[q]] += gp[q];
+    for (int64_t q = 0; q < Q; ++q) {
+      const int64_t i = ip[q];
+      const bool ok = i >= 0 && i < HW;
+      bad += !ok;
+      d[ok ? i : 0] += gp[q];
+    }
   }
+  return bad;
 }
 
 const OpDef& kMaxPool2dGrad = def_op(
@@ -761,18 +773,19 @@ const OpDef& kMaxPool2dGrad = def_op(
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
            const int64_t H = out[0].size(2), W = out[0].size(3), Q = in[0].size(2) * in[0].size(3);
-           check_indices("max_pool2d_grad", in[1], H, W);
            const int64_t* pi = in[1].data_ptr<int64_t>();
+           std::atomic<int64_t> bad{0};
            KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d_grad", [&] {
              const scalar_t* pg = in[0].data_ptr<scalar_t>();
              scalar_t* pd = out[0].data_ptr<scalar_t>();
-             std::fill(pd, pd + out[0].numel(), scalar_t(0));
              const int64_t planes = in[0].size(0) * in[0].size(1);
              parallel_for(planes, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(Q, 1)),
                           [&](int64_t lo, int64_t hi) {
-                            pool_scatter<scalar_t>(pg, pi, pd, lo, hi, Q, H * W);
+                            bad += pool_scatter<scalar_t>(pg, pi, pd, lo, hi, Q, H * W);
                           });
            });
+           // Outside the parallel region (an exception must not leave it): name the index.
+           if (bad.load() > 0) check_indices("max_pool2d_grad", in[1], H, W);
          },
      // Linear in g: dx = S g (scatter). Its adjoint gathers: d<gg, S g>/dg = S^T gg.
      .grad =
