@@ -91,8 +91,10 @@ std::pair<Tensor, RNNState> RNNBase::forward(const Tensor& x_in, const RNNState&
     Tensor b_hh = opts_.bias ? b_hh_[l] : Tensor();
     std::vector<Tensor> outs;
     outs.reserve(static_cast<size_t>(T));
+    // One split into time steps (its gradient is one cat) rather than a select per step.
+    std::vector<Tensor> steps = split(xp, 1, 0);
     for (int64_t t = 0; t < T; ++t) {
-      Tensor xt = xp.select(0, t);  // [B, G*H]
+      Tensor xt = squeeze(steps[static_cast<size_t>(t)], 0);  // [B, G*H]
       Tensor hp = linear(h, w_hh_[l], b_hh);
       if (mode_ == Mode::RNN) {
         Tensor pre = add(xt, hp);

@@ -136,6 +136,38 @@ std::vector<OpSample> make_samples() {
         return gather_ref(x, {4, 3, 2}, [](const Idx& i) { return Idx{i[2], i[1], i[0]}; });
       }));
 
+  // ---- split (its gradient is one cat; a piece nobody reads gets zeros) ---------------------
+  v.push_back(one_in(
+      {"split", "cat"}, "pieces_reordered",
+      [] {
+        return rnd({3, 5}, 31);
+      },
+      [](const Tensor& x) {
+        auto p = split(x, std::vector<int64_t>{1, 2, 2}, 1);
+        return cat({p[2], p[0], p[1]}, 1);
+      },
+      [](const Tensor& x) {
+        return gather_ref(x, {3, 5}, [](const Idx& i) {
+          int64_t c = i[1] < 2 ? 3 + i[1] : (i[1] == 2 ? 0 : i[1] - 2);
+          return Idx{i[0], c};
+        });
+      }));
+  v.push_back(one_in(
+      {"split", "cat"}, "unused_piece_dim0",
+      [] {
+        return rnd({4, 2, 3}, 32);
+      },
+      [](const Tensor& x) {
+        auto p = split(x, 1, 0);  // four [1, 2, 3] views; the second is never read
+        return cat({p[3], p[0], p[2]}, 0);
+      },
+      [](const Tensor& x) {
+        return gather_ref(x, {3, 2, 3}, [](const Idx& i) {
+          const int64_t src[3] = {3, 0, 2};
+          return Idx{src[i[0]], i[1], i[2]};
+        });
+      }));
+
   // ---- slice (its gradient is slice_grad) -------------------------------------------------
   v.push_back(one_in(
       {"slice", "slice_grad"}, "step_two",
