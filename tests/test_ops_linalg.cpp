@@ -241,7 +241,10 @@ TEST(Pool, MaxPoolMatchesNaiveWithTiesAndNaN) {
     int64_t k, s, p, h, w;
   };
   for (const G& g : {G{2, 2, 0, 28, 28}, G{2, 2, 1, 9, 11}, G{3, 2, 1, 14, 13}, G{3, 1, 1, 7, 20},
-                     G{3, 3, 0, 10, 17}, G{2, 1, 0, 5, 6}}) {
+                     G{3, 3, 0, 10, 17}, G{2, 1, 0, 5, 6},
+                     // 2x2 / stride 2 rows of 8+ windows (the vector row): an odd width whose
+                     // last column is unused, and exactly eight windows.
+                     G{2, 2, 0, 6, 37}, G{2, 2, 0, 4, 16}}) {
     Tensor x = cast(randint(0, 4, {2, 3, g.h, g.w}), Float32);
     std::vector<float> xv = x.to_vector<float>();
     xv[4] = NAN;
