@@ -158,14 +158,15 @@ TEST(GraphMemory, BoundPlanCatAndSliceGradMatchEager) {
     EnableGradGuard eg;
     Tensor wl = w.detach().requires_grad_();
     Tensor y = tanh(matmul(x, wl));
-    auto c = chunk(y, 3, 1);
-    Tensor z = cat({mul(c[2], 2.0), c[0], exp(c[1])}, 1);
+    auto c = chunk(y, 3, 1);  // split: its gradient is a cat
+    // slice: its gradient is a slice_grad (chunk no longer makes those).
+    Tensor z = cat({mul(c[2], 2.0), c[0], exp(c[1]), y.slice(1, 3, 7)}, 1);
     Tensor h = cat({z, mul(z, z)}, 0);
     Tensor loss = sum(mul(h, u));
     return std::vector<Tensor>{grad({loss}, {wl})[0], loss.detach()};
   };
   auto jf = jit(f);
-  Tensor w = mul(randn({16, 24}), 0.3), u = randn({16, 24});
+  Tensor w = mul(randn({16, 24}), 0.3), u = randn({16, 28});
   for (int call = 0; call < 4; ++call) {
     Tensor x = randn({8, 16});
     std::vector<Tensor> want = f(x, w, u), got = jf(x, w, u);

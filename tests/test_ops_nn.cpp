@@ -380,6 +380,43 @@ TEST(NnBadInput, ScatterAddAndIndexSelectErrors) {
       "index_select", {"[1, 2]"});
 }
 
+// The ops added for eager backward passes, MoE combining and split check their inputs like
+// the rest: an error naming the op and the shapes, and the input tensors untouched.
+TEST(NnBadInput, IndexAddSplitAndGradientOpErrors) {
+  Tensor a = randn({3, 4});
+  std::vector<double> before = a.to_vector<double>();
+  expect_error(
+      [&] {
+        index_add(a, 0, tensor(std::vector<int64_t>{0, 3}, {2}), randn({2, 4}));
+      },
+      "index_add", {"index 3"});
+  expect_error(
+      [&] {
+        index_add(a, 0, tensor(std::vector<int64_t>{0, 1}, {2}), randn({3, 4}));
+      },
+      "index_add", {"[3, 4]"});
+  expect_error(
+      [&] {
+        index_add(a, 0, tensor(std::vector<int64_t>{0}, {1, 1}), randn({1, 4}));
+      },
+      "index_add", {"[1, 1]"});
+  EXPECT_EQ(a.to_vector<double>(), before);
+  expect_error([&] { split(a, std::vector<int64_t>{1, 1}, 0); }, "split", {"[3, 4]"});
+  expect_error(
+      [&] {
+        softmax_grad(randn({2, 3}), randn({3, 2}), -1);
+      },
+      "softmax_grad", {"[2, 3]", "[3, 2]"});
+  expect_error([&] { gelu_grad(randn({2, 3}), randn({4, 3})); }, "gelu_grad", {"[2, 3]", "[4, 3]"});
+  const OpDef& lnb = OpRegistry::get().at("layer_norm_backward");
+  expect_error(
+      [&] {
+        call(lnb, {randn({2, 4}), randn({2, 4}), randn({2, 1}), randn({3, 1})},
+             {int64_t(1), false});
+      },
+      "layer_norm_backward", {"[3, 1]", "[2, 1]"});
+}
+
 TEST(NnBadInput, LossErrors) {
   Tensor logits = randn({3, 4});
   expect_error(

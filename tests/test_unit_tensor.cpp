@@ -64,6 +64,26 @@ TEST(TensorViews, ReshapeOfNonViewableCopies) {
   EXPECT_EQ(s.at({1, 2, 3}), iota({4, 6}).at({3, 5}));
 }
 
+// raw_contiguous_copy (what reshape of a non-viewable view and the dispatcher's contiguous
+// inputs use) has three paths: contiguous runs, blocked transposes of the last two dims (4- and
+// 8-byte elements), and element gathers. Each against to_vector, which walks offsets one by one.
+TEST(TensorViews, StridedCopiesMatchElementOrder) {
+  auto check = [](const Tensor& v) {
+    Tensor c = raw_contiguous_copy(v);
+    ASSERT_TRUE(c.is_contiguous());
+    EXPECT_EQ(c.shape(), v.shape());
+    EXPECT_EQ(c.to_vector<double>(), v.to_vector<double>()) << "shape " << v.shape();
+  };
+  for (DType dt : {Float32, Float64, Int64, Int32, Bool}) {
+    Tensor a = cast(randint(0, 7, {3, 37, 45}), dt);
+    check(a.transpose(1, 2));                     // blocked transpose (odd sizes, 2 blocks)
+    check(a.permute({1, 0, 2}));                  // contiguous runs of 45
+    check(a.permute({2, 0, 1}));                  // element gather
+    check(a.slice(2, 1, 40, 3).transpose(0, 1));  // strided inner dim
+    check(cast(randint(0, 7, {5}), dt).unsqueeze(0).expand({4, 5}).t());  // stride-0 runs
+  }
+}
+
 TEST(TensorViews, TransposeAndPermute) {
   Tensor a = iota({2, 3, 4});
   Tensor t = a.transpose(0, 2);

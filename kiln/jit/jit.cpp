@@ -596,8 +596,14 @@ struct Engine::Impl {
           v.fwd_feeds[p++].second = scalar_tensor(args[i].v, Float32);
         }
       }
+      // Hold no caller tensor between calls, also when the run raises.
+      struct Clear {
+        FeedDict& f;
+        ~Clear() {
+          for (auto& x : f) x.second = Tensor();
+        }
+      } clear{v.fwd_feeds};
       outs = v.fwd_session->run(v.fwd_outs, v.fwd_feeds);
-      for (auto& f : v.fwd_feeds) f.second = Tensor();  // hold no caller tensor between calls
       return true;
     }
     auto& slots = v.slots;
