@@ -117,10 +117,10 @@ TEST(Linear, MatchesCompositeAndGradients) {
 }
 
 TEST(Conv2d, Float32MatchesFloat64) {
-  // float32 runs on oneDNN's convolution primitives (im2col + GEMM where oneDNN declines, and in
-  // the CBLAS build); float64 on Kiln's im2col + OpenBLAS. Forward and both gradients must agree
-  // over geometries with groups, stride, dilation, one input channel (LeNet's first conv), and
-  // strides that leave the right/bottom padding smaller than the left.
+  // float32 runs on oneDNN's convolution primitives, Kiln's direct and lane kernels, or im2col +
+  // GEMM where none applies (and in the CBLAS build); float64 on Kiln's im2col + OpenBLAS. Forward
+  // and both gradients must agree over geometries with groups, stride, dilation, one input channel
+  // (LeNet's first conv), and strides that leave the right/bottom padding smaller than the left.
   struct G {
     int64_t N, C, H, W, O, Cg, k, sh, sw, ph, pw, dh, dw, groups;
   };
@@ -131,8 +131,14 @@ TEST(Conv2d, Float32MatchesFloat64) {
         G{2, 3, 11, 10, 5, 3, 3, 2, 3, 1, 2, 1, 1, 1}, G{2, 4, 9, 9, 4, 1, 3, 2, 2, 1, 1, 2, 2, 4},
         // Tiny reductions (C k k <= 32, stride 1): three channels 3x3 with uneven
         // padding, and one channel 5x5 without.
-        G{3, 3, 10, 17, 5, 3, 3, 1, 1, 2, 1, 1, 1, 1},
-        G{2, 1, 9, 12, 4, 1, 5, 1, 1, 0, 0, 1, 1, 1}}) {
+        G{3, 3, 10, 17, 5, 3, 3, 1, 1, 2, 1, 1, 1, 1}, G{2, 1, 9, 12, 4, 1, 5, 1, 1, 0, 0, 1, 1, 1},
+        // Samples in vector lanes (kernels/cpu/conv_lanes: N fills the lanes, few channels):
+        // LeNet's 6 -> 16 layer at batch 64, uneven padding with 16 samples, more input than
+        // output channels, and 52 samples (lanes padded to 64).
+        G{64, 6, 14, 14, 16, 6, 5, 1, 1, 0, 0, 1, 1, 1},
+        G{16, 7, 9, 11, 9, 7, 3, 1, 1, 1, 2, 1, 1, 1},
+        G{16, 20, 6, 7, 4, 20, 3, 1, 1, 1, 1, 1, 1, 1},
+        G{52, 13, 6, 7, 2, 13, 2, 1, 1, 0, 1, 1, 1, 1}}) {
     manual_seed(5);
     Tensor x = randn({g.N, g.C, g.H, g.W}), w = mul(randn({g.O, g.Cg, g.k, g.k}), 0.3);
     Tensor bias = randn({g.O});

@@ -233,8 +233,8 @@ const OpDef& kVar =
                     Tensor m = empty(rd.keep_shape, x.dtype());
                     scalar_t* mp = m.data_ptr<scalar_t>();
                     reduce_into<scalar_t>(x, rd, mp, cpu::RedKind::Sum);
-                    for (int64_t i = 0; i < m.numel(); ++i)
-                      mp[i] /= static_cast<scalar_t>(rd.count);
+                    const int64_t mn = m.numel();
+                    for (int64_t i = 0; i < mn; ++i) mp[i] /= static_cast<scalar_t>(rd.count);
                     Tensor d = empty(x.shape(), x.dtype());
                     cpu::binary_loop<scalar_t, scalar_t, scalar_t>(
                         x, m, d, [](scalar_t u, scalar_t v) { return (u - v) * (u - v); });
