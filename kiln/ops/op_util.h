@@ -33,4 +33,17 @@ inline void require_same_dtype(const char* op, const Tensor& a, const Tensor& b)
 /// A 0-d constant of t's dtype (broadcasts anywhere).
 inline Tensor scalar_like(const Tensor& t, double v) { return scalar_tensor(v, t.dtype()); }
 
+// Output size of a window sweep (convolution, pooling); -1 when the input size is dynamic.
+inline int64_t out_size(int64_t in, int64_t eff_kernel, int64_t pad, int64_t stride) {
+  if (in < 0) return -1;
+  return (in + 2 * pad - eff_kernel) / stride + 1;
+}
+
+/// Expands a 1- or 2-value size argument (kernel, stride, padding) to 2 values.
+inline std::vector<int64_t> pair2(const char* op, const char* what, const std::vector<int64_t>& v) {
+  if (v.size() == 1) return {v[0], v[0]};
+  if (v.size() != 2) fail(op, what, " must have 1 or 2 values, got ", Shape(v));
+  return v;
+}
+
 }  // namespace kiln::opu

@@ -1,5 +1,5 @@
 // Samples for the linear-algebra, convolution and pooling families (kiln/ops/linalg.cpp,
-// kiln/ops/conv_pool.cpp): matmul in every torch.matmul rank combination, linear, conv2d with
+// kiln/ops/conv.cpp, pool.cpp): matmul in every torch.matmul rank combination, linear, conv2d with
 // stride / padding / dilation / groups / bias, the pools, and the gradient ops called directly
 // (so gradcheck also runs their own gradient rules). References are naive float64 loops.
 #include <algorithm>

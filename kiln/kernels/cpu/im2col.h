@@ -1,5 +1,5 @@
 // im2col / col2im for 2-D convolution as GEMM: plain loops over one sample's channels, no
-// graph or tensor knowledge (the ops in kiln/ops/conv_pool.cpp own shapes and threading).
+// graph or tensor knowledge (the ops in kiln/ops/conv.cpp own shapes and threading).
 #pragma once
 #include <cstdint>
 
