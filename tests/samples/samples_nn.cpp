@@ -352,11 +352,12 @@ OpSample nll_grad_sample(Shape gs, I64 target, Shape ts, Reduction red, int64_t 
 
 // layer_norm_backward(g, x, mean, rstd[, w]) -> dx, dw, db, checked as one flat tensor
 // [dx..., dw..., db...] against loops over the formula; mean and rstd are arbitrary per-row
-// values (the formula holds for any). Not differentiable (eager-only fast path).
+// values (the formula holds for any); gradcheck covers its own gradient rule.
 OpSample ln_backward_sample(Shape xs, int64_t k, bool w, std::string name) {
   OpSample o;
   o.ops = {"layer_norm_backward"};
   o.name = std::move(name);
+  o.noncontig_inputs = {0, 1};  // mean and rstd end in size-1 dims: no strided form
   Shape ks = xs, ns;
   for (int64_t d = xs.rank() - k; d < xs.rank(); ++d) {
     ks[d] = 1;
@@ -395,7 +396,6 @@ OpSample ln_backward_sample(Shape xs, int64_t k, bool w, std::string name) {
     dx.insert(dx.end(), db.begin(), db.end());
     return from_vals(dx, Shape{static_cast<int64_t>(dx.size())});
   };
-  o.differentiable = false;
   return o;
 }
 
