@@ -144,6 +144,18 @@ inline std::pair<int64_t, int64_t> tap_range(int64_t p, int64_t s, int64_t off, 
   return {std::max<int64_t>(0, p + off - I + 1), std::min<int64_t>(k, p + off + 1)};
 }
 
+// Dispatch table t[r][c] = &Tile<r + 1, c + 1>::run over a kernel's register-tile sizes, so
+// that every tile size keeps its accumulators in registers.
+template <typename Fn, template <int, int> class Tile, int R, int... C>
+constexpr std::array<Fn, sizeof...(C)> tile_row(std::integer_sequence<int, C...>) {
+  return {&Tile<R, C + 1>::run...};
+}
+template <typename Fn, template <int, int> class Tile, int NC, int... R>
+constexpr std::array<std::array<Fn, NC>, sizeof...(R)> tile_table(
+    std::integer_sequence<int, R...>) {
+  return {tile_row<Fn, Tile, R + 1>(std::make_integer_sequence<int, NC>{})...};
+}
+
 template <int AB, int NV>
 [[gnu::noinline]] void corr_tile(const Corr& c, const float* __restrict in,
                                  const float* __restrict wt, float* __restrict out, int64_t a0,
@@ -175,17 +187,15 @@ template <int AB, int NV>
   }
 }
 
+template <int AB, int NV>
+struct CorrTile {
+  static void run(const Corr& c, const float* in, const float* wt, float* out, int64_t a0,
+                  int64_t p, int64_t n0) {
+    corr_tile<AB, NV>(c, in, wt, out, a0, p, n0);
+  }
+};
 using CorrFn = void (*)(const Corr&, const float*, const float*, float*, int64_t, int64_t, int64_t);
-template <int AB, int... V>
-constexpr std::array<CorrFn, sizeof...(V)> corr_row(std::integer_sequence<int, V...>) {
-  return {&corr_tile<AB, V + 1>...};
-}
-template <int... A>
-constexpr std::array<std::array<CorrFn, kNV>, sizeof...(A)> corr_table(
-    std::integer_sequence<int, A...>) {
-  return {corr_row<A + 1>(std::make_integer_sequence<int, kNV>{})...};
-}
-constexpr auto kCorr = corr_table(std::make_integer_sequence<int, kAB>{});
+constexpr auto kCorr = tile_table<CorrFn, CorrTile, kNV>(std::make_integer_sequence<int, kAB>{});
 
 void correlate(const Corr& c, const float* in, const float* wt, float* out) {
   const int64_t ablocks = (c.A + kAB - 1) / kAB, nvec = c.Np / kVL;
@@ -241,18 +251,16 @@ constexpr int kWO = 4;  // output channels per weight-gradient tile: 4 x 6 = 24 
 #else
 constexpr int kWO = 2;
 #endif
+template <int OB, int CB>
+struct WGradTile {
+  static void run(const WGrad& s, const float* x, const float* g, float* dw, int64_t o0, int64_t c0,
+                  int64_t i, int64_t j) {
+    wgrad_tile<OB, CB>(s, x, g, dw, o0, c0, i, j);
+  }
+};
 using WGradFn = void (*)(const WGrad&, const float*, const float*, float*, int64_t, int64_t,
                          int64_t, int64_t);
-template <int OB, int... C>
-constexpr std::array<WGradFn, sizeof...(C)> wgrad_row(std::integer_sequence<int, C...>) {
-  return {&wgrad_tile<OB, C + 1>...};
-}
-template <int... O>
-constexpr std::array<std::array<WGradFn, kAB>, sizeof...(O)> wgrad_table(
-    std::integer_sequence<int, O...>) {
-  return {wgrad_row<O + 1>(std::make_integer_sequence<int, kAB>{})...};
-}
-constexpr auto kWGrad = wgrad_table(std::make_integer_sequence<int, kWO>{});
+constexpr auto kWGrad = tile_table<WGradFn, WGradTile, kAB>(std::make_integer_sequence<int, kWO>{});
 
 }  // namespace
 
