@@ -415,6 +415,18 @@ TEST(NnBadInput, IndexAddSplitAndGradientOpErrors) {
              {int64_t(1), false});
       },
       "layer_norm_backward", {"[3, 1]", "[2, 1]"});
+  // matmul's bias row (what linear folds in) must match the output columns.
+  const OpDef& mm = OpRegistry::get().at("matmul");
+  expect_error(
+      [&] {
+        call(mm, {randn({2, 4}), randn({4, 3}), randn({4})});
+      },
+      "matmul", {"[3]", "[4]", "[2, 4]", "[4, 3]"});
+  expect_error(
+      [&] {
+        call(mm, {randn({2, 4}), randn({4, 3}), randn({1, 3})});
+      },
+      "matmul", {"[1, 3]"});
 }
 
 TEST(NnBadInput, LossErrors) {
