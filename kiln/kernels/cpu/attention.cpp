@@ -166,6 +166,10 @@ template <typename T>
 [[gnu::always_inline]] inline void storev(T* p, Vec<T> v) {
   *reinterpret_cast<typename VecU<T>::type*>(p) = v;
 }
+inline int64_t valid_cols(const AttnDims& s, int64_t i) {
+  return s.causal ? std::min(i + 1, s.tk) : s.tk;
+}
+
 template <typename T>
 Vec<T> lane_index() {
   Vec<T> v;
@@ -244,41 +248,82 @@ int64_t vec_span(int64_t n, int64_t len) {
   return up <= len ? up : n / L * L;
 }
 
-// row[0, n): scores -> softmax of scale * score (max-subtracted); row[n, len): exact zeros.
-// Lanes past n in the last vector are masked (-inf before the max, 0 after the exp), so a causal
-// row of any length runs whole vectors; whatever those lanes held is never used.
-template <typename T>
-void softmax_row(T* row, int64_t n, int64_t len, T scale) {
+[[gnu::always_inline]] inline VF vmax(VF a, VF b) { return a > b ? a : b; }
+[[gnu::always_inline]] inline VD vmax(VD a, VD b) { return a > b ? a : b; }
+
+// Rows r < R of p (leading dim ld): row[0, n[r]) scores -> softmax of scale * score
+// (max-subtracted), row[n[r], len) exact zeros. Lanes past n[r] are masked (-inf before the
+// max, 0 after the exp), so a causal row of any length runs whole vectors; whatever those lanes
+// held is never used. R rows go together: one row is a ~150-cycle chain of dependent reductions
+// and exps, and four interleaved chains took a causal 64 x 64 head from 2.2 to 1.9 us.
+template <typename T, int R>
+void softmax_rows(T* p, int64_t ld, const int64_t* n, int64_t len, T scale) {
   using V = Vec<T>;
   constexpr int64_t L = kW<T>;
-  const int64_t nv = vec_span<T>(n, len);
+  int64_t nv = 0;
+  for (int r = 0; r < R; ++r) nv = std::max(nv, vec_span<T>(n[r], len));
   const V lanes = lane_index<T>();
   const V ninf = splat<T>(-std::numeric_limits<T>::infinity());
-  V mv = ninf;
+  V mv[R], sv[R];
+  T m[R], inv[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) mv[r] = ninf, sv[r] = V{};
   for (int64_t j = 0; j < nv; j += L) {
-    V x = loadv(row + j) * scale;
-    x = lanes + static_cast<T>(j) < static_cast<T>(n) ? x : ninf;
-    mv = mv > x ? mv : x;
+    const V lj = lanes + static_cast<T>(j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const V x = loadv(p + r * ld + j) * scale;
+      mv[r] = vmax(mv[r], lj < static_cast<T>(n[r]) ? x : ninf);
+    }
   }
-  T m = hmax(mv);
-  for (int64_t j = nv; j < n; ++j) m = std::max(m, row[j] * scale);
-  V sv = {};
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    m[r] = hmax(mv[r]);
+    for (int64_t j = nv; j < n[r]; ++j) m[r] = std::max(m[r], p[r * ld + j] * scale);
+  }
   for (int64_t j = 0; j < nv; j += L) {
-    V e = vexp(loadv(row + j) * scale - m);
-    e = lanes + static_cast<T>(j) < static_cast<T>(n) ? e : V{};
-    storev(row + j, e);
-    sv += e;
+    const V lj = lanes + static_cast<T>(j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      V e = vexp(loadv(p + r * ld + j) * scale - m[r]);
+      e = lj < static_cast<T>(n[r]) ? e : V{};
+      storev(p + r * ld + j, e);
+      sv[r] += e;
+    }
   }
-  T s = hsum(sv);
-  for (int64_t j = nv; j < n; ++j) {
-    const T e = vm::exp<T>(row[j] * scale - m);
-    row[j] = e;
-    s += e;
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    T sum = hsum(sv[r]);
+    for (int64_t j = nv; j < n[r]; ++j) {
+      const T e = vm::exp<T>(p[r * ld + j] * scale - m[r]);
+      p[r * ld + j] = e;
+      sum += e;
+    }
+    inv[r] = T(1) / sum;
   }
-  const T inv = T(1) / s;
-  for (int64_t j = 0; j < nv; j += L) storev(row + j, loadv(row + j) * inv);
-  for (int64_t j = nv; j < n; ++j) row[j] *= inv;
-  zero_tail(row, std::max(n, nv), len);
+  for (int64_t j = 0; j < nv; j += L) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) storev(p + r * ld + j, loadv(p + r * ld + j) * inv[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int64_t j = nv; j < n[r]; ++j) p[r * ld + j] *= inv[r];
+    zero_tail(p + r * ld, std::max(n[r], nv), len);
+  }
+}
+
+// softmax_rows over all tq rows of a head, four at a time.
+template <typename T>
+void softmax_head(const AttnDims& s, T* p, T scale) {
+  int64_t i = 0;
+  for (; i + 4 <= s.tq; i += 4) {
+    const int64_t n[4] = {valid_cols(s, i), valid_cols(s, i + 1), valid_cols(s, i + 2),
+                          valid_cols(s, i + 3)};
+    softmax_rows<T, 4>(p + i * s.tk, s.tk, n, s.tk, scale);
+  }
+  for (; i < s.tq; ++i) {
+    const int64_t n = valid_cols(s, i);
+    softmax_rows<T, 1>(p + i * s.tk, s.tk, &n, s.tk, scale);
+  }
 }
 
 // dp[0, n) <- scale p (dp - sum_j p dp): the gradient of the scores from that of the
@@ -378,10 +423,6 @@ const T* unit_rows(const T* src, int64_t rs, int64_t cs, int64_t rows, int64_t c
   return buf;
 }
 
-inline int64_t valid_cols(const AttnDims& s, int64_t i) {
-  return s.causal ? std::min(i + 1, s.tk) : s.tk;
-}
-
 // Work per head for the parallel grain: ~64k multiply-adds per task at least.
 inline int64_t grain(const AttnDims& s) {
   const int64_t per = std::max<int64_t>(1, s.tq * s.tk * (s.d + s.dv));
@@ -403,12 +444,15 @@ void attention_forward(const AttnDims& s, AttnMat<const T> q, AttnMat<const T> k
     for (int64_t h = b; h < e; ++h) {
       const T* Q = q.data + q.off[h];
       const T* K = k.data + k.off[h];
+      // Scores, then probabilities, in the output itself. (Computing them in a local buffer
+      // and streaming them out made the backward 25% slower: it then reads them from memory
+      // instead of L3.)
       T* P = p + h * s.tq * s.tk;
       pack_t(K, k.rs, k.cs, s.tk, s.d, kt);
       int64_t ldv = 0;
       const T* V = unit_rows(v.data + v.off[h], v.rs, v.cs, s.tk, s.dv, vb, ldv);
       small_gemm<T>(s.tq, s.tk, s.d, cols, Q, q.rs, q.cs, kt, s.tk, P, s.tk);
-      for (int64_t i = 0; i < s.tq; ++i) softmax_row(P + i * s.tk, valid_cols(s, i), s.tk, scale);
+      softmax_head(s, P, scale);
       small_gemm<T>(s.tq, s.dv, s.tk, kdiag, P, s.tk, 1, V, ldv, o.data + o.off[h], o.rs);
     }
   });
@@ -443,6 +487,7 @@ void attention_backward(const AttnDims& s, AttnMat<const T> g, AttnMat<const T> 
       const T* Gu = unit_rows(G, g.rs, g.cs, s.tq, s.dv, gb, ldg);
       const T* Ku = unit_rows(k.data + k.off[h], k.rs, k.cs, s.tk, s.d, kb, ldk);
       const T* Qu = unit_rows(q.data + q.off[h], q.rs, q.cs, s.tq, s.d, qb, ldq);
+
       small_gemm<T>(s.tk, s.dv, s.tq, kfrom, P, 1, s.tk, Gu, ldg, dv.data + dv.off[h], dv.rs);
       small_gemm<T>(s.tq, s.tk, s.dv, cols, G, g.rs, g.cs, vt, s.tk, ds, s.tk);
       for (int64_t i = 0; i < s.tq; ++i)
