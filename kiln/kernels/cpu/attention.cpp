@@ -326,27 +326,60 @@ void softmax_head(const AttnDims& s, T* p, T scale) {
   }
 }
 
-// dp[0, n) <- scale p (dp - sum_j p dp): the gradient of the scores from that of the
-// probabilities; dp[n, len) <- 0 (masked; p is 0 there, dp may hold anything).
-template <typename T>
-void dsoftmax_row(const T* p, T* dp, int64_t n, int64_t len, T scale) {
+// Rows r < R: dp[0, n[r]) <- scale p (dp - sum_j p dp), the gradient of the scores from that of
+// the probabilities; dp[n[r], len) <- 0 (masked: p is 0 there, dp may hold anything). Rows go
+// R at a time for the same reason as softmax_rows.
+template <typename T, int R>
+void dsoftmax_rows(const T* p, T* dp, int64_t ld, const int64_t* n, int64_t len, T scale) {
   using V = Vec<T>;
   constexpr int64_t L = kW<T>;
-  const int64_t nv = vec_span<T>(n, len);
+  int64_t nv = 0;
+  for (int r = 0; r < R; ++r) nv = std::max(nv, vec_span<T>(n[r], len));
   const V lanes = lane_index<T>();
-  V acc = {};
+  V acc[R];
+  T dsum[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = V{};
   for (int64_t j = 0; j < nv; j += L) {
-    const V x = loadv(p + j) * loadv(dp + j);
-    acc += lanes + static_cast<T>(j) < static_cast<T>(n) ? x : V{};
+    const V lj = lanes + static_cast<T>(j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const V x = loadv(p + r * ld + j) * loadv(dp + r * ld + j);
+      acc[r] += lj < static_cast<T>(n[r]) ? x : V{};
+    }
   }
-  T dsum = hsum(acc);
-  for (int64_t j = nv; j < n; ++j) dsum += p[j] * dp[j];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    dsum[r] = hsum(acc[r]);
+    for (int64_t j = nv; j < n[r]; ++j) dsum[r] += p[r * ld + j] * dp[r * ld + j];
+  }
   for (int64_t j = 0; j < nv; j += L) {
-    const V x = loadv(p + j) * scale * (loadv(dp + j) - dsum);
-    storev(dp + j, lanes + static_cast<T>(j) < static_cast<T>(n) ? x : V{});
+    const V lj = lanes + static_cast<T>(j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const V x = loadv(p + r * ld + j) * scale * (loadv(dp + r * ld + j) - dsum[r]);
+      storev(dp + r * ld + j, lj < static_cast<T>(n[r]) ? x : V{});
+    }
   }
-  for (int64_t j = nv; j < n; ++j) dp[j] = scale * p[j] * (dp[j] - dsum);
-  zero_tail(dp, std::max(n, nv), len);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t j = nv; j < n[r]; ++j)
+      dp[r * ld + j] = scale * p[r * ld + j] * (dp[r * ld + j] - dsum[r]);
+    zero_tail(dp + r * ld, std::max(n[r], nv), len);
+  }
+}
+
+template <typename T>
+void dsoftmax_head(const AttnDims& s, const T* p, T* dp, T scale) {
+  int64_t i = 0;
+  for (; i + 4 <= s.tq; i += 4) {
+    const int64_t n[4] = {valid_cols(s, i), valid_cols(s, i + 1), valid_cols(s, i + 2),
+                          valid_cols(s, i + 3)};
+    dsoftmax_rows<T, 4>(p + i * s.tk, dp + i * s.tk, s.tk, n, s.tk, scale);
+  }
+  for (; i < s.tq; ++i) {
+    const int64_t n = valid_cols(s, i);
+    dsoftmax_rows<T, 1>(p + i * s.tk, dp + i * s.tk, s.tk, &n, s.tk, scale);
+  }
 }
 
 // dst [rows, cols] contiguous <- src (strides rs, cs).
@@ -490,8 +523,7 @@ void attention_backward(const AttnDims& s, AttnMat<const T> g, AttnMat<const T> 
 
       small_gemm<T>(s.tk, s.dv, s.tq, kfrom, P, 1, s.tk, Gu, ldg, dv.data + dv.off[h], dv.rs);
       small_gemm<T>(s.tq, s.tk, s.dv, cols, G, g.rs, g.cs, vt, s.tk, ds, s.tk);
-      for (int64_t i = 0; i < s.tq; ++i)
-        dsoftmax_row(P + i * s.tk, ds + i * s.tk, valid_cols(s, i), s.tk, scale);
+      dsoftmax_head(s, P, ds, scale);
       small_gemm<T>(s.tq, s.d, s.tk, kto, ds, s.tk, 1, Ku, ldk, dq.data + dq.off[h], dq.rs);
       small_gemm<T>(s.tk, s.d, s.tq, kfrom, ds, 1, s.tk, Qu, ldq, dk.data + dk.off[h], dk.rs);
     }
