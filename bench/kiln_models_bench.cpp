@@ -255,18 +255,6 @@ constexpr int64_t kB = 16, kT = 64, kD = 128, kH = 4, kV = 96, kLayers = 2;
 // Per block: ln1 w b, qkv w b, proj w b, ln2 w b, fc1 w b, fc2 w b.
 constexpr size_t kPerBlock = 12;
 
-// Additive causal mask [T, T]: 0 on and below the diagonal, -inf above (the softmax gives those
-// positions exactly zero, as masked_fill(-inf) does in PyTorch).
-const Tensor& causal_mask() {
-  static Tensor m = [] {
-    std::vector<float> v(static_cast<size_t>(kT * kT), 0.f);
-    for (int64_t i = 0; i < kT; ++i)
-      for (int64_t j = i + 1; j < kT; ++j) v[static_cast<size_t>(i * kT + j)] = -INFINITY;
-    return tensor(v, {kT, kT});
-  }();
-  return m;
-}
-
 Tensor gpt_loss(const Params& q, const Tensor& idx, const Tensor& tgt) {
   const int64_t hd = kD / kH;
   Tensor h = add(embedding(q[0], idx), q[1]);  // [B, T, D] + [T, D]
@@ -277,10 +265,11 @@ Tensor gpt_loss(const Params& q, const Tensor& idx, const Tensor& tgt) {
     auto heads = [&](const Tensor& t) {
       return permute(reshape(t, {kB, kT, kH, hd}), {0, 2, 1, 3});
     };
-    Tensor qh = heads(qkv[0]), kh = heads(qkv[1]), vh = heads(qkv[2]);  // [B, H, T, hd]
-    Tensor att =
-        add(mul(matmul(qh, transpose(kh, 2, 3)), 1.0 / std::sqrt(double(hd))), causal_mask());
-    Tensor o = matmul(softmax(att, -1), vh);  // [B, H, T, hd]
+    Tensor qh = heads(qkv[0]), kh = heads(qkv[1]), vh = heads(qkv[2]);  // [B, H, T, hd] views
+    // softmax(q k^T / sqrt(hd) + causal -inf mask) v in one fused op each way (the same math as
+    // matmul, mul, add(mask), softmax, matmul); its result is laid out [B, T, H, hd], so merging
+    // the heads back is a view.
+    Tensor o = scaled_dot_product_attention(qh, kh, vh, /*causal=*/true);  // [B, H, T, hd]
     o = reshape(permute(o, {0, 2, 1, 3}), {kB, kT, kD});
     h = add(h, linear(o, p[4], p[5]));
     Tensor m = layer_norm(h, {kD}, p[6], p[7]);

@@ -1,4 +1,6 @@
-// MultiheadAttention and the pre-LayerNorm TransformerBlock, written with Kiln ops.
+// MultiheadAttention and the pre-LayerNorm TransformerBlock, written with Kiln ops. Attention
+// without an explicit mask or attention dropout runs as one scaled_dot_product_attention op;
+// with them, as matmul, scale, mask, softmax, dropout and matmul.
 #include "kiln/nn/attention.h"
 
 #include <cmath>
@@ -78,6 +80,12 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     return permute(reshape(t, {B, len, nh, dh}), {0, 2, 1, 3});
   };
   q = heads(q, Tq), k = heads(k, Tk), v = heads(v, Tk);
+  if (!attn_mask.defined() && !(opts_.dropout > 0 && is_training())) {
+    // The fused op (same math: scale 1/sqrt(dh), causal = key j > query i masked); its result
+    // is laid out [B, Tq, nh, dh], so the permute and reshape below are views.
+    Tensor o = permute(scaled_dot_product_attention(q, k, v, opts_.causal), {0, 2, 1, 3});
+    return linear(reshape(o, {B, Tq, D}), out_proj_weight_, out_proj_bias_);
+  }
   Tensor scores = mul(matmul(q, transpose(k, 2, 3)), 1.0 / std::sqrt(static_cast<double>(dh)));
   if (opts_.causal) scores = add(scores, causal_mask(Tq, Tk, dt));
   if (attn_mask.defined()) {

@@ -29,6 +29,7 @@ class MultiheadAttention : public Layer {
   Tensor forward(const Tensor& x) override { return forward(x, x, x); }
   /// query [B, Tq, D], key/value [B, Tk, D]. attn_mask: [Tq, Tk], either bool (true = may NOT
   /// attend, as PyTorch) or floating (added to the scores). Combined with the causal option.
+  /// Without attn_mask and attention dropout it runs as scaled_dot_product_attention.
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
                  const Tensor& attn_mask = Tensor());
   const MultiheadAttentionOptions& options() const { return opts_; }

@@ -1,7 +1,7 @@
 // The public op functions. Each is a thin wrapper that calls the dispatcher with its OpDef, so
 // it works eagerly, while building a graph and while tracing. Definitions live in the family
 // files beside this header (elementwise.cpp, shape_ops.cpp, reduce.cpp, linalg.cpp, nn_ops.cpp,
-// index_ops.cpp).
+// index_ops.cpp, attention.cpp).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -161,6 +161,15 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   bool training = true, double momentum = 0.1, double eps = 1e-5);
+/// Scaled dot-product attention, as torch.nn.functional.scaled_dot_product_attention without
+/// attn_mask and dropout: softmax(scale q k^T) v, one fused kernel each way. q [..., Tq, E],
+/// k [..., Tk, E], v [..., Tk, Ev] with equal batch dims, float32 or float64, any strides (read
+/// in place, e.g. permuted head views of a qkv projection). causal: query i attends to keys
+/// j <= i only (top-left aligned, as is_causal). scale 0: 1/sqrt(E). Returns [..., Tq, Ev];
+/// for rank >= 3 laid out as [..., Tq, H, Ev] in memory (H = dim -3), so that permute(0, 2, 1, 3)
+/// and a reshape to [B, Tq, H*Ev] are views.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool causal = false, double scale = 0);
 /// Rows of `weight` [V, D] picked by integer `indices` (any shape) -> indices.shape + [D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
