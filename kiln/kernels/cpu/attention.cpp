@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kiln/kernels/cpu/parallel.h"
+#include "kiln/kernels/cpu/static_count.h"
 #include "kiln/kernels/cpu/vec_math.h"
 
 namespace kiln::cpu {
@@ -107,28 +108,6 @@ void tail_cols(int64_t mr, int64_t j0, int64_t j1, int64_t kb, int64_t ke, const
     }
 }
 
-template <typename F>
-void with_rows(int64_t mr, F&& f) {
-  switch (mr) {
-    case 1:
-      return f(std::integral_constant<int64_t, 1>{});
-    case 2:
-      return f(std::integral_constant<int64_t, 2>{});
-    case 3:
-      return f(std::integral_constant<int64_t, 3>{});
-    case 4:
-      return f(std::integral_constant<int64_t, 4>{});
-    case 5:
-      return f(std::integral_constant<int64_t, 5>{});
-    case 6:
-      return f(std::integral_constant<int64_t, 6>{});
-    case 7:
-      return f(std::integral_constant<int64_t, 7>{});
-    default:
-      return f(std::integral_constant<int64_t, 8>{});
-  }
-}
-
 // C [M, N] (row stride ldc, unit column stride) = A [M, K] B [K, N], the parts `tri` names.
 template <typename T>
 void small_gemm(int64_t M, int64_t N, int64_t K, Tri tri, const T* a, int64_t ars, int64_t acs,
@@ -142,7 +121,7 @@ void small_gemm(int64_t M, int64_t N, int64_t K, Tri tri, const T* a, int64_t ar
     if (tri == Tri::kKFromDiag) kb = std::min(K, i0);
     const T* ai = a + i0 * ars;
     T* ci = c + i0 * ldc;
-    with_rows(mr, [&](auto rows) {
+    with_count<kMR>(mr, [&](auto rows) {
       constexpr int64_t R = decltype(rows)::value;
       int64_t j = 0;
       for (; j + 2 * W <= ne; j += 2 * W)

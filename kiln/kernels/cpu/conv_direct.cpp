@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/kernels/cpu/parallel.h"
+#include "kiln/kernels/cpu/static_count.h"
 
 namespace kiln::cpu {
 namespace {
@@ -31,30 +32,6 @@ constexpr int64_t kWideVW = 16;
 constexpr int64_t kWideVW = 8;
 #endif
 constexpr int64_t kOB = 8;  // output channels per register block
-
-// Calls f with std::integral_constant<int64_t, b> for a block of b (1..8) output channels, so
-// that each block size keeps all its accumulators in registers.
-template <typename F>
-void with_block(int64_t b, F&& f) {
-  switch (b) {
-    case 1:
-      return f(std::integral_constant<int64_t, 1>{});
-    case 2:
-      return f(std::integral_constant<int64_t, 2>{});
-    case 3:
-      return f(std::integral_constant<int64_t, 3>{});
-    case 4:
-      return f(std::integral_constant<int64_t, 4>{});
-    case 5:
-      return f(std::integral_constant<int64_t, 5>{});
-    case 6:
-      return f(std::integral_constant<int64_t, 6>{});
-    case 7:
-      return f(std::integral_constant<int64_t, 7>{});
-    default:
-      return f(std::integral_constant<int64_t, 8>{});
-  }
-}
 
 template <int64_t VW>
 inline typename Vec<VW>::type loadv(const float* p) {
@@ -122,7 +99,7 @@ void conv_direct_fwd(const float* x, const float* w, float* y, int64_t N, int64_
         pad_sample(x + n * C * H * W, C, H, W, pH, pW, PH, PWp, pad.data());
         float* yn = y + n * O * OH * OW;
         for (int64_t o0 = 0; o0 < O; o0 += kOB)
-          with_block(std::min(kOB, O - o0), [&](auto ob) {
+          with_count<kOB>(std::min(kOB, O - o0), [&](auto ob) {
             direct_fwd_block<VW, decltype(ob)::value>(pad.data(), w, yn, C, PH, PWp, kH, kW, OH, OW,
                                                       o0);
           });
@@ -181,7 +158,7 @@ void conv_direct_bwdw(const float* x, const float* g, float* dw, int64_t N, int6
         for (int64_t r = 0; r < O * OH; ++r)
           std::memcpy(gpad.data() + r * OWp, gn + r * OW, static_cast<size_t>(OW) * sizeof(float));
         for (int64_t o0 = 0; o0 < O; o0 += kOB)
-          with_block(std::min(kOB, O - o0), [&](auto ob) {
+          with_count<kOB>(std::min(kOB, O - o0), [&](auto ob) {
             direct_bwdw_block<VW, decltype(ob)::value>(pad.data(), gpad.data(), acc, C, PH, PWp, kH,
                                                        kW, OH, OWp, o0);
           });
