@@ -138,7 +138,9 @@ TEST(Conv2d, Float32MatchesFloat64) {
         G{64, 6, 14, 14, 16, 6, 5, 1, 1, 0, 0, 1, 1, 1},
         G{16, 7, 9, 11, 9, 7, 3, 1, 1, 1, 2, 1, 1, 1},
         G{16, 20, 6, 7, 4, 20, 3, 1, 1, 1, 1, 1, 1, 1},
-        G{52, 13, 6, 7, 2, 13, 2, 1, 1, 0, 1, 1, 1, 1}}) {
+        G{52, 13, 6, 7, 2, 13, 2, 1, 1, 0, 1, 1, 1, 1},
+        // A 20x20 plane: the input gradient on lanes, the weight gradient on oneDNN.
+        G{16, 4, 20, 20, 8, 4, 3, 1, 1, 1, 1, 1, 1, 1}}) {
     manual_seed(5);
     Tensor x = randn({g.N, g.C, g.H, g.W}), w = mul(randn({g.O, g.Cg, g.k, g.k}), 0.3);
     Tensor bias = randn({g.O});

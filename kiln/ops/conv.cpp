@@ -136,10 +136,11 @@ bool small_direct(const ConvP& p, int64_t C, int64_t kH, int64_t kW, int64_t OW)
 // Few channels and a batch that fills the vector lanes (LeNet's 6 -> 16 layer) run on
 // kernels/cpu/conv_lanes, samples in lanes (oneDNN's 16-channel blocks leave lanes empty).
 std::optional<cpu::LaneConv> lanes_conv(const ConvP& p, int64_t N, int64_t C, int64_t H, int64_t W,
-                                        int64_t O, int64_t kH, int64_t kW, int64_t OH, int64_t OW) {
+                                        int64_t O, int64_t kH, int64_t kW, int64_t OH, int64_t OW,
+                                        bool weight_grad = false) {
   if (p.G != 1 || p.sH != 1 || p.sW != 1 || p.dH != 1 || p.dW != 1) return std::nullopt;
   cpu::LaneConv s{N, C, H, W, O, kH, kW, OH, OW, p.pH, p.pW};
-  if (!cpu::conv_lanes_suits(s)) return std::nullopt;
+  if (!cpu::conv_lanes_suits(s, weight_grad)) return std::nullopt;
   return s;
 }
 
@@ -252,7 +253,7 @@ void conv2d_bwd_weight(const Tensor& x, const Tensor& gy, Tensor& dw, const Conv
     }
   if constexpr (std::is_same_v<T, float>)
     if (!direct)
-      if (auto s = lanes_conv(p, N, C, H, W, O, kH, kW, OH, OW)) {
+      if (auto s = lanes_conv(p, N, C, H, W, O, kH, kW, OH, OW, /*weight_grad=*/true)) {
         cpu::conv_lanes_bwd_weight(*s, x.data_ptr<float>(), gy.data_ptr<float>(), pdw);
         return;
       }

@@ -264,11 +264,17 @@ constexpr auto kWGrad = tile_table<WGradFn, WGradTile, kAB>(std::make_integer_se
 
 }  // namespace
 
-bool conv_lanes_suits(const LaneConv& s) {
+bool conv_lanes_suits(const LaneConv& s, bool weight_grad) {
   // Lanes at most 1/4 empty; few channels (oneDNN's blocks are 16 wide); a reduction too large
-  // for conv_direct's tiny-layer loops.
-  return s.N >= kVL && padded(s.N) * 4 <= s.N * 5 && std::min(s.C, s.O) < 16 &&
-         s.C * s.kH * s.kW > 32 && s.OH > 0 && s.OW > 0;
+  // for conv_direct's tiny-layer loops. Against oneDNN 2.6 at 1 thread (input gradient / weight
+  // gradient, us): LeNet's 6x14x14 -> 16 5x5 263/336 vs 621/514; 12x16x16 -> 32 3x3 645/663 vs
+  // 612/900; 3x32x32 -> 16 5x5 1969/3057 vs 7426/1626; 8x32x32 -> 16 3x3 2305/4088 vs
+  // 3216/2371; 4x64x64 -> 8 3x3 777/1015 vs 3039/1257. The input gradient wins or ties
+  // throughout; the weight gradient's tiles stream too much from L2 on larger planes, so it
+  // takes planes of at most 256 pixels only.
+  const bool base = s.N >= kVL && padded(s.N) * 4 <= s.N * 5 && std::min(s.C, s.O) < 16 &&
+                    s.C * s.kH * s.kW > 32 && s.OH > 0 && s.OW > 0;
+  return base && (!weight_grad || s.H * s.W <= 256);
 }
 
 void conv_lanes_fwd(const LaneConv& s, const float* x, const float* w, float* y) {

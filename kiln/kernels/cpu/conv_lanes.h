@@ -12,8 +12,9 @@ struct LaneConv {
 };
 
 /// Whether the lane kernels should run this convolution (float32, stride 1, no dilation or
-/// groups assumed by the caller): enough samples to fill the lanes, few channels.
-bool conv_lanes_suits(const LaneConv& s);
+/// groups assumed by the caller): enough samples to fill the lanes, few channels; for the
+/// weight gradient also planes of at most 256 pixels (where it was measured faster).
+bool conv_lanes_suits(const LaneConv& s, bool weight_grad = false);
 
 /// y = conv(x, w) (forward), all contiguous NCHW; y overwritten.
 void conv_lanes_fwd(const LaneConv& s, const float* x, const float* w, float* y);
