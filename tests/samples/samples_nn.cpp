@@ -1,4 +1,5 @@
-// Samples for the nn and indexing families (kiln/ops/nn_ops.cpp, kiln/ops/index_ops.cpp):
+// Samples for the nn, normalization and indexing families (kiln/ops/nn_ops.cpp, norm.cpp,
+// index_ops.cpp):
 // softmax, log_softmax, layer_norm, batch_norm, embedding, gather, index_select, scatter_add,
 // nll_loss, cross_entropy, mse_loss, dropout, and the helper ops index_select_grad and
 // nll_loss_grad (called through the registry). References are naive float64 loops.
