@@ -21,6 +21,7 @@
 
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kernels/cpu/static_count.h"
+#include "kiln/kernels/cpu/transpose16.h"
 #include "kiln/kernels/cpu/vec_math.h"
 
 namespace kiln::cpu {
@@ -371,42 +372,8 @@ void pack(const T* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, T* d
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[r * rs + c * cs];
 }
-// 16 x 16 float transpose in registers: for each bit s of the index, rows i and i + s (bit s
-// clear in i) swap their blocks at columns with bit s set, (r, c) -> (c, r) bit by bit. 64
-// two-input shuffles against 256 scalar loads and stores: K^T and V^T per head took 6-8% of
-// the op's time as scalar loops.
-[[gnu::always_inline]] inline void transpose16(const float* src, int64_t rs, float* dst,
-                                               int64_t ld) {
-  VF r[16];
-  for (int i = 0; i < 16; ++i) r[i] = loadv(src + i * rs);
-  for (int i = 0; i < 16; i += 2) {
-    const VF a = r[i], b = r[i + 1];
-    r[i] = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-    r[i + 1] =
-        __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
-  }
-  for (int i = 0; i < 16; ++i) {
-    if (i & 2) continue;
-    const VF a = r[i], b = r[i + 2];
-    r[i] = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
-    r[i + 2] =
-        __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-  }
-  for (int i = 0; i < 16; ++i) {
-    if (i & 4) continue;
-    const VF a = r[i], b = r[i + 4];
-    r[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-    r[i + 4] =
-        __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-  }
-  for (int i = 0; i < 8; ++i) {
-    const VF a = r[i], b = r[i + 8];
-    r[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-    r[i + 8] =
-        __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  }
-  for (int i = 0; i < 16; ++i) storev(dst + i * ld, r[i]);
-}
+// (transpose16, kernels/cpu/transpose16.h: K^T and V^T per head took 6-8% of the op's time as
+// scalar loops.)
 
 // dst [cols, rows] contiguous <- src^T (16 x 16 register tiles for float rows of unit stride).
 template <typename T>

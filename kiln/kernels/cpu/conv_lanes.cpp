@@ -11,16 +11,9 @@
 #include <cstring>
 #include <utility>
 
-#if defined(__AVX512F__)
-// GCC 12's AVX-512 unpack/shuffle intrinsics start from _mm512_undefined_ps(), a self-initialized
-// variable that -Wuninitialized flags at every inlined call.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#endif
-
 #include "kiln/core/allocator.h"
 #include "kiln/kernels/cpu/parallel.h"
+#include "kiln/kernels/cpu/transpose16.h"
 
 namespace kiln::cpu {
 namespace {
@@ -56,54 +49,20 @@ struct Scratch {
 
 int64_t padded(int64_t n) { return (n + kVL - 1) / kVL * kVL; }
 
-#if defined(__AVX512F__)
-// In-register transpose of 16 rows of 16 floats: unpack pairs, shuffle quads, then swap
-// 128-bit lanes twice.
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-  }
-}
-#endif
-
 // dst[j][i] = src[i][j] for i < ni, j < nj (both <= 16); rows i >= ni read as zeros. Writes nj
-// rows of dst, `w` floats each.
+// rows of dst, `w` floats each. Whole tiles go straight through the register transpose; edge
+// tiles through a zero-padded copy.
 void transpose_tile(const float* src, int64_t lds, int64_t ni, int64_t nj, float* dst, int64_t ldd,
                     int64_t w) {
-#if defined(__AVX512F__)
-  const __mmask16 in = static_cast<__mmask16>((1u << nj) - 1);
-  const __mmask16 out = static_cast<__mmask16>((1u << w) - 1);
-  __m512 r[16];
-  for (int64_t i = 0; i < 16; ++i)
-    r[i] = i < ni ? _mm512_maskz_loadu_ps(in, src + i * lds) : _mm512_setzero_ps();
-  transpose16(r);
-  for (int64_t j = 0; j < nj; ++j) _mm512_mask_storeu_ps(dst + j * ldd, out, r[j]);
-#else
-  for (int64_t j = 0; j < nj; ++j)
-    for (int64_t i = 0; i < w; ++i) dst[j * ldd + i] = i < ni ? src[i * lds + j] : 0.f;
-#endif
+  if (ni == 16 && nj == 16 && w == 16) return transpose16(src, lds, dst, ldd);
+  alignas(64) float in[16 * 16] = {}, out[16 * 16];
+  for (int64_t i = 0; i < ni; ++i) std::memcpy(in + i * 16, src + i * lds, sizeof(float) * nj);
+  transpose16(in, 16, out, 16);
+  for (int64_t j = 0; j < nj; ++j) std::memcpy(dst + j * ldd, out + j * 16, sizeof(float) * w);
 }
 
 // dst [R][Np] = src [N][R] transposed; lanes N..Np-1 zero. 16 x 16 tiles (Np is a multiple of
-// 16 under AVX-512; of 8 otherwise, where the scalar tile handles any width).
+// 16 under AVX-512, of 8 otherwise: the last tile is then 8 wide).
 void to_lanes(const float* src, int64_t N, int64_t R, int64_t Np, float* dst) {
   const int64_t rt = (R + 15) / 16;
   parallel_for(rt, 16, [&](int64_t lo, int64_t hi) {
