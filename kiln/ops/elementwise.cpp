@@ -611,20 +611,21 @@ const OpDef& kTanh = def_op({.name = kTanhN,
                                    return TensorList{mul(c.g(), sub(1.0, mul(t, t)))};
                                  },
                              .expr = "tanh($0)"});
-const OpDef& kGelu =
-    def_op({.name = kGeluN,
-            .attr_names = {"approximate"},
-            .traits = kEw,
-            .infer = infer_unary_float<kGeluN>,
-            .kernel = k_gelu,
-            .grad =
-                [](const GradCtx& c) {
-                  // One pass (gelu_grad), in graphs too: the decomposition (erf, exp and five
-                  // products) fused by codegen ran 3x slower than gelu_grad's kernel (W8's
-                  // [~260, 512] expert activations: ~240 vs ~80 us).
-                  return TensorList{gelu_grad(c.g(), c.in(0), c.attrs.b(0))};
-                },
-            .expr = "gelu($0, @0)"});
+const OpDef& kGelu = def_op({.name = kGeluN,
+                             .attr_names = {"approximate"},
+                             .traits = kEw,
+                             .infer = infer_unary_float<kGeluN>,
+                             .kernel = k_gelu,
+                             .grad =
+                                 [](const GradCtx& c) {
+                                   // One kernel in every mode (gelu_grad, with its own rule for
+                                   // higher orders). In graphs it replaced the decomposition (erf,
+                                   // exp, five products) that codegen fused; in W8's step both are
+                                   // memory-bound on the pre-activation and measured alike (~240 vs
+                                   // ~215 us per expert).
+                                   return TensorList{gelu_grad(c.g(), c.in(0), c.attrs.b(0))};
+                                 },
+                             .expr = "gelu($0, @0)"});
 // Second derivatives: erf form gelu'' = phi(x) (2 - x^2); tanh form (with u' = k (1 + 3 a x^2))
 // gelu'' = (1 - t^2) (u' - x t u'^2 + 3 a k x^2).
 const OpDef& kGeluGrad =

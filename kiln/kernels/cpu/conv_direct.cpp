@@ -17,10 +17,13 @@ namespace {
 
 // A first layer on one (or three) image channels reduces over C kH kW <= 32 values per output.
 // oneDNN's primitives spend most of their time there in layout reorders and im2col's column
-// matrix is 25x the input, so this computes it directly: vectors of 8 output columns, all
+// matrix is 25x the input, so this computes it directly: vectors of output columns, all
 // output channels of a block in registers, one load of each shifted input row per tap. The
 // weight gradient runs the same loops with the roles swapped. float32, stride 1, no dilation,
-// no groups; W5's conv1 forward 478 -> 255 us, its weight gradient 450 -> 321 us (1 thread).
+// no groups. W5's conv1 at 1 thread: forward 478 -> 255 us with 8-float vectors, 204 us with
+// 16-float ones; weight gradient 450 -> ~330 us (bound by its gradient-row loads, so the wider
+// vectors did not change it).
+
 // Vectors of VW floats: 16 (one AVX-512 register) where the rows are wide enough, else 8.
 template <int64_t VW>
 struct Vec {
