@@ -105,6 +105,30 @@ TEST(Matmul, ManySmallBatchesMatchFloat64) {
   EXPECT_LT(max_abs_diff(got, want), 1e-4 * (1 + max_abs(want)));
 }
 
+TEST(Linear, Float32BiasEpilogueMatchesFloat64AndRepeatsBitForBit) {
+  // Products of >= 2e6 multiply-adds run as oneDNN's matmul primitive with the bias in its
+  // epilogue (kernels/cpu/gemm.h), one primitive per shape. Every call must agree with float64,
+  // and a shape must give identical bits on every call, for 2-D and batch-flattened 3-D inputs,
+  // a transposed and a row-major weight, and a sliced input whose rows are padded.
+  manual_seed(8);
+  Tensor w = randn({96, 128}), b = randn({96});
+  Tensor wt = randn({128, 96});  // linear(x, wt.t()): a row-major B
+  Tensor x2 = randn({300, 128}), x3 = randn({3, 100, 128}), wide = randn({300, 160});
+  Tensor xs = slice(wide, 1, 0, 128);  // rows 160 apart
+  ASSERT_FALSE(xs.is_contiguous());
+  for (const Tensor& x : {x2, x3, xs}) {
+    Tensor want = linear(x.to(Float64), w.to(Float64), b.to(Float64));
+    Tensor want2 = add(matmul(x.to(Float64), wt.to(Float64)), b.to(Float64));
+    Tensor first = linear(x, w, b), first2 = linear(x, wt.t(), b);
+    EXPECT_LT(max_abs_diff(first, want), 1e-4 * (1 + max_abs(want)));
+    EXPECT_LT(max_abs_diff(first2, want2), 1e-4 * (1 + max_abs(want2)));
+    for (int rep = 0; rep < 2; ++rep) {
+      EXPECT_EQ(linear(x, w, b).to_vector<float>(), first.to_vector<float>()) << rep;
+      EXPECT_EQ(linear(x, wt.t(), b).to_vector<float>(), first2.to_vector<float>()) << rep;
+    }
+  }
+}
+
 TEST(Linear, MatchesCompositeAndGradients) {
   manual_seed(4);
   Tensor x = randn({2, 3, 5}, Float64), w = randn({4, 5}, Float64), b = randn({4}, Float64);

@@ -11,6 +11,12 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
            const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
            int64_t ldc);
+/// C[m,n] = op(A) @ op(B) + bias (a row of n added to every row) through oneDNN's matmul
+/// primitive, which adds the bias in its epilogue (no pre-filled C to read back). Returns false,
+/// writing nothing, where that path is unavailable (CBLAS build, a shape oneDNN declines, a
+/// shape's first call: see gemm.cpp) or switched off with KILN_GEMM_BIAS_PRIM=0.
+bool sgemm_bias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                int64_t lda, const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
 /// Typed form for kernels templated on the element type: C = op(A) @ op(B) + beta * C.
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
