@@ -74,20 +74,97 @@ TEST(Fusion, GeluOfAffineBecomesOneKernel) {
   fused::set_codegen(true);
 }
 
-TEST(Fusion, SharedValueUsedOutsideStaysUnfused) {
-  // t = x * 2 is fetched as well as used by the group: it must stay a value of its own.
+TEST(Fusion, SharedValueUsedOutsideBecomesAnOutput) {
+  // t = x * 2 is fetched as well as used by the group: the group computes it and writes it as
+  // its second output, in the same pass.
+  fresh_cache();
   Graph g;
   Tensor x = g.placeholder("x", Float32, {8, 8});
   Tensor t = mul(x, 2.0);
   Tensor y = tanh(add(t, 1.0));
   Program p = prune(*g.impl(), {g.value_of(t), g.value_of(y)});
   optimize(p);
-  EXPECT_EQ(count_op(p, "mul"), 1);
+  EXPECT_EQ(count_op(p, "mul"), 0);
+  EXPECT_EQ(count_op(p, "fused"), 1);
   Tensor xv = randn({8, 8});
+  for (bool cg : {false, true}) {
+    fused::set_codegen(cg);
+    Session s(g);
+    auto out = s.run({t, y}, {{x, xv}});
+    EXPECT_LT(max_rel(out[0], mul(xv, 2.0)), 1e-7) << "codegen " << cg;
+    EXPECT_LT(max_rel(out[1], tanh(add(mul(xv, 2.0), 1.0))), 1e-6) << "codegen " << cg;
+    EXPECT_EQ(s.last_run().nodes_executed, 1);
+  }
+  fused::set_codegen(true);
+}
+
+TEST(Fusion, AdamStyleUpdateIsOnePassWithThreeOutputs) {
+  // The functional Adam step of a JIT'd training loop: new m, new v and new p from p, g, m, v
+  // (plus scalars). All three leave the group, so the group has three outputs and nothing else
+  // runs. Large enough for the streaming-store path (outputs >= 1 MiB), with a broadcast row.
+  fresh_cache();
+  const Shape sh{512, 640};
+  Graph g;
+  Tensor p = g.placeholder("p", Float32, sh), gr = g.placeholder("g", Float32, sh);
+  Tensor m = g.placeholder("m", Float32, sh), v = g.placeholder("v", Float32, sh);
+  Tensor row = randn({640});
+  auto step = [&](const Tensor& p_, const Tensor& g_, const Tensor& m_, const Tensor& v_) {
+    Tensor nm = add(mul(m_, 0.9), mul(g_, 0.1));
+    Tensor nv = add(mul(v_, 0.999), mul(mul(g_, g_), 0.001));
+    Tensor np = sub(p_, mul(add(div(nm, add(sqrt(nv), 1e-8)), mul(p_, row)), 1e-3));
+    return std::vector<Tensor>{np, nm, nv};
+  };
+  auto outs = step(p, gr, m, v);
+  Program prog = prune(*g.impl(), {g.value_of(outs[0]), g.value_of(outs[1]), g.value_of(outs[2])});
+  optimize(prog);
+  EXPECT_EQ(count_op(prog, "fused"), 1);
+  int ops = 0;
+  for (const auto& n : prog.graph->nodes) ops += n->kind == NodeKind::Op;
+  EXPECT_EQ(ops, 1);
+  Tensor pv = randn(sh), gv = randn(sh), mv = randn(sh), vv = rand(sh);
+  auto want = step(pv, gv, mv, vv);
+  for (bool cg : {false, true}) {
+    fused::set_codegen(cg);
+    Session s(g);
+    auto got = s.run(outs, {{p, pv}, {gr, gv}, {m, mv}, {v, vv}});
+    for (int k = 0; k < 3; ++k) EXPECT_LT(max_rel(got[k], want[k]), 1e-6) << k << " cg " << cg;
+    EXPECT_EQ(s.last_run().nodes_executed, 1);
+  }
+  fused::set_codegen(true);
+}
+
+TEST(Fusion, ValueNeededBeforeTheGroupEndsStaysOutside) {
+  // e = exp(x) feeds a sum whose result feeds the group again: fusing e into the group would
+  // need the sum before the group runs, so e stays a value of its own (softmax's shape).
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {16, 32});
+  Tensor e = exp(x);
+  Tensor y = mul(div(e, sum(e, {1}, true)), 3.0);
+  Program p = prune(*g.impl(), {g.value_of(y)});
+  optimize(p);
+  EXPECT_EQ(count_op(p, "sum"), 1);
+  Tensor xv = randn({16, 32});
   Session s(g);
-  auto out = s.run({t, y}, {{x, xv}});
-  EXPECT_LT(max_rel(out[0], mul(xv, 2.0)), 1e-7);
-  EXPECT_LT(max_rel(out[1], tanh(add(mul(xv, 2.0), 1.0))), 1e-6);
+  Tensor out = s.run(y, {{x, xv}});
+  EXPECT_LT(max_rel(out, mul(softmax(xv, 1), 3.0)), 1e-6);
+}
+
+TEST(Fusion, MalformedOutputListsAreRejected) {
+  Tensor a = randn({4}), b = randn({4});
+  for (const char* bad :
+       {"add(i0,i1);mul(t0,i1);>t1", "add(i0,i1);mul(t0,i1);>t0,t0",
+        "lt(i0,i1);where(t0,i0,i1);>t0", "add(i0,i1);mul(t0,i1);>x0", "add(i0,i1);mul(t0,i1);>"}) {
+    try {
+      fused::call(bad, {a, b});
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("[fused]"), std::string::npos) << err.what();
+    }
+  }
+  auto r = fused::call("add(i0,i1);mul(t0,i1);>t0", {a, b});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_LT(max_rel(r[0], mul(add(a, b), b)), 1e-7);
+  EXPECT_LT(max_rel(r[1], add(a, b)), 1e-7);
 }
 
 TEST(Fusion, ThousandAddsFuseIntoOneKernel) {

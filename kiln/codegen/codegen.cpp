@@ -294,7 +294,8 @@ std::string emit(const fused::Program& p, DType dtype, const std::vector<DType>&
       arg[static_cast<size_t>(k)] = std::string("s").append(std::to_string(k));
     }
   }
-  os << "  T* __restrict__ out0 = static_cast<T*>(out_[0]);\n";
+  for (size_t k = 0; k < p.outputs.size(); ++k)
+    os << "  T* __restrict__ out" << k << " = static_cast<T*>(out_[" << k << "]);\n";
   os << "#pragma GCC ivdep\n  for (long j = 0; j < n; ++j) {\n";
   for (size_t i = 0; i < p.code.size(); ++i) {
     const fused::Instr& ins = p.code[i];
@@ -320,13 +321,12 @@ std::string emit(const fused::Program& p, DType dtype, const std::vector<DType>&
       }
     }
     // Results of arithmetic are T (so `x * 0.5` stays float); comparisons stay bool.
-    bool is_bool = ins.op->name == "lt" || ins.op->name == "le" || ins.op->name == "gt" ||
-                   ins.op->name == "ge" || ins.op->name == "eq" || ins.op->name == "ne" ||
-                   ins.op->name == "logical_and" || ins.op->name == "logical_or" ||
-                   ins.op->name == "logical_not";
-    os << "    const " << (is_bool ? "bool" : "T") << " t" << i << " = " << out << ";\n";
+    os << "    const " << (fused::bool_valued(*ins.op) ? "bool" : "T") << " t" << i << " = " << out
+       << ";\n";
   }
-  os << "    out0[j] = t" << p.code.size() - 1 << ";\n  }\n}\n}  // namespace kf\n";
+  for (size_t k = 0; k < p.outputs.size(); ++k)
+    os << "    out" << k << "[j] = t" << p.outputs[k] << ";\n";
+  os << "  }\n}\n}  // namespace kf\n";
   return os.str();
 }
 

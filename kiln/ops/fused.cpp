@@ -4,10 +4,12 @@
 // for a (program, dtype, input pattern) specialization; results agree to rounding.
 #include "kiln/ops/fused.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <unordered_map>
 
 #include "kiln/dispatch/dispatch.h"
@@ -87,7 +89,8 @@ struct Spec {
 // Per program: the parsed code, the interpreter's buffer assignment and the specializations.
 struct State {
   Program prog;
-  std::vector<int> buf;  // per instruction: its tile buffer (inputs use 0..num_inputs-1)
+  std::vector<int> buf;     // per instruction: its tile buffer (inputs use 0..num_inputs-1)
+  std::vector<int> out_of;  // per instruction: the output it is, or -1
   int num_bufs = 0;
   Spec specs[kMaxSpecs];
   std::atomic<int> num_specs{0};
@@ -132,6 +135,9 @@ void assign_buffers(State& s) {
       }
   }
   s.num_bufs = next;
+  s.out_of.assign(code.size(), -1);
+  for (size_t k = 0; k < s.prog.outputs.size(); ++k)
+    s.out_of[static_cast<size_t>(s.prog.outputs[k])] = static_cast<int>(k);
 }
 
 State& state_for(const Attrs& a) {
@@ -252,9 +258,10 @@ void load_input(T* dst, const void* src, DType dt, int64_t n, bool varying) {
 }
 
 // Runs the program over n elements tile by tile: each tile passes through every instruction
-// while it is in L1; the last instruction writes straight to the output.
+// while it is in L1; the last instruction writes straight to output 0, other outputs are copied
+// out of their tile buffers.
 template <typename T>
-void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in, void* out) {
+void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in, void* const* out) {
   thread_local std::vector<T> scratch;
   size_t need = static_cast<size_t>(s.num_bufs) * kTile;
   if (scratch.size() < need) scratch.resize(need);
@@ -264,7 +271,7 @@ void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in,
   for (int k = 0; k < ni; ++k)
     if (!((sp.pattern >> k) & 1))
       load_input<T>(buf + k * kTile, in[k], sp.in_dtypes[static_cast<size_t>(k)], kTile, false);
-  T* o = static_cast<T*>(out);
+  T* o = static_cast<T*>(out[0]);
   for (int64_t i0 = 0; i0 < n; i0 += kTile) {
     int64_t len = std::min(kTile, n - i0);
     for (int k = 0; k < ni; ++k)
@@ -285,6 +292,8 @@ void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in,
       };
       T* d = i == last ? o + i0 : buf + s.buf[i] * kTile;
       run_instr<T>(ins, d, arg(0), arg(1), arg(2), len);
+      if (int k = s.out_of[i]; k > 0)
+        std::memcpy(static_cast<T*>(out[k]) + i0, d, static_cast<size_t>(len) * sizeof(T));
     }
   }
 }
@@ -330,6 +339,9 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
   const int ni = s.prog.num_inputs;
   if (static_cast<int>(in_raw.size()) != ni)
     fail("fused", "program takes ", ni, " inputs, got ", in_raw.size());
+  const int no = static_cast<int>(s.prog.outputs.size());
+  if (static_cast<int>(out.size()) != no)
+    fail("fused", "program has ", no, " outputs, got ", out.size());
   Tensor& o = out[0];
   const DType dt = o.dtype();
   const Shape& S = o.shape();
@@ -390,7 +402,9 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
     base.push_back(static_cast<const char*>(in[static_cast<size_t>(k)].raw_data()));
     esz.push_back(static_cast<int64_t>(dtype_size(in_dt[static_cast<size_t>(k)])));
   }
-  char* obase = static_cast<char*>(o.raw_data());
+  char* obase[kMaxOutputs];
+  for (int k = 0; k < no; ++k)
+    obase[k] = static_cast<char*>(out[static_cast<size_t>(k)].raw_data());
   const int64_t oes = static_cast<int64_t>(dtype_size(dt));
   const int64_t rows = o.numel() / inner;
   // Work units: whole rows, or pieces of rows when there are too few rows to share.
@@ -405,9 +419,9 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
   per_row = (inner + chunk - 1) / chunk;
   const int64_t units = rows * per_row;
   const bool stream = o.numel() * oes >= cpu::kStreamBytes;
-  auto compute = [&](int64_t n, const void* const* p, void* op) {
+  auto compute = [&](int64_t n, const void* const* p, void* const* op) {
     if (sp.fn)
-      sp.fn(n, p, &op);
+      sp.fn(n, p, op);
     else if (dt == Float32)
       interpret<float>(s, sp, n, p, op);
     else
@@ -437,13 +451,16 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
         for (int c = 0; c < cut; ++c) off += idx[c] * st[static_cast<size_t>(k * r + dims[c])];
         p[k] = base[static_cast<size_t>(k)] + off * esz[static_cast<size_t>(k)];
       }
-      void* op = obase + (row * inner + col) * oes;
+      void* op[kMaxOutputs];
+      for (int k = 0; k < no; ++k) op[k] = obase[k] + (row * inner + col) * oes;
       if (!stream) {
         compute(len, p, op);
         continue;
       }
       // Large outputs: compute a sub-chunk into a cached buffer, then stream it out.
-      alignas(64) char tmp[kStreamChunk * 8];
+      alignas(64) char tmp[kMaxOutputs][kStreamChunk * 8];
+      void* tp[kMaxOutputs];
+      for (int k = 0; k < no; ++k) tp[k] = tmp[k];
       const void* q[64];
       SmallVec<const void*, 8> q_big;
       const void** qq = q;
@@ -456,8 +473,9 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
         for (int k = 0; k < ni; ++k)
           qq[k] = static_cast<const char*>(p[k]) +
                   (((pattern >> k) & 1) ? off * esz[static_cast<size_t>(k)] : 0);
-        compute(m, qq, tmp);
-        cpu::stream_copy(static_cast<char*>(op) + off * oes, tmp, m * oes);
+        compute(m, qq, tp);
+        for (int k = 0; k < no; ++k)
+          cpu::stream_copy(static_cast<char*>(op[k]) + off * oes, tmp[k], m * oes);
       }
     }
     if (stream) cpu::stream_fence();
@@ -484,12 +502,24 @@ MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
   }
   if (!found || !is_floating(dt))
     fail("fused", "needs float32 or float64 inputs, got ", dt, " ", shape);
-  return opu::one(dt, shape);
+  MetaList m;
+  for (size_t k = 0; k < s.prog.outputs.size(); ++k) {
+    TensorMeta& t = m.emplace_back();
+    t.dtype = dt;
+    t.shape = shape;
+  }
+  return m;
 }
 
 }  // namespace
 
 bool supported(const OpDef& op) { return codes().count(op.name) != 0; }
+
+bool bool_valued(const OpDef& op) {
+  static const std::set<std::string> names = {"lt", "le",          "gt",         "ge",         "eq",
+                                              "ne", "logical_and", "logical_or", "logical_not"};
+  return names.count(op.name) != 0;
+}
 
 std::string instr_text(const OpDef& op, const std::vector<std::string>& args, const Attrs& attrs) {
   std::string s = op.name;
@@ -523,7 +553,23 @@ Program parse(const std::string& text) {
   auto bad = [&](const std::string& why) -> void {
     fail("fused", "malformed program at offset ", pos, " (", why, "): '", text, "'");
   };
+  std::vector<int> extra;
   while (pos < text.size()) {
+    if (text[pos] == '>') {  // the extra outputs, last segment
+      size_t a = pos + 1;
+      while (a <= text.size()) {
+        size_t c = text.find(',', a);
+        std::string tok = text.substr(a, c == std::string::npos ? std::string::npos : c - a);
+        if (tok.size() < 2 || tok[0] != 't' ||
+            tok.find_first_not_of("0123456789", 1) != std::string::npos)
+          bad(str_cat("bad output '", tok, "'"));
+        extra.push_back(std::stoi(tok.substr(1)));
+        if (c == std::string::npos) break;
+        a = c + 1;
+      }
+      pos = text.size();
+      break;
+    }
     size_t lp = text.find('(', pos), rp = text.find(')', pos);
     if (lp == std::string::npos || rp == std::string::npos || rp < lp) bad("expected op(...)");
     Instr ins;
@@ -575,6 +621,19 @@ Program parse(const std::string& text) {
   }
   if (p.code.empty()) bad("empty");
   if (p.num_inputs > 64) bad("more than 64 inputs");
+  const int last = static_cast<int>(p.code.size()) - 1;
+  p.outputs = {last};
+  for (int t : extra) {
+    if (t < 0 || t >= last) bad(str_cat("output t", t, " is not an instruction before the last"));
+    if (std::find(p.outputs.begin(), p.outputs.end(), t) != p.outputs.end())
+      bad(str_cat("output t", t, " listed twice"));
+    // Comparisons are bool values inside generated code; outputs share the group's float dtype.
+    if (bool_valued(*p.code[static_cast<size_t>(t)].op))
+      bad(str_cat("output t", t, " is a ", p.code[static_cast<size_t>(t)].op->name));
+    p.outputs.push_back(t);
+  }
+  if (static_cast<int>(p.outputs.size()) > kMaxOutputs)
+    bad(str_cat("more than ", kMaxOutputs, " outputs"));
   return p;
 }
 
@@ -602,6 +661,7 @@ Stats stats() { return Stats{g_count.load(), g_specs.load(), g_compiled.load()};
 const OpDef& fused_op() {
   static const OpDef& op = def_op({.name = "fused",
                                    .num_inputs = -1,
+                                   .num_outputs = -1,
                                    .attr_names = {"program", "kid"},
                                    .traits = kElementwise,
                                    .infer = infer_fused,
@@ -610,9 +670,10 @@ const OpDef& fused_op() {
   return op;
 }
 
-Tensor call(const std::string& program, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> call(const std::string& program, const std::vector<Tensor>& inputs) {
   Attrs a{AttrValue(program), AttrValue(register_program(program))};
-  return call1(fused_op(), std::span<const Tensor>(inputs.data(), inputs.size()), a);
+  TensorList r = kiln::call(fused_op(), std::span<const Tensor>(inputs.data(), inputs.size()), a);
+  return std::vector<Tensor>(r.begin(), r.end());
 }
 
 namespace {

@@ -23,23 +23,32 @@ struct Instr {
   std::vector<double> attrs;
 };
 
+/// Most outputs a program may have (the last instruction and up to 7 more).
+constexpr int kMaxOutputs = 8;
+
 /// A parsed program. Text form: "mul(i0,i1);add(t0,i2);gelu(t1|0)" — iK a group input, tK the
-/// result of instruction K, attributes after '|'. The last instruction is the output.
+/// result of instruction K, attributes after '|'. The last instruction is output 0; a final
+/// segment ">t0,t1" makes more instructions outputs 1, 2, ... (a multi-output group: values the
+/// group computes that are also needed outside it, written in the same pass).
 struct Program {
   std::vector<Instr> code;
   int num_inputs = 0;
+  std::vector<int> outputs;  ///< instruction index of each output; outputs[0] is the last
   std::string text;
 };
 
 /// Whether `op` can be an instruction (an elementwise op the interpreter and codegen know).
 bool supported(const OpDef& op);
+/// Whether `op` yields a bool value (comparisons, logical ops): such an instruction can feed
+/// others in a group but cannot be one of its outputs.
+bool bool_valued(const OpDef& op);
 /// Parses the text form; kiln::Error on a malformed program.
 Program parse(const std::string& text);
 /// Text of one instruction, for the fusion pass to build programs.
 std::string instr_text(const OpDef& op, const std::vector<std::string>& args, const Attrs& attrs);
 
 /// A compiled specialization: `n` elements; in[k] points at input k's first element (inputs
-/// marked scalar in the pattern are read once); out[0] at the output.
+/// marked scalar in the pattern are read once); out[k] at output k's.
 using KernelPtr = void (*)(int64_t n, const void* const* in, void* const* out);
 
 /// What a compiler (kiln/codegen) provides: C++ source for a program specialized to a dtype
@@ -67,7 +76,8 @@ Stats stats();
 /// The `fused` OpDef (also registered under that name).
 const OpDef& fused_op();
 /// Runs a program on inputs through the dispatcher (the public wrapper; the fusion pass makes
-/// these nodes itself). Not differentiable: fusion runs after gradients are built.
-Tensor call(const std::string& program, const std::vector<Tensor>& inputs);
+/// these nodes itself) and returns its outputs. Not differentiable: fusion runs after gradients
+/// are built.
+std::vector<Tensor> call(const std::string& program, const std::vector<Tensor>& inputs);
 
 }  // namespace kiln::fused

@@ -1,6 +1,9 @@
 // Elementwise fusion: groups of elementwise ops of one output shape become one `fused` node
-// (kiln/ops/fused.h) that reads each input once and writes one output, instead of one pass over
-// memory per op. Broadcast operands (a bias row, a scalar constant) join as inputs read in place.
+// (kiln/ops/fused.h) that reads each input once and writes its outputs in the same pass, instead
+// of one pass over memory per op. Broadcast operands (a bias row, a scalar constant) join as
+// inputs read in place. A member whose value is also needed outside the group (fetched, or used
+// by an op after the group) becomes an extra output rather than a group boundary: an optimizer
+// update's new moments and new parameter come out of one pass over p, g, m, v.
 #include <set>
 #include <unordered_map>
 
@@ -12,12 +15,6 @@ namespace {
 
 bool is_float(DType d) { return d == Float32 || d == Float64; }
 
-bool bool_producer(const OpDef& op) {
-  static const std::set<std::string> names = {"lt", "le",          "gt",         "ge",         "eq",
-                                              "ne", "logical_and", "logical_or", "logical_not"};
-  return names.count(op.name) != 0;
-}
-
 // Whether n can be a member of a group computing dtype `dt` over `shape`.
 bool can_join(const Node& n, DType dt, const Shape& shape) {
   if (n.kind != NodeKind::Op || n.outputs.size() != 1 || !fused::supported(*n.op)) return false;
@@ -25,7 +22,7 @@ bool can_join(const Node& n, DType dt, const Shape& shape) {
   const TensorMeta& m = n.outputs[0];
   if (!m.shape.is_static() || m.shape != shape) return false;
   if (m.dtype == Bool) {
-    if (!bool_producer(*n.op)) return false;
+    if (!fused::bool_valued(*n.op)) return false;
   } else if (m.dtype != dt) {
     return false;
   }
@@ -59,6 +56,7 @@ int fuse_elementwise(Program& p, int max_inputs) {
     const Shape shape = root.outputs[0].shape;
     if (!can_join(root, dt, shape)) continue;
     std::set<int> members = {ri};
+    std::vector<int> extra;  // members that are also outputs, in output order 1, 2, ...
     // Producers are considered latest first, so every user of a candidate that could be in the
     // group has been decided before the candidate itself.
     std::set<int, std::greater<int>> frontier;
@@ -71,10 +69,22 @@ int fuse_elementwise(Program& p, int max_inputs) {
       frontier.erase(frontier.begin());
       if (members.count(id) || group_of[static_cast<size_t>(id)] >= 0) continue;
       const Node& n = *nodes[static_cast<size_t>(id)];
-      if (fetched[static_cast<size_t>(id)] || !can_join(n, dt, shape)) continue;
-      bool all_inside = true;
-      for (int u : users[static_cast<size_t>(id)]) all_inside = all_inside && members.count(u);
-      if (!all_inside) continue;
+      if (!can_join(n, dt, shape)) continue;
+      // Users outside the group must all come after the root: the fused node takes the root's
+      // place, so a user between the two (or on a path from the member back into the group)
+      // would have to run before its input exists.
+      bool outside = fetched[static_cast<size_t>(id)] != 0, after_root = true;
+      for (int u : users[static_cast<size_t>(id)])
+        if (!members.count(u)) {
+          outside = true;
+          after_root = after_root && u > ri;
+        }
+      if (outside) {
+        if (!after_root || n.outputs[0].dtype != dt ||
+            static_cast<int>(extra.size()) + 1 >= fused::kMaxOutputs)
+          continue;
+        extra.push_back(id);
+      }
       members.insert(id);
       push_inputs(n);
     }
@@ -102,13 +112,28 @@ int fuse_elementwise(Program& p, int max_inputs) {
       temp_of[id] = t++;
     }
     if (static_cast<int>(inputs.size()) > max_inputs) continue;
+    for (size_t k = 0; k < extra.size(); ++k)
+      text.append(k ? "," : ";>").append("t").append(std::to_string(temp_of.at(extra[k])));
     for (int id : members) group_of[static_cast<size_t>(id)] = groups;
     ++groups;
-    // The root becomes the fused node (users and fetches keep pointing at it); the other
-    // members lose their users and DCE removes them.
+    // The root becomes the fused node (users and fetches keep pointing at it); the extra
+    // outputs' users and fetches move to its outputs 1, 2, ...; the other members lose their
+    // users and DCE removes them.
     root.op = &fused::fused_op();
     root.attrs = Attrs{AttrValue(text), AttrValue(fused::register_program(text))};
     root.inputs = inputs;
+    for (size_t k = 0; k < extra.size(); ++k) {
+      Node* member = nodes[static_cast<size_t>(extra[k])].get();
+      root.outputs.push_back(member->outputs[0]);
+      const ValueRef from{member, 0}, to{&root, static_cast<int>(k) + 1};
+      // Every node after the root, not just the original users: a user fused into an earlier
+      // group (processed first, roots run latest first) now reads through that group's node.
+      for (size_t u = static_cast<size_t>(ri) + 1; u < nodes.size(); ++u)
+        for (auto& in : nodes[u]->inputs)
+          if (in == from) in = to;
+      for (auto& f : p.fetches)
+        if (f == from) f = to;
+    }
   }
   if (groups) dce(p);
   return groups;

@@ -16,7 +16,7 @@ SampleRegistrar reg({OpSample{
         },
     .run =
         [](const std::vector<Tensor>& in) {
-          return fused::call("mul(i0,i1);add(t0,i2);gelu(t1|0)", in);
+          return fused::call("mul(i0,i1);add(t0,i2);gelu(t1|0)", in)[0];
         },
     .reference =
         [](const std::vector<Tensor>& in) {
