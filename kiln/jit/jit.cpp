@@ -16,6 +16,7 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
+#include "kiln/jit/guard_key.h"
 #include "kiln/ops/ops.h"
 #include "kiln/passes/passes.h"
 
@@ -33,118 +34,6 @@ bool env_has(const char* var, const char* word) {
   if (!e) return false;
   std::string s(e);
   return s == "1" || s == "all" || s.find(word) != std::string::npos;
-}
-
-// ---- guard keys -----------------------------------------------------------------------------
-
-// Per argument: what the guard compares. dims of -1 are wildcards (dynamic).
-struct ArgKey {
-  Arg::Kind kind;
-  std::vector<DType> dtypes;
-  std::vector<bool> grads;
-  std::vector<Shape> shapes;
-  double value = 0;  // scalar/bool constants
-  bool runtime = false;
-};
-using Key = std::vector<ArgKey>;
-
-Key key_of(const std::vector<Arg>& args, const std::vector<int>& runtime) {
-  Key k;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const Arg& a = args[i];
-    ArgKey ak;
-    ak.kind = a.kind;
-    auto add = [&](const Tensor& t) {
-      if (!t.defined()) fail("jit", "argument ", i, " is an undefined tensor");
-      ak.dtypes.push_back(t.dtype());
-      ak.grads.push_back(t.requires_grad() && grad_mode_enabled());
-      ak.shapes.push_back(t.shape());
-    };
-    if (a.kind == Arg::kTensor) add(a.t);
-    if (a.kind == Arg::kTensorList)
-      for (const auto& t : a.ts) add(t);
-    if (a.kind == Arg::kScalar || a.kind == Arg::kBool) {
-      ak.runtime = std::find(runtime.begin(), runtime.end(), static_cast<int>(i)) != runtime.end();
-      if (!ak.runtime) ak.value = a.v;
-    }
-    k.push_back(std::move(ak));
-  }
-  return k;
-}
-
-// Empty string when `k` (actual) satisfies `g` (guard); otherwise the first failing guard.
-std::string mismatch(const Key& g, const Key& k) {
-  if (g.size() != k.size()) return "number of arguments";
-  for (size_t i = 0; i < g.size(); ++i) {
-    const ArgKey &a = g[i], &b = k[i];
-    if (a.kind != b.kind) return str_cat("arg ", i, ": kind changed");
-    if (a.shapes.size() != b.shapes.size())
-      return str_cat("arg ", i, ": list length: expected ", a.shapes.size(), ", got ",
-                     b.shapes.size());
-    for (size_t t = 0; t < a.shapes.size(); ++t) {
-      auto at = [&] {  // built only when a guard fails
-        return a.shapes.size() > 1 || a.kind == Arg::kTensorList ? str_cat("arg ", i, "[", t, "]")
-                                                                 : str_cat("arg ", i);
-      };
-      if (a.dtypes[t] != b.dtypes[t])
-        return str_cat(at(), " dtype: expected ", a.dtypes[t], ", got ", b.dtypes[t]);
-      if (a.grads[t] != b.grads[t])
-        return str_cat(at(), " requires_grad: expected ", a.grads[t] ? "true" : "false", ", got ",
-                       b.grads[t] ? "true" : "false");
-      if (a.shapes[t].rank() != b.shapes[t].rank())
-        return str_cat(at(), " rank: expected ", a.shapes[t].rank(), ", got ", b.shapes[t].rank());
-      for (int64_t d = 0; d < a.shapes[t].rank(); ++d)
-        if (a.shapes[t][d] >= 0 && a.shapes[t][d] != b.shapes[t][d])
-          return str_cat(at(), " dim ", d, ": expected ", a.shapes[t][d], ", got ", b.shapes[t][d]);
-    }
-    if (!a.runtime && (a.kind == Arg::kScalar || a.kind == Arg::kBool) && a.value != b.value)
-      return str_cat("arg ", i, " value: expected ", a.value, ", got ", b.value);
-  }
-  return "";
-}
-
-// Whether g and k differ only in dims (same kinds, dtypes, ranks, grads, scalar values).
-bool only_dims_differ(const Key& g, const Key& k, Key* dyn) {
-  if (g.size() != k.size()) return false;
-  Key out = g;
-  bool any = false;
-  for (size_t i = 0; i < g.size(); ++i) {
-    const ArgKey &a = g[i], &b = k[i];
-    if (a.kind != b.kind || a.shapes.size() != b.shapes.size() || a.value != b.value) return false;
-    for (size_t t = 0; t < a.shapes.size(); ++t) {
-      if (a.dtypes[t] != b.dtypes[t] || a.grads[t] != b.grads[t] ||
-          a.shapes[t].rank() != b.shapes[t].rank())
-        return false;
-      for (int64_t d = 0; d < a.shapes[t].rank(); ++d)
-        if (a.shapes[t][d] != b.shapes[t][d]) {
-          out[i].shapes[t][d] = -1;
-          any = true;
-        }
-    }
-  }
-  *dyn = out;
-  return any;
-}
-
-std::string key_str(const Key& k) {
-  std::ostringstream os;
-  for (size_t i = 0; i < k.size(); ++i) {
-    if (i) os << "; ";
-    os << "arg" << i << " ";
-    const ArgKey& a = k[i];
-    if (a.kind == Arg::kScalar || a.kind == Arg::kBool) {
-      if (a.runtime)
-        os << "runtime scalar";
-      else
-        os << "== " << a.value;
-      continue;
-    }
-    if (a.kind == Arg::kTensorList) os << "list[" << a.shapes.size() << "] ";
-    for (size_t t = 0; t < a.shapes.size(); ++t)
-      os << (t ? ", " : "") << dtype_name(a.dtypes[t]) << a.shapes[t]
-         << (a.grads[t] ? " requires_grad" : "");
-  }
-  return os.str();
 }
 
 // ---- compiled pieces ------------------------------------------------------------------------

@@ -1,0 +1,33 @@
+// Guard keys of the JIT (kiln/jit/jit.cpp): what a compiled version assumes about its arguments
+// (kinds, dtypes, requires_grad, shapes with -1 for dynamic dims, constant scalar values), the
+// check of a call against them, and the relaxation of a shape guard into a dynamic dim.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kiln/jit/jit.h"
+
+namespace kiln::jitd {
+
+// Per argument: what the guard compares. dims of -1 are wildcards (dynamic).
+struct ArgKey {
+  Arg::Kind kind;
+  std::vector<DType> dtypes;
+  std::vector<bool> grads;
+  std::vector<Shape> shapes;
+  double value = 0;  // scalar/bool constants
+  bool runtime = false;
+};
+using Key = std::vector<ArgKey>;
+
+/// The key of a call's arguments; `runtime` lists the scalar arguments passed as values.
+Key key_of(const std::vector<Arg>& args, const std::vector<int>& runtime);
+/// Empty when `k` (a call's key) satisfies guard `g`; otherwise the first failing guard.
+std::string mismatch(const Key& g, const Key& k);
+/// Whether g and k differ only in dims (same kinds, dtypes, ranks, grads, scalar values); then
+/// *dyn is g with those dims made dynamic (-1).
+bool only_dims_differ(const Key& g, const Key& k, Key* dyn);
+/// One line per key for explain() and the recompile log.
+std::string key_str(const Key& k);
+
+}  // namespace kiln::jitd
