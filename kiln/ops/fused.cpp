@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <unordered_map>
 
@@ -643,10 +644,11 @@ int64_t register_program(const std::string& text) {
   if (it != g_ids.end()) return it->second;
   int64_t id = g_count.load();
   if (id >= kMaxPrograms) fail("fused", "more than ", kMaxPrograms, " fused programs");
-  auto* s = new State();  // lives for the process: kernels may run until exit
+  auto s = std::make_unique<State>();  // a malformed program throws here and frees it
   s->prog = parse(text);
   assign_buffers(*s);
-  g_table[id].store(s, std::memory_order_release);
+  // Lives for the process from here: kernels may run until exit.
+  g_table[id].store(s.release(), std::memory_order_release);
   g_count.store(id + 1, std::memory_order_release);
   g_ids[text] = id;
   return id;
