@@ -6,6 +6,7 @@
 #include "kiln/kernels/cpu/conv_dnnl.h"
 
 #ifdef KILN_USE_ONEDNN
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <cstring>
@@ -17,11 +18,14 @@ namespace {
 
 enum class Dir { Fwd, BwdData, BwdWeights };
 
+// A primitive keeps the OpenMP thread count it was built under, so the count is part of the key
+// (set_num_threads between calls gets a primitive of its own).
 struct Key {
   ConvShape s;
   Dir dir;
+  int threads;
   bool operator==(const Key& o) const {
-    return dir == o.dir && std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0;
+    return dir == o.dir && threads == o.threads && std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0;
   }
 };
 
@@ -176,7 +180,7 @@ bool run(const ConvShape& s, Dir dir, const void* a, const void* b, void* out) {
       return false;
     }
   }
-  Key k{s, dir};
+  Key k{s, dir, omp_get_max_threads()};
   Entry* e = nullptr;
   for (auto& x : c.entries)
     if (x->key == k) e = x.get();

@@ -58,15 +58,17 @@ namespace {
 struct BiasKey {
   int64_t m, n, k, lda, ldb, ldc;
   bool ta, tb;
+  int threads;  // a primitive keeps the OpenMP thread count it was built under
   bool operator==(const BiasKey& o) const {
     return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
-           ta == o.ta && tb == o.tb;
+           ta == o.ta && tb == o.tb && threads == o.threads;
   }
 };
 struct BiasKeyHash {
   size_t operator()(const BiasKey& k) const {
     size_t h = 1469598103934665603ull;
-    for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc, int64_t(k.ta), int64_t(k.tb)})
+    for (int64_t v :
+         {k.m, k.n, k.k, k.lda, k.ldb, k.ldc, int64_t(k.ta), int64_t(k.tb), int64_t(k.threads)})
       h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
     return h;
   }
@@ -98,7 +100,7 @@ bool sgemm_bias(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
   // so repeated calls give identical bits (the fill + sgemm fallback rounds differently).
   thread_local std::unordered_map<BiasKey, BiasEntry, BiasKeyHash> cache;
   thread_local dnnl::stream strm(dnnl_engine());
-  BiasKey key{m, n, k, lda, ldb, ldc, ta, tb};
+  BiasKey key{m, n, k, lda, ldb, ldc, ta, tb, omp_get_max_threads()};
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() >= 1024) cache.clear();
