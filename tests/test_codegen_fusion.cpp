@@ -149,6 +149,29 @@ TEST(Fusion, ValueNeededBeforeTheGroupEndsStaysOutside) {
   EXPECT_LT(max_rel(out, mul(softmax(xv, 1), 3.0)), 1e-6);
 }
 
+TEST(Fusion, SharedValueBesideADeadBranchStaysLive) {
+  // r = 2 e + t, with t the true side of a switch (dead when p is false); e = exp(x) is also used
+  // outside the branch (u = 3 e). Made an extra output of r's group, e would share r's deadness
+  // and u would be dead too, so in a graph with control flow a shared value stays a node of its
+  // own.
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {4});
+  Tensor y = g.placeholder("y", Float32, {4});
+  Tensor p = g.placeholder("p", Bool, {});
+  Tensor e = exp(x);
+  auto sw = switch_(y, p);
+  Tensor r = add(mul(e, 2.0), sw[1]);
+  Tensor m = merge({r, neg(sw[0])})[0];
+  Tensor u = mul(e, 3.0);
+  Tensor xv = randn({4}), yv = randn({4});
+  Session s(g);
+  for (bool pv : {true, false}) {
+    auto out = s.run({u, m}, {{x, xv}, {y, yv}, {p, scalar_tensor(pv ? 1.0 : 0.0, Bool)}});
+    EXPECT_LT(max_rel(out[0], mul(exp(xv), 3.0)), 1e-6) << "p = " << pv;
+    EXPECT_LT(max_rel(out[1], pv ? add(mul(exp(xv), 2.0), yv) : neg(yv)), 1e-6) << "p = " << pv;
+  }
+}
+
 TEST(Fusion, MalformedOutputListsAreRejected) {
   Tensor a = randn({4}), b = randn({4});
   for (const char* bad :

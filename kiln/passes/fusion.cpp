@@ -44,6 +44,12 @@ int fuse_elementwise(Program& p, int max_inputs) {
   for (const auto& n : nodes)
     for (const auto& in : n->inputs) users[static_cast<size_t>(in.node->id)].push_back(n->id);
   for (const auto& f : p.fetches) fetched[static_cast<size_t>(f.node->id)] = 1;
+  // With switch/merge in the graph a group may mix live inputs and dead ones (the untaken side
+  // of a switch): the fused node is then skipped as a whole, so a member whose value is needed
+  // outside would go dead with it. Such graphs keep single-output groups.
+  bool control_flow = false;
+  for (const auto& n : nodes)
+    control_flow = control_flow || (n->kind == NodeKind::Op && n->op->has(kControlFlow));
 
   std::vector<int> group_of(nodes.size(), -1);
   int groups = 0;
@@ -80,7 +86,7 @@ int fuse_elementwise(Program& p, int max_inputs) {
           after_root = after_root && u > ri;
         }
       if (outside) {
-        if (!after_root || n.outputs[0].dtype != dt ||
+        if (control_flow || !after_root || n.outputs[0].dtype != dt ||
             static_cast<int>(extra.size()) + 1 >= fused::kMaxOutputs)
           continue;
         extra.push_back(id);
