@@ -69,18 +69,20 @@ Tensor ref_sdpa(const In& in, bool causal, double scale) {
   return from_vals(o, os);
 }
 
+// batch + [a, b].
+Shape with_matrix(Shape batch, int64_t a, int64_t b) {
+  batch.push_back(a);
+  batch.push_back(b);
+  return batch;
+}
+
 // q [..., tq, d], k [..., tk, d], v [..., tk, dv] with the given batch dims.
 OpSample sdpa_sample(Shape batch, int64_t tq, int64_t tk, int64_t d, int64_t dv, bool causal,
                      double scale, std::string name) {
   OpSample o;
   o.ops = {"scaled_dot_product_attention", "scaled_dot_product_attention_grad"};
   o.name = std::move(name);
-  auto shape = [batch](int64_t a, int64_t b) {
-    Shape s = batch;
-    s.push_back(a);
-    s.push_back(b);
-    return s;
-  };
+  auto shape = [batch](int64_t a, int64_t b) { return with_matrix(batch, a, b); };
   o.inputs = [=] {
     return In{rnd(shape(tq, d), 201), rnd(shape(tk, d), 202), rnd(shape(tk, dv), 203)};
   };
@@ -127,12 +129,7 @@ OpSample sdpa_grad_sample(Shape batch, int64_t tq, int64_t tk, int64_t d, int64_
   OpSample o;
   o.ops = {"scaled_dot_product_attention_grad"};
   o.name = std::move(name);
-  auto shape = [batch](int64_t a, int64_t b) {
-    Shape s = batch;
-    s.push_back(a);
-    s.push_back(b);
-    return s;
-  };
+  auto shape = [batch](int64_t a, int64_t b) { return with_matrix(batch, a, b); };
   o.inputs = [=] {
     In in{rnd(shape(tq, dv), 221), rnd(shape(tq, d), 222), rnd(shape(tk, d), 223),
           rnd(shape(tk, dv), 224)};
