@@ -360,6 +360,16 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
       conv2d(ones({1, 4, 5, 5}), ones({3, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2), "conv2d",
       {"groups", "[1, 4, 5, 5]", "[3, 2, 3, 3]"});
   EXPECT_KILN_ERROR(conv2d(ones({2, 5, 5}), w), "conv2d", {"[2, 5, 5]", "4-D"});
+  EXPECT_KILN_ERROR(conv2d(ones({1, 1, 5, 5}), ones({2, 1, 0, 3})), "conv2d",
+                    {"kernel dims must be positive", "[2, 1, 0, 3]"});
+  // A bad bias is refused before the conv is built: the graph gains no node.
+  {
+    Graph g;
+    Tensor x = g.placeholder("x", Float32, {1, 2, 5, 5});
+    const size_t before = g.impl()->nodes.size();
+    EXPECT_KILN_ERROR(conv2d(x, w, ones({3})), "conv2d", {"bias", "[3]", "[2, 2, 3, 3]"});
+    EXPECT_EQ(g.impl()->nodes.size(), before);
+  }
   // max_pool2d_grad range-checks its indices inside the scatter and names the bad one.
   {
     const OpDef& mpg = OpRegistry::get().at("max_pool2d_grad");

@@ -207,6 +207,14 @@ TEST(LayerNorm, LargeRowsMatchNaive) {
   }
 }
 
+TEST(LayerNorm, EmptyNormalizedShapeGivesAnEmptyResult) {
+  // Rows of no elements (torch.layer_norm(torch.zeros(4, 0), [0]) is [4, 0]): nothing is read.
+  Tensor y = layer_norm(ones({4, 0}), {0}, Tensor(), Tensor(), 1e-5);
+  EXPECT_EQ(y.shape(), (Shape{4, 0}));
+  Tensor z = layer_norm(ones({0, 3}), {3}, ones({3}), zeros({3}), 1e-5);
+  EXPECT_EQ(z.shape(), (Shape{0, 3}));
+}
+
 TEST(LayerNorm, SecondOrderGradientMatchesFiniteDifference) {
   // d/dx of <grad_x(sum(layer_norm(x) * u)), v>, by create_graph vs central differences.
   manual_seed(8);

@@ -74,6 +74,8 @@ Shape check_conv(const char* op, const Shape& xs, const Shape& ws, const ConvP& 
   if (C >= 0 && ws[1] >= 0 && ws[1] * p.G != C)
     fail(op, "weight shape ", ws, " with groups = ", p.G, " expects ", ws[1] * p.G,
          " input channels, but input shape ", xs, " has ", C);
+  if (ws[2] == 0 || ws[3] == 0)
+    fail(op, "kernel dims must be positive, got weight shape ", ws, " (input shape ", xs, ")");
   int64_t eH = p.dH * (ws[2] - 1) + 1, eW = p.dW * (ws[3] - 1) + 1;
   if ((xs[2] >= 0 && ws[2] >= 0 && xs[2] + 2 * p.pH < eH) ||
       (xs[3] >= 0 && ws[3] >= 0 && xs[3] + 2 * p.pW < eW))
@@ -320,7 +322,8 @@ const OpDef& kConv2d = def_op(
                          : Tensor()};
          },
      .contiguous_inputs = true,
-     .doc = "2-D cross-correlation x [N, C, H, W] * w [O, C/groups, kH, kW] (im2col + GEMM)"});
+     .doc = "2-D cross-correlation x [N, C, H, W] * w [O, C/groups, kH, kW] (oneDNN, direct or "
+            "lane kernels; im2col + GEMM otherwise)"});
 
 // Input size of conv2d_grad_input: the attribute, or (dynamic graphs) the smallest input that
 // gives the gradient's spatial size.
@@ -439,13 +442,16 @@ Tensor conv2d_grad_weight_fn(const Tensor& x, const Tensor& g, const Attrs& a, i
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int64_t> stride,
               std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
   if (!x.defined() || !w.defined()) fail("conv2d", "input and weight must be defined tensors");
+  // The bias is checked before the conv is built, so that a bad one leaves no node behind in a
+  // graph.
+  if (b.defined() && w.dim() >= 1 &&
+      (b.dim() != 1 || (b.size(0) >= 0 && w.size(0) >= 0 && b.size(0) != w.size(0))))
+    fail("conv2d", "bias must be 1-D [", w.size(0), "], got shape ", b.shape(), " (weight shape ",
+         w.shape(), ")");
   Tensor y = call1(kConv2d, {x, w},
                    {pair2("conv2d", "stride", stride), pair2("conv2d", "padding", padding),
                     pair2("conv2d", "dilation", dilation), groups});
   if (!b.defined()) return y;
-  if (b.dim() != 1 || (b.size(0) >= 0 && w.size(0) >= 0 && b.size(0) != w.size(0)))
-    fail("conv2d", "bias must be 1-D [", w.size(0), "], got shape ", b.shape(), " (weight shape ",
-         w.shape(), ")");
   // Bias as a broadcast add: its gradient is the engine's sum_to over N, H, W.
   return add(y, reshape(b, Shape{1, b.size(0), 1, 1}));
 }

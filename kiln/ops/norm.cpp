@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kiln/kernels/cpu/stream.h"
@@ -133,6 +134,11 @@ void layer_norm_kernel(std::span<const Tensor> in, std::span<Tensor> out, const 
     T* Y = out[0].data_ptr<T>();
     T* M = out[1].data_ptr<T>();
     T* R = out[2].data_ptr<T>();
+    if (n == 0) {  // nothing to normalize: y is empty, the moments of no values are NaN
+      std::fill(M, M + rows, std::numeric_limits<T>::quiet_NaN());
+      std::fill(R, R + rows, std::numeric_limits<T>::quiet_NaN());
+      return;
+    }
     if (W && B)
       layer_norm_rows<T, true, true>(X, W, B, Y, M, R, rows, n, la.eps);
     else if (W)
@@ -190,14 +196,17 @@ void ln_backward_range(const T* __restrict g, const T* __restrict x, const T* __
 template <typename T, bool HasW>
 void ln_backward_rows(const T* g, const T* x, const T* mu, const T* rs, const T* w, T* dx, T* dw,
                       T* db, int64_t rows, int64_t n) {
-  const int nt = std::max(1, omp_in_parallel() ? 1 : omp_get_max_threads());
+  // One slot when called inside a parallel region (parallel_for then runs inline, and the
+  // caller's thread number must not index this buffer).
+  const bool outer = omp_in_parallel();
+  const int nt = std::max(1, outer ? 1 : omp_get_max_threads());
   std::vector<T> part(static_cast<size_t>(2 * nt * n), T(0));
   // The row loop lives in its own function: inside the parallel_for lambda every captured value
   // is a reference the partial-sum stores might alias, and the vectorized loop fell back to its
   // scalar version (190 us for [1024, 128]; 50 us as written here).
   parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)),
                [&](int64_t b, int64_t e) {
-                 const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
+                 const int t = outer ? 0 : omp_get_thread_num();
                  T* pw = part.data() + static_cast<size_t>(2 * t) * n;
                  ln_backward_range<T, HasW>(g, x, mu, rs, w, dx, pw, pw + n, b, e, n);
                });

@@ -144,14 +144,17 @@ void conv_direct_bwdw(const float* x, const float* g, float* dw, int64_t N, int6
                       int64_t W, int64_t O, int64_t kH, int64_t kW, int64_t OH, int64_t OW,
                       int64_t pH, int64_t pW) {
   const int64_t K = O * C * kH * kW;
-  const int nt = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads());
+  // Called inside a parallel region, parallel_for runs inline and the caller's thread number
+  // says nothing about this buffer: one slot then, picked by `outer`, not by omp_in_parallel().
+  const bool outer = omp_in_parallel();
+  const int nt = outer ? 1 : std::max(1, omp_get_max_threads());
   std::vector<float> part(static_cast<size_t>(nt * K), 0.f);
   with_width(OW, [&](auto vw) {
     constexpr int64_t VW = decltype(vw)::value;
     const int64_t OWp = (OW + VW - 1) / VW * VW;
     const int64_t PH = H + 2 * pH, PWp = std::max(W + 2 * pW, OWp + kW - 1) + VW;
     parallel_for(N, 1, [&](int64_t lo, int64_t hi) {
-      const int tid = omp_in_parallel() ? omp_get_thread_num() : 0;
+      const int tid = outer ? 0 : omp_get_thread_num();
       float* acc = part.data() + tid * K;
       std::vector<float> pad(static_cast<size_t>(C * PH * PWp));
       std::vector<float> gpad(static_cast<size_t>(O * OH * OWp), 0.f);

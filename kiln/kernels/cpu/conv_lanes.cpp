@@ -224,13 +224,14 @@ constexpr auto kWGrad = tile_table<WGradFn, WGradTile, kAB>(std::make_integer_se
 }  // namespace
 
 bool conv_lanes_suits(const LaneConv& s, bool weight_grad) {
-  // Lanes at most 1/4 empty; few channels (oneDNN's blocks are 16 wide); a reduction too large
-  // for conv_direct's tiny-layer loops. Against oneDNN 2.6 at 1 thread (input gradient / weight
-  // gradient, us): LeNet's 6x14x14 -> 16 5x5 263/336 vs 621/514; 12x16x16 -> 32 3x3 645/663 vs
-  // 612/900; 3x32x32 -> 16 5x5 1969/3057 vs 7426/1626; 8x32x32 -> 16 3x3 2305/4088 vs
-  // 3216/2371; 4x64x64 -> 8 3x3 777/1015 vs 3039/1257. The input gradient wins or ties
-  // throughout; the weight gradient's tiles stream too much from L2 on larger planes, so it
-  // takes planes of at most 256 pixels only.
+  // Lanes at most 1/5 empty (padded N <= 1.25 N); few channels (oneDNN's blocks are 16 wide); a
+  // reduction too large for conv_direct's tiny-layer loops. Against oneDNN 2.6 at 1 thread (input
+  // gradient / weight gradient, us): LeNet's 6x14x14 -> 16 5x5 263/336 vs 621/514; 12x16x16 -> 32
+  // 3x3 645/663 vs 612/900; 3x32x32 -> 16 5x5 1969/3057 vs 7426/1626; 8x32x32 -> 16 3x3 2305/4088
+  // vs 3216/2371; 4x64x64 -> 8 3x3 777/1015 vs 3039/1257. The input gradient wins or ties
+  // throughout. The weight gradient wins on the small planes and on 4x64x64 but loses 1.7-1.9x
+  // on both 32x32 planes (its tiles stream from L2); without a model of when, it takes planes of
+  // at most 256 pixels only, giving up the 64x64 win.
   const bool base = s.N >= kVL && padded(s.N) * 4 <= s.N * 5 && std::min(s.C, s.O) < 16 &&
                     s.C * s.kH * s.kW > 32 && s.OH > 0 && s.OW > 0;
   return base && (!weight_grad || s.H * s.W <= 256);

@@ -13,7 +13,7 @@ struct LaneConv {
 
 /// Whether the lane kernels should run this convolution (float32, stride 1, no dilation or
 /// groups assumed by the caller): enough samples to fill the lanes, few channels; for the
-/// weight gradient also planes of at most 256 pixels (where it was measured faster).
+/// weight gradient also planes of at most 256 pixels (measured faster on those; see the .cpp).
 bool conv_lanes_suits(const LaneConv& s, bool weight_grad = false);
 
 /// y = conv(x, w) (forward), all contiguous NCHW; y overwritten.
