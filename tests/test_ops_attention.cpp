@@ -244,7 +244,29 @@ TEST(AttentionBadInput, ShapesDtypesAndScale) {
         call(gd, {randn({2, 3, 5, 2}), q, k, v, randn({2, 3, 6, 5})}, {true, 0.5});
       },
       gop, {"probabilities", "[2, 3, 6, 5]", "[2, 3, 5, 6]"});
+  expect_error(
+      [&] {
+        call(gd, {randn({2, 3, 5, 2}, Float64), q, k, v, p}, {true, 0.5});
+      },
+      gop, {"g float64", "[2, 3, 5, 2]", "float32"});
+  // Attributes given through the registry are checked too: missing ones, wrong types, a
+  // non-finite scale (the wrapper's own check is bypassed there).
+  const OpDef& fd = OpRegistry::get().at(op);
+  expect_error([&] { call(fd, {q, k, v}, {}); }, op, {"takes 2 attributes", "causal, scale"});
+  expect_error(
+      [&] {
+        call(fd, {q, k, v}, {int64_t(1), 0.5});
+      },
+      op, {"bad attributes", "attribute 0 is an integer, expected a bool"});
+  expect_error([&] { call(fd, {q, k, v}, {true, std::nan("")}); }, op, {"scale must be finite"});
+  expect_error(
+      [&] {
+        call(gd, {randn({2, 3, 5, 2}), q, k, v, p}, {true});
+      },
+      gop, {"takes 2 attributes"});
   EXPECT_EQ(q.to_vector<float>(), qb);
+  // Nothing was left half-done: the op still works.
+  EXPECT_EQ(scaled_dot_product_attention(q, k, v, true).shape(), (Shape{2, 3, 5, 2}));
 }
 
 }  // namespace

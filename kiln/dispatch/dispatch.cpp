@@ -38,12 +38,19 @@ void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
 uint64_t eager_op_count() { return t_count; }
 
 namespace {
+TensorList run_checked(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs);
+
 TensorList run_kernel_impl(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
   if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
     fail(op.name.c_str(), "expected ", op.num_inputs, " inputs, got ", inputs.size());
   for (size_t k = 0; k < inputs.size(); ++k)
     if (!inputs[k].defined()) fail(op.name.c_str(), "input ", k, " is an undefined tensor");
+  check_attr_count(op, attrs);
   ++t_count;
+  return with_attr_check(op, attrs, [&] { return run_checked(op, inputs, attrs); });
+}
+
+TensorList run_checked(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
   if (op.view) return op.view(inputs, attrs);
   MetaList metas = op.infer(inputs, attrs);
   TensorList outs;

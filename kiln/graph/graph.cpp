@@ -69,8 +69,9 @@ class GraphBuilder : public SymbolicHandler {
       fail(op.name.c_str(), "expected ", op.num_inputs, " inputs, got ", inputs.size());
     for (size_t k = 0; k < inputs.size(); ++k)
       if (!inputs[k].defined()) fail(op.name.c_str(), "input ", k, " is an undefined tensor");
+    check_attr_count(op, attrs);
     // Shape and dtype inference runs now, so errors surface at build time with the shapes.
-    MetaList metas = op.infer(inputs, attrs);
+    MetaList metas = with_attr_check(op, attrs, [&] { return op.infer(inputs, attrs); });
     auto n = std::make_unique<Node>();
     n->kind = NodeKind::Op;
     n->op = &op;

@@ -104,8 +104,16 @@ cpu::AttnMat<T> raw_mat(const Tensor& raw, std::vector<int64_t>& off) {
   return {raw.data_ptr<T>(), off.data(), st[r - 2], 1};
 }
 
-MetaList infer_sdpa(std::span<const Tensor> in, const Attrs&) {
+// causal (bool) and a finite scale (0: 1/sqrt(E)), also when the op is called through the
+// registry rather than the wrapper.
+void check_attrs(const char* op, const Attrs& a) {
+  (void)a.b(0);
+  if (!std::isfinite(a.f(1))) fail(op, "scale must be finite (0 for 1/sqrt(E)), got ", a.f(1));
+}
+
+MetaList infer_sdpa(std::span<const Tensor> in, const Attrs& a) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
+  check_attrs(kOp, a);
   check_qkv(kOp, q, k, v);
   const int64_t r = q.dim();
   MetaList m;
@@ -127,12 +135,14 @@ void sdpa_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
 }
 
 // Inputs g (dL/d the logical output, any strides), q, k, v, p (the saved probabilities).
-MetaList infer_sdpa_grad(std::span<const Tensor> in, const Attrs&) {
+MetaList infer_sdpa_grad(std::span<const Tensor> in, const Attrs& a) {
   const Tensor &g = in[0], &q = in[1], &k = in[2], &v = in[3], &p = in[4];
+  check_attrs(kGradName, a);
   check_qkv(kGradName, q, k, v);
   const int64_t r = q.dim();
-  opu::require_same_dtype(kGradName, q, g);
-  opu::require_same_dtype(kGradName, q, p);
+  if (g.dtype() != q.dtype() || p.dtype() != q.dtype())
+    fail(kGradName, "the gradient g and the probabilities p must have q's dtype ", q.dtype(),
+         ", got g ", g.dtype(), " ", g.shape(), " and p ", p.dtype(), " ", p.shape());
   const Shape gs = batch_shape(q, q.shape()[r - 2], v.shape()[r - 1]);
   const Shape ps = batch_shape(q, q.shape()[r - 2], k.shape()[r - 2]);
   auto fits = [](const Shape& a, const Shape& b) {

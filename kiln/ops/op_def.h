@@ -14,24 +14,42 @@ namespace kiln {
 
 using AttrValue = std::variant<int64_t, double, bool, std::vector<int64_t>, std::string>;
 
-/// Positional attribute values; the names live in OpDef::attr_names.
+/// A missing attribute or one of the wrong type. The dispatcher and graph builder catch it and
+/// raise a kiln::Error that names the op and its attributes.
+class AttrError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Positional attribute values; the names live in OpDef::attr_names. The typed accessors check
+/// the index and the type (AttrError), so an op called through the registry with wrong
+/// attributes raises instead of reading past them.
 class Attrs {
  public:
   Attrs() = default;
   Attrs(std::initializer_list<AttrValue> v) : v_(v) {}
   size_t size() const { return v_.size(); }
-  const AttrValue& operator[](size_t k) const { return v_[k]; }
-  int64_t i(size_t k) const { return std::get<int64_t>(v_[k]); }
-  double f(size_t k) const { return std::get<double>(v_[k]); }
-  bool b(size_t k) const { return std::get<bool>(v_[k]); }
-  const std::vector<int64_t>& ints(size_t k) const { return std::get<std::vector<int64_t>>(v_[k]); }
-  const std::string& s(size_t k) const { return std::get<std::string>(v_[k]); }
+  const AttrValue& operator[](size_t k) const { return v_.at(k); }
+  int64_t i(size_t k) const { return get<int64_t>(k, "an integer"); }
+  double f(size_t k) const { return get<double>(k, "a double"); }
+  bool b(size_t k) const { return get<bool>(k, "a bool"); }
+  const std::vector<int64_t>& ints(size_t k) const {
+    return get<std::vector<int64_t>>(k, "an integer list");
+  }
+  const std::string& s(size_t k) const { return get<std::string>(k, "a string"); }
   void push(AttrValue v) { v_.push_back(std::move(v)); }
   bool operator==(const Attrs& o) const { return v_ == o.v_; }
   size_t hash() const;
   std::string str(const std::vector<std::string>& names) const;
 
  private:
+  template <typename T>
+  const T& get(size_t k, const char* what) const {
+    if (k >= v_.size() || !std::holds_alternative<T>(v_[k])) [[unlikely]]
+      bad(k, what);
+    return std::get<T>(v_[k]);
+  }
+  [[noreturn]] void bad(size_t k, const char* what) const;
   std::vector<AttrValue> v_;
 };
 
@@ -112,6 +130,20 @@ class OpRegistry {
  private:
   std::vector<std::unique_ptr<OpDef>> ops_;
 };
+
+/// Raises naming the op when it declares attribute names and `a` has another count of values.
+void check_attr_count(const OpDef& op, const Attrs& a);
+/// A kiln::Error naming the op, its attributes and what `e` found wrong with them.
+[[noreturn]] void attr_fail(const OpDef& op, const Attrs& a, const AttrError& e);
+/// Runs f() (inference, a kernel, a view), turning an AttrError into attr_fail's error.
+template <typename F>
+decltype(auto) with_attr_check(const OpDef& op, const Attrs& a, F&& f) {
+  try {
+    return f();
+  } catch (const AttrError& e) {
+    attr_fail(op, a, e);
+  }
+}
 
 /// Registers an op at static-init time: `static const OpDef& kAdd = def_op({...});`
 inline const OpDef& def_op(OpDef d) { return OpRegistry::get().add(std::move(d)); }

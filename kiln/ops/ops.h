@@ -1,7 +1,8 @@
 // The public op functions. Each is a thin wrapper that calls the dispatcher with its OpDef, so
 // it works eagerly, while building a graph and while tracing. Definitions live in the family
-// files beside this header (elementwise.cpp, shape_ops.cpp, reduce.cpp, linalg.cpp, conv.cpp,
-// pool.cpp, nn_ops.cpp, norm.cpp, index_ops.cpp, attention.cpp, state_ops.cpp, control_flow.cpp).
+// files beside this header (elementwise.cpp, activation.cpp, shape_ops.cpp, reduce.cpp,
+// linalg.cpp, conv.cpp, pool.cpp, nn_ops.cpp, norm.cpp, index_ops.cpp, attention.cpp,
+// state_ops.cpp, control_flow.cpp; fused.cpp for the fusion pass's `fused` op).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -57,6 +57,27 @@ size_t Attrs::hash() const {
   return h;
 }
 
+void Attrs::bad(size_t k, const char* what) const {
+  if (k >= v_.size())
+    throw AttrError(
+        str_cat("attribute ", k, " is missing (", v_.size(), " given), expected ", what));
+  static const char* const kinds[] = {"an integer", "a double", "a bool", "an integer list",
+                                      "a string"};
+  throw AttrError(str_cat("attribute ", k, " is ", kinds[v_[k].index()], ", expected ", what));
+}
+
+void check_attr_count(const OpDef& op, const Attrs& a) {
+  if (op.attr_names.empty() || a.size() == op.attr_names.size()) return;
+  std::string names;
+  for (const auto& n : op.attr_names) names += (names.empty() ? "" : ", ") + n;
+  fail(op.name.c_str(), "takes ", op.attr_names.size(), " attributes (", names, "), got ", a.size(),
+       " (", a.str(op.attr_names), ")");
+}
+
+void attr_fail(const OpDef& op, const Attrs& a, const AttrError& e) {
+  fail(op.name.c_str(), "bad attributes (", a.str(op.attr_names), "): ", e.what());
+}
+
 std::string Attrs::str(const std::vector<std::string>& names) const {
   std::ostringstream os;
   for (size_t k = 0; k < v_.size(); ++k) {

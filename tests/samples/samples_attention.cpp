@@ -196,11 +196,17 @@ std::vector<OpSample> make_samples() {
   v.push_back(sdpa_sample({1, 2}, 19, 19, 20, 20, true, 0, "blocks_causal"));
   v.push_back(sdpa_sample({1, 1}, 40, 40, 16, 24, true, 0, "blocks_causal_wide"));
   v.push_back(sdpa_sample({2}, 17, 40, 20, 16, false, 0, "blocks_full_cross"));
+  // Causal with Tq != Tk at vector sizes: the score columns capped at Tk, the transposed
+  // products starting at the diagonal block.
+  v.push_back(sdpa_sample({1}, 40, 19, 20, 16, true, 0, "blocks_causal_more_queries"));
+  v.push_back(sdpa_sample({1}, 19, 40, 20, 16, true, 0, "blocks_causal_more_keys"));
   v.push_back(sdpa_heads_sample(true, "permuted_heads_causal"));
   v.push_back(sdpa_heads_sample(false, "permuted_heads_full"));
   v.push_back(sdpa_grad_sample({2, 2}, 5, 5, 4, 3, true, "causal"));
   v.push_back(sdpa_grad_sample({2}, 4, 6, 3, 5, false, "full_cross"));
   v.push_back(sdpa_grad_sample({1, 1}, 19, 19, 20, 24, true, "blocks_causal"));
+  v.push_back(sdpa_grad_sample({1}, 40, 19, 20, 16, true, "blocks_causal_more_queries"));
+  v.push_back(sdpa_grad_sample({1}, 19, 40, 20, 16, true, "blocks_causal_more_keys"));
   return v;
 }
 

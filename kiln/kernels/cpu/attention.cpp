@@ -372,10 +372,8 @@ void pack(const T* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, T* d
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[r * rs + c * cs];
 }
-// (transpose16, kernels/cpu/transpose16.h: K^T and V^T per head took 6-8% of the op's time as
-// scalar loops.)
-
-// dst [cols, rows] contiguous <- src^T (16 x 16 register tiles for float rows of unit stride).
+// dst [cols, rows] contiguous <- src^T (16 x 16 register tiles for float rows of unit stride,
+// kernels/cpu/transpose16.h: as scalar loops K^T and V^T per head took 6-8% of the op's time).
 template <typename T>
 void pack_t(const T* src, int64_t rs, int64_t cs, int64_t rows, int64_t cols, T* dst) {
   int64_t r0 = 0, c0 = 0;
