@@ -377,6 +377,15 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
     EXPECT_KILN_ERROR(call(mpg, {ones({1, 1, 2, 2}), idx}, {std::vector<int64_t>{4, 4}}),
                       "max_pool2d_grad", {"index 99", "4x4"});
     Tensor neg = tensor(std::vector<int64_t>{0, -1, 2, 1}, {1, 1, 2, 2});
+    EXPECT_KILN_ERROR(call(mpg, {ones({1, 1, 2, 2}), idx}, {std::vector<int64_t>{0, 4}}),
+                      "max_pool2d_grad", {"input_size", "2 positive sizes", "[0, 4]"});
+    EXPECT_KILN_ERROR(call(mpg, {ones({1, 1, 2, 2}), idx}, {std::vector<int64_t>{-3, 4}}),
+                      "max_pool2d_grad", {"input_size", "[-3, 4]"});
+    const OpDef& apg = OpRegistry::get().at("avg_pool2d_grad");
+    EXPECT_KILN_ERROR(call(apg, {ones({1, 1, 2, 2})},
+                           {std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2},
+                            std::vector<int64_t>{0, 0}, std::vector<int64_t>{-3, 4}}),
+                      "avg_pool2d_grad", {"input_size", "[-3, 4]"});
     EXPECT_KILN_ERROR(call(mpg, {ones({1, 1, 2, 2}), neg}, {std::vector<int64_t>{4, 4}}),
                       "max_pool2d_grad", {"index -1"});
   }

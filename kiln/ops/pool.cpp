@@ -60,12 +60,21 @@ Shape check_pool(const char* op, const Shape& s, const PoolP& p) {
 
 Attrs pool_only(const Attrs& a) { return Attrs{a[0], a[1], a[2]}; }
 
+// input_size of a pooling gradient: two positive sizes (-1: a dynamic dim of a graph).
+void check_input_size(const char* op, const Ints& hw) {
+  if (hw.size() != 2 || hw[0] == 0 || hw[1] == 0 || hw[0] < -1 || hw[1] < -1) {
+    std::string v;  // the raw values (a Shape prints negative dims as '?')
+    for (int64_t x : hw) v += (v.empty() ? "" : ", ") + std::to_string(x);
+    fail(op, "input_size must be 2 positive sizes, got [", v, "]");
+  }
+}
+
 // Spatial input size for a pooling gradient: input_size attribute (4th), checked against g.
 Shape pool_grad_shape(const char* op, const Tensor& g, const Attrs& a, const PoolP& p) {
   if (g.dim() != 4) fail(op, "grad_output must be 4-D [N, C, OH, OW], got shape ", g.shape());
   opu::require_float(op, g);
   const Ints& hw = a.ints(3);
-  if (hw.size() != 2) fail(op, "input_size must have 2 values, got ", Shape(hw));
+  check_input_size(op, hw);
   Shape xs{g.size(0), g.size(1), hw[0], hw[1]};
   Shape ys = check_pool(op, xs, p);
   if ((ys[2] >= 0 && g.size(2) >= 0 && ys[2] != g.size(2)) ||
@@ -309,8 +318,7 @@ const OpDef& kMaxPool2dGrad = def_op(
          [](std::span<const Tensor> in, const Attrs& a) {
            check_idx("max_pool2d_grad", in[0], in[1]);
            const Ints& hw = a.ints(0);
-           if (hw.size() != 2)
-             fail("max_pool2d_grad", "input_size must have 2 values, got ", Shape(hw));
+           check_input_size("max_pool2d_grad", hw);
            return one(in[0].dtype(), Shape{in[0].size(0), in[0].size(1), hw[0], hw[1]});
          },
      // dx = zeros, then dx[plane][idx] += g (a scatter-add: overlapping windows can share one).
