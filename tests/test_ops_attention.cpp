@@ -170,6 +170,41 @@ TEST(AttentionOp, GradientsOfGradientsMatchComposite) {
   }
 }
 
+// In a static graph gradients() of gradients() runs the gradient op's own rule (the first
+// derivative stays one fused op), against the composite's eager second derivatives.
+TEST(AttentionOp, GraphGradientsOfGradientsMatchComposite) {
+  manual_seed(36);
+  Tensor q0 = randn({2, 2, 6, 3}, Float64), k0 = randn({2, 2, 6, 3}, Float64),
+         v0 = randn({2, 2, 6, 4}, Float64);
+  for (bool causal : {true, false}) {
+    Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(),
+           v = v0.clone().requires_grad_();
+    Tensor o = composite(q, k, v, causal);
+    auto g1 = grad({sum(mul(o, o))}, {q, k, v}, {}, true, true);
+    auto g2 = grad({add(add(sum(mul(g1[0], g1[0])), sum(mul(g1[1], mul(g1[1], k)))), sum(g1[2]))},
+                   {q, k, v});
+
+    Graph g;
+    Tensor qg = g.placeholder("q", Float64, {Dim::any(), 2, 6, 3});
+    Tensor kg = g.placeholder("k", Float64, {Dim::any(), 2, 6, 3});
+    Tensor vg = g.placeholder("v", Float64, {Dim::any(), 2, 6, 4});
+    Tensor og = scaled_dot_product_attention(qg, kg, vg, causal);
+    std::vector<Tensor> d1 = gradients({sum(mul(og, og))}, {qg, kg, vg});
+    std::vector<Tensor> d2 =
+        gradients({add(add(sum(mul(d1[0], d1[0])), sum(mul(d1[1], mul(d1[1], kg)))), sum(d1[2]))},
+                  {qg, kg, vg});
+    int fused_grads = 0;
+    for (const auto& n : g.nodes())
+      if (n->op && n->op->name == "scaled_dot_product_attention_grad") ++fused_grads;
+    EXPECT_GE(fused_grads, 1);
+    Session sess(g);
+    auto out = sess.run({d2[0], d2[1], d2[2]}, {{qg, q0}, {kg, k0}, {vg, v0}});
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_LT(max_diff(out[i], g2[i]), 1e-9 * (1 + max_abs(g2[i])))
+          << "input " << i << " causal " << causal;
+  }
+}
+
 TEST(AttentionOp, EmptyLengths) {
   Tensor q = randn({2, 3, 4}), k = randn({2, 0, 4}), v = randn({2, 0, 5});
   Tensor qg = q.clone().requires_grad_();

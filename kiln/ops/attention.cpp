@@ -179,9 +179,64 @@ void sdpa_grad_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
   });
 }
 
-// Not differentiable itself: the forward's rule uses it only where no graph of the gradient is
-// wanted (an eager backward with create_graph uses the decomposition below; gradients() of a
-// graph that contains it raises).
+// The scale the kernels use; the rules need it as a number.
+double rule_scale(const char* op, const Attrs& a, const Tensor& q) {
+  if (a.f(1) == 0 && q.size(-1) < 0)
+    fail(op, "gradients with the default scale need a static head dim, got q ", q.shape());
+  return eff_scale(a.f(1), q.size(-1));
+}
+
+// Second derivatives: the rule of the gradient op, differentiating the formulas of sdpa_grad
+// (below). They hold with causal masking as they stand, because the op's p is zero past the
+// diagonal (as the forward writes it; the kernel reads p in whole blocks and relies on that).
+// With cotangents A, B, C of dq, dk, dv, s the scale and Y = dP - rowsum(P * dP) (dS = s P Y):
+//   dv = P^T G:   gP += G C^T,       gG += P C
+//   dq = dS K:    gdS += A K^T,      gK += dS^T A
+//   dk = dS^T Q:  gdS += Q B^T,      gQ += dS B
+//   dS = s P Y:   gP += s gdS * Y,   gY = s gdS * P
+//   Y:            gdP = gY - rowsum(gY) P,   gP -= rowsum(gY) dP   (r = rowsum(P dP) feeds both)
+//   dP = G V^T:   gG += gdP V,       gV += gdP^T G
+TensorList sdpa_grad_grad(const GradCtx& c) {
+  const Tensor &g = c.in(0), &q = c.in(1), &k = c.in(2), &v = c.in(3);
+  const Tensor& p = c.in(4);
+  const double s = rule_scale(kGradName, c.attrs, q);
+  auto tr = [](const Tensor& t) { return transpose(t, -1, -2); };
+  auto acc = [](const Tensor& a, const Tensor& b) { return a.defined() ? add(a, b) : b; };
+  // The outputs are raw (see Layout): so are their cotangents.
+  const Tensor A = c.flowed(0) ? logical(c.g(0)) : Tensor();
+  const Tensor B = c.flowed(1) ? logical(c.g(1)) : Tensor();
+  const Tensor C = c.flowed(2) ? logical(c.g(2)) : Tensor();
+  Tensor gg, gq, gk, gv, gp;
+  if (C.defined()) {
+    gp = matmul(g, tr(C));
+    gg = matmul(p, C);
+  }
+  if (A.defined() || B.defined()) {
+    const Tensor dp = matmul(g, tr(v));
+    const Tensor y = sub(dp, sum(mul(p, dp), {-1}, true));
+    const Tensor ds = mul(mul(p, y), s);
+    Tensor gds;
+    if (A.defined()) {
+      gds = matmul(A, tr(k));
+      gk = matmul(tr(ds), A);
+    }
+    if (B.defined()) {
+      gds = acc(gds, matmul(q, tr(B)));
+      gq = matmul(ds, B);
+    }
+    const Tensor gy = mul(mul(gds, p), s);
+    const Tensor rg = sum(gy, {-1}, true);
+    gp = acc(gp, sub(mul(mul(gds, y), s), mul(rg, dp)));
+    const Tensor gdp = sub(gy, mul(rg, p));
+    gg = acc(gg, matmul(gdp, v));
+    gv = matmul(tr(gdp), g);
+  }
+  return TensorList{c.need(0) ? gg : Tensor(), c.need(1) ? gq : Tensor(), c.need(2) ? gk : Tensor(),
+                    c.need(3) ? gv : Tensor(), c.need(4) ? gp : Tensor()};
+}
+
+// Differentiable through sdpa_grad_grad, so gradients of gradients work eagerly, in graphs and
+// under jit with the fused kernel in the first derivative.
 const OpDef& kSdpaGrad =
     def_op({.name = kGradName,
             .num_inputs = 5,
@@ -189,6 +244,7 @@ const OpDef& kSdpaGrad =
             .attr_names = {"causal", "scale"},
             .infer = infer_sdpa_grad,
             .kernel = sdpa_grad_kernel,
+            .grad = sdpa_grad_grad,
             .doc = "gradients (dq, dk, dv; [..., T, H, E] memory order for rank >= 3) of "
                    "scaled_dot_product_attention from g, q, k, v and the saved probabilities"});
 
@@ -199,14 +255,14 @@ const OpDef& kSdpaGrad =
 TensorList sdpa_grad(const GradCtx& c) {
   const Tensor &q = c.in(0), &k = c.in(1), &v = c.in(2), &p = c.out(1);
   const Tensor g = logical(c.g(0));  // output 0 is raw: its gradient too
-  const bool decompose = c.flowed(1) || (g.is_concrete() && grad_mode_enabled());
-  if (!decompose) {
+  // The gradient op is differentiable (sdpa_grad_grad), so it also serves create_graph; only a
+  // gradient into the probabilities (from a second derivative) needs the formulas as ops.
+  if (!c.flowed(1)) {
     TensorList r = call(kSdpaGrad, {g, q, k, v, p}, c.attrs);
     return TensorList{c.need(0) ? logical(r[0]) : Tensor(), c.need(1) ? logical(r[1]) : Tensor(),
                       c.need(2) ? logical(r[2]) : Tensor()};
   }
-  // The same formulas with Kiln ops, so that gradients of gradients work (create_graph).
-  const double scale = eff_scale(c.attrs.f(1), q.size(-1));
+  const double scale = rule_scale(kOp, c.attrs, q);
   Tensor dp = matmul(g, transpose(v, -1, -2));
   if (c.flowed(1)) dp = add(dp, c.g(1));
   Tensor ds = mul(mul(p, sub(dp, sum(mul(p, dp), {-1}, true))), scale);

@@ -123,7 +123,8 @@ OpSample sdpa_heads_sample(bool causal, std::string name) {
 }
 
 // scaled_dot_product_attention_grad(g, q, k, v, p) -> dq, dk, dv, checked as one flat tensor
-// against loops over the formulas; p are the forward's probabilities.
+// against loops over the formulas; p are the forward's probabilities. Gradcheck covers the
+// op's own gradient rule (second derivatives of attention).
 OpSample sdpa_grad_sample(Shape batch, int64_t tq, int64_t tk, int64_t d, int64_t dv, bool causal,
                           std::string name) {
   OpSample o;
@@ -138,9 +139,18 @@ OpSample sdpa_grad_sample(Shape batch, int64_t tq, int64_t tk, int64_t d, int64_
         from_vals(ref_probs(vals(in[1]), vals(in[2]), s, causal, scale_of(0, d)), shape(tq, tk)));
     return in;
   };
-  o.run = [causal, d](const In& in) {
+  o.run = [causal, d, tq, tk](const In& in) {
+    // The op takes p as the forward writes it, zero past the diagonal (its kernel reads whole
+    // blocks): masking here keeps that true while gradcheck perturbs p.
+    In a = in;
+    if (causal) {
+      std::vector<double> m(z(tq * tk), 0.0);
+      for (int64_t i = 0; i < tq; ++i)
+        for (int64_t j = 0; j <= i && j < tk; ++j) m[z(i * tk + j)] = 1.0;
+      a[4] = mul(in[4], from_vals(m, Shape{tq, tk}).to(in[4].dtype()));
+    }
     TensorList r = call(OpRegistry::get().at("scaled_dot_product_attention_grad"),
-                        std::span<const Tensor>(in.data(), in.size()), {causal, scale_of(0, d)});
+                        std::span<const Tensor>(a.data(), a.size()), {causal, scale_of(0, d)});
     std::vector<Tensor> parts;
     for (const Tensor& t : r) parts.push_back(flatten(t.dim() >= 3 ? transpose(t, -3, -2) : t));
     return cat(parts, 0);
@@ -176,7 +186,7 @@ OpSample sdpa_grad_sample(Shape batch, int64_t tq, int64_t tk, int64_t d, int64_
     dq.insert(dq.end(), dv.begin(), dv.end());
     return from_vals(dq, Shape{static_cast<int64_t>(dq.size())});
   };
-  o.differentiable = false;
+  // Differentiable in all five inputs: gradcheck checks the op's rule (second derivatives).
   o.tol32 = 1e-4;
   return o;
 }
