@@ -1,12 +1,13 @@
 // matmul / linear / conv2d / pooling beyond the registry samples: transposed operands reach the
-// GEMM without copies, float32 (oneDNN, batch-parallel) agrees with float64 (OpenBLAS, serial),
-// gradients of gradients, max-pool routing, and every bad input raises a kiln::Error that
-// names the op and the shapes.
+// GEMM without copies, float32 (oneDNN, batch-parallel, and the conv lane kernels called
+// directly) agrees with float64 (OpenBLAS, serial), gradients of gradients, max-pool routing,
+// and every bad input raises a kiln::Error that names the op and the shapes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
+#include "kiln/kernels/cpu/conv_lanes.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
@@ -185,6 +186,36 @@ TEST(Conv2d, Float32MatchesFloat64) {
           << "result " << k << " of conv C=" << g.C << " k=" << g.k << " stride " << g.sh << ","
           << g.sw << " groups " << g.groups;
     }
+  }
+}
+
+// The lane kernels called directly: conv2d reaches conv_lanes_fwd only where oneDNN declines a
+// forward (the CBLAS build), so the default build's conv2d tests above run only its two gradient
+// kernels. Forward, input gradient and weight gradient against conv2d in float64.
+TEST(Conv2d, LaneKernelsMatchFloat64) {
+  struct G {
+    int64_t N, C, H, W, O, k, ph, pw;
+  };
+  for (const G& g : {G{64, 6, 14, 14, 16, 5, 0, 0}, G{16, 7, 9, 11, 9, 3, 1, 2},
+                     G{52, 13, 6, 7, 2, 2, 0, 1}, G{16, 4, 20, 20, 8, 3, 1, 1}}) {
+    const int64_t OH = g.H + 2 * g.ph - g.k + 1, OW = g.W + 2 * g.pw - g.k + 1;
+    const cpu::LaneConv s{g.N, g.C, g.H, g.W, g.O, g.k, g.k, OH, OW, g.ph, g.pw};
+    ASSERT_TRUE(cpu::conv_lanes_suits(s)) << "geometry N=" << g.N << " C=" << g.C;
+    manual_seed(7);
+    Tensor x = randn({g.N, g.C, g.H, g.W}), w = mul(randn({g.O, g.C, g.k, g.k}), 0.3);
+    Tensor gy = randn({g.N, g.O, OH, OW});
+    Tensor x64 = x.to(Float64).requires_grad_(), w64 = w.to(Float64).requires_grad_();
+    Tensor y64 = conv2d(x64, w64, Tensor(), {1, 1}, {g.ph, g.pw});
+    sum(mul(y64, gy.to(Float64))).backward();
+    Tensor y = empty({g.N, g.O, OH, OW}), dx = empty(x.shape()), dw = empty(w.shape());
+    cpu::conv_lanes_fwd(s, x.data_ptr<float>(), w.data_ptr<float>(), y.data_ptr<float>());
+    cpu::conv_lanes_bwd_data(s, gy.data_ptr<float>(), w.data_ptr<float>(), dx.data_ptr<float>());
+    cpu::conv_lanes_bwd_weight(s, x.data_ptr<float>(), gy.data_ptr<float>(), dw.data_ptr<float>());
+    const Tensor want[] = {y64, x64.grad(), w64.grad()};
+    const Tensor got[] = {y, dx, dw};
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LT(max_abs_diff(got[i], want[i]), 1e-4 * (1 + max_abs(want[i])))
+          << "result " << i << " N=" << g.N << " C=" << g.C << " O=" << g.O << " k=" << g.k;
   }
 }
 
