@@ -7,8 +7,10 @@
 #include <cstdlib>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
+using kiln_test::expect_error;
 
 namespace {
 
@@ -28,16 +30,6 @@ Tensor lecture_f(const Tensor& x, const Tensor& y, const Tensor& z) {
   Tensor pred = x.dim() == 0 ? lt(x, y) : lt(sum(x), sum(y));
   return cond(
       pred, [&] { return add(x, z); }, [&] { return mul(y, y); });
-}
-
-std::string expect_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no kiln::Error thrown";
-  return "";
 }
 
 // Switches passes off for one test (KILN_DISABLE_PASSES is read when a plan is built).

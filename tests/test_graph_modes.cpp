@@ -9,8 +9,10 @@
 
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
+#include "test_util.h"
 
 using namespace kiln;
+using kiln_test::expect_error;
 
 namespace {
 
@@ -169,21 +171,6 @@ struct SoftmaxRegression {
     yb = randint(0, 10, {8});
   }
 };
-
-// Runs f, expects a kiln::Error whose message has every part; returns the message.
-template <class F>
-std::string expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
-    return m;
-  }
-  ADD_FAILURE() << "no kiln::Error; expected one naming " << (parts.empty() ? "" : parts[0]);
-  return "";
-}
 
 class SessionErrors : public ::testing::Test {
  protected:

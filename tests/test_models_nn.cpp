@@ -10,8 +10,10 @@
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
+#include "test_util.h"
 
 using namespace kiln;
+using kiln_test::expect_error;
 namespace init = kiln::nn::init;
 
 namespace {
@@ -22,18 +24,6 @@ void expect_near_all(const std::vector<double>& got, const std::vector<double>& 
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << "element " << i;
-}
-
-// Expects fn to throw kiln::Error whose message contains every one of `parts`.
-template <typename F>
-void expect_error(F&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no kiln::Error thrown";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << m << " lacks " << p;
-  }
 }
 
 // Index of a contiguous NCHW element.

@@ -4,14 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
+using kiln_test::expect_error;
 
 namespace {
 
@@ -317,22 +318,6 @@ TEST(Dropout, EvalAndZeroPAreIdentity) {
 
 // ---- bad inputs ---------------------------------------------------------------------------
 
-// Runs f twice: once under EXPECT_THROW, once to read the message, which must name the op in
-// brackets and contain each of `parts`; then checks that ops still work.
-void expect_error(const std::function<void()>& f, const std::string& op,
-                  const std::vector<std::string>& parts) {
-  EXPECT_THROW(f(), kiln::Error);
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("[" + op + "]"), std::string::npos) << m;
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' in " << m;
-  }
-  Tensor s = softmax(tensor({1.f, 2.f, 3.f}), 0);
-  EXPECT_NEAR(s.sum().item<float>(), 1.f, 1e-6);
-}
-
 TEST(NnBadInput, EmbeddingIndexOutOfRange) {
   Tensor w = randn({5, 3});
   expect_error(
@@ -487,6 +472,19 @@ TEST(NnBadInput, SoftmaxAndDropoutErrors) {
   expect_error([&] { dropout(randn({2, 3}), 1.5); }, "dropout", {"1.5", "[2, 3]"});
   expect_error([&] { dropout(randn({2, 3}), -0.1); }, "dropout", {"-0.1"});
   expect_error([&] { dropout(randn({2, 3}), 1.0); }, "dropout", {"p must be in [0, 1)"});
+}
+
+TEST(NnBadInput, SoftmaxCorrectAfterFailedNnOps) {
+  // Failures inside parallel regions (the large lookup) and in argument checks must leave the
+  // thread pool and dispatcher able to give the right numbers.
+  std::vector<int64_t> big(100000, 1);
+  big.back() = 5;
+  EXPECT_THROW(embedding(randn({5, 3}), tensor(big, {100000})), Error);
+  EXPECT_THROW(softmax(randn({2, 3}), 2), Error);
+  EXPECT_THROW(dropout(randn({2, 3}), 1.5), Error);
+  Tensor s = softmax(tensor({1.f, 2.f, 3.f}), 0);
+  EXPECT_NEAR(s.sum().item<float>(), 1.f, 1e-6);
+  expect_near_all(v64(s), naive_softmax({1, 2, 3}, 1, 3, 1, false), 1e-6);
 }
 
 }  // namespace

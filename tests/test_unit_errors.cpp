@@ -4,34 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
+using kiln_test::expect_error;
 
 namespace {
-
-// Checks that f throws kiln::Error starting with "[op]" and containing every `mention`, then
-// that ordinary ops still work (no corrupted state: grad mode, allocator, dispatcher).
-void expect_error(const std::function<void()>& f, const std::string& op,
-                  const std::vector<std::string>& mentions) {
-  EXPECT_THROW(f(), Error);
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string m = e.what();
-    EXPECT_EQ(m.rfind("[" + op + "]", 0), 0u) << "message: " << m;
-    for (const auto& s : mentions)
-      EXPECT_NE(m.find(s), std::string::npos) << "'" << s << "' missing in: " << m;
-  } catch (...) {
-    ADD_FAILURE() << "[" << op << "] threw something other than kiln::Error";
-  }
-  EXPECT_TRUE(grad_mode_enabled());
-  Tensor a = tensor({1.f, 2.f, 3.f, 4.f}, {2, 2});
-  Tensor b = (a + a.t()).sum();
-  EXPECT_EQ(b.item<float>(), 20.f);
-}
 
 Tensor f32(const Shape& s) { return ones(s); }
 
