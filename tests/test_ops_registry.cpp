@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
+#include <typeinfo>
 
 #include "samples/op_samples.h"
 
@@ -153,6 +156,161 @@ TEST_P(OpSampleTest, GradcheckBroadcastLayout) {
       },
       small, 1e-6, s.gc_atol, s.gc_rtol);
   EXPECT_TRUE(r.ok) << r.message;
+}
+
+// Bad input never crashes and never raises anything but kiln::Error. The sample runs once with
+// every op call captured; then each captured call of the sample's ops is repeated through the
+// dispatcher with one input at a time replaced by a wrong dtype, an extra or a missing dim, an
+// empty or a longer dim, an undefined tensor, NaNs, or (integer inputs) out-of-range values. A
+// mutation may also be valid (broadcasting, promotion); the op then just runs. Under ASan (CI)
+// this also checks that no mutation reads or writes out of bounds.
+std::vector<std::pair<std::string, Tensor>> mutations(const Tensor& t) {
+  std::vector<std::pair<std::string, Tensor>> m;
+  m.emplace_back("undefined", Tensor());
+  if (!t.defined()) return m;
+  if (is_floating(t.dtype())) {
+    m.emplace_back("int64", t.to(Int64));
+    m.emplace_back("bool", t.to(Bool));
+    m.emplace_back("nan", full_like(t, std::nan("")));
+  } else {
+    m.emplace_back("float32", t.to(Float32));
+    m.emplace_back("minus_one", full_like(t, -1));
+    m.emplace_back("too_large", full_like(t, 1000003));
+  }
+  m.emplace_back("extra_dim", unsqueeze(t, 0));
+  if (t.dim() >= 1) {
+    m.emplace_back("dim0_dropped", t.select(0, 0));
+    m.emplace_back("dim0_empty", slice(t, 0, 0, 0));
+    Shape longer = t.shape();
+    longer[longer.rank() - 1] += 1;
+    m.emplace_back("last_dim_longer", zeros(longer, t.dtype()));
+  } else {
+    m.emplace_back("vector", reshape(t, {1}));
+  }
+  return m;
+}
+
+// Records every op call (op, inputs, attrs) and runs it.
+struct Capture : SymbolicHandler {
+  struct CallRec {
+    const OpDef* op;
+    std::vector<Tensor> inputs;
+    Attrs attrs;
+  };
+  std::vector<CallRec> calls;
+  SymbolicHandler* prev = nullptr;
+  TensorList handle(const OpDef& op, std::span<const Tensor> in, const Attrs& attrs) override {
+    for (const Tensor& t : in)
+      if (t.defined() && t.is_symbolic()) {  // a graph being built: its handler's business
+        set_symbolic_handler(prev);
+        set_capture_all(false);
+        struct Back {
+          Capture* c;
+          ~Back() {
+            set_symbolic_handler(c);
+            set_capture_all(true);
+          }
+        } back{this};
+        return call(op, in, attrs);
+      }
+    calls.push_back({&op, std::vector<Tensor>(in.begin(), in.end()), attrs});
+    return run_kernel(op, in, attrs);
+  }
+  // Runs the sample once (no autograd), capturing its calls.
+  void run(const OpSample& s) {
+    NoGradGuard ng;
+    prev = set_symbolic_handler(this);
+    set_capture_all(true);
+    struct Back {
+      SymbolicHandler* prev;
+      ~Back() {
+        set_capture_all(false);
+        set_symbolic_handler(prev);
+      }
+    } back{prev};
+    (void)s.run(s.inputs());
+  }
+};
+
+// Repeats a captured call with other inputs or attributes: kiln::Error or a result.
+void try_call(const Capture::CallRec& c, const std::vector<Tensor>& in, const Attrs& attrs,
+              const std::string& what) {
+  if (std::getenv("KILN_TEST_TRACE"))
+    std::fprintf(stderr, "%s %s\n", c.op->name.c_str(), what.c_str());
+  try {
+    TensorList out = call(*c.op, std::span<const Tensor>(in.data(), in.size()), attrs);
+    for (const Tensor& o : out)
+      if (o.defined() && o.is_concrete()) (void)o.to_vector<double>();
+  } catch (const Error&) {
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << c.op->name << " " << what << ": " << typeid(e).name() << ": " << e.what();
+  }
+}
+
+TEST_P(OpSampleTest, BadInputsRaiseKilnError) {
+  const OpSample& s = sample_registry()[GetParam()];
+  Capture cap;
+  cap.run(s);
+  std::set<std::string> done;
+  for (const auto& c : cap.calls) {
+    if (std::find(s.ops.begin(), s.ops.end(), c.op->name) == s.ops.end()) continue;
+    if (!done.insert(c.op->name).second) continue;  // each op's first call
+    for (size_t k = 0; k < c.inputs.size(); ++k)
+      for (auto& [what, bad] : mutations(c.inputs[k])) {
+        std::vector<Tensor> b = c.inputs;
+        b[k] = bad;
+        try_call(c, b, c.attrs, std::string("input ") + std::to_string(k) + " " + what);
+      }
+  }
+}
+
+// Each attribute of a captured call in turn replaced by a wrong value of its type (negative,
+// zero or large integers and sizes, NaN and infinite doubles, flipped bools, shorter and longer
+// integer lists, unknown strings): kiln::Error or a result, never a crash.
+std::vector<std::pair<std::string, AttrValue>> attr_mutations(const AttrValue& v) {
+  std::vector<std::pair<std::string, AttrValue>> m;
+  if (std::holds_alternative<int64_t>(v)) {
+    for (int64_t x : {int64_t(-1), int64_t(-1000), int64_t(0), int64_t(1000)})
+      m.emplace_back(std::string("int ") + std::to_string(x), x);
+  } else if (std::holds_alternative<double>(v)) {
+    for (double x : {std::nan(""), double(INFINITY), -double(INFINITY), -1.0, 0.0})
+      m.emplace_back(std::string("double ") + std::to_string(x), x);
+  } else if (std::holds_alternative<bool>(v)) {
+    m.emplace_back("bool flipped", !std::get<bool>(v));
+  } else if (std::holds_alternative<std::vector<int64_t>>(v)) {
+    const auto& xs = std::get<std::vector<int64_t>>(v);
+    m.emplace_back("list empty", std::vector<int64_t>{});
+    std::vector<int64_t> longer = xs;
+    longer.push_back(1);
+    m.emplace_back("list longer", longer);
+    for (size_t i = 0; i < xs.size(); ++i)
+      for (int64_t x : {int64_t(-1), int64_t(-9), int64_t(0), int64_t(7)}) {
+        std::vector<int64_t> y = xs;
+        y[i] = x;
+        m.emplace_back(std::string("list[") + std::to_string(i) + "] " + std::to_string(x), y);
+      }
+  } else {
+    m.emplace_back("string empty", std::string());
+    m.emplace_back("string unknown", std::string("no-such-value"));
+  }
+  return m;
+}
+
+TEST_P(OpSampleTest, BadAttributesRaiseKilnError) {
+  const OpSample& s = sample_registry()[GetParam()];
+  Capture cap;
+  cap.run(s);
+  std::set<std::string> done;
+  for (const auto& c : cap.calls) {
+    if (std::find(s.ops.begin(), s.ops.end(), c.op->name) == s.ops.end()) continue;
+    if (!done.insert(c.op->name).second) continue;
+    for (size_t k = 0; k < c.attrs.size(); ++k)
+      for (auto& [what, bad] : attr_mutations(c.attrs[k])) {
+        Attrs a;
+        for (size_t j = 0; j < c.attrs.size(); ++j) a.push(j == k ? bad : c.attrs[j]);
+        try_call(c, c.inputs, a, std::string("attr ") + std::to_string(k) + " " + what);
+      }
+  }
 }
 
 std::string sample_name(const ::testing::TestParamInfo<size_t>& info) {

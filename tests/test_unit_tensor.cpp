@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 #include "kiln/kiln.h"
@@ -438,6 +439,36 @@ TEST(TensorHostReads, ItemToVectorBoolAt) {
 }
 
 // ---- clone, copy_, to ---------------------------------------------------------------------
+
+// A default-constructed tensor (or an absent gradient) raises kiln::Error from its metadata
+// and from ops, naming what was asked, instead of dereferencing null.
+TEST(TensorUndefined, MetadataAndOpsRaise) {
+  Tensor u;
+  EXPECT_FALSE(u.defined());
+  auto raises = [](const std::function<void()>& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << what << " did not raise";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[" + what + "]"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("undefined"), std::string::npos) << e.what();
+    }
+  };
+  raises([&] { (void)u.dtype(); }, "dtype");
+  raises([&] { (void)u.shape(); }, "shape");
+  raises([&] { (void)u.dim(); }, "dim");
+  raises([&] { (void)u.numel(); }, "numel");
+  raises([&] { (void)u.size(0); }, "size");
+  raises([&] { (void)u.strides(); }, "strides");
+  raises([&] { (void)u.stride(0); }, "stride");
+  raises([&] { (void)u.is_contiguous(); }, "is_contiguous");
+  raises([&] { (void)u.element_size(); }, "element_size");
+  Tensor x = randn({2, 3}).requires_grad_();
+  raises([&] { (void)x.grad().shape(); }, "shape");  // no backward yet
+  EXPECT_THROW(add(x, u), Error);
+  EXPECT_THROW(matmul(u, x), Error);
+  EXPECT_THROW(relu(u), Error);
+}
 
 TEST(TensorCopies, CloneIsDeep) {
   Tensor a = iota({2, 3});

@@ -53,8 +53,16 @@ HostReadHook set_thread_host_read_hook(HostReadHook h) {
   return p;
 }
 
-int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  return impl_or_raise("size").shape[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  return impl_or_raise("stride").strides[wrap_dim(d, dim(), "stride")];
+}
+
+void Tensor::undefined(const char* what) {
+  fail(what, "the tensor is undefined (default-constructed, or a gradient that was never set)");
+}
 
 bool Tensor::shares_storage(const Tensor& o) const {
   return impl_ && o.impl_ && impl_->storage && impl_->storage == o.impl_->storage;

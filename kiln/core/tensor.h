@@ -91,19 +91,19 @@ class Tensor {
 
   // ---- metadata ------------------------------------------------------------------------
   bool defined() const { return impl_ != nullptr; }
-  DType dtype() const { return impl_->dtype; }
-  const Shape& shape() const { return impl_->shape; }
-  int64_t dim() const { return impl_->shape.rank(); }
+  DType dtype() const { return impl_or_raise("dtype").dtype; }
+  const Shape& shape() const { return impl_or_raise("shape").shape; }
+  int64_t dim() const { return impl_or_raise("dim").shape.rank(); }
   /// Size of dim d (negative counts from the end).
   int64_t size(int64_t d) const;
-  const Strides& strides() const { return impl_->strides; }
+  const Strides& strides() const { return impl_or_raise("strides").strides; }
   int64_t stride(int64_t d) const;
-  int64_t offset() const { return impl_->offset; }
-  int64_t numel() const { return impl_->shape.numel(); }
-  bool is_contiguous() const { return impl_->contiguous; }
+  int64_t offset() const { return impl_or_raise("offset").offset; }
+  int64_t numel() const { return impl_or_raise("numel").shape.numel(); }
+  bool is_contiguous() const { return impl_or_raise("is_contiguous").contiguous; }
   bool is_symbolic() const { return impl_ && impl_->sym != nullptr; }
   bool is_concrete() const { return impl_ && impl_->storage != nullptr; }
-  size_t element_size() const { return dtype_size(impl_->dtype); }
+  size_t element_size() const { return dtype_size(impl_or_raise("element_size").dtype); }
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
@@ -191,6 +191,14 @@ class Tensor {
       not_concrete(what);
   }
   [[noreturn]] void not_concrete(const char* what) const;
+  // Metadata of a defined tensor; an undefined one (default-constructed, or an absent gradient)
+  // raises kiln::Error instead of dereferencing null.
+  const TensorImpl& impl_or_raise(const char* what) const {
+    if (!impl_) [[unlikely]]
+      undefined(what);
+    return *impl_;
+  }
+  [[noreturn]] static void undefined(const char* what);
   Tensor host_value(const char* what, const std::source_location& loc) const;
   std::shared_ptr<TensorImpl> impl_;
 };

@@ -476,52 +476,55 @@ const OpDef& kCast = def_op({.name = "cast",
 // gradients (zeros where none flowed), where a slice per piece would give each piece's gradient
 // as a whole-input slice_grad and a chain of adds: an LSTM reading its [T, B, 4H] input
 // projection one step at a time paid T slice_grads of the whole tensor (T^2 memory traffic).
-const OpDef& kSplit = def_op(
-    {.name = "split",
-     .num_outputs = -1,
-     .attr_names = {"dim", "sizes"},
-     .traits = kView,
-     .infer =
-         [](std::span<const Tensor> in, const Attrs& a) {
-           const Shape& s = in[0].shape();
-           if (s.rank() == 0) fail("split", "cannot split a 0-d tensor");
-           int64_t d = wrap_dim(a.i(0), s, "split");
-           const auto& sizes = a.ints(1);
-           int64_t total = 0;
-           for (auto z : sizes) {
-             if (z < 0) fail("split", "negative split size ", z, " for shape ", s);
-             total += z;
-           }
-           if (s[d] >= 0 && total != s[d])
-             fail("split", "sizes sum to ", total, " but dim ", d, " of shape ", s, " is ", s[d]);
-           MetaList m;
-           for (auto z : sizes) {
-             Shape o = s;
-             o[d] = z;
-             m.push_back(TensorMeta{in[0].dtype(), o});
-           }
-           return m;
-         },
-     .view =
-         [](std::span<const Tensor> in, const Attrs& a) {
-           const Tensor& x = in[0];
-           int64_t d = wrap_dim(a.i(0), x.shape(), "split");
-           TensorList outs;
-           int64_t at = 0;
-           for (auto z : a.ints(1)) {
-             Shape o = x.shape();
-             o[d] = z;
-             outs.push_back(make_view(x, o, x.strides(), x.offset() + at * x.strides()[d]));
-             at += z;
-           }
-           return outs;
-         },
-     .grad =
-         [](const GradCtx& c) {
-           std::vector<Tensor> gs(c.grads.begin(), c.grads.end());
-           return TensorList{cat(gs, c.attrs.i(0))};
-         },
-     .doc = "views of consecutive pieces of `sizes` along dim (torch.split)"});
+MetaList split_metas(std::span<const Tensor> in, const Attrs& a) {
+  const Shape& s = in[0].shape();
+  if (s.rank() == 0) fail("split", "cannot split a 0-d tensor");
+  int64_t d = wrap_dim(a.i(0), s, "split");
+  const auto& sizes = a.ints(1);
+  int64_t total = 0;
+  for (auto z : sizes) {
+    if (z < 0) fail("split", "negative split size ", z, " for shape ", s);
+    total += z;
+  }
+  if (s[d] >= 0 && total != s[d])
+    fail("split", "sizes sum to ", total, " but dim ", d, " of shape ", s, " is ", s[d]);
+  MetaList m;
+  for (auto z : sizes) {
+    Shape o = s;
+    o[d] = z;
+    m.push_back(TensorMeta{in[0].dtype(), o});
+  }
+  return m;
+}
+
+const OpDef& kSplit =
+    def_op({.name = "split",
+            .num_outputs = -1,
+            .attr_names = {"dim", "sizes"},
+            .traits = kView,
+            .infer = split_metas,
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  // The dispatcher runs a view op's view without its infer: validate here too.
+                  (void)split_metas(in, a);
+                  const Tensor& x = in[0];
+                  int64_t d = wrap_dim(a.i(0), x.shape(), "split");
+                  TensorList outs;
+                  int64_t at = 0;
+                  for (auto z : a.ints(1)) {
+                    Shape o = x.shape();
+                    o[d] = z;
+                    outs.push_back(make_view(x, o, x.strides(), x.offset() + at * x.strides()[d]));
+                    at += z;
+                  }
+                  return outs;
+                },
+            .grad =
+                [](const GradCtx& c) {
+                  std::vector<Tensor> gs(c.grads.begin(), c.grads.end());
+                  return TensorList{cat(gs, c.attrs.i(0))};
+                },
+            .doc = "views of consecutive pieces of `sizes` along dim (torch.split)"});
 
 const OpDef& kCat =
     def_op({.name = "cat",
