@@ -13,6 +13,7 @@
 
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
 
@@ -217,17 +218,7 @@ TEST(AttentionOp, EmptyLengths) {
   EXPECT_EQ(e.shape(), (Shape{2, 0, 5}));
 }
 
-void expect_error(const std::function<void()>& f, const std::string& op,
-                  const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no kiln::Error from " << op;
-  } catch (const kiln::Error& e) {
-    std::string m = e.what();
-    EXPECT_EQ(m.rfind("[" + op + "]", 0), 0u) << m;
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' in " << m;
-  }
-}
+using kiln_test::expect_error;
 
 TEST(AttentionBadInput, ShapesDtypesAndScale) {
   const std::string op = "scaled_dot_product_attention";
