@@ -1,6 +1,7 @@
 // Runs every OpSample: forward vs the float64 reference (in float64 and float32), gradcheck on
-// contiguous, non-contiguous and (where the sample broadcasts) broadcast layouts, and fails
-// when a registered op has no sample.
+// contiguous, non-contiguous and (where the sample broadcasts) broadcast layouts, bad inputs and
+// attributes through the dispatcher and through a Session (kiln::Error, never a crash), and
+// fails when a registered op has no sample.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -244,6 +245,28 @@ void try_call(const Capture::CallRec& c, const std::vector<Tensor>& in, const At
   } catch (const Error&) {
   } catch (const std::exception& e) {
     ADD_FAILURE() << c.op->name << " " << what << ": " << typeid(e).name() << ": " << e.what();
+  }
+  // The same call built into a static graph (inference at build time) and run by a Session
+  // (the executor calls kernels without the eager dispatcher's checks).
+  for (const Tensor& t : in)
+    if (!t.defined()) return;
+  try {
+    Graph g;
+    std::vector<Tensor> ph;
+    FeedDict feeds;
+    for (size_t k = 0; k < in.size(); ++k) {
+      ph.push_back(g.placeholder("in" + std::to_string(k), in[k].dtype(), in[k].shape()));
+      feeds.emplace_back(ph.back(), in[k]);
+    }
+    TensorList out = call(*c.op, std::span<const Tensor>(ph.data(), ph.size()), attrs);
+    std::vector<Tensor> fetch(out.begin(), out.end());
+    Session sess(g);
+    for (const Tensor& o : sess.run(fetch, feeds))
+      if (o.defined()) (void)o.to_vector<double>();
+  } catch (const Error&) {
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << c.op->name << " " << what << " (graph): " << typeid(e).name() << ": "
+                  << e.what();
   }
 }
 
