@@ -270,21 +270,27 @@ void try_call(const Capture::CallRec& c, const std::vector<Tensor>& in, const At
   }
 }
 
-TEST_P(OpSampleTest, BadInputsRaiseKilnError) {
-  const OpSample& s = sample_registry()[GetParam()];
+// The first captured call of each op the sample names.
+std::vector<Capture::CallRec> first_calls(const OpSample& s) {
   Capture cap;
   cap.run(s);
   std::set<std::string> done;
-  for (const auto& c : cap.calls) {
-    if (std::find(s.ops.begin(), s.ops.end(), c.op->name) == s.ops.end()) continue;
-    if (!done.insert(c.op->name).second) continue;  // each op's first call
+  std::vector<Capture::CallRec> r;
+  for (auto& c : cap.calls)
+    if (std::find(s.ops.begin(), s.ops.end(), c.op->name) != s.ops.end() &&
+        done.insert(c.op->name).second)
+      r.push_back(c);
+  return r;
+}
+
+TEST_P(OpSampleTest, BadInputsRaiseKilnError) {
+  for (const auto& c : first_calls(sample_registry()[GetParam()]))
     for (size_t k = 0; k < c.inputs.size(); ++k)
       for (auto& [what, bad] : mutations(c.inputs[k])) {
         std::vector<Tensor> b = c.inputs;
         b[k] = bad;
         try_call(c, b, c.attrs, std::string("input ") + std::to_string(k) + " " + what);
       }
-  }
 }
 
 // Each attribute of a captured call in turn replaced by a wrong value of its type (negative,
@@ -320,20 +326,13 @@ std::vector<std::pair<std::string, AttrValue>> attr_mutations(const AttrValue& v
 }
 
 TEST_P(OpSampleTest, BadAttributesRaiseKilnError) {
-  const OpSample& s = sample_registry()[GetParam()];
-  Capture cap;
-  cap.run(s);
-  std::set<std::string> done;
-  for (const auto& c : cap.calls) {
-    if (std::find(s.ops.begin(), s.ops.end(), c.op->name) == s.ops.end()) continue;
-    if (!done.insert(c.op->name).second) continue;
+  for (const auto& c : first_calls(sample_registry()[GetParam()]))
     for (size_t k = 0; k < c.attrs.size(); ++k)
       for (auto& [what, bad] : attr_mutations(c.attrs[k])) {
         Attrs a;
         for (size_t j = 0; j < c.attrs.size(); ++j) a.push(j == k ? bad : c.attrs[j]);
         try_call(c, c.inputs, a, std::string("attr ") + std::to_string(k) + " " + what);
       }
-  }
 }
 
 std::string sample_name(const ::testing::TestParamInfo<size_t>& info) {
