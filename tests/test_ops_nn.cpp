@@ -107,6 +107,21 @@ TEST(BatchNorm, TrainingBackwardWithRunningStats) {
   EXPECT_FALSE(rm.requires_grad());
 }
 
+TEST(BatchNorm, MixedFloatRunningStats) {
+  // Running statistics of the other float dtype are updated and keep their dtype.
+  Tensor x = tensor({1.f, 0.f, 2.f, 0.f, 3.f, 4.f, 6.f, 4.f}, {4, 2});
+  Tensor rm = full({2}, 0.5, Float64), rv = full({2}, 2.0, Float64);
+  batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.1, 1e-5);
+  EXPECT_EQ(rm.dtype(), Float64);
+  EXPECT_NEAR(v64(rm)[0], 0.9 * 0.5 + 0.1 * 3.0, 1e-6);
+  EXPECT_NEAR(v64(rv)[1], 0.9 * 2.0 + 0.1 * 16.0 / 3.0, 1e-6);
+  Tensor rm32 = full({2}, 0.5f), rv32 = full({2}, 2.0f);
+  batch_norm(cast(x, Float64), rm32, rv32, Tensor(), Tensor(), true, 0.1, 1e-5);
+  EXPECT_EQ(rm32.dtype(), Float32);
+  EXPECT_NEAR(v64(rm32)[1], 0.9 * 0.5 + 0.1 * 2.0, 1e-6);
+  EXPECT_NEAR(v64(rv32)[0], 0.9 * 2.0 + 0.1 * 14.0 / 3.0, 1e-6);
+}
+
 // ---- cross_entropy / nll_loss -------------------------------------------------------------
 
 TEST(CrossEntropy, ReductionsWithIgnoreIndex) {
@@ -460,6 +475,62 @@ TEST(NnBadInput, NormErrors) {
         batch_norm(randn({1, 3}), Tensor(), Tensor());
       },
       "batch_norm", {"more than 1 value", "[1, 3]"});
+}
+
+TEST(NnBadInput, BatchNormBadRunningStatsLeaveThemUnchanged) {
+  // Every check runs before either buffer is written, so the good buffer of a pair keeps its
+  // values too.
+  Tensor x = randn({4, 3});
+  Tensor rm = tensor({0.5f, -1.f, 2.f}), rv = tensor({4.f, 0.25f, 1.f});
+  const auto rm0 = rm.to_vector<float>(), rv0 = rv.to_vector<float>();
+  Tensor irm = tensor(std::vector<int64_t>{1, 2, 3}, {3}), brv = ones({3}, Bool);
+  auto unchanged = [&] {
+    EXPECT_EQ(rm.to_vector<float>(), rm0);
+    EXPECT_EQ(rv.to_vector<float>(), rv0);
+    EXPECT_EQ(irm.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3}));
+    EXPECT_EQ(brv.to_vector<float>(), (std::vector<float>{1.f, 1.f, 1.f}));
+  };
+  expect_error([&] { batch_norm(x, irm, rv); }, "batch_norm",
+               {"running_mean must be float32 or float64", "int64 [3]", "float32 [4, 3]"});
+  expect_error([&] { batch_norm(x, rm, brv); }, "batch_norm",
+               {"running_var must be float32 or float64", "bool [3]", "[4, 3]"});
+  expect_error([&] { batch_norm(x, irm, rv, Tensor(), Tensor(), false); }, "batch_norm",
+               {"running_mean", "int64"});
+  unchanged();
+  expect_error([&] { batch_norm(x, rm, ones({4})); }, "batch_norm", {"running_var", "[3]", "[4]"});
+  expect_error([&] { batch_norm(x, zeros({2}), rv); }, "batch_norm",
+               {"running_mean", "[3]", "[2]"});
+  expect_error([&] { batch_norm(x, rm, Tensor()); }, "batch_norm", {"both be given"});
+  expect_error([&] { batch_norm(x, rm, rv, ones({2})); }, "batch_norm", {"weight", "[3]", "[2]"});
+  expect_error(
+      [&] {
+        batch_norm(x, rm, rv, Tensor(), ones({3, 1}));
+      },
+      "batch_norm", {"bias", "[3, 1]"});
+  expect_error(
+      [&] {
+        batch_norm(randn({1, 3}), rm, rv);
+      },
+      "batch_norm", {"more than 1 value", "[1, 3]"});
+  expect_error(
+      [&] {
+        batch_norm(tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3}), rm, rv);
+      },
+      "batch_norm", {"int64", "[2, 3]"});
+  unchanged();
+}
+
+TEST(NnBadInput, BatchNormGraphRunningVarLeavesRunningMean) {
+  // copy_ refuses to write a graph value; before the check running_mean was updated first.
+  Graph g;
+  Tensor rv = g.placeholder("rv", Float32, {3});
+  Tensor rm = tensor({0.5f, -1.f, 2.f});
+  expect_error(
+      [&] {
+        batch_norm(randn({4, 3}), rm, rv);
+      },
+      "batch_norm", {"concrete", "graph value for running_var", "[4, 3]"});
+  EXPECT_EQ(rm.to_vector<float>(), (std::vector<float>{0.5f, -1.f, 2.f}));
 }
 
 TEST(NnBadInput, SoftmaxAndDropoutErrors) {

@@ -422,6 +422,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
            x.shape(), ")");
   if (running_mean.defined() != running_var.defined())
     fail("batch_norm", "running_mean and running_var must both be given or both be undefined");
+  // The update is written back with a cast to the buffer's dtype: an integer buffer would keep
+  // a truncated statistic. Float64 stats with float32 input (or the reverse) are fine.
+  for (auto [t, what] : {params[0], params[1]})
+    if (t->defined() && !is_floating(t->dtype()))
+      fail("batch_norm", what, " must be float32 or float64, got ", t->dtype(), " ", t->shape(),
+           " (input ", x.dtype(), " ", x.shape(), ")");
+  // Checked before either is written: copy_ would refuse a graph value, but only after the
+  // other buffer had been updated.
+  if (training && running_mean.defined() &&
+      (!running_mean.is_concrete() || !running_var.is_concrete()))
+    fail("batch_norm", "running_mean and running_var are updated in place when training and must ",
+         "be concrete tensors, got a graph value for ",
+         running_mean.is_concrete() ? "running_var" : "running_mean", " (input ", x.shape(), ")");
   Shape bshape(static_cast<size_t>(x.dim()), 1);
   bshape[1] = C;
   std::vector<int64_t> dims{0};
