@@ -470,6 +470,37 @@ TEST(TensorUndefined, MetadataAndOpsRaise) {
   EXPECT_THROW(relu(u), Error);
 }
 
+// Sizes and values that do not fit raise kiln::Error instead of wrapping around (a wrapped
+// element count allocated a small block for a huge shape, or let a reshape of 64 elements claim
+// 2^64) or converting NaN to an integer (undefined behaviour).
+TEST(TensorLimits, OverflowAndNonFiniteRaise) {
+  auto raises = [](const std::function<void()>& f, const std::string& op, const std::string& part) {
+    try {
+      f();
+      ADD_FAILURE() << op << ": no error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("[" + op + "]", 0), 0u) << m;
+      EXPECT_NE(m.find(part), std::string::npos) << m;
+    }
+  };
+  const int64_t big = int64_t(1) << 40;
+  raises([&] { zeros({big, big}); }, "empty", "too large");
+  raises([&] { randn({int64_t(1) << 62}); }, "empty", "too large");
+  raises([&] { reshape(zeros({64}), {(int64_t(1) << 62) + 16, 4}); }, "reshape", "2^63");
+  raises([&] { zeros({64}).view({(int64_t(1) << 62) + 16, 4}); }, "view", "2^63");
+  raises([&] { (void)zeros({1, 1}).expand({big, big}).numel(); }, "shape", "2^63");
+  // 2^48 bytes is past the 47-bit user address space: the system refuses it.
+  raises([&] { empty({int64_t(1) << 46}); }, "alloc", "out of memory");
+  raises([&] { arange(0, std::nan(""), 1, Float32); }, "arange", "finite");
+  raises([&] { arange(0, INFINITY, 1, Float32); }, "arange", "finite");
+  raises([&] { arange(0, 1e30, 1, Float32); }, "arange", "too many");
+  raises([&] { full({2}, std::nan(""), Int64); }, "full", "int64");
+  raises([&] { zeros({2}, Int32).fill_(3e9); }, "full", "int32");
+  EXPECT_EQ(full({2}, -9.2e18, Int64).to_vector<int64_t>()[0], int64_t(-9.2e18));
+  EXPECT_EQ(arange(0, 5, 2, Int64).to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 4}));
+}
+
 TEST(TensorCopies, CloneIsDeep) {
   Tensor a = iota({2, 3});
   Tensor c = a.clone();

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/core/error.h"
 #include "kiln/core/tls.h"
 
 namespace kiln {
@@ -149,9 +150,17 @@ void* cached_alloc(size_t nbytes, size_t* capacity) {
   }
   try {
     return system_alloc(cap);
-  } catch (...) {
-    g_in_use.fetch_sub(static_cast<int64_t>(cap), std::memory_order_relaxed);
-    throw;
+  } catch (const std::bad_alloc&) {
+  }
+  // The blocks kept for reuse may be what the system is short of: hand them back, try once more.
+  empty_cache();
+  try {
+    return system_alloc(cap);
+  } catch (const std::bad_alloc&) {
+    const int64_t held = g_in_use.fetch_sub(static_cast<int64_t>(cap), std::memory_order_relaxed) -
+                         static_cast<int64_t>(cap);
+    fail("alloc", "out of memory: cannot allocate ", nbytes, " bytes (tensors hold ", held,
+         " bytes)");
   }
 }
 

@@ -11,10 +11,14 @@ int64_t Shape::numel() const {
   int64_t n = 1;
   for (int64_t d : *this) {
     if (d < 0) return -1;
-    n *= d;
+    // A wrapped count could match a small tensor's (reshape to a huge shape over 64 elements).
+    if (__builtin_mul_overflow(n, d, &n)) [[unlikely]]
+      too_large();
   }
   return n;
 }
+
+void Shape::too_large() const { fail("shape", "shape ", *this, " has more than 2^63 elements"); }
 
 bool Shape::is_static() const {
   for (int64_t d : *this)

@@ -23,7 +23,8 @@ class Shape : public SmallVec<int64_t, 6> {
   Shape(std::initializer_list<int64_t> il) : SmallVec(il) {}
   Shape(const std::vector<int64_t>& v) : SmallVec(v.begin(), v.end()) {}
   int64_t rank() const { return static_cast<int64_t>(size()); }
-  /// Product of the sizes (1 for a scalar); -1 if any dim is dynamic.
+  /// Product of the sizes (1 for a scalar); -1 if any dim is dynamic. Raises kiln::Error past
+  /// 2^63 - 1 elements.
   int64_t numel() const;
   bool is_static() const;
   std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }
@@ -37,6 +38,9 @@ class Shape : public SmallVec<int64_t, 6> {
     return true;
   }
   bool operator!=(const Shape& o) const { return !(*this == o); }
+
+ private:
+  [[noreturn]] void too_large() const;
 };
 using Strides = SmallVec<int64_t, 6>;
 

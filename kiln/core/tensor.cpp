@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kiln/core/block_pool.h"
@@ -182,10 +183,19 @@ double Tensor::at(std::initializer_list<int64_t> idx) const {
 // ---- construction ---------------------------------------------------------------------------
 
 Tensor empty(const Shape& shape, DType dtype) {
-  for (int64_t d : shape)
+  // Element and byte counts checked for overflow: a wrapped count would allocate a small block
+  // for a tensor that claims a huge shape.
+  const int64_t limit =
+      std::numeric_limits<int64_t>::max() / static_cast<int64_t>(dtype_size(dtype));
+  int64_t n = 1;
+  for (int64_t d : shape) {
     if (d < 0) fail("empty", "shape ", shape, " has a negative or dynamic dim");
+    if (d != 0 && n > limit / d)
+      fail("empty", "shape ", shape, " of ", dtype_name(dtype), " is too large (over 2^63 bytes)");
+    n *= d;
+  }
   auto impl = make_tensor_impl();
-  impl->storage = make_storage(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  impl->storage = make_storage(static_cast<size_t>(n) * dtype_size(dtype));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -193,6 +203,14 @@ Tensor empty(const Shape& shape, DType dtype) {
 }
 
 Tensor full(const Shape& shape, double value, DType dtype) {
+  // Converting NaN or an out-of-range double to an integer is undefined behaviour: refuse it,
+  // as PyTorch does ("value cannot be converted ... without overflow").
+  if (dtype == Int64 || dtype == Int32) {
+    const double lim = dtype == Int64 ? 9223372036854775808.0 : 2147483648.0;
+    if (!(value >= -lim && value < lim))
+      fail("full", "value ", value, " cannot be converted to ", dtype_name(dtype),
+           " without overflow (shape ", shape, ")");
+  }
   Tensor t = empty(shape, dtype);
   int64_t n = t.numel();
   KILN_DISPATCH_ALL(dtype, "full", [&] {
@@ -216,8 +234,12 @@ Tensor arange(double end) { return arange(0, end, 1, Int64); }
 
 Tensor arange(double start, double end, double step, DType dtype) {
   if (step == 0) fail("arange", "step must be nonzero");
-  double span = (end - start) / step;
-  int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
+  if (!std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
+    fail("arange", "start, end and step must be finite, got ", start, ", ", end, ", ", step);
+  double span = std::ceil((end - start) / step);
+  if (span >= 9223372036854775808.0)
+    fail("arange", "[", start, ", ", end, ") in steps of ", step, " has too many elements");
+  int64_t n = span > 0 ? static_cast<int64_t>(span) : 0;
   Tensor t = empty({n}, dtype);
   KILN_DISPATCH_NUMERIC(dtype, "arange", [&] {
     scalar_t* p = t.data_ptr<scalar_t>();

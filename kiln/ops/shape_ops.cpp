@@ -30,7 +30,9 @@ Shape resolve_shape(const Shape& in, const std::vector<int64_t>& want, const cha
     } else if (want[i] < 0) {
       fail(op, "invalid size ", want[i], " in target shape ", ints_str(want), " for input ", in);
     } else {
-      known *= want[i];
+      // Checked: a count that wraps could match the input's ([2^62 + 16, 4] is 64 mod 2^64).
+      if (__builtin_mul_overflow(known, want[i], &known))
+        fail(op, "target shape ", ints_str(want), " has more than 2^63 elements (input ", in, ")");
       out.push_back(want[i]);
     }
   }
