@@ -439,6 +439,11 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
                     {"stride", "[0, 1]"});
   EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 6, 6}), {2, 2, 2}), "max_pool2d",
                     {"kernel", "[2, 2, 2]"});
+  // An empty plane (with padding its windows saw padding alone); an empty batch is fine.
+  EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 0, 4}), {2}, {2}, {1}), "max_pool2d",
+                    {"non-empty", "[1, 1, 0, 4]"});
+  EXPECT_KILN_ERROR(avg_pool2d(ones({1, 0, 4, 4}), {2}), "avg_pool2d", {"[1, 0, 4, 4]"});
+  EXPECT_EQ(max_pool2d(ones({0, 2, 4, 4}), {2}).shape(), (Shape{0, 2, 2, 2}));
 
   // Everything still works afterwards.
   EXPECT_DOUBLE_EQ(matmul(ones({2, 3}), ones({3, 4})).sum().item<double>(), 24.0);

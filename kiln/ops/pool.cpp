@@ -52,6 +52,10 @@ PoolP pool_params(const char* op, const Attrs& a) {
 // Checks an input shape [N, C, H, W] (dynamic dims pass); returns the pooled shape.
 Shape check_pool(const char* op, const Shape& s, const PoolP& p) {
   if (s.rank() != 4) fail(op, "input must be 4-D [N, C, H, W], got shape ", s);
+  // As PyTorch: only the batch may be empty (an empty plane with padding gave windows of padding
+  // alone: -inf maxima and indices into nothing).
+  if (s[1] == 0 || s[2] == 0 || s[3] == 0)
+    fail(op, "input must have non-empty C, H and W (only N may be 0), got shape ", s);
   if ((s[2] >= 0 && s[2] + 2 * p.pH < p.kH) || (s[3] >= 0 && s[3] + 2 * p.pW < p.kW))
     fail(op, "kernel [", p.kH, ", ", p.kW, "] is larger than the padded input ", s[2] + 2 * p.pH,
          "x", s[3] + 2 * p.pW, " (input shape ", s, ", padding [", p.pH, ", ", p.pW, "])");
