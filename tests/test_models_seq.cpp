@@ -12,6 +12,7 @@
 #include "kiln/nn/attention.h"
 #include "kiln/nn/moe.h"
 #include "kiln/nn/rnn.h"
+#include "test_util.h"
 
 using namespace kiln;
 using namespace kiln::nn;
@@ -415,3 +416,76 @@ TEST(TransformerBlock, DenseBlockGradcheck) {
 }
 
 }  // namespace
+
+// ---- bad input found by probing the public API ----------------------------------------------
+
+TEST(SeqProbe, AttentionOptionsAndInputs) {
+  using kiln_test::expect_error;
+  const double nan = std::nan("");
+  // NaN dropout passed the range check (and then meant no dropout).
+  expect_error([&] { MultiheadAttention({.embed_dim = 4, .num_heads = 2, .dropout = nan}); },
+               "MultiheadAttention", {"dropout", "nan"});
+  // 3 * embed_dim overflowed into a negative shape.
+  expect_error([] { MultiheadAttention({.embed_dim = int64_t(1) << 62}); }, "MultiheadAttention",
+               {"embed_dim"});
+  MultiheadAttention m({.embed_dim = 4, .num_heads = 2});
+  Tensor x = randn({1, 3, 4});
+  // An int64 mask was cast and added to the scores; PyTorch accepts bool or floating only.
+  expect_error(
+      [&] {
+        m.forward(x, x, x, ones({3, 3}, Int64));
+      },
+      "MultiheadAttention", {"attn_mask", "int64"});
+  expect_error(
+      [&] {
+        m.forward(x, randn({1, 3, 4}, Float64), x);
+      },
+      "MultiheadAttention", {"float32", "float64[1, 3, 4]"});
+  EXPECT_EQ(m.forward(x, x, x, zeros({3, 3}, Bool)).shape(), Shape({1, 3, 4}));
+
+  // TransformerBlock names itself rather than the attention layer it builds, and refuses what it
+  // used to accept or overflow on.
+  expect_error([] { TransformerBlock({.d_model = 6, .num_heads = 4}); }, "TransformerBlock",
+               {"d_model (6)", "num_heads (4)"});
+  expect_error([] { TransformerBlock({.d_model = 4, .mlp_ratio = int64_t(1) << 62}); },
+               "TransformerBlock", {"mlp_ratio * d_model"});
+  expect_error([] { TransformerBlock({.d_model = 4, .moe_experts = -1}); }, "TransformerBlock",
+               {"moe_experts"});
+  TransformerBlock blk({.d_model = 4, .num_heads = 2});
+  expect_error([&] { blk(zeros({1, 2, 4}, Int64)); }, "TransformerBlock", {"int64"});
+}
+
+TEST(SeqProbe, MoECapacityStaysFinite) {
+  using kiln_test::expect_error;
+  // An infinite factor converted inf to int64 (undefined behaviour).
+  expect_error(
+      [] { MoE({.d_model = 4, .d_hidden = 4, .num_experts = 2, .capacity_factor = INFINITY}); },
+      "MoE", {"capacity_factor", "inf"});
+  MoE huge({.d_model = 4, .d_hidden = 4, .num_experts = 2, .capacity_factor = 1e300});
+  expect_error([&] { huge.capacity(8); }, "MoE", {"too large"});
+  expect_error([&] { huge(randn({8, 4})); }, "MoE", {"too large"});
+  MoE m({.d_model = 4, .d_hidden = 4, .num_experts = 2});
+  expect_error([&] { m.capacity(-5); }, "MoE", {"tokens must be >= 0"});
+  expect_error([&] { m(randn({2, 4}, Float64)); }, "MoE", {"float32", "float64"});
+  EXPECT_EQ(m.capacity(8), 5);
+}
+
+TEST(SeqProbe, RecurrentStateDtypeAndSizes) {
+  using kiln_test::expect_error;
+  LSTM l({.input_size = 3, .hidden_size = 4});
+  Tensor x = zeros({5, 2, 3});
+  expect_error(
+      [&] {
+        l(x, {zeros({1, 2, 4}, Float64), Tensor()});
+      },
+      "LSTM", {"initial h", "float32[1, 2, 4]", "float64[1, 2, 4]"});
+  expect_error(
+      [&] {
+        l(x, {zeros({1, 2, 4}), zeros({1, 2, 4}, Int64)});
+      },
+      "LSTM", {"initial c", "int64"});
+  expect_error([&] { l(zeros({5, 2, 3}, Float64)); }, "LSTM", {"float32", "float64[5, 2, 3]"});
+  // gates * hidden_size overflowed into a negative weight shape.
+  expect_error([] { GRU({.input_size = 3, .hidden_size = int64_t(1) << 62}); }, "GRU",
+               {"hidden_size"});
+}

@@ -14,10 +14,12 @@
 #include <sstream>
 
 #include "kiln/io/data_loader.h"
+#include "kiln/io/idx.h"
 #include "kiln/io/progress.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/io/text.h"
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -583,4 +585,96 @@ TEST(Progress, UnknownTotalAndErrors) {
   EXPECT_EQ(io::format_duration(5), "5.0s");
   EXPECT_EQ(io::format_duration(42), "42s");
   EXPECT_EQ(io::format_duration(NAN), "?");
+}
+
+// ---- bad input found by probing the public API ----------------------------------------------
+
+TEST(IoProbe, SafetensorsNeedsARegularFileAndCountsBytesWithoutWrapping) {
+  TempDir d;
+  // A directory made the stream throw std::ios_base::failure; /dev/zero was read until memory
+  // ran out (std::bad_alloc).
+  expect_load_error(d.path.string(), "is not a regular file (it is a directory)");
+  expect_load_error("/dev/zero", "is not a regular file");
+  expect_load_error(d.file("missing.safetensors"), "cannot open");
+  // 2^61 F64 elements need 2^64 bytes, which wrapped to 0 and matched data_offsets [0, 0].
+  std::string h =
+      "{\"a\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952],"
+      "\"data_offsets\":[0,0]}}";
+  write_bytes(d.file("wrap.safetensors"), le64(h.size()) + h);
+  expect_load_error(d.file("wrap.safetensors"), "is too large");
+}
+
+TEST(IoProbe, IdxWithZeroRowsOrOddPaths) {
+  using kiln_test::expect_error;
+  TempDir d;
+  // [0, 28, 28] images divided by the zero row count (SIGFPE).
+  write_bytes(d.file("empty.idx"), std::string("\0\0\x08\x03\0\0\0\0\0\0\0\x1c\0\0\0\x1c", 16));
+  Tensor t = io::read_idx(d.file("empty.idx"));
+  EXPECT_EQ(t.shape(), Shape({0, 784}));
+  EXPECT_EQ(t.dtype(), Float32);
+  // Dims whose product passes 2^64 were reported by [shape], not by the reader.
+  write_bytes(d.file("huge.idx"), std::string("\0\0\x08\x04", 4) + std::string(16, '\xff'));
+  expect_error([&] { io::read_idx(d.file("huge.idx")); }, "read_idx", {"over 2^64"});
+  expect_error([&] { io::read_idx(d.path.string()); }, "read_idx", {"not a regular file"});
+  expect_error([] { io::read_idx("/dev/zero"); }, "read_idx", {"not a regular file"});
+}
+
+TEST(IoProbe, TextSamplersWithHugeSizes) {
+  using kiln_test::expect_error;
+  Tensor ids = arange(0, 10, 1, Int64);
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  // seq + 1 overflowed; the check held only because the optimizer happened to rewrite it.
+  expect_error([&] { io::lm_batch(ids, 2, max, 1); }, "lm_batch", {"needs at least seq + 1"});
+  expect_error([&] { io::LmSampler(ids, 2, max, 1); }, "LmSampler", {"seq + 1"});
+  // A huge batch sized a std::vector first (std::length_error / std::bad_alloc).
+  EXPECT_THROW(io::lm_batch(ids, max, 3, 1), Error);
+  EXPECT_THROW(io::lm_batch(ids, int64_t(1) << 50, 3, 1), Error);
+  // n * batch overflowed, or reserve() threw std::length_error.
+  expect_error([&] { io::lm_eval_batches(ids, 2, 3, max); }, "lm_eval_batches", {"too large"});
+  expect_error([&] { io::lm_eval_batches(ids, int64_t(1) << 32, 3, int64_t(1) << 32); },
+               "lm_eval_batches", {"too large"});
+  // A huge vocab_size sized a table of that many doubles; the value depends on it only through
+  // the smoothing total.
+  Tensor train = tensor(std::vector<int64_t>{0, 1, 1, 2}),
+         eval = tensor(std::vector<int64_t>{1, 3});
+  const double v = std::ldexp(1.0, 40);
+  const double want = -(std::log(3.0 / (4 + v)) + std::log(1.0 / (4 + v))) / 2;
+  EXPECT_NEAR(io::unigram_cross_entropy(train, eval, int64_t(1) << 40), want, 1e-9);
+  EXPECT_NEAR(io::unigram_cross_entropy(train, eval, 4),
+              -(std::log(3.0 / 8) + std::log(1.0 / 8)) / 2, 1e-12);
+  Tensor sparse_train = tensor(std::vector<int64_t>{int64_t(1) << 39, 0});
+  Tensor sparse_eval = tensor(std::vector<int64_t>{int64_t(1) << 39});
+  EXPECT_NEAR(io::unigram_cross_entropy(sparse_train, sparse_eval, int64_t(1) << 40),
+              -std::log(2.0 / (2 + v)), 1e-9);
+}
+
+TEST(IoProbe, DataLoaderWithHugeBatchOrEpoch) {
+  using kiln_test::expect_error;
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  // (n + batch - 1) / batch overflowed to 0 batches.
+  io::DataLoader dl({arange(0, 4, 1, Int64)}, max);
+  ASSERT_EQ(dl.size(), 1);
+  EXPECT_EQ(dl.batch(0)[0].shape(), Shape({4}));
+  io::DataLoader drop({arange(0, 4, 1, Int64)}, max, false, true);
+  EXPECT_EQ(drop.size(), 0);
+  // epoch + 1 overflowed at the next begin().
+  expect_error([&] { dl.set_epoch(max); }, "DataLoader", {"epoch"});
+}
+
+TEST(IoProbe, ProgressWithATinyPercentStepEnds) {
+  // The threshold loop added 1e-20 until it passed 50 (or forever once the sum stopped moving).
+  for (double every : {1e-20, 1e-300}) {
+    std::FILE* f = std::tmpfile();
+    ASSERT_NE(f, nullptr);
+    {
+      io::Progress p(10, "t",
+                     {.mode = io::ProgressOptions::Mode::Lines, .out = f, .percent_every = every});
+      p.update(5);
+      p.update(6);
+    }
+    std::fclose(f);
+  }
+  // llround had no int64 answer and printed a negative count of seconds.
+  EXPECT_EQ(io::format_duration(1e300), "?");
+  EXPECT_EQ(io::format_duration(1e19), "?");
 }

@@ -9,6 +9,7 @@
 #include "kiln/kiln.h"
 #include "kiln/optim/clip.h"
 #include "kiln/optim/schedule.h"
+#include "test_util.h"
 
 using namespace kiln;
 
@@ -309,4 +310,43 @@ TEST(OptimizerTrajectories, FusedStepMatchesOpPath) {
       if (decoupled) return std::make_unique<optim::AdamW>(std::vector<Tensor>{w}, o);
       return std::make_unique<optim::Adam>(std::vector<Tensor>{w}, o);
     });
+}
+
+// ---- bad input found by probing the public API ----------------------------------------------
+
+TEST(OptimizerProbe, NaNAndOutOfRangeHyperparameters) {
+  using kiln_test::expect_error;
+  const double nan = std::nan("");
+  Tensor w = param({1, 2});
+  // Each of these was accepted (NaN fails no `<` comparison) and turned the weights into NaN.
+  expect_error([&] { optim::SGD({w}, {.lr = nan}); }, "SGD", {"learning rate", "nan"});
+  expect_error([&] { optim::SGD({w}, {.momentum = nan}); }, "SGD", {"momentum"});
+  expect_error([&] { optim::SGD({w}, {.weight_decay = -1}); }, "SGD", {"weight_decay"});
+  expect_error([&] { optim::Adam({w}, {.lr = nan}); }, "Adam", {"learning rate"});
+  expect_error([&] { optim::Adam({w}, {.beta2 = nan}); }, "Adam", {"betas"});
+  expect_error([&] { optim::Adam({w}, {.eps = -1}); }, "Adam", {"eps"});
+  expect_error([&] { optim::AdamW({w}, {.weight_decay = nan}); }, "AdamW", {"weight_decay"});
+  expect_error([&] { optim::Adam opt(nan); }, "Adam", {"learning rate"});  // graph form too
+  optim::SGD sgd({w}, {.lr = 0.5});
+  expect_error([&] { sgd.set_lr(nan); }, "SGD", {"learning rate"});
+  EXPECT_EQ(sgd.lr(), 0.5);
+}
+
+TEST(OptimizerProbe, EmptyEagerParameterListIsRefused) {
+  using kiln_test::expect_error;
+  // As torch.optim; step() used to do nothing, silently.
+  expect_error([] { optim::SGD(std::vector<Tensor>{}, {}); }, "SGD", {"empty parameter list"});
+  expect_error([] { optim::AdamW(std::vector<Tensor>{}, {}); }, "AdamW", {"empty parameter list"});
+  expect_error([] { optim::SGD({Tensor()}, {}); }, "SGD", {"parameter 0"});
+  // The graph forms hold no parameters by design.
+  EXPECT_TRUE(optim::SGD(0.1).params().empty());
+  EXPECT_TRUE(optim::AdamW(optim::AdamOptions{}).params().empty());
+}
+
+TEST(OptimizerProbe, SchedulesRefuseNegativeSteps) {
+  using kiln_test::expect_error;
+  // LinearWarmup returned a negative rate for t = -5.
+  expect_error([] { optim::LinearWarmup(3).lr(-5, 1.0); }, "LinearWarmup", {"step", "-5"});
+  expect_error([] { optim::StepLR(2).lr(-1, 1.0); }, "StepLR", {"step"});
+  expect_error([] { optim::CosineAnnealingLR(2).lr(-1, 1.0); }, "CosineAnnealingLR", {"step"});
 }

@@ -2,6 +2,7 @@
 #include "kiln/io/data_loader.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "kiln/dispatch/dispatch.h"
@@ -34,11 +35,14 @@ DataLoader::DataLoader(std::vector<Tensor> tensors, int64_t batch_size, bool shu
 }
 
 int64_t DataLoader::size() const {
-  return drop_last_ ? n_ / batch_size_ : (n_ + batch_size_ - 1) / batch_size_;
+  // Not (n + b - 1) / b: that overflows for batch sizes near 2^63.
+  return n_ / batch_size_ + (!drop_last_ && n_ % batch_size_ != 0 ? 1 : 0);
 }
 
 void DataLoader::set_epoch(int64_t e) {
-  if (e < 0) fail("DataLoader", "epoch must be >= 0, got ", e);
+  // begin() counts the epoch as e + 1.
+  if (e < 0 || e == std::numeric_limits<int64_t>::max())
+    fail("DataLoader", "epoch must be in [0, 2^63 - 1), got ", e);
   next_epoch_ = e;
 }
 
@@ -56,6 +60,8 @@ void DataLoader::plan(int64_t epoch) {
 }
 
 DataLoader::Iterator DataLoader::begin() {
+  if (next_epoch_ == std::numeric_limits<int64_t>::max())
+    fail("DataLoader", "epoch counter would overflow after ", epoch_, " epochs");
   plan(next_epoch_);
   epoch_ = next_epoch_ + 1;
   next_epoch_ = epoch_;

@@ -11,7 +11,8 @@
 namespace kiln::io {
 
 std::string format_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
+  // Past ~3e11 years llround has no int64 result to give.
+  if (!std::isfinite(s) || s < 0 || s > 1e18) return "?";
   auto t = static_cast<int64_t>(std::llround(s));
   char buf[32];
   if (t >= 3600)
@@ -118,8 +119,12 @@ void Progress::update(int64_t step, const Metrics& metrics) {
     const double pct = 100.0 * static_cast<double>(step) / static_cast<double>(total_);
     if (pct >= next_percent_) {
       due = true;
-      // Skip thresholds already passed, so a jump prints one line, not several.
-      while (next_percent_ <= pct) next_percent_ += opts_.percent_every;
+      // Skip thresholds already passed, so a jump prints one line, not several. Computed, not
+      // stepped: with a tiny percent_every a loop would take ~pct / percent_every steps, or
+      // never end once the increment is below the rounding of next_percent_.
+      const double every = opts_.percent_every;
+      next_percent_ =
+          std::max((std::floor(pct / every) + 1) * every, std::nextafter(pct, HUGE_VAL));
     }
   }
   if (last_print_ < 0) due = true;  // first update: show that the loop started

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -385,10 +386,27 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 
 SafetensorsFile read_safetensors(const std::string& path) {
   const char* op = "load_safetensors";
-  std::ifstream in(path, std::ios::binary);
+  // Only a regular file has a size to trust: a directory makes the stream throw
+  // std::ios_base::failure, and a device such as /dev/zero would be read until memory runs out.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st))
+    fail(op, "cannot open '", path, "': ", ec ? ec.message() : "no such file");
+  if (!std::filesystem::is_regular_file(st))
+    fail(op, "'", path, "' is not a regular file",
+         std::filesystem::is_directory(st) ? " (it is a directory)" : "");
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(op, "cannot open '", path, "'");
-  std::vector<char> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(op, "error reading '", path, "'");
+  const std::streamoff file_size = in.tellg();
+  if (file_size < 0) fail(op, "cannot read the size of '", path, "'");
+  std::vector<char> buf;
+  try {
+    buf.resize(static_cast<size_t>(file_size));
+  } catch (const std::exception&) {
+    fail(op, "'", path, "' (", file_size, " bytes) does not fit in memory");
+  }
+  in.seekg(0);
+  if (!in.read(buf.data(), file_size)) fail(op, "error reading '", path, "'");
   const uint64_t size = buf.size();
   if (size < 8)
     fail(op, "'", path, "' is truncated: ", size, " bytes, but the header length alone takes 8");
@@ -454,6 +472,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
     if (e.end > data_size)
       bad("data_offsets [", e.begin, ", ", e.end, "] run past the data section (", data_size,
           " bytes; is the file truncated?)");
+    // numel <= 2^62 but numel * 8 can pass 2^64 and wrap to a small count.
+    if (numel > (uint64_t(1) << 62) / dtype_size(e.dtype)) bad("shape ", e.shape, " is too large");
     const uint64_t need = numel * dtype_size(e.dtype);
     if (e.end - e.begin != need)
       bad("shape ", e.shape, " of ", dt->str, " needs ", need, " bytes but data_offsets [", e.begin,

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 #include "kiln/io/rng.h"
 
@@ -41,21 +42,23 @@ Tensor ids_1d(const Tensor& ids, const char* op) {
 void check_window(const Tensor& ids, int64_t batch, int64_t seq, const char* op) {
   if (batch <= 0 || seq <= 0)
     fail(op, "batch and seq must be positive, got batch ", batch, ", seq ", seq);
-  if (ids.numel() < seq + 1)
-    fail(op, "ids has ", ids.numel(), " tokens; a window of seq ", seq, " needs at least ",
-         seq + 1);
+  // Compared as seq >= numel, not numel < seq + 1, which overflows for seq = 2^63 - 1.
+  if (seq >= ids.numel())
+    fail(op, "ids has ", ids.numel(), " tokens; a window of seq ", seq, " needs at least seq + 1");
 }
 
-// Copies windows starting at `starts` into x and y.
-LmBatch gather_windows(const Tensor& ids, const std::vector<int64_t>& starts, int64_t seq) {
-  const int64_t b = static_cast<int64_t>(starts.size());
+// Copies the windows starting at start(i), i < b, into x and y. The [b, seq] outputs are
+// allocated first, so a batch too large to hold raises before anything else is sized by it.
+template <typename Start>
+LmBatch gather_windows(const Tensor& ids, int64_t b, int64_t seq, Start&& start) {
   LmBatch out{empty({b, seq}, Int64), empty({b, seq}, Int64)};
   const int64_t* src = ids.data_ptr<int64_t>();
   int64_t* x = out.x.data_ptr<int64_t>();
   int64_t* y = out.y.data_ptr<int64_t>();
   for (int64_t i = 0; i < b; ++i) {
-    std::copy_n(src + starts[i], seq, x + i * seq);
-    std::copy_n(src + starts[i] + 1, seq, y + i * seq);
+    const int64_t s = start(i);
+    std::copy_n(src + s, seq, x + i * seq);
+    std::copy_n(src + s + 1, seq, y + i * seq);
   }
   return out;
 }
@@ -65,9 +68,8 @@ LmBatch random_batch(const Tensor& ids0, int64_t batch, int64_t seq, Next&& next
   Tensor ids = ids_1d(ids0, "lm_batch");
   check_window(ids, batch, seq, "lm_batch");
   const uint64_t range = static_cast<uint64_t>(ids.numel() - seq);  // valid starts: [0, range)
-  std::vector<int64_t> starts(batch);
-  for (auto& s : starts) s = static_cast<int64_t>(next_below(range));
-  return gather_windows(ids, starts, seq);
+  return gather_windows(ids, batch, seq,
+                        [&](int64_t) { return static_cast<int64_t>(next_below(range)); });
 }
 
 }  // namespace
@@ -193,18 +195,26 @@ std::vector<LmBatch> lm_eval_batches(const Tensor& ids0, int64_t batch, int64_t 
   Tensor ids = ids_1d(ids0, "lm_eval_batches");
   check_window(ids, batch, seq, "lm_eval_batches");
   if (n <= 0) fail("lm_eval_batches", "n must be positive, got ", n);
-  const int64_t windows = n * batch;
+  // Every window is 2 * seq int64 values; a request past 2^60 of them cannot be held, and
+  // bounding it here keeps the index arithmetic below from overflowing.
+  int64_t windows = 0, values = 0;
+  if (__builtin_mul_overflow(n, batch, &windows) || __builtin_mul_overflow(windows, seq, &values) ||
+      values > (int64_t(1) << 60))
+    fail("lm_eval_batches", "n * batch * seq = ", n, " * ", batch, " * ", seq, " is too large");
   const int64_t last = ids.numel() - seq - 1;  // last valid start
   std::vector<LmBatch> out;
-  out.reserve(static_cast<size_t>(n));
+  try {
+    out.reserve(static_cast<size_t>(n));
+  } catch (const std::exception&) {
+    fail("lm_eval_batches", "cannot hold n = ", n, " batches");
+  }
   for (int64_t b = 0; b < n; ++b) {
-    std::vector<int64_t> starts(static_cast<size_t>(batch));
-    for (int64_t i = 0; i < batch; ++i) {
+    out.push_back(gather_windows(ids, batch, seq, [&](int64_t i) {
       const int64_t k = b * batch + i;
-      // Evenly spaced in [0, last]; exact integer arithmetic (no overflow for realistic sizes).
-      starts[static_cast<size_t>(i)] = windows == 1 ? 0 : (k * last) / (windows - 1);
-    }
-    out.push_back(gather_windows(ids, starts, seq));
+      // Evenly spaced in [0, last], exactly: k * last can pass 2^63, so in 128 bits.
+      return windows == 1 ? 0
+                          : static_cast<int64_t>(static_cast<__int128>(k) * last / (windows - 1));
+    }));
   }
   return out;
 }
@@ -214,23 +224,37 @@ double unigram_cross_entropy(const Tensor& train0, const Tensor& eval0, int64_t 
   if (vocab_size <= 0) fail(op, "vocab_size must be positive, got ", vocab_size);
   Tensor train = ids_1d(train0, op), eval = ids_1d(eval0, op);
   if (eval.numel() == 0) fail(op, "eval ids are empty");
-  std::vector<double> count(static_cast<size_t>(vocab_size), 1.0);  // add-one smoothing
   auto check = [&](int64_t id, const char* which) {
     if (id < 0 || id >= vocab_size)
       fail(op, which, " id ", id, " is outside [0, ", vocab_size, ")");
   };
   const int64_t* t = train.data_ptr<int64_t>();
-  for (int64_t i = 0; i < train.numel(); ++i) {
-    check(t[i], "train");
-    count[static_cast<size_t>(t[i])] += 1;
-  }
-  const double total = static_cast<double>(train.numel() + vocab_size);
   const int64_t* e = eval.data_ptr<int64_t>();
-  double nll = 0;
-  for (int64_t i = 0; i < eval.numel(); ++i) {
-    check(e[i], "eval");
-    nll -= std::log(count[static_cast<size_t>(e[i])] / total);
+  for (int64_t i = 0; i < train.numel(); ++i) check(t[i], "train");
+  for (int64_t i = 0; i < eval.numel(); ++i) check(e[i], "eval");
+  // Counts start at 1 (add-one smoothing). A table indexed by id is sized by the largest id
+  // present, not by vocab_size (which may be huge); when even that is far larger than the data
+  // (sparse huge ids) the counts go in a hash map instead.
+  const int64_t nt = train.numel();
+  int64_t max_id = 0;
+  for (int64_t i = 0; i < nt; ++i) max_id = std::max(max_id, t[i]);
+  const bool dense = max_id < 4 * nt + 4096;
+  std::vector<double> table(dense ? static_cast<size_t>(max_id) + 1 : 0, 1.0);
+  std::unordered_map<int64_t, double> sparse;
+  for (int64_t i = 0; i < nt; ++i) {
+    if (dense)
+      table[static_cast<size_t>(t[i])] += 1;
+    else
+      sparse.try_emplace(t[i], 1.0).first->second += 1;
   }
+  auto count = [&](int64_t id) {
+    if (dense) return id <= max_id ? table[static_cast<size_t>(id)] : 1.0;
+    auto it = sparse.find(id);
+    return it == sparse.end() ? 1.0 : it->second;
+  };
+  const double total = static_cast<double>(nt) + static_cast<double>(vocab_size);
+  double nll = 0;
+  for (int64_t i = 0; i < eval.numel(); ++i) nll -= std::log(count(e[i]) / total);
   return nll / static_cast<double>(eval.numel());
 }
 

@@ -26,6 +26,22 @@ Tensor causal_mask(int64_t tq, int64_t tk, DType dt) {
       v[static_cast<size_t>(i * tk + j)] = -std::numeric_limits<double>::infinity();
   return tensor(v, {tq, tk}).to(dt);
 }
+
+// Checked before any member is built, so a bad block names TransformerBlock rather than the
+// attention or MoE layer it would have failed in, and mlp_ratio * d_model cannot overflow.
+TransformerBlockOptions checked(TransformerBlockOptions o) {
+  const char* op = "TransformerBlock";
+  if (o.d_model <= 0 || o.num_heads <= 0 || o.d_model % o.num_heads != 0)
+    fail(op, "d_model (", o.d_model, ") must be positive and divisible by num_heads (", o.num_heads,
+         ")");
+  if (o.mlp_ratio <= 0) fail(op, "mlp_ratio must be positive, got ", o.mlp_ratio);
+  int64_t h = 0;
+  if (__builtin_mul_overflow(o.mlp_ratio, o.d_model, &h) || h > (int64_t(1) << 40))
+    fail(op, "mlp_ratio * d_model = ", o.mlp_ratio, " * ", o.d_model, " is too large");
+  if (!(o.dropout >= 0 && o.dropout < 1)) fail(op, "dropout must be in [0, 1), got ", o.dropout);
+  if (o.moe_experts < 0) fail(op, "moe_experts must be >= 0 (0: a dense MLP), got ", o.moe_experts);
+  return o;
+}
 }  // namespace
 
 MultiheadAttention::MultiheadAttention(MultiheadAttentionOptions opts) : opts_(opts) {
@@ -33,7 +49,10 @@ MultiheadAttention::MultiheadAttention(MultiheadAttentionOptions opts) : opts_(o
   if (D <= 0 || opts_.num_heads <= 0 || D % opts_.num_heads != 0)
     fail("MultiheadAttention", "embed_dim (", D, ") must be positive and divisible by num_heads (",
          opts_.num_heads, ")");
-  if (opts_.dropout < 0 || opts_.dropout >= 1)
+  // 3 * D rows of in_proj must be countable.
+  if (D > (int64_t(1) << 40))
+    fail("MultiheadAttention", "embed_dim (", D, ") must be at most 2^40");
+  if (!(opts_.dropout >= 0 && opts_.dropout < 1))
     fail("MultiheadAttention", "dropout must be in [0, 1), got ", opts_.dropout);
   // PyTorch: xavier_uniform_ on the packed [3D, D] projection, zero biases, out_proj as Linear.
   in_proj_weight_ = uniform_init({3 * D, D}, std::sqrt(6.0 / static_cast<double>(4 * D)));
@@ -62,8 +81,18 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   if (key.size(0) != B || value.size(0) != B || value.size(1) != Tk)
     fail("MultiheadAttention", "batch/length mismatch: query ", query.shape(), ", key ",
          key.shape(), ", value ", value.shape());
+  for (const Tensor* t : {&query, &key, &value})
+    if (t->dtype() != in_proj_weight_.dtype())
+      fail("MultiheadAttention", "query, key and value must be ", in_proj_weight_.dtype(),
+           " (the dtype of its weights), got ", query.dtype(), query.shape(), ", ", key.dtype(),
+           key.shape(), ", ", value.dtype(), value.shape());
   if (attn_mask.defined() && attn_mask.shape() != Shape{Tq, Tk})
     fail("MultiheadAttention", "attn_mask must be [", Tq, ", ", Tk, "], got ", attn_mask.shape());
+  // As PyTorch: a bool mask says where not to attend, a floating one is added; an integer mask
+  // is neither.
+  if (attn_mask.defined() && attn_mask.dtype() != Bool && !is_floating(attn_mask.dtype()))
+    fail("MultiheadAttention", "attn_mask must be bool or floating, got ", attn_mask.dtype(),
+         attn_mask.shape());
   const DType dt = query.dtype();
   Tensor q, k, v;
   if (query.is_same(key) && key.is_same(value)) {
@@ -103,13 +132,12 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
 }
 
 TransformerBlock::TransformerBlock(TransformerBlockOptions opts)
-    : opts_(opts),
+    : opts_(checked(opts)),
       attn_(MultiheadAttentionOptions{.embed_dim = opts.d_model,
                                       .num_heads = opts.num_heads,
                                       .causal = opts.causal,
                                       .dropout = opts.dropout}) {
   const int64_t D = opts_.d_model, H = opts_.mlp_ratio * opts_.d_model;
-  if (opts_.mlp_ratio <= 0) fail("TransformerBlock", "mlp_ratio must be positive");
   ln1_w_ = ones({D}), ln1_b_ = zeros({D}), ln2_w_ = ones({D}), ln2_b_ = zeros({D});
   register_parameter("ln1.weight", &ln1_w_);
   register_parameter("ln1.bias", &ln1_b_);
@@ -140,6 +168,9 @@ Tensor TransformerBlock::forward(const Tensor& x) {
   if (!x.defined() || x.dim() != 3 || x.size(2) != D)
     fail("TransformerBlock", "input must be [B, T, d_model = ", D, "], got ",
          x.defined() ? x.shape() : Shape{});
+  if (x.dtype() != ln1_w_.dtype())
+    fail("TransformerBlock", "input must be ", ln1_w_.dtype(), " (the dtype of its weights), got ",
+         x.dtype(), x.shape());
   Tensor h = add(x, attn_(layer_norm(x, {D}, ln1_w_, ln1_b_)));
   Tensor n2 = layer_norm(h, {D}, ln2_w_, ln2_b_);
   Tensor m;

@@ -19,9 +19,17 @@ void require_fillable(const char* op, const Tensor& t) {
     fail(op, "expects a floating tensor, got ", t.dtype(), " ", t.shape());
 }
 
-int64_t fan(const char* op, const Tensor& t, FanMode mode) {
+// fan_in_and_fan_out, but a tensor with too few dims is reported under the initializer's name.
+std::pair<int64_t, int64_t> fans(const char* op, const Tensor& t) {
   require_fillable(op, t);
-  auto [in, out] = fan_in_and_fan_out(t);
+  if (t.dim() < 2)
+    fail(op, "needs a tensor with at least 2 dims to compute fan in and fan out, got shape ",
+         t.shape());
+  return fan_in_and_fan_out(t);
+}
+
+int64_t fan(const char* op, const Tensor& t, FanMode mode) {
+  auto [in, out] = fans(op, t);
   int64_t f = mode == FanMode::FanIn ? in : out;
   if (f <= 0) fail(op, "fan is zero for a tensor of shape ", t.shape());
   return f;
@@ -65,7 +73,9 @@ std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t) {
 
 Tensor& uniform_(Tensor& t, double a, double b) {
   require_fillable("uniform_", t);
-  if (!(a <= b)) fail("uniform_", "expects a <= b, got [", a, ", ", b, ")");
+  // Infinite bounds would fill NaN (inf * 0 and inf - inf); PyTorch refuses them too.
+  if (!(a <= b) || !std::isfinite(a) || !std::isfinite(b))
+    fail("uniform_", "expects finite a <= b, got [", a, ", ", b, ")");
   NoGradGuard ng;
   return assign_into(t, add(mul(rand(t.shape(), t.dtype()), b - a), a));
 }
@@ -98,16 +108,14 @@ Tensor& kaiming_normal_(Tensor& t, double a, FanMode mode, Nonlinearity nl) {
 }
 
 Tensor& xavier_uniform_(Tensor& t, double gain) {
-  require_fillable("xavier_uniform_", t);
-  auto [in, out] = fan_in_and_fan_out(t);
+  auto [in, out] = fans("xavier_uniform_", t);
   if (in + out <= 0) fail("xavier_uniform_", "fan is zero for a tensor of shape ", t.shape());
   double bound = gain * std::sqrt(6.0 / static_cast<double>(in + out));
   return uniform_(t, -bound, bound);
 }
 
 Tensor& xavier_normal_(Tensor& t, double gain) {
-  require_fillable("xavier_normal_", t);
-  auto [in, out] = fan_in_and_fan_out(t);
+  auto [in, out] = fans("xavier_normal_", t);
   if (in + out <= 0) fail("xavier_normal_", "fan is zero for a tensor of shape ", t.shape());
   return normal_(t, 0.0, gain * std::sqrt(2.0 / static_cast<double>(in + out)));
 }

@@ -16,11 +16,26 @@ namespace {
 std::vector<int64_t> pair_of(const char* module, const char* what, std::vector<int64_t> v,
                              int64_t min) {
   if (v.size() == 1) v.push_back(v[0]);
+  // Listed by hand: Shape prints a negative entry as a dynamic dim ("?").
+  auto list = [&] {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
   if (v.size() != 2)
-    fail(module, what, " must have 1 or 2 values, got ", v.size(), " (", Shape(v), ")");
+    fail(module, what, " must have 1 or 2 values, got ", v.size(), " (", list(), ")");
   for (int64_t x : v)
-    if (x < min) fail(module, what, " must be >= ", min, ", got ", Shape(v));
+    if (x < min) fail(module, what, " must be >= ", min, ", got ", list());
   return v;
+}
+
+// The layer's parameters fix the input dtype; saying so here beats the kernel's message about
+// two tensors the caller never passed.
+void require_dtype(const char* module, const Tensor& x, const Tensor& weight) {
+  if (x.dtype() != weight.dtype())
+    fail(module, "expects a ", weight.dtype(), " input (the dtype of its weight ", weight.shape(),
+         "), got ", x.dtype(), " ", x.shape(),
+         is_floating(x.dtype()) ? " (cast the input, or the module with to())" : "");
 }
 
 void require_positive(const char* module, const char* what, int64_t v) {
@@ -82,6 +97,7 @@ Tensor Linear::forward(const Tensor& x) {
   if (x.dim() < 1 || !dim_is(x.size(-1), in_))
     fail("Linear", "expects input [..., ", in_, "] (in_features = ", in_, "), got shape ",
          x.shape());
+  require_dtype("Linear", x, weight_);
   return linear(x, weight_, bias_);
 }
 
@@ -100,6 +116,13 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::vector<int64_t> k
   if (in_ % opts_.groups != 0 || out_ % opts_.groups != 0)
     fail("Conv2d", "groups = ", opts_.groups, " must divide in_channels = ", in_,
          " and out_channels = ", out_);
+  // The output size adds 2 * padding and dilation * (kernel - 1) to the input size; past 2^40
+  // that sum overflows inside the kernel's shape arithmetic.
+  constexpr int64_t kLimit = int64_t(1) << 40;
+  for (int d = 0; d < 2; ++d)
+    if (opts_.padding[d] > kLimit || opts_.dilation[d] > kLimit || kernel_[d] > kLimit)
+      fail("Conv2d", "kernel_size ", kernel_[d], ", padding ", opts_.padding[d], " and dilation ",
+           opts_.dilation[d], " must each be at most 2^40");
   weight_ = empty({out_, in_ / opts_.groups, kernel_[0], kernel_[1]});
   if (opts_.bias) bias_ = empty({out_});
   default_init(weight_, opts_.bias ? &bias_ : nullptr);
@@ -113,6 +136,7 @@ Tensor Conv2d::forward(const Tensor& x) {
   if (!dim_is(c, in_))
     fail("Conv2d", "expects ", in_, " input channels, got input shape ", x.shape(),
          " (weight shape ", weight_.shape(), ")");
+  require_dtype("Conv2d", x, weight_);
   return batched(x, [&](const Tensor& x4) {
     return conv2d(x4, weight_, bias_, opts_.stride, opts_.padding, opts_.dilation, opts_.groups);
   });
@@ -252,6 +276,10 @@ Tensor LayerNorm::forward(const Tensor& x) {
   if (!ok)
     fail("LayerNorm", "expects input [..., ", shape_, "] (normalized_shape), got shape ",
          x.shape());
+  if (weight_.defined())
+    require_dtype("LayerNorm", x, weight_);
+  else if (!is_floating(x.dtype()))
+    fail("LayerNorm", "expects a floating input, got ", x.dtype(), " ", x.shape());
   return layer_norm(x, shape_, weight_, bias_, eps_);
 }
 

@@ -16,6 +16,7 @@ void Module::register_parameter(const std::string& name, Tensor* slot) {
 }
 
 void Module::register_buffer(const std::string& name, Tensor* slot) {
+  if (!slot) fail("Module::register_buffer", "buffer '", name, "' of ", type_name(), " is null");
   for (auto& [n, s] : buffers_)
     if (n == name) fail("Module::register_buffer", "duplicate buffer name '", name, "'");
   buffers_.push_back({name, slot});
@@ -23,9 +24,21 @@ void Module::register_buffer(const std::string& name, Tensor* slot) {
 
 void Module::register_module(const std::string& name, Module* child) {
   if (!child) fail("Module::register_module", "child '", name, "' is null");
+  // A module inside its own subtree would make every traversal (parameters(), state_dict(),
+  // train()) recurse until the stack overflows.
+  if (child->contains(this))
+    fail("Module::register_module", "child '", name, "' (", child->type_name(), ") would contain ",
+         type_name(), " itself: modules cannot form a cycle");
   for (auto& [n, c] : children_)
     if (n == name) fail("Module::register_module", "duplicate child name '", name, "'");
   children_.push_back({name, child});
+}
+
+bool Module::contains(const Module* m) const {
+  if (m == this) return true;
+  for (const auto& [n, c] : children_)
+    if (c->contains(m)) return true;
+  return false;
 }
 
 void Module::collect(const std::string& prefix, bool params,
@@ -110,15 +123,24 @@ void Module::to(DType dtype) {
 
 StateDict Module::state_dict() const {
   StateDict sd = named_parameters();
-  for (auto& nb : named_buffers()) sd.push_back(nb);
+  // An unset buffer holds no state (PyTorch leaves None buffers out too).
+  for (auto& nb : named_buffers())
+    if (nb.second.defined()) sd.push_back(nb);
   return sd;
 }
 
 void Module::load_state_dict(const StateDict& sd, bool strict) {
-  std::vector<std::pair<std::string, Tensor*>> mine;
-  collect("", true, mine);
-  collect("", false, mine);
+  std::vector<std::pair<std::string, Tensor*>> all, mine;
+  collect("", true, all);
+  collect("", false, all);
+  for (auto& e : all)
+    if (e.second->defined()) mine.push_back(e);
   // Validate everything first so that a bad dict changes nothing.
+  for (size_t i = 0; i < sd.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (sd[i].first == sd[j].first)
+        fail("load_state_dict", type_name(), ": duplicate key '", sd[i].first, "' (entries ", j,
+             " and ", i, ")");
   std::vector<std::pair<Tensor*, const Tensor*>> todo;
   for (auto& [name, slot] : mine) {
     const Tensor* found = nullptr;
@@ -132,6 +154,10 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
       fail("load_state_dict", type_name(), ": '", name, "' expects ", slot->dtype(), slot->shape(),
            ", got ", found->defined() ? dtype_name(found->dtype()) : "undefined",
            found->defined() ? found->shape() : Shape{});
+    // copy_ would refuse a graph value only after the earlier entries were written.
+    if (!found->is_concrete())
+      fail("load_state_dict", type_name(), ": '", name, "' is a symbolic ", found->dtype(),
+           found->shape(), " (a graph value); expected a concrete tensor");
     todo.push_back({slot, found});
   }
   if (strict)
@@ -155,6 +181,10 @@ ParameterSwap::ParameterSwap(Module& m, const std::vector<Tensor>& params,
     if (buffers.size() != bs.size())
       fail("ParameterSwap", m.type_name(), " has ", bs.size(), " buffers, got ", buffers.size());
   }
+  // Layers read their parameters' shapes and dtypes; an undefined one has neither.
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!params[i].defined())
+      fail("ParameterSwap", m.type_name(), ": parameter ", i, " is undefined");
   for (size_t i = 0; i < ps.size(); ++i) {
     slots_.push_back(ps[i]);
     saved_.push_back(*ps[i]);

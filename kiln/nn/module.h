@@ -35,7 +35,7 @@ class Module {
   bool is_training() const { return training_; }
   /// Drops the gradient of every parameter.
   void zero_grad();
-  /// Parameters then buffers, by dotted name.
+  /// Parameters then buffers (those that are set), by dotted name.
   StateDict state_dict() const;
   /// Copies values in by name. Checks every name, shape and dtype first and changes nothing
   /// when any is wrong (`strict`: the names must match exactly).
@@ -61,6 +61,8 @@ class Module {
   void register_module(const std::string& name, Module* child);
 
  private:
+  /// Whether m is this module or one of its descendants.
+  bool contains(const Module* m) const;
   void collect(const std::string& prefix, bool params,
                std::vector<std::pair<std::string, Tensor*>>& out) const;
   std::vector<std::pair<std::string, Tensor*>> params_, buffers_;

@@ -34,8 +34,14 @@ MoE::MoE(MoEOptions opts) : opts_(opts) {
          opts_.d_hidden, ", ", opts_.num_experts);
   if (opts_.top_k < 1 || opts_.top_k > opts_.num_experts)
     fail("MoE", "top_k must be in [1, num_experts = ", opts_.num_experts, "], got ", opts_.top_k);
-  if (!(opts_.capacity_factor > 0))
-    fail("MoE", "capacity_factor must be positive, got ", opts_.capacity_factor);
+  // Finite: capacity() converts ceil(capacity_factor * ...) to an integer.
+  if (!(opts_.capacity_factor > 0 && std::isfinite(opts_.capacity_factor)))
+    fail("MoE", "capacity_factor must be positive and finite, got ", opts_.capacity_factor);
+  // Bounds that keep E * H * D and the capacity arithmetic below int64 overflow.
+  constexpr int64_t kLimit = int64_t(1) << 40;
+  if (opts_.d_model > kLimit || opts_.d_hidden > kLimit || opts_.num_experts > kLimit)
+    fail("MoE", "d_model, d_hidden and num_experts must each be at most 2^40, got ", opts_.d_model,
+         ", ", opts_.d_hidden, ", ", opts_.num_experts);
   const int64_t E = opts_.num_experts, D = opts_.d_model, H = opts_.d_hidden;
   const double bd = 1.0 / std::sqrt(static_cast<double>(D));
   const double bh = 1.0 / std::sqrt(static_cast<double>(H));
@@ -52,8 +58,14 @@ MoE::MoE(MoEOptions opts) : opts_(opts) {
 }
 
 int64_t MoE::capacity(int64_t tokens) const {
-  double c = std::ceil(opts_.capacity_factor * static_cast<double>(tokens * opts_.top_k) /
-                       static_cast<double>(opts_.num_experts));
+  if (tokens < 0) fail("MoE", "capacity: tokens must be >= 0, got ", tokens);
+  double c = std::ceil(opts_.capacity_factor * static_cast<double>(tokens) *
+                       static_cast<double>(opts_.top_k) / static_cast<double>(opts_.num_experts));
+  // The expert buffers hold num_experts * capacity rows; past 2^62 that count (and the
+  // conversion of c) would overflow.
+  if (!(c * static_cast<double>(opts_.num_experts) <= 0x1p62))
+    fail("MoE", "capacity for ", tokens, " tokens (capacity_factor ", opts_.capacity_factor,
+         ", top_k ", opts_.top_k, ", ", opts_.num_experts, " experts) is too large: ", c);
   return std::max<int64_t>(1, static_cast<int64_t>(c));
 }
 
@@ -63,6 +75,9 @@ MoEOutput MoE::route(const Tensor& x) {
     fail("MoE", "input must be [..., d_model = ", D, "], got shape ",
          x.defined() ? x.shape() : Shape{});
   if (!is_floating(x.dtype())) fail("MoE", "input must be floating point, got ", x.dtype());
+  if (x.dtype() != router_w_.dtype())
+    fail("MoE", "input must be ", router_w_.dtype(), " (the dtype of its weights), got ", x.dtype(),
+         x.shape());
   const DType dt = x.dtype();
   const int64_t N = x.numel() / D;
   if (N == 0) fail("MoE", "input has no tokens (shape ", x.shape(), ")");

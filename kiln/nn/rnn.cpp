@@ -21,6 +21,11 @@ RNNBase::RNNBase(Mode mode, RNNOptions opts) : mode_(mode), opts_(std::move(opts
   if (opts_.input_size <= 0 || opts_.hidden_size <= 0 || opts_.num_layers <= 0)
     fail(who, "input_size, hidden_size and num_layers must be positive, got ", opts_.input_size,
          ", ", opts_.hidden_size, ", ", opts_.num_layers);
+  // gates * hidden rows per weight must be countable.
+  constexpr int64_t kLimit = int64_t(1) << 40;
+  if (opts_.input_size > kLimit || opts_.hidden_size > kLimit || opts_.num_layers > kLimit)
+    fail(who, "input_size, hidden_size and num_layers must each be at most 2^40, got ",
+         opts_.input_size, ", ", opts_.hidden_size, ", ", opts_.num_layers);
   if (mode == Mode::RNN && opts_.nonlinearity != "tanh" && opts_.nonlinearity != "relu")
     fail(who, "nonlinearity must be 'tanh' or 'relu', got '", opts_.nonlinearity, "'");
   gates_ = mode == Mode::LSTM ? 4 : mode == Mode::GRU ? 3 : 1;
@@ -63,12 +68,16 @@ std::pair<Tensor, RNNState> RNNBase::forward(const Tensor& x_in, const RNNState&
   if (x_in.size(2) != opts_.input_size)
     fail(who.c_str(), "input feature size ", x_in.size(2), " (shape ", x_in.shape(),
          ") does not match input_size ", opts_.input_size);
+  if (x_in.dtype() != w_ih_[0].dtype())
+    fail(who.c_str(), "input must be ", w_ih_[0].dtype(), " (the dtype of its weights), got ",
+         x_in.dtype(), x_in.shape());
   Tensor x = opts_.batch_first ? transpose(x_in, 0, 1) : x_in;  // [T, B, in]
   const int64_t T = x.size(0), B = x.size(1);
   const Shape state_shape{L, B, H};
   auto check_state = [&](const Tensor& s, const char* name) {
-    if (s.defined() && s.shape() != state_shape)
-      fail(who.c_str(), "initial ", name, " must have shape ", state_shape, ", got ", s.shape());
+    if (s.defined() && (s.shape() != state_shape || s.dtype() != x.dtype()))
+      fail(who.c_str(), "initial ", name, " must be ", x.dtype(), state_shape, " (input ",
+           x_in.dtype(), x_in.shape(), "), got ", s.dtype(), s.shape());
   };
   check_state(state.h, "h");
   check_state(state.c, "c");

@@ -11,11 +11,20 @@
 
 namespace kiln::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
+Optimizer::Optimizer(std::vector<Tensor> params, const char* who, bool graph)
+    : params_(std::move(params)) {
+  // As torch.optim: an empty list is almost always a model whose parameters() was not what the
+  // caller meant, and step() would then silently train nothing.
+  if (!graph && params_.empty())
+    fail(who, "got an empty parameter list (for the graph form, construct with options only)");
   for (size_t i = 0; i < params_.size(); ++i)
     if (!params_[i].defined() || !params_[i].is_concrete() || !params_[i].requires_grad() ||
         !params_[i].is_leaf())
-      fail("optimizer", "parameter ", i, " must be a concrete leaf tensor that requires grad");
+      fail(who, "parameter ", i, " must be a concrete leaf tensor that requires grad");
+}
+
+void Optimizer::check_lr(const char* who, double lr) {
+  if (!(lr >= 0)) fail(who, "learning rate must be >= 0, got ", lr);
 }
 
 void Optimizer::zero_grad() {
@@ -104,13 +113,19 @@ Tensor Optimizer::minimize(const Tensor& loss, const std::vector<Tensor>& var_li
 
 // ---- SGD ------------------------------------------------------------------------------------
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions opts) : Optimizer(std::move(params)), opts_(opts) {
-  if (opts.lr < 0) fail("SGD", "learning rate must be >= 0, got ", opts.lr);
-  if (opts.momentum < 0) fail("SGD", "momentum must be >= 0, got ", opts.momentum);
+// The comparisons are written so that NaN fails them, as in torch.optim.
+SGDOptions SGD::checked(SGDOptions opts) {
+  check_lr("SGD", opts.lr);
+  if (!(opts.momentum >= 0)) fail("SGD", "momentum must be >= 0, got ", opts.momentum);
+  if (!(opts.weight_decay >= 0)) fail("SGD", "weight_decay must be >= 0, got ", opts.weight_decay);
   if (opts.nesterov && opts.momentum <= 0) fail("SGD", "nesterov needs momentum > 0");
+  return opts;
 }
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions opts)
+    : Optimizer(std::move(params), "SGD", false), opts_(checked(opts)) {}
 SGD::SGD(double lr, double momentum) : SGD(SGDOptions{.lr = lr, .momentum = momentum}) {}
-SGD::SGD(SGDOptions opts) : SGD(std::vector<Tensor>{}, opts) {}
+SGD::SGD(SGDOptions opts) : Optimizer({}, "SGD", true), opts_(checked(opts)) {}
 
 std::vector<std::string> SGD::slot_names() const {
   if (opts_.momentum != 0) return {"momentum"};
@@ -141,15 +156,22 @@ bool SGD::fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, d
 
 // ---- Adam / AdamW ---------------------------------------------------------------------------
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions opts)
-    : Optimizer(std::move(params)), opts_(opts) {
-  if (opts.lr < 0) fail("Adam", "learning rate must be >= 0, got ", opts.lr);
-  if (opts.beta1 < 0 || opts.beta1 >= 1 || opts.beta2 < 0 || opts.beta2 >= 1)
-    fail("Adam", "betas must be in [0, 1), got ", opts.beta1, ", ", opts.beta2);
+AdamOptions Adam::checked(AdamOptions opts, const char* who) {
+  check_lr(who, opts.lr);
+  if (!(opts.beta1 >= 0 && opts.beta1 < 1 && opts.beta2 >= 0 && opts.beta2 < 1))
+    fail(who, "betas must be in [0, 1), got ", opts.beta1, ", ", opts.beta2);
+  if (!(opts.eps >= 0)) fail(who, "eps must be >= 0, got ", opts.eps);
+  if (!(opts.weight_decay >= 0)) fail(who, "weight_decay must be >= 0, got ", opts.weight_decay);
+  return opts;
 }
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions opts, const char* who, bool graph)
+    : Optimizer(std::move(params), who, graph), opts_(checked(opts, who)) {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions opts)
+    : Adam(std::move(params), opts, "Adam", false) {}
 Adam::Adam(double lr, double b1, double b2, double eps)
     : Adam(AdamOptions{.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps}) {}
-Adam::Adam(AdamOptions opts) : Adam(std::vector<Tensor>{}, opts) {}
+Adam::Adam(AdamOptions opts) : Adam({}, opts, "Adam", true) {}
 
 std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
 
@@ -189,12 +211,16 @@ bool Adam::fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, 
   return true;
 }
 
+namespace {
+AdamOptions adamw_options(AdamOptions opts) {
+  opts.decoupled = true;
+  if (opts.weight_decay == 0) opts.weight_decay = 0.01;
+  return opts;
+}
+}  // namespace
+
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions opts)
-    : Adam(std::move(params), [&] {
-        opts.decoupled = true;
-        if (opts.weight_decay == 0) opts.weight_decay = 0.01;
-        return opts;
-      }()) {}
-AdamW::AdamW(AdamOptions opts) : AdamW(std::vector<Tensor>{}, opts) {}
+    : Adam(std::move(params), adamw_options(opts), "AdamW", false) {}
+AdamW::AdamW(AdamOptions opts) : Adam({}, adamw_options(opts), "AdamW", true) {}
 
 }  // namespace kiln::optim

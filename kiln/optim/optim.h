@@ -43,10 +43,15 @@ class Optimizer {
   /// In a graph, minimize() bakes the rate in when it is called; set_lr changes later eager
   /// steps and later minimize() calls, not nodes already built.
   virtual double lr() const = 0;
+  /// Raises kiln::Error unless lr >= 0 (NaN included).
   virtual void set_lr(double lr) = 0;
 
  protected:
-  explicit Optimizer(std::vector<Tensor> params);
+  /// Eager form (graph = false): `params` must be non-empty (as torch.optim), each a concrete
+  /// leaf that requires grad. Graph form: no parameters; minimize() finds the variables. `who`
+  /// names the optimizer in errors.
+  Optimizer(std::vector<Tensor> params, const char* who, bool graph);
+  static void check_lr(const char* who, double lr);
   /// Computes the new value of parameter i from its gradient, reading and returning its slot
   /// tensors (same order as make_slots). Written in Kiln ops, so it serves both modes.
   virtual Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
@@ -72,7 +77,10 @@ class SGD : public Optimizer {
   explicit SGD(double lr, double momentum = 0.0);
   explicit SGD(SGDOptions opts);
   double lr() const override { return opts_.lr; }
-  void set_lr(double lr) override { opts_.lr = lr; }
+  void set_lr(double lr) override {
+    check_lr("SGD", lr);
+    opts_.lr = lr;
+  }
 
  protected:
   Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
@@ -81,6 +89,7 @@ class SGD : public Optimizer {
   bool fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, double t) override;
 
  private:
+  static SGDOptions checked(SGDOptions opts);
   SGDOptions opts_;
 };
 
@@ -90,15 +99,21 @@ class Adam : public Optimizer {
   explicit Adam(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8);
   explicit Adam(AdamOptions opts);
   double lr() const override { return opts_.lr; }
-  void set_lr(double lr) override { opts_.lr = lr; }
+  void set_lr(double lr) override {
+    check_lr("Adam", lr);
+    opts_.lr = lr;
+  }
 
  protected:
   Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
                 const Tensor& step) override;
   std::vector<std::string> slot_names() const override;
   bool fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, double t) override;
+  /// `who` names the optimizer (Adam or AdamW) in errors; empty params: the graph form.
+  Adam(std::vector<Tensor> params, AdamOptions opts, const char* who, bool graph);
 
  private:
+  static AdamOptions checked(AdamOptions opts, const char* who);
   AdamOptions opts_;
 };
 

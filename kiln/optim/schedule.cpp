@@ -6,6 +6,11 @@
 #include <numbers>
 
 namespace kiln::optim {
+namespace {
+void require_step(const char* who, int64_t t) {
+  if (t < 0) fail(who, "step must be >= 0, got ", t);
+}
+}  // namespace
 
 StepLR::StepLR(int64_t step_size, double gamma) : step_size_(step_size), gamma_(gamma) {
   if (step_size <= 0) fail("StepLR", "step_size must be positive, got ", step_size);
@@ -13,6 +18,7 @@ StepLR::StepLR(int64_t step_size, double gamma) : step_size_(step_size), gamma_(
 }
 
 double StepLR::lr(int64_t t, double base_lr) const {
+  require_step("StepLR", t);
   return base_lr * std::pow(gamma_, static_cast<double>(t / step_size_));
 }
 
@@ -23,6 +29,7 @@ CosineAnnealingLR::CosineAnnealingLR(int64_t t_max, double eta_min)
 }
 
 double CosineAnnealingLR::lr(int64_t t, double base_lr) const {
+  require_step("CosineAnnealingLR", t);
   const double c =
       std::cos(std::numbers::pi * static_cast<double>(t) / static_cast<double>(t_max_));
   return eta_min_ + (base_lr - eta_min_) * (1 + c) / 2;
@@ -39,6 +46,7 @@ LinearWarmup::LinearWarmup(const LinearWarmup& o)
     : Schedule(o), warmup_(o.warmup_), after_(o.after_ ? o.after_->clone() : nullptr) {}
 
 double LinearWarmup::lr(int64_t t, double base_lr) const {
+  require_step("LinearWarmup", t);
   if (t < warmup_) return base_lr * static_cast<double>(t + 1) / static_cast<double>(warmup_);
   return after_ ? after_->lr(t - warmup_, base_lr) : base_lr;
 }
