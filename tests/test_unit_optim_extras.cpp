@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <optional>
 
 #include "kiln/kiln.h"
 #include "kiln/optim/clip.h"
@@ -227,6 +228,27 @@ TEST(OptimizerTrajectories, SgdVariantsMatchPyTorch) {
       }
       expect_traj(run(w, opt, a, c, 3), want);
     }
+}
+
+// AdamW's weight decay defaults to 0.01 (torch.optim.AdamW) and an explicit 0 switches it off
+// (0 used to be read as "unset" and replaced by 0.01). With a zero gradient the Adam part of the
+// step is 0, so only the decay moves p: p *= 1 - lr wd.
+TEST(OptimizerTrajectories, AdamWWeightDecayDefaultAndZero) {
+  for (auto [wd, want] : {std::pair<std::optional<double>, double>{std::nullopt, 1 - 0.1 * 0.01},
+                          {0.0, 1.0},
+                          {0.5, 1 - 0.1 * 0.5}}) {
+    Tensor w = ones({3}).requires_grad_();
+    optim::AdamW opt({w}, {.lr = 0.1, .weight_decay = wd});
+    w.set_grad(zeros({3}));
+    opt.step();
+    EXPECT_NEAR(w.to_vector<double>()[0], want, 1e-7) << (wd ? *wd : -1.0);
+  }
+  // Adam's default stays 0.
+  Tensor w = ones({3}).requires_grad_();
+  optim::Adam opt({w}, optim::AdamOptions{.lr = 0.1});
+  w.set_grad(zeros({3}));
+  opt.step();
+  EXPECT_EQ(w.to_vector<double>()[0], 1.0);
 }
 
 TEST(OptimizerTrajectories, AdamAndAdamWMatchPyTorch) {

@@ -161,12 +161,15 @@ AdamOptions Adam::checked(AdamOptions opts, const char* who) {
   if (!(opts.beta1 >= 0 && opts.beta1 < 1 && opts.beta2 >= 0 && opts.beta2 < 1))
     fail(who, "betas must be in [0, 1), got ", opts.beta1, ", ", opts.beta2);
   if (!(opts.eps >= 0)) fail(who, "eps must be >= 0, got ", opts.eps);
-  if (!(opts.weight_decay >= 0)) fail(who, "weight_decay must be >= 0, got ", opts.weight_decay);
+  if (!opts.weight_decay) opts.weight_decay = opts.decoupled ? 0.01 : 0.0;
+  if (!(*opts.weight_decay >= 0)) fail(who, "weight_decay must be >= 0, got ", *opts.weight_decay);
   return opts;
 }
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions opts, const char* who, bool graph)
-    : Optimizer(std::move(params), who, graph), opts_(checked(opts, who)) {}
+    : Optimizer(std::move(params), who, graph),
+      opts_(checked(opts, who)),
+      wd_(*opts_.weight_decay) {}
 Adam::Adam(std::vector<Tensor> params, AdamOptions opts)
     : Adam(std::move(params), opts, "Adam", false) {}
 Adam::Adam(double lr, double b1, double b2, double eps)
@@ -180,7 +183,7 @@ std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
 Tensor Adam::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slots,
                     const Tensor& t) {
   const auto& o = opts_;
-  Tensor g = (!o.decoupled && o.weight_decay != 0) ? add(g0, mul(p, o.weight_decay)) : g0;
+  Tensor g = (!o.decoupled && wd_ != 0) ? add(g0, mul(p, wd_)) : g0;
   slots[0] = add(mul(slots[0], o.beta1), mul(g, 1 - o.beta1));
   slots[1] = add(mul(slots[1], o.beta2), mul(mul(g, g), 1 - o.beta2));
   // Bias corrections as tensors of the step, so a graph computes them per run.
@@ -189,7 +192,7 @@ Tensor Adam::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slot
   Tensor mhat = div(slots[0], cast(bc1, p.dtype()));
   Tensor vhat = div(slots[1], cast(bc2, p.dtype()));
   Tensor upd = div(mhat, add(sqrt(vhat), o.eps));
-  if (o.decoupled && o.weight_decay != 0) upd = add(upd, mul(p, o.weight_decay));
+  if (o.decoupled && wd_ != 0) upd = add(upd, mul(p, wd_));
   return sub(p, mul(upd, o.lr));
 }
 
@@ -199,7 +202,7 @@ bool Adam::fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, 
                     o.beta1,
                     o.beta2,
                     o.eps,
-                    o.weight_decay,
+                    wd_,
                     o.decoupled,
                     1.0 - std::pow(o.beta1, t),
                     1.0 - std::pow(o.beta2, t)};
@@ -214,7 +217,6 @@ bool Adam::fused_update(Tensor& p, const Tensor& g, std::vector<Tensor>& slots, 
 namespace {
 AdamOptions adamw_options(AdamOptions opts) {
   opts.decoupled = true;
-  if (opts.weight_decay == 0) opts.weight_decay = 0.01;
   return opts;
 }
 }  // namespace

@@ -3,6 +3,7 @@
 // only and call minimize(loss), which adds gradients() and assign nodes and returns one node
 // whose run performs a training step; optimizer slots are graph variables.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,8 @@ struct AdamOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0.0;
+  /// Unset: torch.optim's defaults, 0 for Adam and 0.01 for AdamW; 0 switches decay off in both.
+  std::optional<double> weight_decay;
   /// true: decoupled weight decay (AdamW); false: L2 added to the gradient (Adam).
   bool decoupled = false;
 };
@@ -115,6 +117,7 @@ class Adam : public Optimizer {
  private:
   static AdamOptions checked(AdamOptions opts, const char* who);
   AdamOptions opts_;
+  double wd_;  // opts_.weight_decay resolved
 };
 
 /// Adam with decoupled weight decay.
