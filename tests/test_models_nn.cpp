@@ -387,6 +387,28 @@ TEST(NnLayers, DropoutTrainEval) {
   expect_error([] { nn::Dropout(1.5); }, {"[Dropout]", "1.5"});
 }
 
+// A layer used twice (weight sharing): parameters() lists its tensors once, so an optimizer
+// steps them once; state_dict() has them under both names and loads back (as torch).
+TEST(NnLayers, SharedLayerParametersOnce) {
+  auto lin = std::make_shared<nn::Linear>(3, 3);
+  nn::Sequential seq{lin, std::make_shared<nn::ReLU>(), lin};
+  EXPECT_EQ(seq.parameters().size(), 2u);
+  EXPECT_EQ(seq.named_parameters()[0].first, "0.weight");
+  EXPECT_EQ(seq.parameter_slots().size(), 2u);
+  EXPECT_EQ(seq.num_parameters(), 12);
+  nn::StateDict sd = seq.state_dict();
+  ASSERT_EQ(sd.size(), 4u);
+  EXPECT_EQ(sd[2].first, "2.weight");
+  seq.load_state_dict(sd);
+  const std::vector<double> w0 = lin->weight().to_vector<double>();
+  optim::SGD opt(seq.parameters(), optim::SGDOptions{.lr = 0.1});
+  sum(seq(ones({2, 3}))).backward();
+  const std::vector<double> g = lin->weight().grad().to_vector<double>();
+  opt.step();
+  const std::vector<double> w1 = lin->weight().to_vector<double>();
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_NEAR(w1[i], w0[i] - 0.1 * g[i], 1e-6) << i;
+}
+
 TEST(NnLayers, SequentialNamesIndexingAndErrors) {
   auto seq = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Layer>>{
       std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>()});
@@ -679,10 +701,11 @@ TEST(NnProbe, ModuleCyclesAreRefused) {
   a->push_back(b);
   expect_error([&] { b->push_back(a); }, "Module::register_module", {"cycle"});
   EXPECT_EQ(a->parameters().size(), 0u);
-  // Sharing one layer twice is not a cycle.
+  // Sharing one layer twice is not a cycle (its parameters are listed once, its state twice).
   auto l = std::make_shared<nn::Linear>(2, 2);
   nn::Sequential twice{l, l};
-  EXPECT_EQ(twice.parameters().size(), 4u);
+  EXPECT_EQ(twice.parameters().size(), 2u);
+  EXPECT_EQ(twice.state_dict().size(), 4u);
 }
 
 TEST(NnProbe, FailedLoadStateDictChangesNothing) {

@@ -2,6 +2,8 @@
 // parameter swapping.
 #include "kiln/nn/module.h"
 
+#include <unordered_set>
+
 #include "kiln/dispatch/dispatch.h"
 
 namespace kiln::nn {
@@ -47,19 +49,24 @@ void Module::collect(const std::string& prefix, bool params,
   for (const auto& [n, c] : children_) c->collect(prefix + n + ".", params, out);
 }
 
+std::vector<std::pair<std::string, Tensor*>> Module::unique_slots(bool params) const {
+  std::vector<std::pair<std::string, Tensor*>> v, out;
+  collect("", params, v);
+  std::unordered_set<const Tensor*> seen;
+  for (auto& e : v)
+    if (seen.insert(e.second).second) out.push_back(e);
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-  std::vector<std::pair<std::string, Tensor*>> v;
-  collect("", true, v);
   std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [n, s] : v) out.push_back({n, *s});
+  for (auto& [n, s] : unique_slots(true)) out.push_back({n, *s});
   return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
-  std::vector<std::pair<std::string, Tensor*>> v;
-  collect("", false, v);
   std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [n, s] : v) out.push_back({n, *s});
+  for (auto& [n, s] : unique_slots(false)) out.push_back({n, *s});
   return out;
 }
 
@@ -76,18 +83,14 @@ std::vector<Tensor> Module::buffers() const {
 }
 
 std::vector<Tensor*> Module::parameter_slots() {
-  std::vector<std::pair<std::string, Tensor*>> v;
-  collect("", true, v);
   std::vector<Tensor*> out;
-  for (auto& [n, s] : v) out.push_back(s);
+  for (auto& [n, s] : unique_slots(true)) out.push_back(s);
   return out;
 }
 
 std::vector<Tensor*> Module::buffer_slots() {
-  std::vector<std::pair<std::string, Tensor*>> v;
-  collect("", false, v);
   std::vector<Tensor*> out;
-  for (auto& [n, s] : v) out.push_back(s);
+  for (auto& [n, s] : unique_slots(false)) out.push_back(s);
   return out;
 }
 
@@ -122,10 +125,14 @@ void Module::to(DType dtype) {
 }
 
 StateDict Module::state_dict() const {
-  StateDict sd = named_parameters();
+  std::vector<std::pair<std::string, Tensor*>> ps, bs;
+  collect("", true, ps);
+  collect("", false, bs);
+  StateDict sd;
+  for (auto& [n, s] : ps) sd.push_back({n, *s});
   // An unset buffer holds no state (PyTorch leaves None buffers out too).
-  for (auto& nb : named_buffers())
-    if (nb.second.defined()) sd.push_back(nb);
+  for (auto& [n, s] : bs)
+    if (s->defined()) sd.push_back({n, *s});
   return sd;
 }
 

@@ -22,7 +22,9 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  /// Every parameter, this module's first, then each child's in registration order.
+  /// Every parameter, this module's first, then each child's in registration order; a module
+  /// reached twice (shared by two parents) gives its parameters once, under the first name, as
+  /// torch's parameters() (an optimizer would otherwise update them twice per step).
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   /// Non-trainable state (running statistics), same order rules.
@@ -35,7 +37,8 @@ class Module {
   bool is_training() const { return training_; }
   /// Drops the gradient of every parameter.
   void zero_grad();
-  /// Parameters then buffers (those that are set), by dotted name.
+  /// Parameters then buffers (those that are set), by dotted name; a shared module's under
+  /// every name it has (as torch's state_dict()).
   StateDict state_dict() const;
   /// Copies values in by name. Checks every name, shape and dtype first and changes nothing
   /// when any is wrong (`strict`: the names must match exactly).
@@ -65,6 +68,8 @@ class Module {
   bool contains(const Module* m) const;
   void collect(const std::string& prefix, bool params,
                std::vector<std::pair<std::string, Tensor*>>& out) const;
+  /// collect() from here, each slot once (its first name).
+  std::vector<std::pair<std::string, Tensor*>> unique_slots(bool params) const;
   std::vector<std::pair<std::string, Tensor*>> params_, buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
