@@ -439,6 +439,11 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
                     {"stride", "[0, 1]"});
   EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 6, 6}), {2, 2, 2}), "max_pool2d",
                     {"kernel", "[2, 2, 2]"});
+  // Geometry past 2^30 (in + 2 pad overflowed int64: a "padded input" of -2^63).
+  EXPECT_KILN_ERROR(conv2d(ones({1, 2, 5, 5}), w, Tensor(), {1, 1}, {int64_t(1) << 62, 0}),
+                    "conv2d", {"padding", "too large"});
+  EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 6, 6}), {2}, {int64_t(1) << 40}), "max_pool2d",
+                    {"stride", "too large"});
   // An empty plane (with padding its windows saw padding alone); an empty batch is fine.
   EXPECT_KILN_ERROR(max_pool2d(ones({1, 1, 0, 4}), {2}, {2}, {1}), "max_pool2d",
                     {"non-empty", "[1, 1, 0, 4]"});

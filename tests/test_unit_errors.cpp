@@ -244,6 +244,11 @@ TEST(Errors, EmptyNegativeDim) {
 TEST(Errors, ArgmaxOfEmpty) {
   expect_error([] { argmax(f32({0, 3})); }, "argmax", {"[0, 3]"});
   expect_error([] { argmin(f32({3, 0}), 1); }, "argmin", {"[3, 0]"});
+  expect_error([] { argmax(f32({0, 3}), 0); }, "argmax", {"[0, 3]", "empty"});
+  // Along a non-empty dim of an empty tensor: an empty result, as PyTorch (accuracy of an empty
+  // batch).
+  EXPECT_EQ(argmax(f32({0, 3}), 1).shape(), (Shape{0}));
+  EXPECT_EQ(argmin(f32({0, 3}), 1, true).shape(), (Shape{0, 1}));
 }
 
 TEST(Errors, MaxOverEmptyDim) {

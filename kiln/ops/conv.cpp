@@ -46,6 +46,10 @@ ConvP conv_params(const char* op, const Attrs& a) {
   if (d[0] <= 0 || d[1] <= 0) fail(op, "dilation must be positive, got ", Shape(d));
   if (p[0] < 0 || p[1] < 0) fail(op, "padding must be non-negative, got ", Shape(p));
   if (a.i(3) <= 0) fail(op, "groups must be positive, got ", a.i(3));
+  opu::check_window_params(op, "stride", s);
+  opu::check_window_params(op, "padding", p);
+  opu::check_window_params(op, "dilation", d);
+  opu::check_window_params(op, "groups", {a.i(3)});
   return ConvP{s[0], s[1], p[0], p[1], d[0], d[1], a.i(3)};
 }
 

@@ -34,6 +34,14 @@ inline void require_same_dtype(const char* op, const Tensor& a, const Tensor& b)
 inline Tensor scalar_like(const Tensor& t, double v) { return scalar_tensor(v, t.dtype()); }
 
 // Output size of a window sweep (convolution, pooling); -1 when the input size is dynamic.
+/// Bound on window geometry values (stride, padding, dilation, pooling kernels, groups): past
+/// it the size arithmetic (in + 2 pad, dilation (k - 1)) could overflow int64.
+inline constexpr int64_t kMaxWindowParam = int64_t(1) << 30;
+inline void check_window_params(const char* op, const char* what, const std::vector<int64_t>& v) {
+  for (int64_t x : v)
+    if (x > kMaxWindowParam) fail(op, what, " ", Shape(v), " is too large (at most 2^30)");
+}
+
 inline int64_t out_size(int64_t in, int64_t eff_kernel, int64_t pad, int64_t stride) {
   if (in < 0) return -1;
   return (in + 2 * pad - eff_kernel) / stride + 1;

@@ -43,6 +43,8 @@ PoolP pool_params(const char* op, const Attrs& a) {
          ", ", Shape(p));
   if (k[0] <= 0 || k[1] <= 0) fail(op, "kernel must be positive, got ", Shape(k));
   if (s[0] <= 0 || s[1] <= 0) fail(op, "stride must be positive, got ", Shape(s));
+  opu::check_window_params(op, "kernel", k);
+  opu::check_window_params(op, "stride", s);
   // As PyTorch: a wider pad would give windows that see only padding.
   if (p[0] < 0 || p[1] < 0 || p[0] > k[0] / 2 || p[1] > k[1] / 2)
     fail(op, "padding ", Shape(p), " must be non-negative and at most half the kernel ", Shape(k));

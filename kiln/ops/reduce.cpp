@@ -301,9 +301,11 @@ void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
 MetaList infer_arg(const char* op, std::span<const Tensor> in, const Attrs& a) {
   opu::require_numeric(op, in[0]);
   const Shape& s = in[0].shape();
-  if (s.numel() == 0) fail(op, "cannot take ", op, " of an empty tensor of shape ", s);
-  if (a.i(0) == INT64_MIN)
+  if (a.i(0) == INT64_MIN) {  // over all elements
+    if (s.numel() == 0) fail(op, "cannot take ", op, " of an empty tensor of shape ", s);
     return one(Int64, a.b(1) ? Shape(static_cast<size_t>(s.rank()), 1) : Shape{});
+  }
+  // Along a dim only that dim must be non-empty ([0, C] along 1 gives [0], as PyTorch).
   int64_t d = wrap_dim(a.i(0), s, op);
   if (s.rank() == 0) return one(Int64, Shape{});
   if (s[d] == 0) fail(op, "dim ", d, " of shape ", s, " is empty");
