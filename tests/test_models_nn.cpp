@@ -409,6 +409,37 @@ TEST(NnLayers, SharedLayerParametersOnce) {
   for (size_t i = 0; i < w0.size(); ++i) EXPECT_NEAR(w1[i], w0[i] - 0.1 * g[i], 1e-6) << i;
 }
 
+// A weight tied across two slots (an output layer sharing the embedding's matrix, as GPT-2):
+// listed once, stepped once, cast once (the tie survives to()), and a ParameterSwap gives both
+// slots the replacement and restores both.
+TEST(NnLayers, TiedWeightsListedOnceAndSwappedTogether) {
+  auto a = std::make_shared<nn::Linear>(4, 4, false), b = std::make_shared<nn::Linear>(4, 4, false);
+  b->weight() = a->weight();
+  nn::Sequential seq{a, b};
+  ASSERT_EQ(seq.parameters().size(), 1u);
+  EXPECT_EQ(seq.named_parameters()[0].first, "0.weight");
+  ASSERT_EQ(seq.parameter_slots().size(), 1u);
+  EXPECT_EQ(seq.parameter_slots()[0].size(), 2u);
+  EXPECT_EQ(seq.state_dict().size(), 2u);
+  {
+    Tensor w = zeros({4, 4});
+    nn::ParameterSwap swap(seq, {w});
+    EXPECT_TRUE(a->weight().is_same(w));
+    EXPECT_TRUE(b->weight().is_same(w));
+  }
+  EXPECT_TRUE(a->weight().is_same(b->weight()));
+  const std::vector<double> w0 = a->weight().to_vector<double>();
+  optim::SGD opt(seq.parameters(), optim::SGDOptions{.lr = 0.1});
+  sum(seq(ones({2, 4}))).backward();
+  const std::vector<double> g = a->weight().grad().to_vector<double>();
+  opt.step();
+  const std::vector<double> w1 = b->weight().to_vector<double>();
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_NEAR(w1[i], w0[i] - 0.1 * g[i], 1e-6) << i;
+  seq.to(Float64);
+  EXPECT_TRUE(a->weight().is_same(b->weight()));
+  EXPECT_EQ(b->weight().dtype(), Float64);
+}
+
 TEST(NnLayers, SequentialNamesIndexingAndErrors) {
   auto seq = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Layer>>{
       std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>()});

@@ -2,7 +2,8 @@
 // parameter swapping.
 #include "kiln/nn/module.h"
 
-#include <unordered_set>
+#include <algorithm>
+#include <unordered_map>
 
 #include "kiln/dispatch/dispatch.h"
 
@@ -49,24 +50,32 @@ void Module::collect(const std::string& prefix, bool params,
   for (const auto& [n, c] : children_) c->collect(prefix + n + ".", params, out);
 }
 
-std::vector<std::pair<std::string, Tensor*>> Module::unique_slots(bool params) const {
-  std::vector<std::pair<std::string, Tensor*>> v, out;
+std::vector<std::pair<std::string, std::vector<Tensor*>>> Module::slot_groups(bool params) const {
+  std::vector<std::pair<std::string, Tensor*>> v;
   collect("", params, v);
-  std::unordered_set<const Tensor*> seen;
-  for (auto& e : v)
-    if (seen.insert(e.second).second) out.push_back(e);
+  std::vector<std::pair<std::string, std::vector<Tensor*>>> out;
+  // Same slot (a shared module) or same tensor (a tied weight): one group. An unset buffer has
+  // no identity beyond its slot.
+  std::unordered_map<const void*, size_t> group_of;
+  for (auto& [n, slot] : v) {
+    const void* key = slot->defined() ? static_cast<const void*>(slot->impl()) : slot;
+    auto [it, fresh] = group_of.try_emplace(key, out.size());
+    if (fresh) out.push_back({n, {}});
+    auto& g = out[it->second].second;
+    if (std::find(g.begin(), g.end(), slot) == g.end()) g.push_back(slot);
+  }
   return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [n, s] : unique_slots(true)) out.push_back({n, *s});
+  for (auto& [n, g] : slot_groups(true)) out.push_back({n, *g[0]});
   return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [n, s] : unique_slots(false)) out.push_back({n, *s});
+  for (auto& [n, g] : slot_groups(false)) out.push_back({n, *g[0]});
   return out;
 }
 
@@ -82,15 +91,15 @@ std::vector<Tensor> Module::buffers() const {
   return out;
 }
 
-std::vector<Tensor*> Module::parameter_slots() {
-  std::vector<Tensor*> out;
-  for (auto& [n, s] : unique_slots(true)) out.push_back(s);
+std::vector<std::vector<Tensor*>> Module::parameter_slots() {
+  std::vector<std::vector<Tensor*>> out;
+  for (auto& [n, g] : slot_groups(true)) out.push_back(std::move(g));
   return out;
 }
 
-std::vector<Tensor*> Module::buffer_slots() {
-  std::vector<Tensor*> out;
-  for (auto& [n, s] : unique_slots(false)) out.push_back(s);
+std::vector<std::vector<Tensor*>> Module::buffer_slots() {
+  std::vector<std::vector<Tensor*>> out;
+  for (auto& [n, g] : slot_groups(false)) out.push_back(std::move(g));
   return out;
 }
 
@@ -116,12 +125,17 @@ void Module::to(DType dtype) {
     fail("Module::to", type_name(), " can only be cast to a floating dtype, got ",
          dtype_name(dtype));
   NoGradGuard ng;
-  for (Tensor* slot : parameter_slots())
-    if (is_floating(slot->dtype()) && slot->dtype() != dtype)
-      *slot = slot->detach().to(dtype).requires_grad_(true);
-  for (Tensor* slot : buffer_slots())
-    if (slot->defined() && is_floating(slot->dtype()) && slot->dtype() != dtype)
-      *slot = slot->detach().to(dtype);
+  // One cast per tensor, given to every slot that holds it (tied weights stay tied).
+  for (auto& g : parameter_slots())
+    if (is_floating(g[0]->dtype()) && g[0]->dtype() != dtype) {
+      Tensor t = g[0]->detach().to(dtype).requires_grad_(true);
+      for (Tensor* slot : g) *slot = t;
+    }
+  for (auto& g : buffer_slots())
+    if (g[0]->defined() && is_floating(g[0]->dtype()) && g[0]->dtype() != dtype) {
+      Tensor t = g[0]->detach().to(dtype);
+      for (Tensor* slot : g) *slot = t;
+    }
 }
 
 StateDict Module::state_dict() const {
@@ -179,10 +193,10 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
 
 ParameterSwap::ParameterSwap(Module& m, const std::vector<Tensor>& params,
                              const std::vector<Tensor>& buffers) {
-  std::vector<Tensor*> ps = m.parameter_slots();
+  std::vector<std::vector<Tensor*>> ps = m.parameter_slots();
   if (params.size() != ps.size())
     fail("ParameterSwap", m.type_name(), " has ", ps.size(), " parameters, got ", params.size());
-  std::vector<Tensor*> bs;
+  std::vector<std::vector<Tensor*>> bs;
   if (!buffers.empty()) {
     bs = m.buffer_slots();
     if (buffers.size() != bs.size())
@@ -192,16 +206,19 @@ ParameterSwap::ParameterSwap(Module& m, const std::vector<Tensor>& params,
   for (size_t i = 0; i < params.size(); ++i)
     if (!params[i].defined())
       fail("ParameterSwap", m.type_name(), ": parameter ", i, " is undefined");
-  for (size_t i = 0; i < ps.size(); ++i) {
-    slots_.push_back(ps[i]);
-    saved_.push_back(*ps[i]);
-    *ps[i] = params[i];
-  }
-  for (size_t i = 0; i < bs.size(); ++i) {
-    slots_.push_back(bs[i]);
-    saved_.push_back(*bs[i]);
-    *bs[i] = buffers[i];
-  }
+  // Every slot of a shared or tied tensor gets the same replacement.
+  for (size_t i = 0; i < ps.size(); ++i)
+    for (Tensor* slot : ps[i]) {
+      slots_.push_back(slot);
+      saved_.push_back(*slot);
+      *slot = params[i];
+    }
+  for (size_t i = 0; i < bs.size(); ++i)
+    for (Tensor* slot : bs[i]) {
+      slots_.push_back(slot);
+      saved_.push_back(*slot);
+      *slot = buffers[i];
+    }
 }
 
 ParameterSwap::~ParameterSwap() {

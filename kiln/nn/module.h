@@ -22,9 +22,10 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  /// Every parameter, this module's first, then each child's in registration order; a module
-  /// reached twice (shared by two parents) gives its parameters once, under the first name, as
-  /// torch's parameters() (an optimizer would otherwise update them twice per step).
+  /// Every parameter, this module's first, then each child's in registration order; a tensor
+  /// held twice (a module shared by two parents, or a weight tied across two slots) is listed
+  /// once, under its first name, as torch's parameters() (an optimizer would otherwise update it
+  /// twice per step).
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   /// Non-trainable state (running statistics), same order rules.
@@ -52,10 +53,11 @@ class Module {
   /// The class name printers and errors use ("Linear").
   virtual std::string type_name() const { return "Module"; }
 
-  /// Handles to the parameter/buffer members, in parameters()/buffers() order (ParameterSwap
-  /// and optimizers that replace tensors use them).
-  std::vector<Tensor*> parameter_slots();
-  std::vector<Tensor*> buffer_slots();
+  /// Handles to the parameter/buffer members, in parameters()/buffers() order: per entry every
+  /// member that holds it (more than one where a module is shared or a weight tied), so that a
+  /// replacement (ParameterSwap, to()) keeps the sharing.
+  std::vector<std::vector<Tensor*>> parameter_slots();
+  std::vector<std::vector<Tensor*>> buffer_slots();
 
  protected:
   /// Registers a member tensor as a parameter; sets requires_grad on it.
@@ -68,8 +70,8 @@ class Module {
   bool contains(const Module* m) const;
   void collect(const std::string& prefix, bool params,
                std::vector<std::pair<std::string, Tensor*>>& out) const;
-  /// collect() from here, each slot once (its first name).
-  std::vector<std::pair<std::string, Tensor*>> unique_slots(bool params) const;
+  /// collect() from here grouped by tensor: (first name, every slot holding that tensor).
+  std::vector<std::pair<std::string, std::vector<Tensor*>>> slot_groups(bool params) const;
   std::vector<std::pair<std::string, Tensor*>> params_, buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
