@@ -387,6 +387,18 @@ TEST(NnLayers, DropoutTrainEval) {
   expect_error([] { nn::Dropout(1.5); }, {"[Dropout]", "1.5"});
 }
 
+// One SGD step (lr 0.1) on seq's parameters moves `w` by exactly -lr times its gradient (a
+// tensor listed twice would move twice as far).
+void expect_one_sgd_step(nn::Sequential& seq, const Tensor& w, int64_t in_features) {
+  const std::vector<double> w0 = w.to_vector<double>();
+  optim::SGD opt(seq.parameters(), optim::SGDOptions{.lr = 0.1});
+  sum(seq(ones({2, in_features}))).backward();
+  const std::vector<double> g = w.grad().to_vector<double>();
+  opt.step();
+  const std::vector<double> w1 = w.to_vector<double>();
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_NEAR(w1[i], w0[i] - 0.1 * g[i], 1e-6) << i;
+}
+
 // A layer used twice (weight sharing): parameters() lists its tensors once, so an optimizer
 // steps them once; state_dict() has them under both names and loads back (as torch).
 TEST(NnLayers, SharedLayerParametersOnce) {
@@ -400,13 +412,7 @@ TEST(NnLayers, SharedLayerParametersOnce) {
   ASSERT_EQ(sd.size(), 4u);
   EXPECT_EQ(sd[2].first, "2.weight");
   seq.load_state_dict(sd);
-  const std::vector<double> w0 = lin->weight().to_vector<double>();
-  optim::SGD opt(seq.parameters(), optim::SGDOptions{.lr = 0.1});
-  sum(seq(ones({2, 3}))).backward();
-  const std::vector<double> g = lin->weight().grad().to_vector<double>();
-  opt.step();
-  const std::vector<double> w1 = lin->weight().to_vector<double>();
-  for (size_t i = 0; i < w0.size(); ++i) EXPECT_NEAR(w1[i], w0[i] - 0.1 * g[i], 1e-6) << i;
+  expect_one_sgd_step(seq, lin->weight(), 3);
 }
 
 // A weight tied across two slots (an output layer sharing the embedding's matrix, as GPT-2):
@@ -428,13 +434,7 @@ TEST(NnLayers, TiedWeightsListedOnceAndSwappedTogether) {
     EXPECT_TRUE(b->weight().is_same(w));
   }
   EXPECT_TRUE(a->weight().is_same(b->weight()));
-  const std::vector<double> w0 = a->weight().to_vector<double>();
-  optim::SGD opt(seq.parameters(), optim::SGDOptions{.lr = 0.1});
-  sum(seq(ones({2, 4}))).backward();
-  const std::vector<double> g = a->weight().grad().to_vector<double>();
-  opt.step();
-  const std::vector<double> w1 = b->weight().to_vector<double>();
-  for (size_t i = 0; i < w0.size(); ++i) EXPECT_NEAR(w1[i], w0[i] - 0.1 * g[i], 1e-6) << i;
+  expect_one_sgd_step(seq, b->weight(), 4);
   seq.to(Float64);
   EXPECT_TRUE(a->weight().is_same(b->weight()));
   EXPECT_EQ(b->weight().dtype(), Float64);
