@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
 #include "test_util.h"
 
@@ -249,6 +250,22 @@ TEST(Errors, ArgmaxOfEmpty) {
   // batch).
   EXPECT_EQ(argmax(f32({0, 3}), 1).shape(), (Shape{0}));
   EXPECT_EQ(argmin(f32({0, 3}), 1, true).shape(), (Shape{0, 1}));
+}
+
+// An exception thrown inside a parallel_for chunk (another thread's, here) reaches the caller
+// instead of terminating the process (exceptions may not leave an OpenMP region).
+TEST(Errors, ParallelForRethrowsFromWorkerChunks) {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  int64_t seen = 0;
+  EXPECT_THROW(parallel_for(1 << 16, 1,
+                            [&](int64_t b, int64_t) {
+                              if (b > 0) fail("parallel_test", "chunk at ", b);
+                            }),
+               Error);
+  parallel_for(1 << 16, 1 << 20, [&](int64_t b, int64_t e) { seen += e - b; });  // still works
+  EXPECT_EQ(seen, 1 << 16);
+  set_num_threads(before);
 }
 
 TEST(Errors, MaxOverEmptyDim) {

@@ -4,7 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <exception>
 
 namespace kiln {
 
@@ -26,13 +28,25 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     return;
   }
   int64_t chunks = std::min<int64_t>(nt, (n + grain - 1) / grain);
+  // An exception may not leave an OpenMP region (std::terminate): the first one thrown by any
+  // chunk is kept and rethrown after the region, so a kernel's kiln::Error (an index out of
+  // range) or a failed allocation reaches the caller as it does on one thread.
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
 #pragma omp parallel num_threads(static_cast <int>(chunks))
   {
     int64_t t = omp_get_thread_num();
     int64_t per = (n + chunks - 1) / chunks;
     int64_t b = t * per, e = std::min(n, b + per);
-    if (b < e) f(b, e);
+    if (b < e) {
+      try {
+        f(b, e);
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+      }
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace kiln
