@@ -387,6 +387,14 @@ TEST(NnLayers, DropoutTrainEval) {
   expect_error([] { nn::Dropout(1.5); }, {"[Dropout]", "1.5"});
 }
 
+// nn::Dropout(1) is allowed, as torch.nn.Dropout(p=1): zeros while training, identity in eval.
+TEST(NnLayers, DropoutOfOne) {
+  nn::Dropout all(1.0);
+  EXPECT_EQ(max(abs(all(ones({4})))).item<double>(), 0.0);
+  all.eval();
+  EXPECT_EQ(sum(all(ones({4}))).item<double>(), 4.0);
+}
+
 // One SGD step (lr 0.1) on seq's parameters moves `w` by exactly -lr times its gradient (a
 // tensor listed twice would move twice as far).
 void expect_one_sgd_step(nn::Sequential& seq, const Tensor& w, int64_t in_features) {

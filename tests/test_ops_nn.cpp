@@ -542,7 +542,14 @@ TEST(NnBadInput, SoftmaxAndDropoutErrors) {
       "log_softmax", {"int64", "[2]"});
   expect_error([&] { dropout(randn({2, 3}), 1.5); }, "dropout", {"1.5", "[2, 3]"});
   expect_error([&] { dropout(randn({2, 3}), -0.1); }, "dropout", {"-0.1"});
-  expect_error([&] { dropout(randn({2, 3}), 1.0); }, "dropout", {"p must be in [0, 1)"});
+  expect_error([&] { dropout(randn({2, 3}), 1.0 + 1e-9); }, "dropout", {"p must be in [0, 1]"});
+  // p = 1 drops everything (zeros, zero gradient), as PyTorch; eval mode is the identity.
+  Tensor x = randn({2, 3}).requires_grad_();
+  Tensor y = dropout(x, 1.0);
+  EXPECT_EQ(max(abs(y)).item<double>(), 0.0);
+  sum(y).backward();
+  EXPECT_EQ(max(abs(x.grad())).item<double>(), 0.0);
+  EXPECT_TRUE(dropout(x, 1.0, false).is_same(x));
 }
 
 TEST(NnBadInput, SoftmaxCorrectAfterFailedNnOps) {

@@ -305,7 +305,7 @@ Tensor Embedding::forward(const Tensor& indices) {
 // ---- Dropout and activations ----------------------------------------------------------------
 
 Dropout::Dropout(double p) : p_(p) {
-  if (!(p >= 0 && p < 1)) fail("Dropout", "p must be in [0, 1), got ", p);
+  if (!(p >= 0 && p <= 1)) fail("Dropout", "p must be in [0, 1], got ", p);
 }
 
 Tensor Dropout::forward(const Tensor& x) {

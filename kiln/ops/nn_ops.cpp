@@ -537,9 +537,12 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
 
 Tensor dropout(const Tensor& a, double p, bool training) {
   if (!a.defined()) fail("dropout", "input is undefined");
-  if (!(p >= 0 && p < 1))
-    fail("dropout", "p must be in [0, 1), got ", p, " (input shape ", a.shape(), ")");
+  if (!(p >= 0 && p <= 1))
+    fail("dropout", "p must be in [0, 1], got ", p, " (input shape ", a.shape(), ")");
   if (!training || p == 0) return a;
+  // Everything dropped: zeros with a zero gradient, as PyTorch (which multiplies by 0 too); the
+  // op's 1/(1-p) scale would be infinite.
+  if (p == 1) return mul(a, 0.0);
   return call(kDropout, {a}, {p})[0];
 }
 

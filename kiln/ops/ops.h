@@ -189,7 +189,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
                 Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::Mean);
-/// Zeroes elements with probability p and scales the rest by 1/(1-p), from the seeded generator.
+/// Zeroes elements with probability p and scales the rest by 1/(1-p), from the seeded generator;
+/// p = 1 gives zeros (PyTorch's rule).
 Tensor dropout(const Tensor& a, double p = 0.5, bool training = true);
 
 // ---- state and side effects (graphs; also work eagerly) ----------------------------------
