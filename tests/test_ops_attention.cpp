@@ -206,6 +206,30 @@ TEST(AttentionOp, GraphGradientsOfGradientsMatchComposite) {
   }
 }
 
+// Under jit, a traced function taking second derivatives (create_graph) compiles to one graph
+// with the fused gradient op and its rule, and replays to the eager values.
+TEST(AttentionOp, JitGradientsOfGradientsMatchEager) {
+  manual_seed(37);
+  Tensor q0 = randn({2, 2, 5, 3}, Float64), k0 = randn({2, 2, 5, 3}, Float64),
+         v0 = randn({2, 2, 5, 4}, Float64);
+  auto f = [](const Tensor& qi, const Tensor& ki, const Tensor& vi) {
+    Tensor q = qi.detach().requires_grad_(), k = ki.detach().requires_grad_(),
+           v = vi.detach().requires_grad_();
+    Tensor o = scaled_dot_product_attention(q, k, v, true);
+    auto g1 = grad({sum(mul(o, o))}, {q, k, v}, {}, true, true);
+    return grad({add(sum(mul(g1[0], g1[0])), sum(g1[2]))}, {q, k, v});
+  };
+  const std::vector<Tensor> want = f(q0, k0, v0);
+  auto jf = jit(f);
+  for (int call = 0; call < 2; ++call) {
+    const std::vector<Tensor> got = jf(q0, k0, v0);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_LT(max_diff(got[i], want[i]), 1e-9 * (1 + max_abs(want[i]))) << "input " << i;
+  }
+  EXPECT_EQ(jf.stats().compiles, 1);
+  EXPECT_EQ(jf.stats().graph_breaks, 0);
+}
+
 TEST(AttentionOp, EmptyLengths) {
   Tensor q = randn({2, 3, 4}), k = randn({2, 0, 4}), v = randn({2, 0, 5});
   Tensor qg = q.clone().requires_grad_();
