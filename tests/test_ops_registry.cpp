@@ -159,7 +159,8 @@ TEST_P(OpSampleTest, GradcheckBroadcastLayout) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
-// Bad input never crashes and never raises anything but kiln::Error. The sample runs once with
+// Bad input never crashes and never raises anything but kiln::Error, whose message starts with
+// the called op's name (eagerly; in a graph the Session may name a feed). The sample runs once with
 // every op call captured; then each captured call of the sample's ops is repeated through the
 // dispatcher with one input at a time replaced by a wrong dtype, an extra or a missing dim, an
 // empty or a longer dim, an undefined tensor, NaNs, or (integer inputs) out-of-range values. A
@@ -242,7 +243,10 @@ void try_call(const Capture::CallRec& c, const std::vector<Tensor>& in, const At
     TensorList out = call(*c.op, std::span<const Tensor>(in.data(), in.size()), attrs);
     for (const Tensor& o : out)
       if (o.defined() && o.is_concrete()) (void)o.to_vector<double>();
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    // Named by the op that was called, not by a helper it runs inside.
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("[" + c.op->name + "]", 0), 0u) << what << ": " << m;
   } catch (const std::exception& e) {
     ADD_FAILURE() << c.op->name << " " << what << ": " << typeid(e).name() << ": " << e.what();
   }

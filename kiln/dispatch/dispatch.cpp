@@ -55,7 +55,13 @@ TensorList run_checked(const OpDef& op, std::span<const Tensor> inputs, const At
   MetaList metas = op.infer(inputs, attrs);
   TensorList outs;
   outs.reserve(metas.size());
-  for (const auto& m : metas) outs.push_back(empty(m.shape, m.dtype));
+  for (const auto& m : metas) {
+    // A size attribute of -1 means "dynamic" in a graph; run now, nothing can resolve it.
+    if (!m.shape.is_static()) [[unlikely]]
+      fail(op.name.c_str(), "output shape ", m.shape,
+           " has a dynamic dim: a -1 size is only meaningful in a graph");
+    outs.push_back(empty(m.shape, m.dtype));
+  }
   if (op.contiguous_inputs) {
     bool all = true;
     for (const auto& t : inputs) all = all && t.is_contiguous();

@@ -349,6 +349,10 @@ const OpDef& kSumToLike =
                 },
             .view =
                 [](std::span<const Tensor> in, const Attrs&) {
+                  // Checked here (views run without infer) so that the error names this op.
+                  if (!broadcastable_to(in[1].shape(), in[0].shape()))
+                    fail("sum_to_like", "cannot reduce shape ", in[0].shape(), " to ",
+                         in[1].shape(), ": the target does not broadcast to it");
                   NoGradGuard ng;  // an eager helper inside one op: nothing to record
                   Tensor r = sum_to(in[0], in[1].shape());
                   return TensorList{r};

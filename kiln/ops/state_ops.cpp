@@ -26,27 +26,30 @@ const OpDef& kPrint =
                 },
             .grad = [](const GradCtx& c) { return TensorList{c.g()}; }});
 
+MetaList infer_assign(std::span<const Tensor> in, const Attrs&) {
+  if (!broadcastable_to(in[1].shape(), in[0].shape()))
+    fail("assign", "value of shape ", in[1].shape(), " does not fit variable of shape ",
+         in[0].shape());
+  return one(in[0].dtype(), in[0].shape());
+}
+
 const OpDef& kAssign =
     def_op({.name = "assign",
             .num_inputs = 2,
             .traits = kSideEffect | kView,
-            .infer =
-                [](std::span<const Tensor> in, const Attrs&) {
-                  if (!broadcastable_to(in[1].shape(), in[0].shape()))
-                    fail("assign", "value of shape ", in[1].shape(),
-                         " does not fit variable of shape ", in[0].shape());
-                  return one(in[0].dtype(), in[0].shape());
-                },
-            .view =
-                [](std::span<const Tensor> in, const Attrs&) {
-                  Tensor var = in[0];
-                  if (var.requires_grad() && grad_mode_enabled())
-                    fail("assign", "in-place write into a tensor that requires grad (shape ",
-                         var.shape(), "); wrap it in NoGradGuard");
-                  NoGradGuard ng;
-                  var.copy_(in[1]);
-                  return TensorList{make_view(var, var.shape(), var.strides(), var.offset())};
-                }});
+            .infer = infer_assign,
+            .view = [](std::span<const Tensor> in, const Attrs& a) {
+              // The dispatcher runs a view op's view without its infer: check here too, so
+              // the error names assign rather than the copy_ below.
+              (void)infer_assign(in, a);
+              Tensor var = in[0];
+              if (var.requires_grad() && grad_mode_enabled())
+                fail("assign", "in-place write into a tensor that requires grad (shape ",
+                     var.shape(), "); wrap it in NoGradGuard");
+              NoGradGuard ng;
+              var.copy_(in[1]);
+              return TensorList{make_view(var, var.shape(), var.strides(), var.offset())};
+            }});
 
 const OpDef& kGroup =
     def_op({.name = "group",
