@@ -801,11 +801,36 @@ TEST(NnProbe, LayersCheckDtypesAndSizesAtTheirEntry) {
       "ParameterSwap", {"parameter 0 is undefined"});
 }
 
+// Review follow-ups: dropout = 1 is valid in attention as in torch (F.dropout takes p in
+// [0, 1]); AdamW's set_lr names AdamW; Conv2d refuses at construction the geometry the conv2d op
+// would refuse at every forward (2^30, the op's bound).
+TEST(NnProbe, ReviewFollowUps) {
+  nn::MultiheadAttention mha({.embed_dim = 4, .num_heads = 2, .dropout = 1.0});
+  nn::TransformerBlock blk({.d_model = 4, .num_heads = 2, .dropout = 1.0});
+  EXPECT_EQ(blk(randn({1, 3, 4})).shape(), (Shape{1, 3, 4}));
+  expect_error([] { nn::MultiheadAttention({.embed_dim = 4, .num_heads = 2, .dropout = 1.5}); },
+               {"[MultiheadAttention]", "[0, 1]"});
+  Tensor w = zeros({2}).requires_grad_();
+  optim::AdamW opt({w}, {.lr = 0.1});
+  expect_error([&] { opt.set_lr(std::nan("")); }, "AdamW", {"nan"});
+  EXPECT_EQ(opt.lr(), 0.1);
+  expect_error([] { nn::Conv2d(1, 1, {3}, {.padding = {int64_t(1) << 35}}); }, "Conv2d",
+               {"2^30", "padding 34359738368"});
+  expect_error([] { nn::Conv2d(1, 1, {3}, {.stride = {int64_t(1) << 31}}); }, "Conv2d",
+               {"stride 2147483648"});
+}
+
 TEST(NnProbe, InitializersNameThemselves) {
   Tensor v = zeros({3});
   expect_error([&] { init::kaiming_uniform_(v); }, "kaiming_uniform_", {"at least 2 dims", "[3]"});
   expect_error([&] { init::xavier_normal_(v); }, "xavier_normal_", {"at least 2 dims"});
-  // Infinite bounds filled the tensor with NaN.
-  expect_error([&] { init::uniform_(v, -INFINITY, INFINITY); }, "uniform_", {"finite"});
+  // Infinite bounds filled the tensor with NaN; float32 bounds past its range or a range past
+  // its largest value (-3e38, 3e38) filled NaN or inf.
+  expect_error([&] { init::uniform_(v, -INFINITY, INFINITY); }, "uniform_", {"range", "float32"});
+  expect_error([&] { init::uniform_(v, -1e39, 1e39); }, "uniform_", {"range"});
+  expect_error([&] { init::uniform_(v, -3e38, 3e38); }, "uniform_", {"b - a"});
   EXPECT_EQ(v.to_vector<float>(), std::vector<float>({0, 0, 0}));
+  Tensor d = zeros({3}, Float64);
+  init::uniform_(d, -3e38, 3e38);  // fits float64
+  EXPECT_TRUE(std::isfinite(d.to_vector<double>()[0]));
 }

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,13 @@ std::vector<unsigned char> read_all(const std::string& path) {
       fail("read_idx", "'", path, "' is corrupt: ", msg);
     }
     if (n == 0) break;
-    buf.insert(buf.end(), chunk, chunk + n);
+    try {
+      buf.insert(buf.end(), chunk, chunk + n);
+    } catch (const std::bad_alloc&) {  // a gzip that inflates past memory
+      gzclose(f);
+      fail("read_idx", "'", path, "' decompresses to more than memory can hold (", buf.size(),
+           " bytes read)");
+    }
   }
   gzclose(f);
   return buf;

@@ -117,14 +117,16 @@ void Progress::update(int64_t step, const Metrics& metrics) {
   bool due = now - last_print_ >= opts_.seconds_every;
   if (total_ > 0) {
     const double pct = 100.0 * static_cast<double>(step) / static_cast<double>(total_);
-    if (pct >= next_percent_) {
+    // A step of 0.1 is not exact in binary: 6 * 0.1 lands just above the 0.6% that step 6 of
+    // 1000 reaches, so thresholds are compared (and counted) with a relative tolerance.
+    const double every = opts_.percent_every, tol = 1e-9 * every;
+    if (pct >= next_percent_ - tol) {
       due = true;
       // Skip thresholds already passed, so a jump prints one line, not several. Computed, not
       // stepped: with a tiny percent_every a loop would take ~pct / percent_every steps, or
       // never end once the increment is below the rounding of next_percent_.
-      const double every = opts_.percent_every;
       next_percent_ =
-          std::max((std::floor(pct / every) + 1) * every, std::nextafter(pct, HUGE_VAL));
+          std::max((std::floor(pct / every + 1e-9) + 1) * every, std::nextafter(pct, HUGE_VAL));
     }
   }
   if (last_print_ < 0) due = true;  // first update: show that the loop started

@@ -44,7 +44,12 @@ void check_window(const Tensor& ids, int64_t batch, int64_t seq, const char* op)
     fail(op, "batch and seq must be positive, got batch ", batch, ", seq ", seq);
   // Compared as seq >= numel, not numel < seq + 1, which overflows for seq = 2^63 - 1.
   if (seq >= ids.numel())
-    fail(op, "ids has ", ids.numel(), " tokens; a window of seq ", seq, " needs at least seq + 1");
+    fail(op, "ids has ", ids.numel(), " tokens; a window of seq ", seq, " needs more than ", seq,
+         " tokens");
+  // Past this the [batch, seq] outputs could not be held anyway; say so in this op's name.
+  constexpr int64_t kMaxTokens = int64_t(1) << 40;
+  if (batch > kMaxTokens / seq)
+    fail(op, "batch ", batch, " x seq ", seq, " is too large (at most 2^40 tokens per batch)");
 }
 
 // Copies the windows starting at start(i), i < b, into x and y. The [b, seq] outputs are

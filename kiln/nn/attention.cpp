@@ -38,7 +38,7 @@ TransformerBlockOptions checked(TransformerBlockOptions o) {
   int64_t h = 0;
   if (__builtin_mul_overflow(o.mlp_ratio, o.d_model, &h) || h > (int64_t(1) << 40))
     fail(op, "mlp_ratio * d_model = ", o.mlp_ratio, " * ", o.d_model, " is too large");
-  if (!(o.dropout >= 0 && o.dropout < 1)) fail(op, "dropout must be in [0, 1), got ", o.dropout);
+  if (!(o.dropout >= 0 && o.dropout <= 1)) fail(op, "dropout must be in [0, 1], got ", o.dropout);
   if (o.moe_experts < 0) fail(op, "moe_experts must be >= 0 (0: a dense MLP), got ", o.moe_experts);
   return o;
 }
@@ -52,8 +52,8 @@ MultiheadAttention::MultiheadAttention(MultiheadAttentionOptions opts) : opts_(o
   // 3 * D rows of in_proj must be countable.
   if (D > (int64_t(1) << 40))
     fail("MultiheadAttention", "embed_dim (", D, ") must be at most 2^40");
-  if (!(opts_.dropout >= 0 && opts_.dropout < 1))
-    fail("MultiheadAttention", "dropout must be in [0, 1), got ", opts_.dropout);
+  if (!(opts_.dropout >= 0 && opts_.dropout <= 1))
+    fail("MultiheadAttention", "dropout must be in [0, 1], got ", opts_.dropout);
   // PyTorch: xavier_uniform_ on the packed [3D, D] projection, zero biases, out_proj as Linear.
   in_proj_weight_ = uniform_init({3 * D, D}, std::sqrt(6.0 / static_cast<double>(4 * D)));
   out_proj_weight_ = uniform_init({D, D}, 1.0 / std::sqrt(static_cast<double>(D)));

@@ -3,6 +3,7 @@
 #include "kiln/nn/init.h"
 
 #include <cmath>
+#include <limits>
 
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/ops.h"
@@ -73,9 +74,13 @@ std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t) {
 
 Tensor& uniform_(Tensor& t, double a, double b) {
   require_fillable("uniform_", t);
-  // Infinite bounds would fill NaN (inf * 0 and inf - inf); PyTorch refuses them too.
-  if (!(a <= b) || !std::isfinite(a) || !std::isfinite(b))
-    fail("uniform_", "expects finite a <= b, got [", a, ", ", b, ")");
+  // Bounds the dtype cannot hold, or a range b - a past its largest value, would fill inf or
+  // NaN (inf * 0, inf - inf); PyTorch refuses both.
+  const double lim =
+      t.dtype() == Float32 ? std::numeric_limits<float>::max() : std::numeric_limits<double>::max();
+  if (!(a <= b) || !(std::fabs(a) <= lim) || !(std::fabs(b) <= lim) || !(b - a <= lim))
+    fail("uniform_", "expects a <= b within ", t.dtype(),
+         "'s range with b - a representable, got [", a, ", ", b, ")");
   NoGradGuard ng;
   return assign_into(t, add(mul(rand(t.shape(), t.dtype()), b - a), a));
 }

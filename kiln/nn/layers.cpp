@@ -7,6 +7,7 @@
 
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/nn/init.h"
+#include "kiln/ops/op_util.h"
 #include "kiln/ops/ops.h"
 
 namespace kiln::nn {
@@ -116,13 +117,14 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::vector<int64_t> k
   if (in_ % opts_.groups != 0 || out_ % opts_.groups != 0)
     fail("Conv2d", "groups = ", opts_.groups, " must divide in_channels = ", in_,
          " and out_channels = ", out_);
-  // The output size adds 2 * padding and dilation * (kernel - 1) to the input size; past 2^40
-  // that sum overflows inside the kernel's shape arithmetic.
-  constexpr int64_t kLimit = int64_t(1) << 40;
+  // The conv2d op's bound (opu::kMaxWindowParam), checked here so that a module that could
+  // never run is refused when built; kernel * dilation stays within int64 under it.
+  constexpr int64_t kLimit = opu::kMaxWindowParam;
   for (int d = 0; d < 2; ++d)
-    if (opts_.padding[d] > kLimit || opts_.dilation[d] > kLimit || kernel_[d] > kLimit)
-      fail("Conv2d", "kernel_size ", kernel_[d], ", padding ", opts_.padding[d], " and dilation ",
-           opts_.dilation[d], " must each be at most 2^40");
+    if (opts_.padding[d] > kLimit || opts_.dilation[d] > kLimit || kernel_[d] > kLimit ||
+        opts_.stride[d] > kLimit)
+      fail("Conv2d", "kernel_size ", kernel_[d], ", stride ", opts_.stride[d], ", padding ",
+           opts_.padding[d], " and dilation ", opts_.dilation[d], " must each be at most 2^30");
   weight_ = empty({out_, in_ / opts_.groups, kernel_[0], kernel_[1]});
   if (opts_.bias) bias_ = empty({out_});
   default_init(weight_, opts_.bias ? &bias_ : nullptr);

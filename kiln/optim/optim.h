@@ -102,7 +102,7 @@ class Adam : public Optimizer {
   explicit Adam(AdamOptions opts);
   double lr() const override { return opts_.lr; }
   void set_lr(double lr) override {
-    check_lr("Adam", lr);
+    check_lr(opts_.decoupled ? "AdamW" : "Adam", lr);
     opts_.lr = lr;
   }
 
