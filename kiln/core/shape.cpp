@@ -18,6 +18,12 @@ int64_t Shape::numel() const {
   return n;
 }
 
+std::string ints_str(const std::vector<int64_t>& v) {
+  std::string r = "[";
+  for (size_t i = 0; i < v.size(); ++i) r += (i ? ", " : "") + std::to_string(v[i]);
+  return r + "]";
+}
+
 void Shape::too_large() const { fail("shape", "shape ", *this, " has more than 2^63 elements"); }
 
 bool Shape::is_static() const {

@@ -45,6 +45,9 @@ class Shape : public SmallVec<int64_t, 6> {
 using Strides = SmallVec<int64_t, 6>;
 
 std::ostream& operator<<(std::ostream& os, const Shape& s);
+/// "[-1, 3]": integers as written, for messages about requested sizes (a Shape prints a
+/// negative dim as "?", a dynamic dim).
+std::string ints_str(const std::vector<int64_t>& v);
 
 /// Row-major strides (in elements) for a shape.
 Strides contiguous_strides(const Shape& s);

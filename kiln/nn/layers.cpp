@@ -17,16 +17,10 @@ namespace {
 std::vector<int64_t> pair_of(const char* module, const char* what, std::vector<int64_t> v,
                              int64_t min) {
   if (v.size() == 1) v.push_back(v[0]);
-  // Listed by hand: Shape prints a negative entry as a dynamic dim ("?").
-  auto list = [&] {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-    return s + "]";
-  };
   if (v.size() != 2)
-    fail(module, what, " must have 1 or 2 values, got ", v.size(), " (", list(), ")");
+    fail(module, what, " must have 1 or 2 values, got ", v.size(), " (", ints_str(v), ")");
   for (int64_t x : v)
-    if (x < min) fail(module, what, " must be >= ", min, ", got ", list());
+    if (x < min) fail(module, what, " must be >= ", min, ", got ", ints_str(v));
   return v;
 }
 

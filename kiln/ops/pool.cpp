@@ -69,9 +69,7 @@ Attrs pool_only(const Attrs& a) { return Attrs{a[0], a[1], a[2]}; }
 // input_size of a pooling gradient: two positive sizes (-1: a dynamic dim of a graph).
 void check_input_size(const char* op, const Ints& hw) {
   if (hw.size() != 2 || hw[0] == 0 || hw[1] == 0 || hw[0] < -1 || hw[1] < -1) {
-    std::string v;  // the raw values (a Shape prints negative dims as '?')
-    for (int64_t x : hw) v += (v.empty() ? "" : ", ") + std::to_string(x);
-    fail(op, "input_size must be 2 positive sizes, got [", v, "]");
+    fail(op, "input_size must be 2 positive sizes, got ", ints_str(hw));
   }
 }
 

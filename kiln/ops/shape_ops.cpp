@@ -11,13 +11,6 @@ namespace {
 
 using opu::one;
 
-// "[-1, 3]": a requested shape or permutation as written (Shape prints -1 as "?").
-std::string ints_str(const std::vector<int64_t>& v) {
-  std::string r = "[";
-  for (size_t i = 0; i < v.size(); ++i) r += (i ? ", " : "") + std::to_string(v[i]);
-  return r + "]";
-}
-
 Shape resolve_shape(const Shape& in, const std::vector<int64_t>& want, const char* op) {
   Shape out;
   int64_t known = 1, infer_at = -1;
