@@ -473,6 +473,82 @@ TEST(PassMatmulSum, SumOfProductsBecomesOneProduct) {
   expect_close(before, evaluate(p, feeds), 1e-5);
 }
 
+// An SGD-style update p - lr * (a^T g) and its relatives become addmm; products used elsewhere,
+// fetched, batched or broadcast to a larger shape stay as they were.
+TEST(PassAddmm, ScaledProductsAccumulateOntoTheirSummand) {
+  manual_seed(13);
+  Graph g;
+  Tensor w = g.variable("w", randn({16, 24}));
+  Tensor a = g.placeholder("a", Float32, {Dim::any(), 16});
+  Tensor gr = g.placeholder("g", Float32, {Dim::any(), 24});
+  Tensor c = g.placeholder("c", Float32, {16, 24});
+  Tensor b3 = g.placeholder("b3", Float32, {2, 16, 8});
+  Tensor m3 = g.placeholder("m3", Float32, {8, 24});
+  std::map<std::string, Tensor> feeds{{"a", randn({5, 16})},
+                                      {"g", randn({5, 24})},
+                                      {"c", randn({16, 24})},
+                                      {"b3", randn({2, 16, 8})},
+                                      {"m3", randn({8, 24})}};
+  Tensor at = transpose(a, 0, 1);
+  Tensor sgd = sub(w, mul(matmul(at, gr), 0.01));  // -> addmm(w, a^T, g, 1, -0.01)
+  Tensor left = add(mul(g.constant(scalar_tensor(2.0)), matmul(at, gr)), c);  // scalar first
+  Tensor plain = add(c, matmul(at, gr));                                      // no scale
+  Tensor negated = sub(c, neg(matmul(at, gr)));                               // c + a^T g
+  Tensor shared = matmul(at, gr);                                             // also fetched: stays
+  Tensor kept = sub(c, shared);
+  Tensor twice = matmul(at, gr);  // two users: stays
+  Tensor kept2 = add(add(c, twice), twice);
+  Tensor batched = add(matmul(b3, m3), c);                   // rank-3 product: stays
+  Tensor row = add(matmul(at, gr), g.constant(ones({24})));  // row broadcast into the product
+  Tensor enlarged = add(matmul(transpose(c, 0, 1), g.constant(ones({16, 1}))),
+                        g.constant(ones({24, 5})));  // product [24, 1] broadcast: stays
+  Program p = program_of({sgd, left, plain, negated, shared, kept, kept2, batched, row, enlarged});
+  auto before = evaluate(p, feeds);
+  EXPECT_EQ(fuse_addmm(p), 5);  // sgd, left, plain, negated, row
+  verify_program(p, "addmm");
+  EXPECT_EQ(count_op(p, "addmm"), 5);
+  EXPECT_EQ(count_op(p, "matmul"), 4);  // shared, twice, batched, enlarged
+  for (const auto& node : p.graph->nodes)
+    if (node->kind == NodeKind::Op && node->op->name == "addmm" &&
+        node->inputs[0].node->kind == NodeKind::Variable) {
+      EXPECT_DOUBLE_EQ(node->attrs.f(0), 1.0);
+      EXPECT_FLOAT_EQ(static_cast<float>(node->attrs.f(1)), -0.01f);
+    }
+  expect_close(before, evaluate(p, feeds), 1e-5);
+}
+
+// The pass in the default pipeline: a graph-mode SGD step updates the weights through addmm,
+// with the same numbers as without it.
+TEST(PassAddmm, SgdStepInASessionMatchesThePassSwitchedOff) {
+  auto run = [](bool pass) {
+    if (pass)
+      ::unsetenv("KILN_DISABLE_PASSES");
+    else
+      ::setenv("KILN_DISABLE_PASSES", "addmm", 1);
+    manual_seed(14);
+    Graph g;
+    Tensor x = g.placeholder("x", Float32, {Dim::any(), 12});
+    Tensor y = g.placeholder("y", Int64, {Dim::any()});
+    Tensor w1 = g.variable("w1", mul(randn({20, 12}), 0.3)), b1 = g.variable("b1", zeros({20}));
+    Tensor w2 = g.variable("w2", mul(randn({4, 20}), 0.3)), b2 = g.variable("b2", zeros({4}));
+    Tensor loss = cross_entropy(linear(relu(linear(x, w1, b1)), w2, b2), y);
+    Tensor step = optim::SGD(0.1).minimize(loss);
+    Session s(g);
+    Tensor xs = randn({8, 12}), ys = randint(0, 4, {8});
+    std::vector<float> losses;
+    for (int i = 0; i < 5; ++i)
+      losses.push_back(s.run({loss, step}, {{x, xs}, {y, ys}})[0].item<float>());
+    ::unsetenv("KILN_DISABLE_PASSES");
+    return std::make_pair(losses, s.run({w1, w2}, {}));
+  };
+  auto [l_on, w_on] = run(true);
+  auto [l_off, w_off] = run(false);
+  ASSERT_EQ(l_on.size(), l_off.size());
+  for (size_t i = 0; i < l_on.size(); ++i) EXPECT_NEAR(l_on[i], l_off[i], 1e-5);
+  EXPECT_LT(l_on.back(), l_on.front());
+  expect_close(w_on, w_off, 1e-5);
+}
+
 // A transposed matrix read by many matmuls (one per time step) is copied once; one read by a
 // few keeps being read through the GEMM's transpose flag.
 TEST(PassTransposeFold, ManyReadersOfATransposeShareOneCopy) {

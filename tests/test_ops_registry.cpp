@@ -181,7 +181,7 @@ std::vector<std::pair<std::string, Tensor>> mutations(const Tensor& t) {
   }
   m.emplace_back("extra_dim", unsqueeze(t, 0));
   if (t.dim() >= 1) {
-    m.emplace_back("dim0_dropped", t.select(0, 0));
+    if (t.shape()[0] > 0) m.emplace_back("dim0_dropped", t.select(0, 0));
     m.emplace_back("dim0_empty", slice(t, 0, 0, 0));
     Shape longer = t.shape();
     longer[longer.rank() - 1] += 1;

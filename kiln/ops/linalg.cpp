@@ -238,6 +238,111 @@ const OpDef& kMatmul = def_op(
      .doc = "batched matrix product of rank >= 2 operands with broadcast batch dims (+ an "
             "optional bias row)"});
 
+// ---- addmm: beta * input + alpha * (a @ b) in one GEMM -----------------------------------------
+
+// Dynamic dims (-1, symbolic tensors) are checked when the run gives them a size.
+void check_addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
+  if (!input.defined() || !a.defined() || !b.defined())
+    fail("addmm", "input, a and b must be defined tensors");
+  if (a.dim() != 2 || b.dim() != 2)
+    fail("addmm", "a and b must be 2-D, got shapes ", a.shape(), " and ", b.shape());
+  if (!is_floating(a.dtype()) || a.dtype() != b.dtype() || input.dtype() != a.dtype())
+    fail("addmm", "input, a and b must share one floating dtype (float32 or float64), got ",
+         input.dtype(), " ", input.shape(), ", ", a.dtype(), " ", a.shape(), " and ", b.dtype(),
+         " ", b.shape());
+  const int64_t m = a.shape()[0], ka = a.shape()[1], kb = b.shape()[0], n = b.shape()[1];
+  if (ka >= 0 && kb >= 0 && ka != kb)
+    fail("addmm", "cannot multiply shapes ", a.shape(), " and ", b.shape(), ": inner dims ", ka,
+         " and ", kb, " differ");
+  const Shape& is = input.shape();
+  bool fits = is.rank() <= 2;
+  for (int64_t d = 0; fits && d < is.rank(); ++d) {
+    const int64_t want = d == is.rank() - 1 ? n : m;
+    fits = is[d] == 1 || is[d] < 0 || want < 0 || is[d] == want;
+  }
+  if (!fits)
+    fail("addmm", "input of shape ", is, " does not broadcast to the product's shape [", m, ", ", n,
+         "] (a ", a.shape(), " @ b ", b.shape(), ")");
+}
+
+// out = input (broadcast to [m, n]) first, then the GEMM computes alpha * a @ b + beta * out in
+// place, so the product is never written on its own. beta = 0 skips the copy and ignores the
+// input, NaN included (torch.addmm).
+template <typename T>
+void addmm_impl(const Tensor& input, const Tensor& a0, const Tensor& b0, double beta, double alpha,
+                Tensor& out) {
+  Tensor a = a0, b = b0;
+  const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  if (m == 0 || n == 0) return;
+  auto la = blas_layout(m, k, a.strides()[0], a.strides()[1]);
+  if (!la) {
+    a = raw_contiguous_copy(a);
+    la = blas_layout(m, k, a.strides()[0], a.strides()[1]);
+  }
+  auto lb = blas_layout(k, n, b.strides()[0], b.strides()[1]);
+  if (!lb) {
+    b = raw_contiguous_copy(b);
+    lb = blas_layout(k, n, b.strides()[0], b.strides()[1]);
+  }
+  T* pc = out.data_ptr<T>();
+  if (beta != 0) {
+    // Element (i, j) of the broadcast input: stride 0 along a dim of size 1 (or a missing dim).
+    const Shape& is = input.shape();
+    const int64_t r = is.rank();
+    const int64_t si = r == 2 && is[0] != 1 ? input.strides()[0] : 0;
+    const int64_t sj = r >= 1 && is[r - 1] != 1 ? input.strides()[r - 1] : 0;
+    const T* pi = input.data_ptr<T>();
+    parallel_for(m, std::max<int64_t>(1, kParallelGrain / n), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const T* src = pi + i * si;
+        T* dst = pc + i * n;
+        if (sj == 1)
+          std::copy(src, src + n, dst);
+        else
+          for (int64_t j = 0; j < n; ++j) dst[j] = src[j * sj];
+      }
+    });
+  }
+  const T gbeta = beta != 0 ? static_cast<T>(beta) : T(0);
+  if constexpr (std::is_same_v<T, float>)
+    sgemm(la->trans, lb->trans, m, n, k, static_cast<float>(alpha), a.data_ptr<float>(), la->ld,
+          b.data_ptr<float>(), lb->ld, gbeta, pc, n);
+  else
+    dgemm(la->trans, lb->trans, m, n, k, alpha, a.data_ptr<double>(), la->ld, b.data_ptr<double>(),
+          lb->ld, gbeta, pc, n);
+}
+
+MetaList infer_addmm(std::span<const Tensor> in, const Attrs&) {
+  check_addmm(in[0], in[1], in[2]);
+  return one(in[1].dtype(), Shape{in[1].shape()[0], in[2].shape()[1]});
+}
+
+const OpDef& kAddmm = def_op(
+    {.name = "addmm",
+     .num_inputs = 3,
+     .attr_names = {"beta", "alpha"},
+     .infer = infer_addmm,
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& at) {
+           KILN_DISPATCH_FLOAT(out[0].dtype(), "addmm", [&] {
+             addmm_impl<scalar_t>(in[0], in[1], in[2], at.f(0), at.f(1), out[0]);
+           });
+         },
+     // out = beta I + alpha A B: dI = beta G (summed over the dims I was broadcast along),
+     // dA = alpha G B^T, dB = alpha A^T G. Written with Kiln ops, so it differentiates again.
+     .grad =
+         [](const GradCtx& c) {
+           const double beta = c.attrs.f(0), alpha = c.attrs.f(1);
+           auto scaled = [](const Tensor& t, double s) { return s == 1 ? t : mul(t, s); };
+           Tensor di, da, db;
+           if (c.need(0)) di = sum_to(scaled(c.g(), beta), c.in(0).shape());
+           if (c.need(1)) da = scaled(matmul(c.g(), transpose(c.in(2), 0, 1)), alpha);
+           if (c.need(2)) db = scaled(matmul(transpose(c.in(1), 0, 1), c.g()), alpha);
+           return TensorList{di, da, db};
+         },
+     .doc = "beta * input + alpha * (a @ b) for 2-D a and b, input broadcast to the product "
+            "(torch.addmm), the product accumulated onto the input by the GEMM"});
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -249,6 +354,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.dim() == 1) return squeeze(call1(kMatmul, {unsqueeze(a, 0), b}), -2);
   if (b.dim() == 1) return squeeze(call1(kMatmul, {a, unsqueeze(b, 1)}), -1);
   return call1(kMatmul, {a, b});
+}
+
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  check_addmm(input, a, b);
+  return call1(kAddmm, {input, a, b}, {beta, alpha});
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {

@@ -142,6 +142,11 @@ Tensor log_softmax(const Tensor& a, int64_t dim = -1);
 // ---- linear algebra, convolution, pooling --------------------------------------------------
 /// torch.matmul semantics: 1-D, 2-D, batched with broadcasting of batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
+/// torch.addmm: beta * input + alpha * (a @ b) for 2-D a [m, k] and b [k, n], with input
+/// broadcast to [m, n]; one GEMM accumulates the product onto the input. beta = 0 ignores
+/// input (NaN included).
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta = 1,
+             double alpha = 1);
 /// x @ w^T + b, w is [out, in] (PyTorch layout).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 /// x [N, C, H, W], w [O, C/groups, kH, kW].

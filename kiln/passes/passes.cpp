@@ -267,6 +267,7 @@ std::string optimize(Program& p) {
   run("matmul_sum", [&] { return merge_matmul_sums(p); });
   run("cse", [&] { return cse(p); });
   run("dce", [&] { return dce(p); });
+  run("addmm", [&] { return fuse_addmm(p); });
   run("fusion", [&] { return fuse_elementwise(p); });
   return os.str();
 }

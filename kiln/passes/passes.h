@@ -33,6 +33,10 @@ int fuse_elementwise(Program& p, int max_inputs = 32);
 /// becomes one matmul of the concatenated operands (backpropagation through time's per-step
 /// weight gradients). Returns the number of sums merged.
 int merge_matmul_sums(Program& p);
+/// Pass "addmm": add(x, P), add(P, x) and sub(x, P) with P a single-use 2-D matmul, optionally
+/// scaled by a constant (mul or neg), become one addmm that accumulates the product onto x in
+/// its GEMM (an SGD update p - lr * grad of a weight). Returns the number of sums rewritten.
+int fuse_addmm(Program& p);
 /// Whether a pass is disabled through KILN_DISABLE_PASSES.
 bool pass_enabled(const std::string& name);
 /// Checks a program's structure (topological order, arities, fetches inside); kiln::Error

@@ -267,6 +267,32 @@ OpSample matmul_sample(std::string name, Shape as, Shape bs, uint64_t seed) {
                   .reference = [](const In& in) { return ref_matmul(in[0], in[1]); }};
 }
 
+// addmm: beta * input + alpha * (a @ b), input broadcast to [m, n]; `tr` stores a and b
+// transposed so the GEMM reads them through its flags.
+OpSample addmm_sample(std::string name, Shape is, int64_t m, int64_t k, int64_t n, double beta,
+                      double alpha, bool tr, uint64_t seed) {
+  return OpSample{.ops = {"addmm"},
+                  .name = "addmm_" + name,
+                  .inputs =
+                      [=] {
+                        return In{rnd(is, seed), rnd(tr ? Shape{k, m} : Shape{m, k}, seed + 1),
+                                  rnd(tr ? Shape{n, k} : Shape{k, n}, seed + 2)};
+                      },
+                  .run =
+                      [=](const In& in) {
+                        return tr ? addmm(in[0], in[1].t(), in[2].t(), beta, alpha)
+                                  : addmm(in[0], in[1], in[2], beta, alpha);
+                      },
+                  .reference =
+                      [=](const In& in) {
+                        Tensor p = tr ? ref_matmul(ref_transpose2d(in[1]), ref_transpose2d(in[2]))
+                                      : ref_matmul(in[1], in[2]);
+                        return ref_elementwise({p, in[0]}, [=](const std::vector<double>& v) {
+                          return alpha * v[0] + (beta == 0 ? 0.0 : beta * v[1]);
+                        });
+                      }};
+}
+
 // A sample for both pools on one configuration.
 std::vector<OpSample> pool_samples(std::string name, Shape xs, PoolCfg c, uint64_t seed) {
   return {
@@ -352,6 +378,18 @@ std::vector<OpSample> all() {
                    },
                .run = [](const In& in) { return linear(in[0], in[1]); },
                .reference = [](const In& in) { return ref_matmul(in[0], ref_transpose2d(in[1])); }},
+
+      addmm_sample("full", {3, 5}, 3, 4, 5, 0.5, -2.0, false, 32),
+      addmm_sample("row_bias", {5}, 3, 4, 5, 1.0, 1.0, false, 35),
+      [] {
+        OpSample s = addmm_sample("column", {3, 1}, 3, 4, 5, 1.0, 0.25, false, 58);
+        s.noncontig_inputs = {1, 2};  // a transposed [3, 1] is still contiguous
+        return s;
+      }(),
+      addmm_sample("scalar_input", {}, 2, 3, 4, -1.0, 1.0, false, 61),
+      addmm_sample("transposed_operands", {3, 5}, 3, 4, 5, 1.0, -0.01, true, 64),
+      addmm_sample("beta0", {3, 5}, 3, 4, 5, 0.0, 1.5, false, 67),
+      addmm_sample("inner_dim_0", {2, 3}, 2, 0, 3, 2.0, 1.0, false, 70),
 
       conv_sample("basic", {2, 2, 5, 5}, {3, 2, 3, 3}, {}, false, 40),
       conv_sample("stride2_pad1", {2, 2, 6, 5}, {3, 2, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}, false,
