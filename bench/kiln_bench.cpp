@@ -215,20 +215,26 @@ void w4(int threads, const std::string& modes) {
   Tensor step = optim::SGD(0.01).minimize(loss);
   Session sess(g);
   auto graph_step = [&] { sess.run(step, {{x, xb}, {y, yb}}); };
-  // JIT: the training step written as a function of (params, batch) -> (new params, loss).
-  auto jstep = jit([](const std::vector<Tensor>& prm, const Tensor& xin, const Tensor& yin) {
-    std::vector<Tensor> q;
-    for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
-    Tensor hh = relu(linear(xin, q[0], q[1]));
-    hh = relu(linear(hh, q[2], q[3]));
-    Tensor l = cross_entropy(linear(hh, q[4], q[5]), yin);
-    std::vector<Tensor> gs = grad({l}, q);
-    std::vector<Tensor> out;
-    for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], 0.01)));
-    out.push_back(l.detach());
-    return out;
-  });
-  std::vector<Tensor> jp = {wa, ba, wb, bb, wc, bc};
+  // JIT: the training step written as a function of (params, batch) -> (new params, loss). The
+  // parameters are donated (JitOptions::donate), as PyTorch's optimizer updates them in place:
+  // the weight updates accumulate onto the old weights' buffers (addmm) and come back in them.
+  auto jstep = jit(
+      [](const std::vector<Tensor>& prm, const Tensor& xin, const Tensor& yin) {
+        std::vector<Tensor> q;
+        for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
+        Tensor hh = relu(linear(xin, q[0], q[1]));
+        hh = relu(linear(hh, q[2], q[3]));
+        Tensor l = cross_entropy(linear(hh, q[4], q[5]), yin);
+        std::vector<Tensor> gs = grad({l}, q);
+        std::vector<Tensor> out;
+        for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], 0.01)));
+        out.push_back(l.detach());
+        return out;
+      },
+      JitOptions{.donate = {0}, .name = "w4_step"});
+  // Own copies: the donated buffers are overwritten (wa.. still seed the graph mode's variables).
+  std::vector<Tensor> jp;
+  for (const Tensor& t : {wa, ba, wb, bb, wc, bc}) jp.push_back(t.clone());
   auto jit_step = [&] {
     auto r = jstep(jp, xb, yb);
     for (size_t i = 0; i < jp.size(); ++i) jp[i] = r[i];

@@ -6,6 +6,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
+#include "test_util.h"
 
 using namespace kiln;
 
@@ -236,4 +237,97 @@ TEST(GraphSession, LectureSoftmaxMatmulMermaid) {
             "    n2 --> n3\n");
   EXPECT_EQ(y.shape(), (Shape{-1, 10}));
 }
+}  // namespace
+
+namespace {
+
+// A donated feed's buffer takes the result computed from it (addmm accumulating onto it, an
+// elementwise op over it) once the plan is bound; the numbers are those of an undonated run.
+TEST(GraphSession, DonatedFeedsTakeTheirResults) {
+  manual_seed(21);
+  Graph g;
+  Tensor w = g.placeholder("w", Float32, {6, 5});
+  Tensor b = g.placeholder("b", Float32, {5});
+  Tensor a = g.placeholder("a", Float32, {4, 6});
+  Tensor gr = g.placeholder("g", Float32, {4, 5});
+  Tensor nw = sub(w, mul(matmul(transpose(a, 0, 1), gr), 0.1));  // addmm onto w
+  Tensor nb = mul(b, 0.5);                                       // elementwise over b
+  Tensor loss = sum(mul(matmul(a, w), gr));                      // reads w before the update
+  Session plain(g), donating(g);
+  donating.set_donated({w, b});
+  Tensor a0 = randn({4, 6}), g0 = randn({4, 5});
+  Tensor w_ref = randn({6, 5}), b_ref = randn({5});
+  Tensor w_don = w_ref.clone(), b_don = b_ref.clone();
+  for (int step = 0; step < 4; ++step) {
+    auto r = plain.run({nw, nb, loss}, {{w, w_ref}, {b, b_ref}, {a, a0}, {gr, g0}});
+    auto d = donating.run({nw, nb, loss}, {{w, w_don}, {b, b_don}, {a, a0}, {gr, g0}});
+    EXPECT_LT(max_abs_diff(r[0], d[0]), 1e-6) << "step " << step;
+    EXPECT_EQ(r[1].to_vector<float>(), d[1].to_vector<float>());
+    EXPECT_NEAR(r[2].item<float>(), d[2].item<float>(), 1e-4);
+    // The first run plans (generic); bound replays write both results into the fed buffers.
+    EXPECT_EQ(donating.last_run().donated_writes, step == 0 ? 0 : 2) << "step " << step;
+    EXPECT_EQ(d[0].shares_storage(w_don), step > 0);
+    EXPECT_EQ(d[1].shares_storage(b_don), step > 0);
+    EXPECT_EQ(plain.last_run().donated_writes, 0);
+    w_ref = r[0];
+    b_ref = r[1];
+    w_don = d[0];
+    b_don = d[1];
+  }
+}
+
+// What may and may not be written over: a feed only by its last reader (x by one of exp and
+// add, not both), never a fetched feed, a feed sharing storage with another feed, or a
+// non-contiguous feed.
+TEST(GraphSession, DonationLeavesSharedLaterReadAndFetchedFeedsAlone) {
+  manual_seed(22);
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {3, 4});
+  Tensor y = g.placeholder("y", Float32, {3, 4});
+  Tensor z = g.placeholder("z", Float32, {3, 4});
+  Tensor ex = exp(x);
+  Tensor later = add(x, 1.0);
+  Tensor ey = mul(y, 2.0);
+  Tensor ez = neg(z);  // z is also fetched itself
+  Session s(g);
+  s.set_donated({x, y, z});
+  Tensor zv = randn({3, 4});
+  const std::vector<float> z_before = zv.to_vector<float>();
+  for (int run = 0; run < 3; ++run) {
+    Tensor xv = randn({3, 4}), yv = randn({3, 4});
+    const std::vector<float> x_before = xv.to_vector<float>(), y_before = yv.to_vector<float>();
+    auto r = s.run({ex, later, ey, ez, z}, {{x, xv}, {y, yv}, {z, zv}});
+    EXPECT_EQ(s.last_run().donated_writes, run > 0 ? 2 : 0);  // into x and into y
+    // exp and add both read x and feed nothing: whichever runs last takes x's buffer.
+    EXPECT_EQ(r[0].shares_storage(xv) + r[1].shares_storage(xv), run > 0 ? 1 : 0);
+    EXPECT_EQ(r[2].shares_storage(yv), run > 0);
+    EXPECT_FALSE(r[3].shares_storage(zv));
+    EXPECT_EQ(r[4].to_vector<float>(), z_before);
+    const auto e = r[0].to_vector<float>(), l = r[1].to_vector<float>(),
+               m = r[2].to_vector<float>();
+    for (size_t i = 0; i < x_before.size(); ++i) {
+      EXPECT_FLOAT_EQ(e[i], std::exp(x_before[i]));
+      EXPECT_FLOAT_EQ(l[i], x_before[i] + 1);
+      EXPECT_FLOAT_EQ(m[i], 2 * y_before[i]);
+    }
+  }
+  Tensor xv = randn({3, 4});
+  // y fed with a view of x's storage: the two share storage, so y is not written over.
+  Tensor both = randn({2, 3, 4});
+  Tensor xs = both.select(0, 0), ys = both.select(0, 1);
+  const std::vector<float> xs_before = xs.to_vector<float>();
+  auto r = s.run({ex, later, ey, ez, z}, {{x, xs}, {y, ys}, {z, zv}});
+  EXPECT_EQ(s.last_run().donated_writes, 0);
+  EXPECT_EQ(xs.to_vector<float>(), xs_before);
+  EXPECT_FALSE(r[2].shares_storage(both));
+  // A non-contiguous feed (a transposed view) keeps its values too.
+  Tensor yt = randn({4, 3}).t();
+  const std::vector<float> yt_before = yt.to_vector<float>();
+  s.run({ex, later, ey, ez, z}, {{x, xv}, {y, yt}, {z, zv}});
+  EXPECT_EQ(yt.to_vector<float>(), yt_before);
+  // Only placeholders can be donated.
+  Tensor c = g.constant(ones({2}));
+  kiln_test::expect_error([&] { s.set_donated({c}); }, {"Session::set_donated", "placeholder"});
+}
+
 }  // namespace

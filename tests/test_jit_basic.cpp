@@ -7,6 +7,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
+#include "test_util.h"
 
 using namespace kiln;
 
@@ -227,4 +228,71 @@ TEST(Jit, LectureCondGradientsMatchEager) {
     }
   }
 }
+}  // namespace
+
+namespace {
+
+// An SGD step with its parameters donated: the weights' updates (addmm onto the old weight)
+// and the biases' come back in the donated buffers once the plan is bound, with the numbers
+// of the same step undonated.
+TEST(Jit, DonatedParametersAreUpdatedInTheirBuffers) {
+  auto step = [](const std::vector<Tensor>& prm, const Tensor& x, const Tensor& y) {
+    std::vector<Tensor> q;
+    for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
+    Tensor l = cross_entropy(linear(relu(linear(x, q[0], q[1])), q[2], q[3]), y);
+    std::vector<Tensor> gs = grad({l}, q);
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], 0.1)));
+    out.push_back(l.detach());
+    return out;
+  };
+  manual_seed(31);
+  std::vector<Tensor> init = {mul(randn({16, 8}), 0.3), zeros({16}), mul(randn({3, 16}), 0.3),
+                              zeros({3})};
+  Tensor x = randn({10, 8}), y = randint(0, 3, {10});
+  auto plain = jit(step);
+  auto donating = jit(step, JitOptions{.donate = {0}});
+  std::vector<Tensor> p1, p2;
+  for (const auto& t : init) {
+    p1.push_back(t.clone());
+    p2.push_back(t.clone());
+  }
+  int in_place = 0;
+  for (int it = 0; it < 6; ++it) {
+    auto r1 = plain(p1, x, y);
+    auto r2 = donating(p2, x, y);
+    EXPECT_NEAR(r1.back().item<float>(), r2.back().item<float>(), 1e-6) << "step " << it;
+    for (size_t i = 0; i < p2.size(); ++i) {
+      EXPECT_LT(max_diff(r1[i], r2[i]), 1e-6) << "step " << it << " param " << i;
+      in_place += r2[i].shares_storage(p2[i]);
+      p1[i] = r1[i];
+      p2[i] = r2[i];
+    }
+  }
+  // Both weights' addmm write into their donated buffers on every replay after the first call
+  // (which traces and plans); the biases' fused updates (generated kernels) get fresh buffers.
+  EXPECT_EQ(in_place, 2 * 5);
+  EXPECT_EQ(donating.stats().compiles, 1);
+}
+
+// Donation never applies to calls that record gradients (the backward reads the inputs) or
+// under KILN_JIT_VERIFY (the eager reference reads them after the run), and its positions must
+// name tensor arguments.
+TEST(Jit, DonationSkipsGradientRecordingCallsAndChecksPositions) {
+  auto f =
+      jit([](const Tensor& a, const Tensor& b) { return mul(a, b); }, JitOptions{.donate = {0}});
+  Tensor a = tensor({1.f, 2.f, 3.f}).requires_grad_(), b = tensor({4.f, 5.f, 6.f});
+  for (int it = 0; it < 4; ++it) {
+    Tensor y = f(a, b);
+    EXPECT_FALSE(y.shares_storage(a));
+    EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{1.f, 2.f, 3.f}));
+    sum(y).backward();
+  }
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{16.f, 20.f, 24.f}));
+  auto g = jit([](const Tensor& a, double s) { return mul(a, s); }, JitOptions{.donate = {1}});
+  kiln_test::expect_error([&] { (void)g(tensor({1.f}), 2.0); }, {"jit", "donate position 1"});
+  auto h = jit([](const Tensor& a) { return neg(a); }, JitOptions{.donate = {3}});
+  kiln_test::expect_error([&] { (void)h(tensor({1.f})); }, {"jit", "donate position 3"});
+}
+
 }  // namespace

@@ -59,6 +59,13 @@ struct Session::Plan {
     std::vector<std::vector<int>> release;  // per step: fresh slots to drop after it
     std::shared_ptr<Storage> arena;
     int64_t arena_bytes = 0, unplanned_bytes = 0;
+    // Per slot: the placeholder (index into placeholders) whose buffer this fetched result may
+    // be written into when that placeholder is donated, or -1 (see set_donated).
+    std::vector<int> reuse;
+    int64_t donated_gen = -1;      // the Session's set_donated generation of ph_donated
+    std::vector<char> ph_donated;  // per placeholder: named in set_donated
+    std::vector<char> donate_now;  // per placeholder: donated and safe to write this run
+    bool any_reuse = false;
   };
   std::vector<SlotInfo> info;  // recorded by the last generic run
   Bound bound;
@@ -84,6 +91,10 @@ std::string signature(const std::vector<Tensor>& fetches, const FeedDict& feeds)
 
 // Topological order with assignments deferred: every read of a variable happens before any
 // write to it in the same run (TF1 leaves this to control dependencies; we make it the rule).
+// Results that nothing reads and that could be written over a placeholder they read (addmm onto
+// input 0, elementwise ops) are deferred too, so the placeholder's other readers come first and
+// a donated feed's buffer can take the result (set_donated; an SGD weight update otherwise runs
+// before the backward's last read of that weight).
 std::vector<Node*> schedule(GraphImpl& g) {
   std::unordered_map<const Node*, int> pending;
   std::unordered_map<const Node*, std::vector<Node*>> users;
@@ -94,7 +105,16 @@ std::vector<Node*> schedule(GraphImpl& g) {
   std::vector<Node*> ready, deferred, order;
   for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it)
     if ((*it)->inputs.empty()) ready.push_back(it->get());
-  auto is_write = [](const Node* n) { return n->kind == NodeKind::Op && n->op->name == "assign"; };
+  auto is_write = [&](const Node* n) {
+    if (n->kind != NodeKind::Op) return false;
+    if (n->op->name == "assign") return true;
+    if (!users[n].empty() || n->outputs.size() != 1) return false;
+    const bool addmm = n->op->name == "addmm";
+    if (!addmm && !(n->op->has(kElementwise) && n->op->has(kInplaceable))) return false;
+    for (size_t k = 0; k < (addmm ? 1 : n->inputs.size()); ++k)
+      if (n->inputs[k].node->kind == NodeKind::Placeholder) return true;
+    return false;
+  };
   while (!ready.empty() || !deferred.empty()) {
     Node* n;
     if (!ready.empty()) {
@@ -314,6 +334,7 @@ bool Session::feeds_match(const Plan& p) const {
 }
 
 void Session::run_generic(Plan& p) {
+  stats_.donated_writes = 0;
   std::vector<Tensor>& slots = generic_slots_;
   slots.assign(static_cast<size_t>(p.num_slots), Tensor());
   p.info.assign(static_cast<size_t>(p.num_slots), Plan::SlotInfo());
@@ -432,6 +453,47 @@ void Session::bind(Plan& p) {
         last[static_cast<size_t>(base)] =
             std::max(last[static_cast<size_t>(base)], last[static_cast<size_t>(o)]);
       }
+  // Donation candidates: a fetched result of an in-place-capable kernel step (addmm onto its
+  // input 0; an elementwise op onto any input) over a contiguous placeholder of its own shape
+  // and dtype that no later step reads (views included) and no other input of the step aliases.
+  b.reuse.assign(N, -1);
+  {
+    std::vector<int> ph_of(N, -1);
+    for (size_t k = 0; k < p.placeholders.size(); ++k)
+      ph_of[static_cast<size_t>(p.placeholders[k].first)] = static_cast<int>(k);
+    std::vector<char> taken(p.placeholders.size(), 0);
+    auto contiguous = [&](int s) {
+      const auto& si = p.info[static_cast<size_t>(s)];
+      return same_strides(si.strides, contiguous_strides(si.shape));
+    };
+    for (size_t i = 0; i < S; ++i) {
+      const auto& st = p.steps[i];
+      if (b.kind[i] != Plan::StepKind::Kernel || st.out.size() != 1) continue;
+      const int o = st.out[0];
+      const bool is_addmm = st.op->name == "addmm";
+      if (!b.fresh[static_cast<size_t>(o)] || !contiguous(o) ||
+          (!is_addmm && !(st.op->has(kElementwise) && st.op->has(kInplaceable))))
+        continue;
+      const auto& oi = p.info[static_cast<size_t>(o)];
+      for (size_t j = 0; j < (is_addmm ? 1 : st.in.size()); ++j) {
+        const int x = st.in[j];
+        const int k = ph_of[static_cast<size_t>(x)];
+        if (k < 0 || taken[static_cast<size_t>(k)] ||
+            last[static_cast<size_t>(x)] != static_cast<int>(i) || !contiguous(x) ||
+            p.info[static_cast<size_t>(x)].dtype != oi.dtype ||
+            p.info[static_cast<size_t>(x)].shape != oi.shape)
+          continue;
+        bool aliased = false;
+        for (size_t q = 0; q < st.in.size(); ++q)
+          aliased = aliased || (q != j && root(st.in[q]) == x);
+        if (aliased) continue;
+        b.reuse[static_cast<size_t>(o)] = k;
+        taken[static_cast<size_t>(k)] = 1;
+        b.any_reuse = true;
+        break;
+      }
+    }
+  }
   std::vector<ValueLife> life(N);
   for (size_t s = 0; s < N; ++s) {
     const auto& si = p.info[s];
@@ -493,6 +555,29 @@ void Session::run_bound(Plan& p) {
   auto& slots = b.slots;
   for (size_t i = 0; i < p.placeholders.size(); ++i)
     slots[static_cast<size_t>(p.placeholders[i].first)] = *feed_of_[i];
+  // Which donated feeds this run may write into: contiguous, and sharing storage with no other
+  // feed and no variable (the result would change what another input or the Session holds).
+  int64_t donated_writes = 0;
+  if (b.any_reuse) {
+    const size_t P = p.placeholders.size();
+    if (b.donated_gen != donated_gen_) {
+      b.ph_donated.assign(P, 0);
+      for (size_t i = 0; i < P; ++i)
+        b.ph_donated[i] = std::find(donated_.begin(), donated_.end(),
+                                    p.placeholders[i].second->name) != donated_.end();
+      b.donated_gen = donated_gen_;
+    }
+    b.donate_now.assign(P, 0);
+    for (size_t i = 0; i < P; ++i) {
+      if (!b.ph_donated[i]) continue;
+      const Tensor& t = *feed_of_[i];
+      bool ok = t.is_contiguous();
+      for (size_t j = 0; ok && j < P; ++j) ok = j == i || !t.shares_storage(*feed_of_[j]);
+      for (auto it = vars_.begin(); ok && it != vars_.end(); ++it)
+        ok = !t.shares_storage(it->second);
+      b.donate_now[i] = ok;
+    }
+  }
   TensorList ins, outs;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const auto& st = p.steps[i];
@@ -513,8 +598,14 @@ void Session::run_bound(Plan& p) {
         for (int o : st.out) {
           Tensor& t = slots[static_cast<size_t>(o)];
           if (b.fresh[static_cast<size_t>(o)]) {
-            const auto& si = p.info[static_cast<size_t>(o)];
-            t = empty(si.shape, si.dtype);
+            const int k = b.reuse[static_cast<size_t>(o)];
+            if (k >= 0 && b.donate_now[static_cast<size_t>(k)]) {
+              t = slots[static_cast<size_t>(p.placeholders[static_cast<size_t>(k)].first)];
+              ++donated_writes;
+            } else {
+              const auto& si = p.info[static_cast<size_t>(o)];
+              t = empty(si.shape, si.dtype);
+            }
           }
           outs.push_back(t);
         }
@@ -539,6 +630,22 @@ void Session::run_bound(Plan& p) {
     for (int r : b.release[i]) slots[static_cast<size_t>(r)] = Tensor();
   }
   stats_.nodes_executed = static_cast<int64_t>(p.steps.size());
+  stats_.donated_writes = donated_writes;
+}
+
+void Session::set_donated(const std::vector<Tensor>& placeholders) {
+  std::vector<std::string> names;
+  for (const auto& t : placeholders) {
+    if (!t.defined() || !t.is_symbolic())
+      fail("Session::set_donated", "expects placeholders of the Session's graph");
+    Node* n = graph_.node_of(t, "Session::set_donated");
+    if (n->kind != NodeKind::Placeholder)
+      fail("Session::set_donated", "%", n->id, " (", n->label(), ") is not a placeholder");
+    names.push_back(n->name);
+  }
+  if (names == donated_) return;
+  donated_ = std::move(names);
+  ++donated_gen_;
 }
 
 Tensor Session::run(const Tensor& fetch, const FeedDict& feeds) {

@@ -22,6 +22,7 @@ struct RunStats {
   std::string passes;           ///< what the optimizer did when the plan was built
   int64_t arena_bytes = 0;      ///< planned arena of the plan in use (0 until it is bound)
   int64_t unplanned_bytes = 0;  ///< what its planned buffers would take without reuse
+  int64_t donated_writes = 0;   ///< results written into donated feeds' buffers (set_donated)
 };
 
 class Session {
@@ -36,6 +37,14 @@ class Session {
   std::vector<Tensor> run(const std::vector<Tensor>& fetches, const FeedDict& feeds = {});
   Tensor run(const Tensor& fetch, const FeedDict& feeds = {});
 
+  /// Placeholders whose fed tensors a run may overwrite (JAX's donated buffers; the JIT's
+  /// JitOptions::donate): a fetched result that an in-place-capable kernel (elementwise ops,
+  /// addmm's accumulation) computes from a donated feed, read there for the last time, is
+  /// written into that feed's buffer and returned aliasing it. Only replays of a bound plan do
+  /// this, and only with a contiguous feed that shares storage with no other feed and no
+  /// variable. The caller must not rely on a donated tensor's contents after a run. An empty
+  /// list donates nothing (the default).
+  void set_donated(const std::vector<Tensor>& placeholders);
   /// Current value of a variable (a copy).
   Tensor variable(const std::string& name) const;
   /// Overwrites a variable's value (shape and dtype must match).
@@ -60,6 +69,8 @@ class Session {
   std::vector<const Tensor*> feed_of_;  // per placeholder of the plan in use
   std::vector<Tensor> generic_slots_;
   std::map<std::string, Tensor> vars_;
+  std::vector<std::string> donated_;  // placeholder names (set_donated)
+  int64_t donated_gen_ = 0;           // bumped by set_donated; plans recheck their mask
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   RunStats stats_;
 };

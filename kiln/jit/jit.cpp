@@ -76,6 +76,7 @@ struct Version {
   std::unique_ptr<Session> fwd_session;
   FeedDict fwd_feeds;
   std::vector<Tensor> fwd_outs;
+  bool fwd_donating = false;  // whether fwd_session has the donated placeholders set
   double compile_ms = 0;
   bool eager_only = false;  // a graph break under autograd: this version runs eagerly
 };
@@ -471,9 +472,29 @@ struct Engine::Impl {
   }
 
   // Replays `v`; returns false (and the reason) when a break guard has no traced branch.
-  bool replay(Version& v, const std::vector<Arg>& args, std::vector<Tensor>& outs,
-              std::string* why) {
+  bool replay(Version& v, const std::vector<Arg>& args, std::vector<Tensor>& outs, std::string* why,
+              bool donate = false) {
     if (v.fwd_session) {
+      donate = donate && !opts.donate.empty();
+      if (donate != v.fwd_donating) {
+        std::vector<Tensor> phs;
+        if (donate) {
+          size_t p = 0;
+          for (size_t i = 0; i < args.size(); ++i) {
+            const bool d = std::find(opts.donate.begin(), opts.donate.end(), static_cast<int>(i)) !=
+                           opts.donate.end();
+            size_t n = args[i].kind == Arg::kTensor       ? 1
+                       : args[i].kind == Arg::kTensorList ? args[i].ts.size()
+                       : v.key[i].runtime                 ? 1
+                                                          : 0;
+            for (size_t t = 0; t < n; ++t, ++p)
+              if (d && args[i].kind != Arg::kScalar && args[i].kind != Arg::kBool)
+                phs.push_back(v.fwd_feeds[p].first);
+          }
+        }
+        v.fwd_session->set_donated(phs);
+        v.fwd_donating = donate;
+      }
       size_t p = 0;
       for (size_t i = 0; i < args.size(); ++i) {
         const auto& k = v.key[i];
@@ -583,6 +604,13 @@ struct Engine::Impl {
   }
 
   std::vector<Tensor> call(const std::vector<Arg>& args, const Fn& fn) {
+    for (int d : opts.donate)
+      if (d < 0 || d >= static_cast<int>(args.size()) ||
+          (args[static_cast<size_t>(d)].kind != Arg::kTensor &&
+           args[static_cast<size_t>(d)].kind != Arg::kTensorList))
+        fail("jit", opts.name, ": donate position ", d,
+             " is not a tensor or tensor-list argument (the function takes ", args.size(),
+             " arguments)");
     if (stats.eager_fallback) return run_eager(args, fn);
     // Called on symbolic tensors (inside a graph being built or another trace): inline fn
     // into that graph, as jax does with nested jit.
@@ -611,7 +639,7 @@ struct Engine::Impl {
         if (verify) verify_outputs(args, fn, outs);
         return outs;
       }
-      if (replay(*hit, args, outs, &reason)) {
+      if (replay(*hit, args, outs, &reason, /*donate=*/!verify)) {
         ++stats.hits;
         if (verify) verify_outputs(args, fn, outs);
         return outs;

@@ -27,6 +27,15 @@ namespace kiln {
 struct JitOptions {
   /// Positions of scalar arguments that are run-time inputs (passed to fn as 0-d tensors).
   std::vector<int> runtime_scalars;
+  /// Positions of tensor or tensor-list arguments whose buffers a call may overwrite (JAX's
+  /// donate_argnums): a result computed elementwise from a donated tensor, or accumulated onto
+  /// it (addmm: an SGD update p - lr * a^T g), is written into that tensor's buffer and
+  /// returned aliasing it, with no new buffer and no copy. The caller must treat donated
+  /// arguments as consumed: after the call their contents are unspecified (typically the new
+  /// values, as `params = step(params, ...)` wants). Not done while tracing, under
+  /// KILN_JIT_VERIFY=1, for calls that record gradients, or for a tensor that shares storage
+  /// with another argument.
+  std::vector<int> donate;
   /// Past this many recompiles the function runs eagerly (and says so once).
   int max_recompiles = 8;
   /// After a shape guard fails only on some dims, recompile once with those dims dynamic.

@@ -285,7 +285,11 @@ void addmm_impl(const Tensor& input, const Tensor& a0, const Tensor& b0, double 
     lb = blas_layout(k, n, b.strides()[0], b.strides()[1]);
   }
   T* pc = out.data_ptr<T>();
-  if (beta != 0) {
+  // out already holds the input when it is the input's own buffer (a donated feed, see
+  // Session::set_donated): the GEMM accumulates onto it in place.
+  const bool in_place =
+      input.data_ptr<T>() == pc && input.shape() == out.shape() && input.is_contiguous();
+  if (beta != 0 && !in_place) {
     // Element (i, j) of the broadcast input: stride 0 along a dim of size 1 (or a missing dim).
     const Shape& is = input.shape();
     const int64_t r = is.rank();
