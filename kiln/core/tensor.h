@@ -180,6 +180,25 @@ class Tensor {
   Tensor& copy_(const Tensor& src);
   /// Fills this tensor in place.
   Tensor& fill_(double v);
+  /// In-place arithmetic (torch's add_, mul_, ...): the result of the out-of-place op, which must
+  /// have this tensor's shape (`other` broadcasts to it) and a dtype castable to this one's
+  /// (an integer tensor cannot take a float result), written into this tensor's storage, which
+  /// every view of it sees. Eager only and without autograd: in grad mode neither this tensor
+  /// nor `other` may require grad (use add() etc. there), and in a graph or a jitted function
+  /// write `x = add(x, y)`. Contiguous tensors are computed into directly, with no temporary.
+  Tensor& add_(const Tensor& other);
+  Tensor& add_(double other);
+  Tensor& sub_(const Tensor& other);
+  Tensor& sub_(double other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(double other);
+  Tensor& neg_();
+  Tensor& clamp_(double lo, double hi);
+  Tensor& relu_();
+  /// Fills this tensor with zeros in place (fill_(0)).
+  Tensor& zero_();
 
   // ---- reductions as methods (ops) -----------------------------------------------------
   Tensor sum() const;

@@ -193,6 +193,10 @@ const OpDef& kSilu =
 }  // namespace
 
 Tensor relu(const Tensor& a) { return call1(kRelu, {a}); }
+Tensor& Tensor::relu_() {
+  const Tensor in[1] = {*this};
+  return opu::write_in_place("relu_", *this, kRelu, in);
+}
 Tensor leaky_relu(const Tensor& a, double s) { return call1(kLeaky, {float_in(a)}, {s}); }
 Tensor sigmoid(const Tensor& a) { return call1(kSigmoid, {float_in(a)}); }
 Tensor tanh(const Tensor& a) { return call1(kTanh, {float_in(a)}); }

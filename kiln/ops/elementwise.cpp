@@ -450,6 +450,25 @@ Tensor bin(const OpDef& op, const Tensor& a, double b) {
   auto [x, y] = with_scalar(a, b);
   return call1(op, {x, y});
 }
+
+// In-place forms: the operands promoted as the out-of-place op promotes them; when that casts
+// self, write_in_place computes into a temporary and casts the result back (or refuses it).
+Tensor& bin_(const char* name, const OpDef& op, Tensor& self, const Tensor& b) {
+  if (!self.defined() || !b.defined()) fail(name, "undefined operand");
+  if (self.dtype() == b.dtype()) {
+    const Tensor in[2] = {self, b};
+    return opu::write_in_place(name, self, op, in);
+  }
+  auto [x, y] = promoted(self, b);
+  const Tensor in[2] = {x, y};
+  return opu::write_in_place(name, self, op, in);
+}
+Tensor& bin_(const char* name, const OpDef& op, Tensor& self, double b) {
+  if (!self.defined()) fail(name, "undefined operand");
+  auto [x, y] = with_scalar(self, b);
+  const Tensor in[2] = {x, y};
+  return opu::write_in_place(name, self, op, in);
+}
 // Comparisons with a host scalar promote like arithmetic: an integer tensor next to a
 // fractional scalar compares as float (torch.tensor([2]) < 2.5 is True), and a bool tensor
 // compares as int64 (True == 2 is False).
@@ -481,6 +500,32 @@ Tensor div(const Tensor& a, double b) {
   return bin(kDiv, a, b);
 }
 Tensor neg(const Tensor& a) { return call1(kNeg, {a}); }
+Tensor& Tensor::add_(const Tensor& o) { return bin_("add_", kAdd, *this, o); }
+Tensor& Tensor::add_(double o) { return bin_("add_", kAdd, *this, o); }
+Tensor& Tensor::sub_(const Tensor& o) { return bin_("sub_", kSub, *this, o); }
+Tensor& Tensor::sub_(double o) { return bin_("sub_", kSub, *this, o); }
+Tensor& Tensor::mul_(const Tensor& o) { return bin_("mul_", kMul, *this, o); }
+Tensor& Tensor::mul_(double o) { return bin_("mul_", kMul, *this, o); }
+// Division as div(): integer operands divide as integers, and a zero divisor is refused.
+Tensor& Tensor::div_(const Tensor& o) {
+  if (defined() && o.defined() && is_integral(dtype()) && is_integral(o.dtype()) && o.is_concrete())
+    for (auto v : o.to_vector<int64_t>())
+      if (v == 0) fail("div_", "integer division by zero (", shape(), " / ", o.shape(), ")");
+  return bin_("div_", kDiv, *this, o);
+}
+Tensor& Tensor::div_(double o) {
+  if (o == 0 && defined() && is_integral(dtype()))
+    fail("div_", "integer division by zero (", shape(), " / 0)");
+  return bin_("div_", kDiv, *this, o);
+}
+Tensor& Tensor::neg_() {
+  const Tensor in[1] = {*this};
+  return opu::write_in_place("neg_", *this, kNeg, in);
+}
+Tensor& Tensor::clamp_(double lo, double hi) {
+  const Tensor in[1] = {*this};
+  return opu::write_in_place("clamp_", *this, kClamp, in, {lo, hi});
+}
 Tensor pow(const Tensor& a, const Tensor& b) {
   auto [x, y] = promoted(float_in(a), b);
   return call1(kPow, {x, y});

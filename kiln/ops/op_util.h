@@ -30,6 +30,11 @@ inline void require_same_dtype(const char* op, const Tensor& a, const Tensor& b)
     fail(op, "dtypes differ: ", a.dtype(), " ", a.shape(), " vs ", b.dtype(), " ", b.shape());
 }
 
+/// The in-place form of an op (Tensor::add_ and friends): writes op(inputs) into `self`, which
+/// inputs[0] is or is a cast of. `name` ("add_") heads the errors. See Tensor::add_.
+Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
+                       std::span<const Tensor> inputs, const Attrs& attrs = {});
+
 /// A 0-d constant of t's dtype (broadcasts anywhere).
 inline Tensor scalar_like(const Tensor& t, double v) { return scalar_tensor(v, t.dtype()); }
 

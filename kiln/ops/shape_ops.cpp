@@ -3,6 +3,7 @@
 // functions (flatten, stack, split, chunk, select) are built from these in the wrappers.
 #include <cstring>
 #include <numeric>
+#include <sstream>
 
 #include "kiln/ops/op_util.h"
 
@@ -738,5 +739,75 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(double v) { return copy_(scalar_tensor(v, dtype())); }
+Tensor& Tensor::zero_() { return fill_(0.0); }
+
+namespace opu {
+
+// Whether a result of dtype r may be written into a tensor of dtype s (torch's can_cast for
+// in-place ops: no float into an integer tensor, nothing but bool into a bool one).
+static bool castable_into(DType r, DType s) {
+  if (r == s || is_floating(s)) return true;
+  if (s == Bool) return false;
+  return !is_floating(r);
+}
+
+Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
+                       std::span<const Tensor> inputs, const Attrs& attrs) {
+  if (!self.defined()) fail(name, "the tensor to write into is undefined");
+  for (const auto& t : inputs)
+    if (!t.defined()) fail(name, "operand is undefined (tensor shape ", self.shape(), ")");
+  bool symbolic = self.is_symbolic() || capturing();
+  for (const auto& t : inputs) symbolic = symbolic || t.is_symbolic();
+  if (symbolic)
+    fail(name,
+         "in-place ops are eager-only; in a graph or a jitted function write the "
+         "out-of-place op and rebind (x = ",
+         op.name, "(x, ...)), tensor shape ", self.shape());
+  if (grad_mode_enabled()) {
+    if (self.requires_grad())
+      fail(name, "in-place write into a tensor that requires grad (shape ", self.shape(),
+           "): in-place ops record no gradient; use ", op.name, "() or wrap it in NoGradGuard");
+    for (size_t k = 1; k < inputs.size(); ++k)
+      if (inputs[k].requires_grad())
+        fail(name, "operand of shape ", inputs[k].shape(),
+             " requires grad: in-place ops record no gradient; use ", op.name,
+             "() or wrap it in NoGradGuard (tensor shape ", self.shape(), ")");
+  }
+  NoGradGuard ng;
+  MetaList metas;
+  try {
+    metas = with_attr_check(op, attrs, [&] { return op.infer(inputs, attrs); });
+  } catch (const Error& e) {  // the out-of-place op's complaint, under the in-place name
+    fail(name, e.what());
+  }
+  if (metas.size() != 1) fail(name, "internal: ", op.name, " has ", metas.size(), " outputs");
+  const TensorMeta& m = metas[0];
+  if (m.shape != self.shape()) {
+    std::ostringstream os;
+    for (size_t k = 1; k < inputs.size(); ++k) os << (k > 1 ? ", " : "") << inputs[k].shape();
+    fail(name, "result of shape ", m.shape, " does not fit the tensor of shape ", self.shape(),
+         " it would be written into (operand shapes ", os.str(), ")");
+  }
+  if (!castable_into(m.dtype, self.dtype()))
+    fail(name, "result of dtype ", m.dtype, " cannot be written into a tensor of dtype ",
+         self.dtype(), " (shape ", self.shape(), ")");
+  // Straight into self: its own buffer is input 0 with the output's layout, and no other operand
+  // overlaps it except as self itself (x.add_(x) reads and writes each element in one place).
+  bool direct = !op.view && !op.contiguous_inputs && self.is_contiguous() &&
+                m.dtype == self.dtype() && inputs[0].is_same(self);
+  for (size_t k = 1; direct && k < inputs.size(); ++k)
+    direct = inputs[k].is_same(self) || !inputs[k].shares_storage(self);
+  if (direct) {
+    Tensor out = self;
+    op.kernel(inputs, std::span<Tensor>(&out, 1), attrs);
+  } else {
+    Tensor r = run_kernel(op, inputs, attrs)[0];
+    copy_cast_kernel(r, self);
+  }
+  self.impl()->storage->bump_version();
+  return self;
+}
+
+}  // namespace opu
 
 }  // namespace kiln

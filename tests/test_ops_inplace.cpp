@@ -1,0 +1,150 @@
+// In-place arithmetic (Tensor::add_, sub_, mul_, div_, neg_, clamp_, relu_, zero_): the values
+// of the out-of-place op written into the tensor's storage (views see them), torch's casting
+// rule for the result, no temporary for contiguous tensors, and clear refusals where autograd
+// or a graph is involved.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/core/allocator.h"
+#include "kiln/kiln.h"
+#include "test_util.h"
+
+using namespace kiln;
+using kiln_test::expect_error;
+
+namespace {
+
+std::vector<float> v(const Tensor& t) { return t.to_vector<float>(); }
+
+TEST(InPlace, MatchesTheOutOfPlaceOps) {
+  manual_seed(41);
+  Tensor a = randn({3, 4}), b = randn({3, 4}), row = randn({4});
+  auto check = [&](const char* what, Tensor expect, const std::function<void(Tensor&)>& f) {
+    Tensor x = a.clone();
+    Tensor& r = [&]() -> Tensor& {
+      f(x);
+      return x;
+    }();
+    EXPECT_TRUE(r.is_same(x)) << what;
+    EXPECT_EQ(v(x), v(expect)) << what;
+  };
+  check("add_", add(a, b), [&](Tensor& x) { x.add_(b); });
+  check("add_ row", add(a, row), [&](Tensor& x) { x.add_(row); });
+  check("add_ scalar", add(a, 2.5), [&](Tensor& x) { x.add_(2.5); });
+  check("sub_", sub(a, b), [&](Tensor& x) { x.sub_(b); });
+  check("sub_ scalar", sub(a, 1.0), [&](Tensor& x) { x.sub_(1.0); });
+  check("mul_", mul(a, b), [&](Tensor& x) { x.mul_(b); });
+  check("mul_ scalar", mul(a, -3.0), [&](Tensor& x) { x.mul_(-3.0); });
+  check("div_", div(a, b), [&](Tensor& x) { x.div_(b); });
+  check("div_ scalar", div(a, 4.0), [&](Tensor& x) { x.div_(4.0); });
+  check("neg_", neg(a), [&](Tensor& x) { x.neg_(); });
+  check("clamp_", clamp(a, -0.5, 0.5), [&](Tensor& x) { x.clamp_(-0.5, 0.5); });
+  check("relu_", relu(a), [&](Tensor& x) { x.relu_(); });
+  check("zero_", zeros({3, 4}), [&](Tensor& x) { x.zero_(); });
+  check("self alias", add(a, a), [&](Tensor& x) { x.add_(x); });
+  // Chains return the tensor itself, as torch's do.
+  Tensor x = a.clone();
+  x.mul_(2.0).add_(1.0);
+  EXPECT_EQ(v(x), v(add(mul(a, 2.0), 1.0)));
+}
+
+// Writes go to the storage: views of the tensor see them, and a view (slice, transpose) can be
+// written into, which changes its base.
+TEST(InPlace, WritesThroughViews) {
+  Tensor base = arange(0, 12, 1, Float32).reshape({3, 4});
+  Tensor row = base.select(0, 1);
+  row.add_(100.0);
+  EXPECT_EQ(v(base.select(0, 1)), (std::vector<float>{104, 105, 106, 107}));
+  Tensor t = base.t();              // non-contiguous: computed aside, then written through the view
+  t.mul_(tensor({1.f, 0.f, 1.f}));  // [4, 3] * [3]: zeroes base's row 1
+  EXPECT_EQ(v(base.select(0, 1)), (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_EQ(v(base.select(0, 2)), (std::vector<float>{8, 9, 10, 11}));
+  // An operand that overlaps the destination elsewhere reads the values before the write.
+  Tensor s = arange(0, 6, 1, Float32);
+  Tensor dst = s.slice(0, 1, 6), src = s.slice(0, 0, 5);
+  dst.add_(src);
+  EXPECT_EQ(v(s), (std::vector<float>{0, 1, 3, 5, 7, 9}));
+}
+
+// A contiguous tensor with an operand of its dtype is computed into directly: no buffer is
+// allocated (a scalar operand's 0-d tensor aside).
+TEST(InPlace, ContiguousTensorsNeedNoTemporary) {
+  Tensor x = randn({256, 64}), y = randn({256, 64});
+  x.add_(y);  // warm
+  const AllocatorStats s0 = allocator_stats();
+  x.add_(y).mul_(y).sub_(y).relu_().clamp_(-1, 1).neg_();
+  const AllocatorStats s1 = allocator_stats();
+  EXPECT_EQ(s1.hits + s1.misses, s0.hits + s0.misses);
+}
+
+// torch's rule: the result must be castable to the tensor's dtype (no float into integers,
+// nothing but bool into bool), and must keep the tensor's shape.
+TEST(InPlace, DtypeAndShapeRules) {
+  Tensor i = tensor(std::vector<int64_t>{1, 2, 3}, {3});
+  i.add_(2.0).mul_(tensor(std::vector<int64_t>{2, 2, 2}, {3}));
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{6, 8, 10}));
+  i.div_(3.0);  // integer division, as div()
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{2, 2, 3}));
+  expect_error([&] { i.add_(0.5); }, "add_", {"float32", "int64", "[3]"});
+  expect_error([&] { i.mul_(tensor({1.f, 2.f, 3.f})); }, "mul_", {"float32", "int64"});
+  expect_error([&] { i.div_(0.0); }, "div_", {"division by zero"});
+  expect_error(
+      [&] {
+        i.div_(tensor(std::vector<int64_t>{1, 0, 1}, {3}));
+      },
+      "div_", {"division by zero"});
+  Tensor f = tensor({1.f, 2.f, 3.f});
+  f.add_(tensor(std::vector<int64_t>{1, 1, 1}, {3}));  // an integer operand into float: fine
+  EXPECT_EQ(v(f), (std::vector<float>{2, 3, 4}));
+  Tensor bl = tensor(std::vector<int64_t>{1, 0}, {2}).to(Bool);
+  expect_error([&] { bl.add_(1.0); }, "add_", {"bool"});
+  expect_error([&] { f.add_(ones({2, 3})); }, "add_", {"[2, 3]", "[3]"});
+  expect_error([&] { f.add_(ones({2})); }, "add_", {"[2]", "[3]"});
+  expect_error([&] { f.clamp_(1.0, 0.0); }, "clamp_", {"min"});
+  expect_error(
+      [&] {
+        Tensor u;
+        u.add_(1.0);
+      },
+      "add_", {"undefined"});
+  expect_error([&] { f.add_(Tensor()); }, "add_", {"undefined"});
+  // Nothing was written by the refused calls.
+  EXPECT_EQ(v(f), (std::vector<float>{2, 3, 4}));
+}
+
+// In-place ops record no gradient: they refuse tensors that require grad in grad mode, work
+// under NoGradGuard (an optimizer's update), and a saved tensor changed that way makes the
+// backward that needs it fail, as in PyTorch.
+TEST(InPlace, AutogradRefusalsAndVersionCounter) {
+  Tensor w = tensor({1.f, 2.f}).requires_grad_();
+  expect_error([&] { w.add_(1.0); }, "add_", {"requires grad", "[2]"});
+  Tensor c = tensor({5.f, 6.f});
+  expect_error([&] { c.mul_(w); }, "mul_", {"requires grad"});
+  EXPECT_EQ(v(c), (std::vector<float>{5, 6}));
+  {
+    NoGradGuard ng;
+    w.sub_(tensor({0.5f, 0.5f}));
+  }
+  EXPECT_EQ(v(w), (std::vector<float>{0.5f, 1.5f}));
+  Tensor saved = tensor({3.f, 4.f});
+  Tensor y = mul(w, saved);  // saves `saved` for w's gradient
+  saved.mul_(2.0);
+  expect_error([&] { sum(y).backward(); }, {"backward", "modified in place"});
+}
+
+// Graphs and jitted functions are dataflow: the in-place forms refuse symbolic tensors and say
+// what to write instead.
+TEST(InPlace, RefusedInGraphsAndUnderJit) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {3});
+  expect_error([&] { x.add_(1.0); }, "add_", {"eager-only", "add("});
+  auto f = jit([](const Tensor& a) {
+    Tensor b = mul(a, 2.0);
+    b.relu_();
+    return b;
+  });
+  expect_error([&] { (void)f(tensor({1.f, -2.f})); }, {"relu_", "eager-only"});
+}
+
+}  // namespace
