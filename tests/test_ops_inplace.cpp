@@ -1,7 +1,8 @@
 // In-place arithmetic (Tensor::add_, sub_, mul_, div_, neg_, clamp_, relu_, zero_): the values
 // of the out-of-place op written into the tensor's storage (views see them), torch's casting
-// rule for the result, no temporary for contiguous tensors, and clear refusals where autograd
-// or a graph is involved.
+// rule for the result, no temporary for contiguous tensors, autograd through them as in torch
+// (history rebased onto the in-place op; leaves and views with history refused), refusals in
+// graphs and under jit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -113,24 +114,99 @@ TEST(InPlace, DtypeAndShapeRules) {
   EXPECT_EQ(v(f), (std::vector<float>{2, 3, 4}));
 }
 
-// In-place ops record no gradient: they refuse tensors that require grad in grad mode, work
-// under NoGradGuard (an optimizer's update), and a saved tensor changed that way makes the
-// backward that needs it fail, as in PyTorch.
-TEST(InPlace, AutogradRefusalsAndVersionCounter) {
+double max_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+// With autograd (torch's semantics): an in-place op on a tensor with history continues that
+// history, with the gradients of the same computation written out of place.
+TEST(InPlace, AutogradThroughInPlaceChainsMatchesOutOfPlace) {
+  manual_seed(42);
+  Tensor a = randn({3, 4}, Float64).requires_grad_(), b = randn({3, 4}, Float64).requires_grad_();
+  Tensor d = add(abs(randn({4}, Float64)), 1.0);
+  Tensor x = mul(a, 2.0);
+  x.add_(b).mul_(b).relu_().sub_(0.5).clamp_(-1.0, 1.0).neg_().div_(d).mul_(x);
+  Tensor lx = sum(mul(x, a));
+  Tensor y = mul(a, 2.0);
+  y = mul(neg(clamp(sub(relu(mul(add(y, b), b)), 0.5), -1.0, 1.0)), 1.0);
+  y = div(y, d);
+  y = mul(y, y);
+  Tensor ly = sum(mul(y, a));
+  EXPECT_LT(max_diff(lx, ly), 1e-12);
+  std::vector<Tensor> gx = grad({lx}, {a, b}), gy = grad({ly}, {a, b});
+  EXPECT_LT(max_diff(gx[0], gy[0]), 1e-12);
+  EXPECT_LT(max_diff(gx[1], gy[1]), 1e-12);
+  EXPECT_TRUE(x.requires_grad());
+  EXPECT_FALSE(x.is_leaf());
+}
+
+// A plain tensor that takes an operand requiring grad joins the graph (torch's c.mul_(w)); a
+// leaf that requires grad is refused in grad mode and updatable under NoGradGuard.
+TEST(InPlace, OperandRequiringGradAndLeafRules) {
   Tensor w = tensor({1.f, 2.f}).requires_grad_();
-  expect_error([&] { w.add_(1.0); }, "add_", {"requires grad", "[2]"});
+  expect_error([&] { w.add_(1.0); }, "add_", {"leaf", "requires grad", "[2]"});
   Tensor c = tensor({5.f, 6.f});
-  expect_error([&] { c.mul_(w); }, "mul_", {"requires grad"});
-  EXPECT_EQ(v(c), (std::vector<float>{5, 6}));
+  c.mul_(w);
+  EXPECT_TRUE(c.requires_grad());
+  EXPECT_EQ(v(c), (std::vector<float>{5, 12}));
+  sum(c).backward();
+  EXPECT_EQ(v(w.grad()), (std::vector<float>{5, 6}));
   {
     NoGradGuard ng;
     w.sub_(tensor({0.5f, 0.5f}));
   }
   EXPECT_EQ(v(w), (std::vector<float>{0.5f, 1.5f}));
-  Tensor saved = tensor({3.f, 4.f});
-  Tensor y = mul(w, saved);  // saves `saved` for w's gradient
-  saved.mul_(2.0);
+  EXPECT_TRUE(w.is_leaf());
+}
+
+// What an in-place op reads of its own old value is kept for the gradient (x.mul_(x) is x^2),
+// second derivatives go through it, and a tensor saved by an earlier op and then changed in
+// place fails that op's backward (as in PyTorch).
+TEST(InPlace, SavedValuesSecondOrderAndVersionCounter) {
+  Tensor a = tensor(std::vector<double>{1.5, -2.0, 3.0}, {3}).requires_grad_();
+  Tensor x = mul(a, 1.0);
+  x.mul_(x);  // a^2
+  x.mul_(a);  // a^3
+  std::vector<Tensor> g = grad({sum(x)}, {a}, {}, /*retain_graph=*/false, /*create_graph=*/true);
+  EXPECT_LT(max_diff(g[0], mul(mul(a, a), 3.0)), 1e-12);
+  std::vector<Tensor> g2 = grad({sum(g[0])}, {a});
+  EXPECT_LT(max_diff(g2[0], mul(a, 6.0)), 1e-12);
+  // exp saves its output: changing it in place breaks exp's backward.
+  Tensor e = exp(a);
+  e.add_(1.0);
+  expect_error([&] { sum(e).backward(); }, {"backward"});
+  // A plain tensor saved by mul, changed under NoGradGuard.
+  Tensor s = tensor(std::vector<double>{1, 2, 3}, {3});
+  Tensor y = mul(a, s);
+  {
+    NoGradGuard ng;
+    s.mul_(2.0);
+  }
   expect_error([&] { sum(y).backward(); }, {"backward", "modified in place"});
+}
+
+// Views of a tensor with history are not tracked by in-place ops: refused, for the view and for
+// its base, with the out-of-place spelling to use.
+TEST(InPlace, ViewsOfTensorsWithHistoryAreRefused) {
+  Tensor a = randn({3, 4}).requires_grad_();
+  Tensor x = mul(a, 2.0);
+  Tensor r = x.reshape({12});
+  expect_error([&] { r.add_(1.0); }, "add_", {"view", "add()"});
+  expect_error([&] { x.add_(1.0); }, "add_", {"view"});
+  // Without autograd views are fine (the base sees the write).
+  Tensor p = zeros({2, 3});
+  p.select(0, 1).add_(1.0);
+  EXPECT_EQ(v(p), (std::vector<float>{0, 0, 0, 1, 1, 1}));
+  // Operands of another dtype under autograd: refused, naming it.
+  Tensor f = mul(randn({3}).requires_grad_(), 1.0);
+  expect_error([&] { f.add_(ones({3}, Float64)); }, "add_", {"float32", "float64"});
+  Tensor f64 = mul(randn({3}, Float64).requires_grad_(), 1.0);
+  f64.add_(ones({3}, Float32));  // a float32 operand promotes to the tensor's float64: fine
+  EXPECT_TRUE(f64.requires_grad());
 }
 
 // Graphs and jitted functions are dataflow: the in-place forms refuse symbolic tensors and say

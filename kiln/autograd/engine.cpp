@@ -58,8 +58,43 @@ void record(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> o
   }
 }
 
+// An in-place op with autograd (x.add_(y) on a tensor with history): `result` was computed out
+// of place and recorded by node N, and its values are about to be written into `self`. N saved
+// `self` (and maybe other aliases of its storage) as inputs; their values change with the
+// write, so N gets
+// snapshots instead: fresh buffers holding the old values, with the old autograd identity
+// (grad_fn, output_nr), so that gradients of gradients still reach the old history. Then `self`
+// becomes N's output: its history continues from N, as torch rebases an in-place op's history.
+void rebase_in_place(Tensor& self, const Tensor& result) {
+  if (!result.requires_grad() || !result.impl()->autograd->grad_fn) return;
+  const std::shared_ptr<GradNode>& node = result.impl()->autograd->grad_fn;
+  for (size_t k = 0; k < node->inputs.size(); ++k) {
+    Tensor& in = node->inputs[k];
+    if (!in.is_concrete() || !in.shares_storage(self)) continue;
+    Tensor snap = raw_contiguous_copy(in);
+    if (in.impl()->autograd) {
+      const AutogradMeta& old = *in.impl()->autograd;
+      AutogradMeta& m = meta(snap.impl());
+      m.requires_grad = old.requires_grad;
+      m.grad_fn = old.grad_fn;
+      m.output_nr = old.output_nr;
+    }
+    in = snap;
+    node->input_versions[k] = snap.impl()->version();
+  }
+  const uint32_t nr = result.impl()->autograd->output_nr;
+  AutogradMeta& m = meta(self.impl());
+  m.requires_grad = true;
+  m.grad_fn = node;
+  m.output_nr = nr;
+  node->out_impls[nr] = self.impl_ptr();
+}
+
 struct Installer {
-  Installer() { set_autograd_recorder(&record); }
+  Installer() {
+    set_autograd_recorder(&record);
+    set_inplace_rebaser(&rebase_in_place);
+  }
 } g_installer;
 
 Tensor accumulate(const Tensor& old, const Tensor& g) {

@@ -36,6 +36,11 @@ class Storage {
   /// the value saved at record time (PyTorch's version counter, shared by all views).
   uint32_t version() const { return version_; }
   void bump_version() { ++version_; }
+  /// Set once a view of this storage was recorded for autograd (a slice, reshape, transpose ...
+  /// of a tensor with history): in-place ops with autograd then refuse it, since a write
+  /// through one alias would not update the others' recorded history.
+  bool has_grad_views() const { return grad_views_; }
+  void mark_grad_views() { grad_views_ = true; }
 
  private:
   void* data_ = nullptr;
@@ -44,6 +49,7 @@ class Storage {
   void (*deleter_)(void*, void*) = nullptr;
   void* ctx_ = nullptr;
   uint32_t version_ = 0;
+  bool grad_views_ = false;
 };
 
 struct AutogradMeta {
@@ -183,9 +189,10 @@ class Tensor {
   /// In-place arithmetic (torch's add_, mul_, ...): the result of the out-of-place op, which must
   /// have this tensor's shape (`other` broadcasts to it) and a dtype castable to this one's
   /// (an integer tensor cannot take a float result), written into this tensor's storage, which
-  /// every view of it sees. Eager only and without autograd: in grad mode neither this tensor
-  /// nor `other` may require grad (use add() etc. there), and in a graph or a jitted function
-  /// write `x = add(x, y)`. Contiguous tensors are computed into directly, with no temporary.
+  /// every view of it sees. With autograd it continues the tensor's history as torch does
+  /// (refused for a leaf that requires grad and for storage shared with views recorded for
+  /// autograd). Eager only: in a graph or a jitted function write `x = add(x, y)`. Contiguous
+  /// tensors are computed into directly when no gradient is recorded.
   Tensor& add_(const Tensor& other);
   Tensor& add_(double other);
   Tensor& sub_(const Tensor& other);

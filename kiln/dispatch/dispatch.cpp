@@ -35,6 +35,11 @@ const OpDef* producer_op(const Tensor& t) {
 }
 void set_producer_hook(const OpDef* (*hook)(const Tensor&)) { g_producer_hook = hook; }
 void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
+namespace {
+InplaceRebaser g_rebaser = nullptr;
+}
+void set_inplace_rebaser(InplaceRebaser r) { g_rebaser = r; }
+InplaceRebaser inplace_rebaser() { return g_rebaser; }
 uint64_t eager_op_count() { return t_count; }
 
 namespace {
@@ -110,7 +115,15 @@ TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
   if (t_grad_mode && op.grad && g_recorder) {
     bool need = false;
     for (const auto& t : inputs) need = need || t.requires_grad();
-    if (need) g_recorder(op, inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
+    if (need) {
+      g_recorder(op, inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
+      // A view with history: in-place ops with autograd must leave its storage alone.
+      if (op.view)
+        for (const auto& o : outs)
+          if (o.is_concrete() && !inputs.empty() && inputs[0].defined() &&
+              o.shares_storage(inputs[0]))
+            o.impl()->storage->mark_grad_views();
+    }
   }
   return outs;
 }

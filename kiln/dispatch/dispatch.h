@@ -65,6 +65,12 @@ bool capturing();
 using AutogradRecorder = void (*)(const OpDef& op, std::span<const Tensor> inputs,
                                   std::span<Tensor> outputs, const Attrs& attrs);
 void set_autograd_recorder(AutogradRecorder r);
+/// Makes `self` the output of the node that recorded `result` (an in-place op with autograd,
+/// see opu::write_in_place), before `result`'s values are written into `self`: the node then
+/// reads snapshots of what it saved from `self`'s storage. Installed by kiln/autograd.
+using InplaceRebaser = void (*)(Tensor& self, const Tensor& result);
+void set_inplace_rebaser(InplaceRebaser r);
+InplaceRebaser inplace_rebaser();
 
 /// Runs `op` on `inputs`: checks, infers, allocates, runs the kernel, records autograd.
 TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs = {});

@@ -763,15 +763,48 @@ Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
          "in-place ops are eager-only; in a graph or a jitted function write the "
          "out-of-place op and rebind (x = ",
          op.name, "(x, ...)), tensor shape ", self.shape());
-  if (grad_mode_enabled()) {
-    if (self.requires_grad())
-      fail(name, "in-place write into a tensor that requires grad (shape ", self.shape(),
-           "): in-place ops record no gradient; use ", op.name, "() or wrap it in NoGradGuard");
-    for (size_t k = 1; k < inputs.size(); ++k)
-      if (inputs[k].requires_grad())
-        fail(name, "operand of shape ", inputs[k].shape(),
-             " requires grad: in-place ops record no gradient; use ", op.name,
-             "() or wrap it in NoGradGuard (tensor shape ", self.shape(), ")");
+  bool other_grad = false;
+  for (size_t k = 1; k < inputs.size(); ++k) other_grad = other_grad || inputs[k].requires_grad();
+  const bool with_grad = grad_mode_enabled() && (self.requires_grad() || other_grad);
+  if (with_grad) {
+    // torch's rules: a leaf that requires grad cannot change under autograd (its gradient would
+    // belong to a value that no longer exists), and changes through views of a tensor with
+    // history are not tracked here (torch rewrites the views' history; Kiln refuses).
+    if (self.requires_grad() && self.is_leaf())
+      fail(name, "a leaf tensor that requires grad (shape ", self.shape(),
+           ") cannot be modified in place in grad mode; use ", op.name,
+           "() or wrap the update in NoGradGuard");
+    if (self.impl()->storage->has_grad_views())
+      fail(name, "the tensor (shape ", self.shape(),
+           ") shares its storage with a view recorded for autograd (a slice, reshape or "
+           "transpose of it or of its base); in-place changes through views are not tracked: "
+           "use ",
+           op.name, "()");
+    if (!inputs[0].is_same(self))
+      fail(name, "with autograd the operands must have the tensor's dtype ", self.dtype(), " (got ",
+           inputs[0].dtype(), "); use ", op.name, "()");
+    if (!inplace_rebaser()) fail(name, "internal: autograd is not linked in");
+    // Out of place with autograd; self takes the result's history (the recorded node keeps
+    // snapshots of what it saved from self), then its values.
+    Tensor r;
+    try {
+      r = call1(op, inputs, attrs);
+    } catch (const Error& e) {
+      fail(name, e.what());
+    }
+    if (r.shape() != self.shape())
+      fail(name, "result of shape ", r.shape(), " does not fit the tensor of shape ", self.shape(),
+           " it would be written into");
+    if (r.dtype() != self.dtype())
+      fail(name, "result of dtype ", r.dtype(), " cannot be written into a tensor of dtype ",
+           self.dtype(), " (shape ", self.shape(), ")");
+    inplace_rebaser()(self, r);  // snapshots self's old values first
+    {
+      NoGradGuard ng;
+      copy_cast_kernel(r, self);
+    }
+    self.impl()->storage->bump_version();
+    return self;
   }
   NoGradGuard ng;
   MetaList metas;
