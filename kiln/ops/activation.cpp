@@ -1,6 +1,6 @@
 // Activation family: relu, leaky_relu, sigmoid, tanh, gelu (and its one-pass gradient
-// gelu_grad), silu. Elementwise ops like the arithmetic family (elementwise_util.h), compiled
-// with 512-bit vectors where the CPU has them (kiln/CMakeLists.txt): gelu's and sigmoid's
+// gelu_grad), silu, softplus, elu. Elementwise ops like the arithmetic family (elementwise_util.h),
+// compiled with 512-bit vectors where the CPU has them (kiln/CMakeLists.txt): gelu's and sigmoid's
 // kernels are bound by vector-op throughput, not memory.
 #include <cmath>
 
@@ -14,7 +14,8 @@ namespace {
 using namespace ew;
 
 constexpr char kReluN[] = "relu", kLeakyN[] = "leaky_relu", kSigN[] = "sigmoid", kTanhN[] = "tanh",
-               kGeluN[] = "gelu", kGeluGradN[] = "gelu_grad", kSiluN[] = "silu";
+               kGeluN[] = "gelu", kGeluGradN[] = "gelu_grad", kSiluN[] = "silu",
+               kSoftplusN[] = "softplus", kEluN[] = "elu";
 
 // ---- scalar functors ------------------------------------------------------------------------
 
@@ -38,6 +39,25 @@ struct LeakyF {
   template <class T>
   [[gnu::always_inline]] T operator()(T x) const {
     return x < T(0) ? x * T(s) : x;
+  }
+};
+// torch's softplus: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (there
+// the two agree to float precision and exp would overflow).
+struct SoftplusF {
+  double beta, thr;
+  explicit SoftplusF(const Attrs& a) : beta(a.f(0)), thr(a.f(1)) {}
+  template <class T>
+  [[gnu::always_inline]] T operator()(T x) const {
+    const T z = x * T(beta);
+    return z > T(thr) ? x : std::log1p(vm::exp<T>(z)) / T(beta);
+  }
+};
+struct EluF {
+  double alpha;
+  explicit EluF(const Attrs& a) : alpha(a.f(0)) {}
+  template <class T>
+  [[gnu::always_inline]] T operator()(T x) const {
+    return x > T(0) ? x : T(alpha) * std::expm1(x);
   }
 };
 // The two gelu forms are separate functors: a branch on the flag inside the loop stops GCC
@@ -190,6 +210,45 @@ const OpDef& kSilu =
                 },
             .expr = "silu($0)"});
 
+// d softplus = sigmoid(beta x) below the threshold, 1 above (where the op is the identity).
+const OpDef& kSoftplus =
+    def_op({.name = kSoftplusN,
+            .attr_names = {"beta", "threshold"},
+            .traits = kEw,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  if (!(a.f(0) != 0) || !std::isfinite(a.f(0)))
+                    fail(kSoftplusN, "beta must be finite and nonzero, got ", a.f(0), " (input ",
+                         in[0].dtype(), in[0].shape(), ")");
+                  if (std::isnan(a.f(1))) fail(kSoftplusN, "threshold must not be NaN");
+                  return infer_unary_float<kSoftplusN>(in, a);
+                },
+            .kernel = k_unary_float<SoftplusF>,
+            .grad =
+                [](const GradCtx& c) {
+                  const Tensor z = mul(c.in(0), c.attrs.f(0));
+                  return TensorList{where(gt(z, c.attrs.f(1)), c.g(), mul(c.g(), sigmoid(z)))};
+                },
+            .expr = "($0 * T(@0) > T(@1) ? $0 : std::log1p(exp($0 * T(@0))) / T(@0))"});
+// d elu = 1 for x > 0, alpha exp(x) = elu(x) + alpha below.
+const OpDef& kElu = def_op({.name = kEluN,
+                            .attr_names = {"alpha"},
+                            .traits = kEw,
+                            .infer =
+                                [](std::span<const Tensor> in, const Attrs& a) {
+                                  if (!std::isfinite(a.f(0)))
+                                    fail(kEluN, "alpha must be finite, got ", a.f(0), " (input ",
+                                         in[0].dtype(), in[0].shape(), ")");
+                                  return infer_unary_float<kEluN>(in, a);
+                                },
+                            .kernel = k_unary_float<EluF>,
+                            .grad =
+                                [](const GradCtx& c) {
+                                  return TensorList{where(gt(c.in(0), 0.0), c.g(),
+                                                          mul(c.g(), add(c.out(0), c.attrs.f(0))))};
+                                },
+                            .expr = "($0 > T(0) ? $0 : T(@0) * std::expm1($0))"});
+
 }  // namespace
 
 Tensor relu(const Tensor& a) { return call1(kRelu, {a}); }
@@ -208,5 +267,9 @@ Tensor gelu_grad(const Tensor& g, const Tensor& x, bool approximate) {
   return call1(kGeluGrad, {a, b}, {approximate});
 }
 Tensor silu(const Tensor& a) { return call1(kSilu, {float_in(a)}); }
+Tensor softplus(const Tensor& a, double beta, double threshold) {
+  return call1(kSoftplus, {float_in(a)}, {beta, threshold});
+}
+Tensor elu(const Tensor& a, double alpha) { return call1(kElu, {float_in(a)}, {alpha}); }
 
 }  // namespace kiln

@@ -123,6 +123,10 @@ KILN_UNARY_F(RsqrtF, T(1) / std::sqrt(x))
 KILN_UNARY_F(AbsF, x < 0 ? -x : x)
 KILN_UNARY_F(SignF, x != x ? x : T((x > 0) - (x < 0)))
 KILN_UNARY_F(ErfF, vm::erf<T>(x))
+KILN_UNARY_F(SinF, std::sin(x))
+KILN_UNARY_F(CosF, std::cos(x))
+KILN_UNARY_F(Log1pF, std::log1p(x))
+KILN_UNARY_F(Expm1F, std::expm1(x))
 #undef KILN_UNARY_F
 
 struct ClampF {
@@ -140,7 +144,8 @@ constexpr char kAddN[] = "add", kSubN[] = "sub", kMulN[] = "mul", kDivN[] = "div
                kGtN[] = "gt", kGeN[] = "ge", kEqN[] = "eq", kNeN[] = "ne", kAndN[] = "logical_and",
                kOrN[] = "logical_or", kNotN[] = "logical_not", kNegN[] = "neg", kExpN[] = "exp",
                kLogN[] = "log", kSqrtN[] = "sqrt", kRsqrtN[] = "rsqrt", kAbsN[] = "abs",
-               kSignN[] = "sign", kErfN[] = "erf", kClampN[] = "clamp";
+               kSignN[] = "sign", kErfN[] = "erf", kClampN[] = "clamp", kSinN[] = "sin",
+               kCosN[] = "cos", kLog1pN[] = "log1p", kExpm1N[] = "expm1";
 
 const OpDef& kAdd = def_op({.name = kAddN,
                             .num_inputs = 2,
@@ -410,6 +415,38 @@ const OpDef& kErf = def_op(
            return TensorList{mul(c.g(), mul(exp(neg(mul(c.in(0), c.in(0)))), 1.1283791670955126))};
          },
      .expr = "erf($0)"});
+// sin and cos (positional encodings, rotary embeddings): libm in the kernels and in generated
+// code, so fused and unfused results agree.
+const OpDef& kSin =
+    def_op({.name = kSinN,
+            .traits = kEw,
+            .infer = infer_unary_float<kSinN>,
+            .kernel = k_unary_float<SinF>,
+            .grad = [](const GradCtx& c) { return TensorList{mul(c.g(), cos(c.in(0)))}; },
+            .expr = "std::sin($0)"});
+const OpDef& kCos =
+    def_op({.name = kCosN,
+            .traits = kEw,
+            .infer = infer_unary_float<kCosN>,
+            .kernel = k_unary_float<CosF>,
+            .grad = [](const GradCtx& c) { return TensorList{neg(mul(c.g(), sin(c.in(0))))}; },
+            .expr = "std::cos($0)"});
+// log1p and expm1 keep the digits that log(1 + x) and exp(x) - 1 lose near 0 (softplus, elu,
+// stable losses). d log1p(x) = 1 / (1 + x); d expm1(x) = exp(x) = expm1(x) + 1.
+const OpDef& kLog1p =
+    def_op({.name = kLog1pN,
+            .traits = kEw,
+            .infer = infer_unary_float<kLog1pN>,
+            .kernel = k_unary_float<Log1pF>,
+            .grad = [](const GradCtx& c) { return TensorList{div(c.g(), add(c.in(0), 1.0))}; },
+            .expr = "std::log1p($0)"});
+const OpDef& kExpm1 =
+    def_op({.name = kExpm1N,
+            .traits = kEw,
+            .infer = infer_unary_float<kExpm1N>,
+            .kernel = k_unary_float<Expm1F>,
+            .grad = [](const GradCtx& c) { return TensorList{mul(c.g(), add(c.out(0), 1.0))}; },
+            .expr = "std::expm1($0)"});
 const OpDef& kClamp =
     def_op({.name = kClampN,
             .attr_names = {"min", "max"},
@@ -539,6 +576,10 @@ Tensor log(const Tensor& a) { return call1(kLog, {float_in(a)}); }
 Tensor sqrt(const Tensor& a) { return call1(kSqrt, {float_in(a)}); }
 Tensor rsqrt(const Tensor& a) { return call1(kRsqrt, {float_in(a)}); }
 Tensor erf(const Tensor& a) { return call1(kErf, {float_in(a)}); }
+Tensor sin(const Tensor& a) { return call1(kSin, {float_in(a)}); }
+Tensor cos(const Tensor& a) { return call1(kCos, {float_in(a)}); }
+Tensor log1p(const Tensor& a) { return call1(kLog1p, {float_in(a)}); }
+Tensor expm1(const Tensor& a) { return call1(kExpm1, {float_in(a)}); }
 Tensor abs(const Tensor& a) { return call1(kAbs, {a}); }
 Tensor sign(const Tensor& a) { return call1(kSign, {a}); }
 Tensor clamp(const Tensor& a, double lo, double hi) { return call1(kClamp, {a}, {lo, hi}); }
@@ -562,6 +603,19 @@ Tensor logical_not(const Tensor& a) { return call1(kNot, {a}); }
 Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
   auto [x, y] = promoted(a, b);
   return call1(kWhere, {c, x, y});
+}
+Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
+  if (!a.defined() || !mask.defined()) fail("masked_fill", "undefined input");
+  if (mask.dtype() != Bool)
+    fail("masked_fill", "mask must be bool, got ", mask.dtype(), mask.shape(), " (input ",
+         a.dtype(), a.shape(), ")");
+  const Shape s = broadcast_shapes(a.shape(), mask.shape(), "masked_fill");
+  bool fits = s.rank() == a.dim();
+  for (int64_t d = 0; fits && d < s.rank(); ++d)
+    fits = s[d] < 0 || a.shape()[d] < 0 || s[d] == a.shape()[d];  // (dynamic dims: at run time)
+  if (!fits)
+    fail("masked_fill", "mask ", mask.shape(), " must broadcast to the input's shape ", a.shape());
+  return where(mask, scalar_tensor(value, a.dtype()), a);
 }
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

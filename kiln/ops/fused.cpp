@@ -55,7 +55,8 @@ enum Code : int {
   kTanh,
   kGelu,
   kSilu,
-  kCopy
+  kCopy,
+  kGeneric  // any other elementwise op: its kernel runs on the tile
 };
 
 const std::unordered_map<std::string, int>& codes() {
@@ -95,6 +96,7 @@ struct State {
   int num_bufs = 0;
   Spec specs[kMaxSpecs];
   std::atomic<int> num_specs{0};
+  mutable std::atomic<int> generic_checked{0};  // bit 0: float32, bit 1: float64
   std::mutex mu;
 };
 
@@ -241,6 +243,38 @@ void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64
 #undef KILN_LOOP
 }
 
+// An op without a loop here: its own kernel over 1-D tensors that wrap the tile buffers. The
+// wrappers are kept per thread and buffer address (the scratch buffers are stable), so a tile
+// costs one kernel call, not allocations.
+template <typename T>
+const Tensor& tile_tensor(const T* p) {
+  struct Entry {
+    const void* p;
+    Tensor t;
+  };
+  thread_local std::vector<Entry> cache;
+  for (const Entry& e : cache)
+    if (e.p == p) return e.t;
+  if (cache.size() >= 64) cache.clear();
+  auto impl = make_tensor_impl();
+  impl->storage = std::make_shared<Storage>(const_cast<T*>(p), sizeof(T) * kTile, nullptr, nullptr);
+  impl->shape = Shape{kTile};
+  impl->strides = Strides{1};
+  impl->dtype = std::is_same_v<T, float> ? Float32 : Float64;
+  cache.push_back({p, Tensor(std::move(impl))});
+  return cache.back().t;
+}
+
+template <typename T>
+void run_generic(const Instr& ins, T* d, const T* a, const T* b, const T* c) {
+  Tensor in[3];
+  const T* args[3] = {a, b, c};
+  const size_t na = ins.args.size();
+  for (size_t k = 0; k < na; ++k) in[k] = tile_tensor<T>(args[k]);
+  Tensor out[1] = {tile_tensor<T>(d)};
+  ins.op->kernel(std::span<const Tensor>(in, na), std::span<Tensor>(out, 1), ins.kernel_attrs);
+}
+
 template <typename T>
 void load_input(T* dst, const void* src, DType dt, int64_t n, bool varying) {
   if (dt == Bool) {
@@ -292,7 +326,14 @@ void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in,
         return buf + b * kTile;
       };
       T* d = i == last ? o + i0 : buf + s.buf[i] * kTile;
-      run_instr<T>(ins, d, arg(0), arg(1), arg(2), len);
+      if (ins.code == kGeneric) {
+        // Whole tiles in the thread's buffers (lanes past len hold stale values, never read).
+        T* t = buf + s.buf[i] * kTile;
+        run_generic<T>(ins, t, arg(0), arg(1), arg(2));
+        if (d != t) std::memcpy(d, t, static_cast<size_t>(len) * sizeof(T));
+      } else {
+        run_instr<T>(ins, d, arg(0), arg(1), arg(2), len);
+      }
       if (int k = s.out_of[i]; k > 0)
         std::memcpy(static_cast<T*>(out[k]) + i0, d, static_cast<size_t>(len) * sizeof(T));
     }
@@ -485,6 +526,24 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
   parallel_for(units, grain, run_units);
 }
 
+// Generic instructions compute in the group's dtype: their op must map it to itself and accept
+// the attributes (the fusion pass only groups such ops; a hand-written program may not). Checked
+// once per program and dtype with the op's own inference.
+void check_generic(const State& s, DType dt) {
+  const int bit = dt == Float32 ? 1 : 2;
+  if (s.generic_checked.load(std::memory_order_acquire) & bit) return;
+  for (const Instr& ins : s.prog.code) {
+    if (ins.code != kGeneric) continue;
+    const Tensor dummy = empty({1}, dt);
+    const std::vector<Tensor> in(ins.args.size(), dummy);
+    const MetaList m = ins.op->infer(in, ins.kernel_attrs);
+    if (m.size() != 1 || m[0].dtype != dt)
+      fail("fused", ins.op->name, " does not map ", dt, " to ", dt,
+           ": a fused program computes every instruction in the group's dtype");
+  }
+  s.generic_checked.fetch_or(bit, std::memory_order_acq_rel);
+}
+
 MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
   const State& s = state_for(a);
   if (static_cast<int>(in.size()) != s.prog.num_inputs)
@@ -503,6 +562,7 @@ MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
   }
   if (!found || !is_floating(dt))
     fail("fused", "needs float32 or float64 inputs, got ", dt, " ", shape);
+  check_generic(s, dt);
   MetaList m;
   for (size_t k = 0; k < s.prog.outputs.size(); ++k) {
     TensorMeta& t = m.emplace_back();
@@ -514,7 +574,13 @@ MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
 
 }  // namespace
 
-bool supported(const OpDef& op) { return codes().count(op.name) != 0; }
+bool native(const OpDef& op) { return codes().count(op.name) != 0; }
+
+bool supported(const OpDef& op) {
+  if (native(op)) return true;
+  return op.has(kElementwise) && op.has(kFusable) && op.kernel && !op.expr.empty() &&
+         op.num_outputs == 1 && op.num_inputs >= 1 && op.num_inputs <= 3;
+}
 
 bool bool_valued(const OpDef& op) {
   static const std::set<std::string> names = {"lt", "le",          "gt",         "ge",         "eq",
@@ -576,9 +642,9 @@ Program parse(const std::string& text) {
     Instr ins;
     std::string name = text.substr(pos, lp - pos);
     auto it = codes().find(name);
-    if (it == codes().end()) bad(str_cat("unknown op '", name, "'"));
     ins.op = OpRegistry::get().find(name);
-    ins.code = it->second;
+    if (!ins.op || !supported(*ins.op)) bad(str_cat("unknown op '", name, "'"));
+    ins.code = it != codes().end() ? it->second : kGeneric;
     std::string body = text.substr(lp + 1, rp - lp - 1);
     size_t bar = body.find('|');
     std::string args = body.substr(0, bar),
@@ -613,6 +679,7 @@ Program parse(const std::string& text) {
     if (ins.args.size() != want) bad(str_cat(name, " takes ", want, " arguments"));
     if (ins.attrs.size() != ins.op->attr_names.size())
       bad(str_cat(name, ": wrong attribute count"));
+    for (double v : ins.attrs) ins.kernel_attrs.push(v);
     p.code.push_back(std::move(ins));
     pos = rp + 1;
     if (pos < text.size()) {

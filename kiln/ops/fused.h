@@ -18,9 +18,10 @@ namespace kiln::fused {
 /// of instruction -1-k), attribute values as doubles.
 struct Instr {
   const OpDef* op = nullptr;
-  int code = 0;  ///< interpreter opcode
+  int code = 0;  ///< interpreter opcode (generic: the op's own kernel runs on the tile)
   std::vector<int> args;
   std::vector<double> attrs;
+  Attrs kernel_attrs;  ///< attrs as the op's kernel reads them (generic instructions)
 };
 
 /// Most outputs a program may have (the last instruction and up to 7 more).
@@ -37,8 +38,15 @@ struct Program {
   std::string text;
 };
 
-/// Whether `op` can be an instruction (an elementwise op the interpreter and codegen know).
+/// Whether `op` can be an instruction: an elementwise op with an `expr` (what codegen emits)
+/// and a kernel. Ops the interpreter has no loop of its own for (see `native`) run their
+/// kernel on each tile there; they must map the group's dtype to itself and take double
+/// attributes only (the fusion pass checks both; so does the fused op for hand-written
+/// programs).
 bool supported(const OpDef& op);
+/// Whether the interpreter has its own loop for `op` (the core arithmetic, comparisons and
+/// activations): adding an elementwise op needs no entry here, only its OpDef.
+bool native(const OpDef& op);
 /// Whether `op` yields a bool value (comparisons, logical ops): such an instruction can feed
 /// others in a group but cannot be one of its outputs.
 bool bool_valued(const OpDef& op);

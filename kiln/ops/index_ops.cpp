@@ -1,8 +1,11 @@
-// Indexing family: gather, scatter_add, index_select, embedding, and index_select_grad (the
-// index_add into zeros that is the gradient of index_select and embedding). Kernels take
+// Indexing family: gather, scatter_add, index_select, embedding, index_select_grad (the
+// index_add into zeros that is the gradient of index_select and embedding), topk (with sort
+// and argsort as its k = all form), and tril/triu (entries kept by their position). Kernels take
 // contiguous inputs, check every index before any parallel loop, then copy/accumulate rows.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "kiln/ops/index_util.h"
 
@@ -458,6 +461,157 @@ const OpDef& kEmbedding = def_op(
      .contiguous_inputs = true,
      .doc = "rows of weight [V, D] picked by integer indices (any shape) -> indices.shape + [D]"});
 
+// ---- topk / sort ----------------------------------------------------------------------------
+// Attrs: k (-1: the whole dim, i.e. sort), dim, largest. Outputs: values, int64 indices, both of
+// x's shape with dim of length k. Order: largest (or smallest) first, equal values by index
+// (a stable sort), NaN larger than every number (torch's order for sort and topk).
+
+int64_t topk_len(const char* op, const Shape& s, const Attrs& a) {
+  const int64_t d = wrap_dim(a.i(1), s, op);
+  const int64_t n = s[d], k = a.i(0);
+  if (k < -1) fail(op, "k must be >= 0, got ", k, " (input ", s, ", dim ", a.i(1), ")");
+  if (k == -1) return n;
+  if (n >= 0 && k > n) fail(op, "k = ", k, " is larger than dim ", d, " of shape ", s);
+  return k;
+}
+
+MetaList infer_topk(std::span<const Tensor> in, const Attrs& a) {
+  const Tensor& x = in[0];
+  opu::require_numeric("topk", x);
+  if (x.dtype() == Bool) fail("topk", "input must be numeric, not bool (", x.shape(), ")");
+  if (x.dim() == 0) fail("topk", "input must have at least one dim, got a 0-d tensor");
+  (void)a.b(2);
+  Shape o = x.shape();
+  o[wrap_dim(a.i(1), x.shape(), "topk")] = topk_len("topk", x.shape(), a);
+  MetaList m;
+  m.push_back(TensorMeta{x.dtype(), o});
+  m.push_back(TensorMeta{Int64, o});
+  return m;
+}
+
+template <typename T>
+bool nan_of(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  return false;
+}
+
+void topk_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor x = in[0].is_contiguous() ? in[0] : raw_contiguous_copy(in[0]);
+  const Shape& s = x.shape();
+  const int64_t d = wrap_dim(a.i(1), s, "topk");
+  const int64_t n = s[d], k = topk_len("topk", s, a);
+  const bool largest = a.b(2);
+  const int64_t outer = prod(s, 0, d), inner = prod(s, d + 1, s.rank());
+  if (outer * inner * k == 0) return;
+  int64_t* oi = out[1].data_ptr<int64_t>();
+  KILN_DISPATCH_NUMERIC(x.dtype(), "topk", [&] {
+    using T = scalar_t;
+    const T* p = x.data_ptr<T>();
+    T* ov = out[0].data_ptr<T>();
+    parallel_for(outer * inner, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)),
+                 [&](int64_t b, int64_t e) {
+                   std::vector<int64_t> idx(static_cast<size_t>(n));
+                   for (int64_t r = b; r < e; ++r) {
+                     const int64_t i = r / inner, j = r % inner;
+                     const T* row = p + i * n * inner + j;
+                     auto at = [&](int64_t t) { return row[t * inner]; };
+                     // a before b: NaN first when largest (last otherwise), then by value,
+                     // then by index.
+                     auto before = [&](int64_t u, int64_t v) {
+                       const T x = at(u), y = at(v);
+                       const bool nx = nan_of(x), ny = nan_of(y);
+                       if (nx || ny) {
+                         if (nx && ny) return u < v;
+                         return largest ? nx : ny;
+                       }
+                       if (x != y) return largest ? x > y : x < y;
+                       return u < v;
+                     };
+                     std::iota(idx.begin(), idx.end(), int64_t{0});
+                     if (k < n)
+                       std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before);
+                     else
+                       std::sort(idx.begin(), idx.end(), before);
+                     for (int64_t t = 0; t < k; ++t) {
+                       const int64_t o = (i * k + t) * inner + j;
+                       ov[o] = at(idx[static_cast<size_t>(t)]);
+                       oi[o] = idx[static_cast<size_t>(t)];
+                     }
+                   }
+                 });
+  });
+}
+
+const OpDef& kTopk = def_op(
+    {.name = "topk",
+     .num_outputs = 2,
+     .attr_names = {"k", "dim", "largest"},
+     .infer = infer_topk,
+     .kernel = topk_kernel,
+     // values = gather(x, dim, indices): the gradient goes back to the positions picked
+     // (scatter_add into zeros; the indices are distinct within a row).
+     .grad =
+         [](const GradCtx& c) {
+           if (!c.flowed(0)) return TensorList{Tensor()};
+           return TensorList{
+               scatter_add(zeros(c.in(0).shape(), c.g(0).dtype()), c.attrs.i(1), c.out(1), c.g(0))};
+         },
+     .doc = "the k largest (or smallest) entries along dim, sorted, and their int64 indices"});
+
+// ---- tril / triu -----------------------------------------------------------------------------
+// Over the last two dims: tril keeps x[..., i, j] with j - i <= diagonal, triu those with
+// j - i >= diagonal; the rest become 0. Linear and self-adjoint: the gradient is the same op.
+
+template <bool Upper>
+void tri_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor x = in[0].is_contiguous() ? in[0] : raw_contiguous_copy(in[0]);
+  const Shape& s = x.shape();
+  const int64_t R = s[s.rank() - 2], C = s[s.rank() - 1];
+  const int64_t B = prod(s, 0, s.rank() - 2), diag = a.i(0);
+  if (B * R * C == 0) return;
+  KILN_DISPATCH_ALL(x.dtype(), Upper ? "triu" : "tril", [&] {
+    using T = scalar_t;
+    const T* p = x.data_ptr<T>();
+    T* o = out[0].data_ptr<T>();
+    parallel_for(B * R, std::max<int64_t>(1, 32768 / std::max<int64_t>(C, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t r = b; r < e; ++r) {
+                     const int64_t i = r % R;
+                     // kept columns: [0, i + diag] (tril) or [i + diag, C) (triu)
+                     const int64_t cut = std::clamp<int64_t>(i + diag + (Upper ? 0 : 1), 0, C);
+                     const T* src = p + r * C;
+                     T* dst = o + r * C;
+                     for (int64_t j = 0; j < C; ++j)
+                       dst[j] = (Upper ? j >= cut : j < cut) ? src[j] : T(0);
+                   }
+                 });
+  });
+}
+
+template <const char* Name>
+MetaList infer_tri(std::span<const Tensor> in, const Attrs& a) {
+  if (in[0].dim() < 2)
+    fail(Name, "input must have at least 2 dims ([..., rows, cols]), got shape ", in[0].shape());
+  (void)a.i(0);
+  return one(in[0].dtype(), in[0].shape());
+}
+
+constexpr char kTrilN[] = "tril", kTriuN[] = "triu";
+const OpDef& kTril =
+    def_op({.name = kTrilN,
+            .attr_names = {"diagonal"},
+            .infer = infer_tri<kTrilN>,
+            .kernel = tri_kernel<false>,
+            .grad = [](const GradCtx& c) { return TensorList{tril(c.g(), c.attrs.i(0))}; },
+            .doc = "x[..., i, j] where j - i <= diagonal, else 0"});
+const OpDef& kTriu =
+    def_op({.name = kTriuN,
+            .attr_names = {"diagonal"},
+            .infer = infer_tri<kTriuN>,
+            .kernel = tri_kernel<true>,
+            .grad = [](const GradCtx& c) { return TensorList{triu(c.g(), c.attrs.i(0))}; },
+            .doc = "x[..., i, j] where j - i >= diagonal, else 0"});
+
 }  // namespace
 
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
@@ -478,6 +632,24 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return call1(kEmbedding, {weight, indices});
+}
+
+std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool largest) {
+  if (k < 0) fail("topk", "k must be >= 0, got ", k);
+  TensorList r = call(kTopk, {a}, {k, dim, largest});
+  return {r[0], r[1]};
+}
+
+std::pair<Tensor, Tensor> sort(const Tensor& a, int64_t dim, bool descending) {
+  TensorList r = call(kTopk, {a}, {int64_t{-1}, dim, descending});
+  return {r[0], r[1]};
+}
+
+Tensor tril(const Tensor& a, int64_t diagonal) { return call1(kTril, {a}, {diagonal}); }
+Tensor triu(const Tensor& a, int64_t diagonal) { return call1(kTriu, {a}, {diagonal}); }
+
+Tensor argsort(const Tensor& a, int64_t dim, bool descending) {
+  return sort(a, dim, descending).second;
 }
 
 }  // namespace kiln

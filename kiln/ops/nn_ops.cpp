@@ -535,6 +535,62 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
   return reduction == Reduction::Sum ? sum(sq) : mean(sq);
 }
 
+namespace {
+Tensor reduce_loss(const Tensor& l, Reduction reduction) {
+  if (reduction == Reduction::None) return l;
+  return reduction == Reduction::Sum ? sum(l) : mean(l);
+}
+void check_loss_pair(const char* op, const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) fail(op, "undefined input");
+  if (!is_floating(a.dtype()) || !is_floating(b.dtype()))
+    fail(op, "inputs must be floating point, got ", a.dtype(), a.shape(), " and ", b.dtype(),
+         b.shape());
+  broadcast_shapes(a.shape(), b.shape(), op);
+}
+}  // namespace
+
+// With x the logits and y the target: -(y log s(x) + (1 - y) log(1 - s(x))), where
+// -log s(x) = softplus(-x) and -log(1 - s(x)) = x + softplus(-x); softplus keeps both exact for
+// large |x|. pos_weight p scales the positive term: (1 - y) x + (1 + (p - 1) y) softplus(-x).
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction, const Tensor& pos_weight) {
+  constexpr const char* op = "binary_cross_entropy_with_logits";
+  check_loss_pair(op, logits, target);
+  if (target.shape() != logits.shape())
+    fail(op, "target shape ", target.shape(), " must equal the logits' shape ", logits.shape());
+  const Tensor sp = softplus(neg(logits));
+  Tensor pos = sp;
+  if (pos_weight.defined()) {
+    if (!is_floating(pos_weight.dtype()))
+      fail(op, "pos_weight must be floating point, got ", pos_weight.dtype(), pos_weight.shape());
+    broadcast_shapes(pos_weight.shape(), logits.shape(), op);
+    pos = mul(add(mul(sub(pos_weight, 1.0), target), 1.0), sp);
+  }
+  return reduce_loss(add(mul(sub(1.0, target), logits), pos), reduction);
+}
+
+// 0.5 d^2 / beta where |d| < beta, |d| - beta / 2 beyond: quadratic near 0, linear in the tails
+// (continuous with its first derivative at |d| = beta).
+Tensor smooth_l1_loss(const Tensor& a, const Tensor& b, Reduction reduction, double beta) {
+  check_loss_pair("smooth_l1_loss", a, b);
+  if (!(beta >= 0) || !std::isfinite(beta))
+    fail("smooth_l1_loss", "beta must be finite and >= 0, got ", beta);
+  const Tensor d = abs(sub(a, b));
+  if (beta == 0) return reduce_loss(d, reduction);
+  const Tensor l = where(lt(d, beta), mul(mul(d, d), 0.5 / beta), sub(d, 0.5 * beta));
+  return reduce_loss(l, reduction);
+}
+
+// delta * smooth_l1(beta = delta): 0.5 d^2 inside, delta (|d| - delta / 2) outside.
+Tensor huber_loss(const Tensor& a, const Tensor& b, Reduction reduction, double delta) {
+  check_loss_pair("huber_loss", a, b);
+  if (!(delta > 0) || !std::isfinite(delta))
+    fail("huber_loss", "delta must be finite and > 0, got ", delta);
+  const Tensor d = abs(sub(a, b));
+  const Tensor l = where(lt(d, delta), mul(mul(d, d), 0.5), mul(sub(d, 0.5 * delta), delta));
+  return reduce_loss(l, reduction);
+}
+
 Tensor dropout(const Tensor& a, double p, bool training) {
   if (!a.defined()) fail("dropout", "input is undefined");
   if (!(p >= 0 && p <= 1))

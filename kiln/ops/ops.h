@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/tensor.h"
@@ -36,6 +37,12 @@ Tensor rsqrt(const Tensor& a);
 Tensor abs(const Tensor& a);
 Tensor sign(const Tensor& a);
 Tensor erf(const Tensor& a);
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
+/// log(1 + x), accurate for small x.
+Tensor log1p(const Tensor& a);
+/// exp(x) - 1, accurate for small x.
+Tensor expm1(const Tensor& a);
 /// Clamps to [lo, hi]; pass -inf/+inf for one-sided.
 Tensor clamp(const Tensor& a, double lo, double hi);
 Tensor maximum(const Tensor& a, const Tensor& b);
@@ -58,6 +65,8 @@ Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& a);
 /// cond ? a : b, broadcasting all three; cond is bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// a with `value` where mask (bool, broadcast to a) is true: where(mask, value, a).
+Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
 
 // ---- activations ---------------------------------------------------------------------------
 Tensor relu(const Tensor& a);
@@ -69,6 +78,10 @@ Tensor gelu(const Tensor& a, bool approximate = false);
 /// g * gelu'(x): gelu's gradient in one pass (what gelu's backward runs eagerly).
 Tensor gelu_grad(const Tensor& g, const Tensor& x, bool approximate = false);
 Tensor silu(const Tensor& a);
+/// log(1 + exp(beta x)) / beta; x itself where beta x > threshold (torch.nn.functional.softplus).
+Tensor softplus(const Tensor& a, double beta = 1.0, double threshold = 20.0);
+/// x for x > 0, alpha (exp(x) - 1) otherwise.
+Tensor elu(const Tensor& a, double alpha = 1.0);
 
 // ---- operators -----------------------------------------------------------------------------
 Tensor operator+(const Tensor& a, const Tensor& b);
@@ -129,6 +142,10 @@ Tensor var(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim 
            int64_t correction = 1);
 /// Index of the max along dim (int64); dim = nullopt: over the flattened tensor.
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+/// log(sum(exp(a))) over dims (empty: all), computed without overflow.
+Tensor logsumexp(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// Running sums along dim (integers and bools sum as int64); reverse = true sums from the end.
+Tensor cumsum(const Tensor& a, int64_t dim, bool reverse = false);
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 /// Sums a broadcast tensor back down to `shape` (the gradient of broadcasting).
 Tensor sum_to(const Tensor& a, const Shape& shape);
@@ -185,6 +202,18 @@ Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tens
 /// Out-of-place torch.index_add: a copy of `a` with the slices of `src` along dim added at the
 /// positions `index` (1-D) names; repeated indices accumulate.
 Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+/// The k largest (largest = false: smallest) entries along dim, sorted, and their int64
+/// indices. Equal values keep index order; NaN counts as larger than every number (as torch).
+/// Differentiable in the values.
+std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim = -1, bool largest = true);
+/// Values along dim in ascending (descending) order and their indices; stable.
+std::pair<Tensor, Tensor> sort(const Tensor& a, int64_t dim = -1, bool descending = false);
+/// The indices of sort.
+Tensor argsort(const Tensor& a, int64_t dim = -1, bool descending = false);
+/// Lower triangle of the last two dims: x[..., i, j] where j - i <= diagonal, else 0.
+Tensor tril(const Tensor& a, int64_t diagonal = 0);
+/// Upper triangle: x[..., i, j] where j - i >= diagonal, else 0.
+Tensor triu(const Tensor& a, int64_t diagonal = 0);
 
 enum class Reduction { None, Mean, Sum };
 /// logits [N, C] (or [N, C, d...]) and class indices [N] (int64).
@@ -194,6 +223,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
                 Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::Mean);
+/// Binary cross-entropy on logits (sigmoid folded in, exact for large |logits|); target of the
+/// logits' shape, values in [0, 1]; pos_weight (broadcast) scales the positive term.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction = Reduction::Mean,
+                                        const Tensor& pos_weight = Tensor());
+/// 0.5 d^2 / beta for |d| < beta, |d| - beta / 2 beyond (d = a - b); beta 0 is the L1 loss.
+Tensor smooth_l1_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+/// 0.5 d^2 for |d| < delta, delta (|d| - delta / 2) beyond.
+Tensor huber_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0);
 /// Zeroes elements with probability p and scales the rest by 1/(1-p), from the seeded generator;
 /// p = 1 gives zeros (PyTorch's rule).
 Tensor dropout(const Tensor& a, double p = 0.5, bool training = true);

@@ -1,10 +1,13 @@
-// Reduction family: sum, mean, max, min, var, argmax, argmin over dims with keepdim, and
-// sum_to (the gradient of broadcasting). Non-trailing, non-leading reduced dims are permuted to
-// the end and made contiguous once, then reduced row-wise.
+// Reduction family: sum, mean, max, min, var, logsumexp, argmax, argmin over dims with keepdim,
+// sum_to (the gradient of broadcasting) and the scan cumsum. Non-trailing, non-leading reduced dims
+// are permuted to the end and made contiguous once, then reduced row-wise.
 #include "kiln/kernels/cpu/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "kiln/kernels/cpu/vec_math.h"
+#include "kiln/ops/elementwise_util.h"
 #include "kiln/ops/op_util.h"
 
 namespace kiln {
@@ -263,6 +266,132 @@ const OpDef& kVar =
                   return TensorList{div(mul(mul(sub(x, m), g), 2.0), denom)};
                 }});
 
+// x with the reduced dims moved last and made contiguous (x itself when they already are):
+// [kept..., reduced...] rows for kernels that make several passes over each group.
+Tensor reduced_last(const Tensor& x, const RedDims& rd) {
+  const int64_t rank = x.dim(), nr = static_cast<int64_t>(rd.dims.size());
+  bool trailing = true;
+  for (int64_t i = 0; i < nr; ++i) trailing = trailing && rd.dims[i] == rank - nr + i;
+  if (trailing && x.is_contiguous()) return x;
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!std::binary_search(rd.dims.begin(), rd.dims.end(), d)) perm.push_back(d);
+  for (auto d : rd.dims) perm.push_back(d);
+  Shape ps;
+  Strides pst;
+  for (auto d : perm) {
+    ps.push_back(x.shape()[d]);
+    pst.push_back(x.strides()[d]);
+  }
+  return raw_contiguous_copy(make_view(x, ps, pst, x.offset()));
+}
+
+// log(sum(exp(x))) = m + log(sum(exp(x - m))) with m the group's max: no overflow, and rows of
+// -inf (all masked) give -inf, as torch. An empty group sums to 0: -inf.
+const OpDef& kLogsumexp =
+    def_op({.name = "logsumexp",
+            .attr_names = {"dims", "keepdim"},
+            .traits = kReduction,
+            .infer = [](std::span<const Tensor> in,
+                        const Attrs& a) { return infer_red("logsumexp", in, a, true); },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  const RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "logsumexp");
+                  const int64_t kept = out[0].numel(), red = rd.count;
+                  if (kept == 0) return;
+                  const Tensor c = reduced_last(in[0], rd);
+                  KILN_DISPATCH_FLOAT(in[0].dtype(), "logsumexp", [&] {
+                    using T = scalar_t;
+                    const T* x = c.data_ptr<T>();
+                    T* o = out[0].data_ptr<T>();
+                    parallel_for(kept, std::max<int64_t>(1, 16384 / std::max<int64_t>(red, 1)),
+                                 [&](int64_t b, int64_t e) {
+                                   for (int64_t i = b; i < e; ++i) {
+                                     const T* r = x + i * red;
+                                     T m = -std::numeric_limits<T>::infinity();
+                                     bool nan = false;
+                                     for (int64_t j = 0; j < red; ++j) {
+                                       nan = nan || r[j] != r[j];
+                                       m = r[j] > m ? r[j] : m;
+                                     }
+                                     if (nan || std::isinf(m)) {  // NaN, all -inf, or a +inf
+                                       o[i] = nan ? std::numeric_limits<T>::quiet_NaN() : m;
+                                       continue;
+                                     }
+                                     double acc = 0;  // float32 groups sum in double
+                                     for (int64_t j = 0; j < red; ++j)
+                                       acc += static_cast<double>(vm::exp<T>(r[j] - m));
+                                     o[i] = static_cast<T>(static_cast<double>(m) + std::log(acc));
+                                   }
+                                 });
+                  });
+                },
+            // d lse / dx = exp(x - lse) (the softmax over the group)
+            .grad =
+                [](const GradCtx& c) {
+                  const RedDims rd =
+                      red_dims(c.in(0).shape(), dims_attr(c.attrs), c.attrs.b(1), "logsumexp");
+                  const Tensor lse = keepdims(c.out(0), rd, c.attrs.b(1));
+                  return TensorList{
+                      mul(unreduce(c.g(), c.in(0), c.attrs, "logsumexp"), exp(sub(c.in(0), lse)))};
+                }});
+
+// cumsum along one dim; `reverse` sums from the end (the gradient of a forward cumsum, as
+// jax.lax.cumsum's reverse). Float32 accumulates in double (torch's CPU kernel does too).
+const OpDef& kCumsum = def_op(
+    {.name = "cumsum",
+     .attr_names = {"dim", "reverse"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const Tensor& x = in[0];
+           opu::require_numeric("cumsum", x);
+           if (x.dtype() == Bool)
+             fail("cumsum", "input must be numeric, not bool (", x.shape(), "); cast it first");
+           (void)a.b(1);
+           if (x.dim() > 0)
+             wrap_dim(a.i(0), x.shape(), "cumsum");
+           else if (a.i(0) != 0 && a.i(0) != -1)
+             fail("cumsum", "dim ", a.i(0), " is out of range for a 0-d tensor");
+           return one(x.dtype(), x.shape());
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           const Tensor& x0 = in[0];
+           if (x0.numel() == 0) return;
+           const Tensor x = x0.is_contiguous() ? x0 : raw_contiguous_copy(x0);
+           const int64_t rank = x.dim();
+           const int64_t d = rank == 0 ? 0 : wrap_dim(a.i(0), x.shape(), "cumsum");
+           const int64_t n = rank == 0 ? 1 : x.shape()[d];
+           int64_t outer = 1, inner = 1;
+           for (int64_t k = 0; k < d; ++k) outer *= x.shape()[k];
+           for (int64_t k = d + 1; k < rank; ++k) inner *= x.shape()[k];
+           const bool rev = a.b(1);
+           KILN_DISPATCH_NUMERIC(x.dtype(), "cumsum", [&] {
+             using T = scalar_t;
+             using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+             const T* p = x.data_ptr<T>();
+             T* o = out[0].data_ptr<T>();
+             parallel_for(outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(n * inner, 1)),
+                          [&](int64_t b, int64_t e) {
+                            std::vector<Acc> acc(static_cast<size_t>(inner));
+                            for (int64_t i = b; i < e; ++i) {
+                              std::fill(acc.begin(), acc.end(), Acc(0));
+                              for (int64_t t = 0; t < n; ++t) {
+                                const int64_t k = rev ? n - 1 - t : t;
+                                const int64_t base = (i * n + k) * inner;
+                                for (int64_t j = 0; j < inner; ++j) {
+                                  acc[static_cast<size_t>(j)] += static_cast<Acc>(p[base + j]);
+                                  o[base + j] = static_cast<T>(acc[static_cast<size_t>(j)]);
+                                }
+                              }
+                            }
+                          });
+           });
+         },
+     // y_k = sum_{i <= k} x_i, so dL/dx_i = sum_{k >= i} g_k: the reverse cumsum of g.
+     .grad =
+         [](const GradCtx& c) { return TensorList{cumsum(c.g(), c.attrs.i(0), !c.attrs.b(1))}; }});
+
 template <bool IsMax>
 void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const Tensor& x0 = in[0];
@@ -379,6 +508,15 @@ Tensor min(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
 }
 Tensor var(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim, int64_t correction) {
   return call1(kVar, {a}, {dims, keepdim, correction});
+}
+Tensor logsumexp(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return call1(kLogsumexp, {ew::float_in(a)}, {dims, keepdim});
+}
+Tensor cumsum(const Tensor& a, int64_t dim, bool reverse) {
+  // Integers and bools sum as int64, as torch.cumsum.
+  const Tensor x =
+      a.defined() && !is_floating(a.dtype()) && a.dtype() != Int64 ? cast(a, Int64) : a;
+  return call1(kCumsum, {x}, {dim, reverse});
 }
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
   return call1(kArgmax, {a}, {dim ? *dim : INT64_MIN, keepdim});

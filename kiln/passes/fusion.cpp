@@ -26,9 +26,17 @@ bool can_join(const Node& n, DType dt, const Shape& shape) {
   } else if (m.dtype != dt) {
     return false;
   }
+  // Ops without an interpreter loop run their own kernel on the group's tiles: only with the
+  // group's dtype in and out and double attributes (what a program's text carries).
+  const bool native = fused::native(*n.op);
+  if (!native) {
+    if (m.dtype != dt) return false;
+    for (size_t k = 0; k < n.attrs.size(); ++k)
+      if (!std::holds_alternative<double>(n.attrs[k])) return false;
+  }
   for (const auto& in : n.inputs) {
     DType d = in.node->outputs[static_cast<size_t>(in.index)].dtype;
-    if (d != dt && d != Bool) return false;
+    if (d != dt && (d != Bool || !native)) return false;
   }
   return true;
 }

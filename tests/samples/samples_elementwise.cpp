@@ -309,6 +309,78 @@ std::vector<OpSample> make_samples() {
         return uni({3, 4}, 26, -4, 4);
       },
       [](const Tensor& a) { return silu(a); }, [](double a) { return a / (1.0 + std::exp(-a)); }));
+  v.push_back(unary(
+      "softplus", "default",
+      [] {
+        return uni({3, 4}, 27, -4, 4);
+      },
+      [](const Tensor& a) { return softplus(a); },
+      [](double a) { return std::log1p(std::exp(a)); }));
+  // beta 2, threshold 3: values on both sides of beta x = 3, kept away from it (the branches
+  // differ there by ~exp(-3)/2 in value, so central differences must not straddle it).
+  v.push_back(unary(
+      "softplus", "beta_threshold",
+      [] {
+        return uni_avoid({4, 5}, 28, -3, 3, {1.5}, 0.1);
+      },
+      [](const Tensor& a) { return softplus(a, 2.0, 3.0); },
+      [](double a) { return 2 * a > 3 ? a : std::log1p(std::exp(2 * a)) / 2; }));
+  v.push_back(unary(
+      "softplus", "large_inputs_stay_finite",
+      [] {
+        return uni({2, 3}, 29, 30, 90);
+      },
+      [](const Tensor& a) { return softplus(a); }, [](double a) { return a; }));
+  v.push_back(unary(
+      "elu", "default",
+      [] {
+        return uni_avoid({3, 4}, 30, -3, 3, {0});
+      },
+      [](const Tensor& a) { return elu(a); }, [](double a) { return a > 0 ? a : std::expm1(a); }));
+  v.push_back(unary(
+      "elu", "alpha",
+      [] {
+        return uni_avoid({3, 4}, 31, -3, 3, {0});
+      },
+      [](const Tensor& a) { return elu(a, 0.5); },
+      [](double a) { return a > 0 ? a : 0.5 * std::expm1(a); }));
+  v.push_back(unary(
+      "sin", "basic",
+      [] {
+        return uni({3, 4}, 32, -4, 4);
+      },
+      [](const Tensor& a) { return sin(a); }, [](double a) { return std::sin(a); }));
+  v.push_back(unary(
+      "cos", "basic",
+      [] {
+        return uni({3, 4}, 33, -4, 4);
+      },
+      [](const Tensor& a) { return cos(a); }, [](double a) { return std::cos(a); }));
+  v.push_back(unary(
+      "log1p", "basic",
+      [] {
+        return uni({3, 4}, 34, -0.5, 3);
+      },
+      [](const Tensor& a) { return log1p(a); }, [](double a) { return std::log1p(a); }));
+  // Near 0, where log(1 + x) would lose the digits the float32 tolerance asks for.
+  v.push_back(unary(
+      "log1p", "tiny",
+      [] {
+        return uni({2, 3}, 35, -1e-6, 1e-6);
+      },
+      [](const Tensor& a) { return log1p(a); }, [](double a) { return std::log1p(a); }));
+  v.push_back(unary(
+      "expm1", "basic",
+      [] {
+        return uni({3, 4}, 36, -2, 2);
+      },
+      [](const Tensor& a) { return expm1(a); }, [](double a) { return std::expm1(a); }));
+  v.push_back(unary(
+      "expm1", "tiny",
+      [] {
+        return uni({2, 3}, 37, -1e-6, 1e-6);
+      },
+      [](const Tensor& a) { return expm1(a); }, [](double a) { return std::expm1(a); }));
 
   // ---- comparisons (bool out; not differentiable) ----------------------------------------
   struct Cmp {

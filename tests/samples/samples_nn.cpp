@@ -1,10 +1,13 @@
 // Samples for the nn, normalization and indexing families (kiln/ops/nn_ops.cpp, norm.cpp,
 // index_ops.cpp):
 // softmax, log_softmax, layer_norm, batch_norm, embedding, gather, index_select, scatter_add,
-// nll_loss, cross_entropy, mse_loss, dropout, and the helper ops index_select_grad and
+// nll_loss, cross_entropy, mse_loss, binary_cross_entropy_with_logits, smooth_l1_loss,
+// huber_loss, dropout, topk/sort/argsort, tril/triu, and the helper ops index_select_grad and
 // nll_loss_grad (called through the registry). References are naive float64 loops.
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "samples/op_samples.h"
 
@@ -467,6 +470,73 @@ OpSample dropout_identity_sample(double p, bool training, std::string name) {
   return o;
 }
 
+// topk along dim: the k first of the entries ordered by (value desc/asc, index), as values
+// (which = 0) or indices (which = 1).
+Tensor ref_topk(const Tensor& x, int64_t k, int64_t dim, bool largest, int which) {
+  const Shape& s = x.shape();
+  if (dim < 0) dim += s.rank();
+  Split p = split_at(s, dim);
+  if (k < 0) k = p.n;
+  auto v = vals(x);
+  Shape os = s;
+  os[dim] = k;
+  std::vector<double> out(static_cast<size_t>(p.outer * k * p.inner));
+  for (int64_t o = 0; o < p.outer; ++o)
+    for (int64_t j = 0; j < p.inner; ++j) {
+      std::vector<std::pair<double, int64_t>> e;
+      for (int64_t t = 0; t < p.n; ++t) e.push_back({v[z((o * p.n + t) * p.inner + j)], t});
+      // NaN above every number (torch's order); ties keep index order.
+      auto key = [](double x) { return std::isnan(x) ? INFINITY : x; };
+      std::stable_sort(e.begin(), e.end(), [&](const auto& a, const auto& b) {
+        const bool na = std::isnan(a.first), nb = std::isnan(b.first);
+        if (na != nb) return largest ? na : nb;
+        if (na) return false;
+        return largest ? key(a.first) > key(b.first) : key(a.first) < key(b.first);
+      });
+      for (int64_t t = 0; t < k; ++t)
+        out[z((o * k + t) * p.inner + j)] =
+            which == 0 ? e[z(t)].first : static_cast<double>(e[z(t)].second);
+    }
+  return from_vals(out, os);
+}
+
+Tensor ref_tri(const Tensor& x, int64_t diag, bool upper) {
+  const Shape& s = x.shape();
+  const int64_t R = s[s.rank() - 2], C = s[s.rank() - 1];
+  auto v = vals(x);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t r = static_cast<int64_t>(i) / C % R, c = static_cast<int64_t>(i) % C;
+    const bool keep = upper ? c - r >= diag : c - r <= diag;
+    if (!keep) v[i] = 0;
+  }
+  return from_vals(v, s);
+}
+
+double reduce_ref(const std::vector<double>& l, Reduction red) {
+  double a = 0;
+  for (double e : l) a += e;
+  return red == Reduction::Sum ? a : a / static_cast<double>(l.size());
+}
+
+// Loss samples for functions composed of registry ops: elementwise loss f(a, b), reduced.
+OpSample loss_sample(std::vector<std::string> ops, std::string name, Reduction red,
+                     std::function<In()> make, std::function<Tensor(const In&)> run,
+                     std::function<double(double, double)> f) {
+  OpSample o;
+  o.ops = std::move(ops);
+  o.name = std::move(name);
+  o.inputs = std::move(make);
+  o.run = std::move(run);
+  o.reference = [red, f](const In& in) {
+    auto a = vals(in[0]), b = vals(in[1]);
+    std::vector<double> l;
+    for (size_t i = 0; i < a.size(); ++i) l.push_back(f(a[i], b[i]));
+    if (red == Reduction::None) return from_vals(l, in[0].shape());
+    return from_vals({reduce_ref(l, red)}, Shape{});
+  };
+  return o;
+}
+
 std::vector<OpSample> make_samples() {
   std::vector<OpSample> v;
   v.push_back(softmax_grad_sample({3, 5}, -1, "last_dim"));
@@ -653,6 +723,194 @@ std::vector<OpSample> make_samples() {
   v.push_back(mse_sample(Reduction::Mean, "mse_loss_mean"));
   v.push_back(mse_sample(Reduction::Sum, "mse_loss_sum"));
   v.push_back(mse_sample(Reduction::None, "mse_loss_none"));
+
+  // ---- topk / sort / argsort ---------------------------------------------------------------
+  struct TopkCase {
+    const char* name;
+    Shape shape;
+    int64_t k, dim;
+    bool largest;
+  };
+  const TopkCase tcases[] = {
+      {"k2_last", {3, 6}, 2, -1, true}, {"k3_smallest", {4, 5}, 3, 1, false},
+      {"k2_dim0", {5, 3}, 2, 0, true},  {"k1_middle_dim", {2, 5, 3}, 1, 1, true},
+      {"k_all", {2, 4}, 4, 1, true},    {"k0", {3, 4}, 0, 1, true},
+  };
+  uint64_t tseed = 1500;
+  for (const auto& c : tcases) {
+    for (int which : {0, 1}) {
+      OpSample o;
+      o.ops = {"topk", "scatter_add"};
+      o.name = std::string(c.name) + (which == 0 ? "_values" : "_indices");
+      const Shape shape = c.shape;
+      const int64_t k = c.k, dim = c.dim;
+      const bool largest = c.largest;
+      const uint64_t sd = tseed++;
+      o.inputs = [shape, sd] { return In{rnd(shape, sd)}; };
+      o.run = [k, dim, largest, which](const In& in) {
+        auto [val, ind] = topk(in[0], k, dim, largest);
+        return which == 0 ? val : ind;
+      };
+      o.reference = [k, dim, largest, which](const In& in) {
+        return ref_topk(in[0], k, dim, largest, which);
+      };
+      o.differentiable = which == 0;
+      v.push_back(std::move(o));
+    }
+  }
+  {
+    // Ties keep index order (a stable sort), ascending and descending.
+    for (bool desc : {false, true}) {
+      OpSample o;
+      o.ops = {"topk"};
+      o.name = desc ? "sort_ties_descending" : "sort_ties_ascending";
+      o.inputs = [] {
+        return In{tensor(std::vector<double>{2, 1, 2, 0, 1, 2, 3, 3, 1, 0, 0, 3}, Shape{2, 6})};
+      };
+      o.run = [desc](const In& in) { return argsort(in[0], 1, desc); };
+      o.reference = [desc](const In& in) { return ref_topk(in[0], -1, 1, desc, 1); };
+      o.differentiable = false;
+      v.push_back(std::move(o));
+    }
+    for (bool largest : {true, false}) {
+      OpSample o;
+      o.ops = {"topk"};
+      o.name = largest ? "nan_counts_largest" : "nan_last_when_smallest";
+      o.inputs = [] {
+        const double n = NAN;
+        return In{tensor(std::vector<double>{1, n, 3, -INFINITY, n, 0, INFINITY, 2}, Shape{2, 4})};
+      };
+      o.run = [largest](const In& in) { return topk(in[0], 3, 1, largest).second; };
+      o.reference = [largest](const In& in) { return ref_topk(in[0], 3, 1, largest, 1); };
+      o.differentiable = false;
+      v.push_back(std::move(o));
+    }
+    OpSample o;
+    o.ops = {"topk", "scatter_add"};
+    o.name = "sort_values_dim0";
+    o.inputs = [] { return In{rnd({5, 3}, 1520)}; };
+    o.run = [](const In& in) { return sort(in[0], 0).first; };
+    o.reference = [](const In& in) { return ref_topk(in[0], -1, 0, false, 0); };
+    v.push_back(std::move(o));
+    OpSample i;
+    i.ops = {"topk"};
+    i.name = "int64_input";
+    i.inputs = [] { return In{idx({5, -2, 7, 7, 0, 3}, {2, 3})}; };
+    i.run = [](const In& in) { return topk(in[0], 2, 1).first; };
+    i.reference = [](const In& in) { return ref_topk(in[0], 2, 1, true, 0); };
+    i.differentiable = false;
+    v.push_back(std::move(i));
+  }
+
+  // ---- tril / triu --------------------------------------------------------------------------
+  struct TriCase {
+    const char* name;
+    Shape shape;
+    int64_t diag;
+  };
+  const TriCase tri_cases[] = {
+      {"square", {4, 4}, 0},     {"wide_diag1", {3, 5}, 1}, {"tall_diag_neg1", {5, 3}, -1},
+      {"batched", {2, 3, 4}, 0}, {"far_diag", {3, 3}, 7},   {"far_neg_diag", {3, 4}, -5},
+  };
+  uint64_t triseed = 1600;
+  for (const auto& c : tri_cases) {
+    for (bool upper : {false, true}) {
+      OpSample o;
+      o.ops = {upper ? "triu" : "tril"};
+      o.name = c.name;
+      const Shape shape = c.shape;
+      const int64_t dg = c.diag;
+      const uint64_t sd = triseed++;
+      o.inputs = [shape, sd] { return In{rnd(shape, sd)}; };
+      o.run = [dg, upper](const In& in) { return upper ? triu(in[0], dg) : tril(in[0], dg); };
+      o.reference = [dg, upper](const In& in) { return ref_tri(in[0], dg, upper); };
+      v.push_back(std::move(o));
+    }
+  }
+  {
+    OpSample o;  // bool masks are the common use (causal attention masks)
+    o.ops = {"tril"};
+    o.name = "bool_mask";
+    o.inputs = [] { return In{gt(rnd({4, 4}, 1620), -10.0)}; };
+    o.run = [](const In& in) { return tril(in[0]); };
+    o.reference = [](const In& in) { return ref_tri(cast(in[0], Float64), 0, false); };
+    o.differentiable = false;
+    v.push_back(std::move(o));
+  }
+
+  // ---- losses composed of ops ---------------------------------------------------------------
+  auto bce = [](double x, double y) {
+    const double s = 1 / (1 + std::exp(-x));
+    return -(y * std::log(s) + (1 - y) * std::log(1 - s));
+  };
+  for (Reduction red : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+    v.push_back(loss_sample(
+        {"softplus", "neg", "mul"},
+        std::string("bce_with_logits_") + (red == Reduction::Mean  ? "mean"
+                                           : red == Reduction::Sum ? "sum"
+                                                                   : "none"),
+        red,
+        [] {
+          return In{rnd({3, 4}, 1700, 2.0), uni({3, 4}, 1701, 0, 1)};
+        },
+        [red](const In& in) { return binary_cross_entropy_with_logits(in[0], in[1], red); }, bce));
+  }
+  v.push_back(loss_sample(
+      {"softplus", "neg", "mul"}, "bce_with_logits_pos_weight", Reduction::None,
+      [] {
+        return In{rnd({2, 3}, 1702, 2.0), uni({2, 3}, 1703, 0, 1)};
+      },
+      [](const In& in) {
+        return binary_cross_entropy_with_logits(in[0], in[1], Reduction::None,
+                                                full({3}, 2.5, in[0].dtype()));
+      },
+      [](double x, double y) {
+        const double s = 1 / (1 + std::exp(-x));
+        return -(2.5 * y * std::log(s) + (1 - y) * std::log(1 - s));
+      }));
+  // Logits of +-60: naive log(sigmoid) would give log(0) in float32.
+  v.push_back(loss_sample(
+      {"softplus", "neg", "mul"}, "bce_with_logits_large", Reduction::None,
+      [] {
+        return In{tensor(std::vector<double>{60, -60, 30, -30}, Shape{4}),
+                  tensor(std::vector<double>{0, 1, 0.25, 1}, Shape{4})};
+      },
+      [](const In& in) { return binary_cross_entropy_with_logits(in[0], in[1], Reduction::None); },
+      [](double x, double y) {
+        // log(1 + exp(-|x|)) + max(x, 0) - x y: exact in float64 for these values
+        return std::log1p(std::exp(-std::fabs(x))) + std::max(x, 0.0) - x * y;
+      }));
+  // d kept away from the kinks at 0 and +-beta.
+  auto pair_away = [](uint64_t seed, double beta) {
+    return [seed, beta] {
+      auto a = vals(rnd({3, 4}, seed, 1.5));
+      auto b = vals(rnd({3, 4}, seed + 1, 1.5));
+      for (size_t i = 0; i < a.size(); ++i) {
+        double d = a[i] - b[i];
+        if (std::fabs(std::fabs(d) - beta) < 0.05 || std::fabs(d) < 0.05) a[i] += 0.2;
+      }
+      return In{from_vals(a, {3, 4}), from_vals(b, {3, 4})};
+    };
+  };
+  auto sl1 = [](double beta) {
+    return [beta](double a, double b) {
+      const double d = std::fabs(a - b);
+      return d < beta ? 0.5 * d * d / beta : d - 0.5 * beta;
+    };
+  };
+  v.push_back(loss_sample(
+      {"abs", "where", "mean"}, "smooth_l1_mean", Reduction::Mean, pair_away(1710, 1.0),
+      [](const In& in) { return smooth_l1_loss(in[0], in[1]); }, sl1(1.0)));
+  v.push_back(loss_sample(
+      {"abs", "where", "sum"}, "smooth_l1_beta_half_sum", Reduction::Sum, pair_away(1712, 0.5),
+      [](const In& in) { return smooth_l1_loss(in[0], in[1], Reduction::Sum, 0.5); }, sl1(0.5)));
+  v.push_back(loss_sample(
+      {"abs", "where"}, "huber_delta2_none", Reduction::None, pair_away(1714, 2.0),
+      [](const In& in) { return huber_loss(in[0], in[1], Reduction::None, 2.0); },
+      [](double a, double b) {
+        const double d = std::fabs(a - b);
+        return d < 2.0 ? 0.5 * d * d : 2.0 * (d - 1.0);
+      }));
 
   v.push_back(dropout_sample({128, 64}, 0.3, false, 0.03, "stats_p03"));
   v.push_back(dropout_sample({64, 64}, 0.8, false, 0.04, "stats_p08"));

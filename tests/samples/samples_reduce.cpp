@@ -1,5 +1,6 @@
 // Samples for the reduction family (kiln/ops/reduce.cpp): sum, mean, max, min, var over various
-// dims with keepdim both ways and over all dims; argmax/argmin (int64, not differentiable).
+// dims with keepdim both ways and over all dims; logsumexp; argmax/argmin (int64, not
+// differentiable); the scan cumsum (forward and reverse, float and int64).
 // The reference groups the float64 data by output index with a naive loop.
 #include <cmath>
 #include <optional>
@@ -81,6 +82,36 @@ double g_argmin(const std::vector<double>& g) {
   return static_cast<double>(b);
 }
 
+double g_logsumexp(const std::vector<double>& g) {
+  double m = g_max(g), a = 0;
+  if (std::isinf(m)) return m;  // all -inf (or empty): -inf; a +inf: +inf
+  for (double e : g) a += std::exp(e - m);
+  return m + std::log(a);
+}
+
+// Running sums of x along dim (from the end when reverse), in float64.
+Tensor ref_cumsum(const Tensor& x, int64_t dim, bool reverse) {
+  const Shape& s = x.shape();
+  const int64_t r = s.rank(), d = dim < 0 ? dim + r : dim;
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < d; ++k) outer *= s[k];
+  for (int64_t k = d + 1; k < r; ++k) inner *= s[k];
+  const int64_t n = s[d];
+  auto xv = vals(x);
+  std::vector<double> out(xv.size());
+  for (int64_t i = 0; i < outer; ++i)
+    for (int64_t j = 0; j < inner; ++j) {
+      double acc = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t k = reverse ? n - 1 - t : t;
+        const auto at = static_cast<size_t>((i * n + k) * inner + j);
+        acc += xv[at];
+        out[at] = acc;
+      }
+    }
+  return from_vals(out, s);
+}
+
 using RedFn = Tensor (*)(const Tensor&, const std::vector<int64_t>&, bool);
 
 OpSample red(const std::string& op, const std::string& name, Shape shape, uint64_t seed,
@@ -141,6 +172,88 @@ std::vector<OpSample> make_samples() {
   family(
       v, "var", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return var(x, d, k); },
       g_var(1), 500);
+
+  family(
+      v, "logsumexp",
+      [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return logsumexp(x, d, k); },
+      g_logsumexp, 800);
+  // Large logits: exp alone would overflow float32 and float64 alike.
+  {
+    OpSample s = red(
+        "logsumexp", "large_values", {3, 4}, 810, {1}, false,
+        [](const Tensor& x) { return logsumexp(mul(x, 1000.0), {1}); },
+        [](const std::vector<double>& g) {
+          std::vector<double> h;
+          for (double e : g) h.push_back(1000 * e);
+          return g_logsumexp(h);
+        });
+    s.gc_atol = 1e-3;
+    v.push_back(std::move(s));
+  }
+
+  {
+    // Masked scores (-inf), one row entirely masked: -inf there, as torch.
+    OpSample s;
+    s.ops = {"logsumexp"};
+    s.name = "masked_rows";
+    s.inputs = [] {
+      const double n = -INFINITY;
+      return In{tensor(std::vector<double>{0.5, n, 2, n, n, n, n, -1, 3}, Shape{3, 3})};
+    };
+    s.run = [](const In& in) { return logsumexp(in[0], {1}); };
+    s.reference = [](const In& in) { return ref_reduce(in[0], {1}, false, g_logsumexp); };
+    s.differentiable = false;
+    v.push_back(std::move(s));
+    OpSample e;
+    e.ops = {"logsumexp"};
+    e.name = "empty_group";
+    e.inputs = [] { return In{zeros({3, 0}, Float64)}; };
+    e.run = [](const In& in) { return logsumexp(in[0], {1}, true); };
+    e.reference = [](const In&) { return full({3, 1}, -INFINITY, Float64); };
+    e.differentiable = false;
+    v.push_back(std::move(e));
+  }
+
+  struct ScanCase {
+    const char* name;
+    Shape shape;
+    int64_t dim;
+    bool reverse;
+  };
+  const ScanCase scans[] = {
+      {"dim1", {3, 4, 5}, 1, false},      {"dim0", {4, 3}, 0, false},
+      {"dim_last", {2, 3, 6}, -1, false}, {"reverse_dim1", {3, 5}, 1, true},
+      {"vector", {9}, 0, false},          {"reverse_dim0", {4, 2, 3}, 0, true},
+  };
+  uint64_t sseed = 900;
+  for (const auto& c : scans) {
+    OpSample s;
+    s.ops = {"cumsum"};
+    s.name = c.name;
+    const Shape shape = c.shape;
+    const int64_t dim = c.dim;
+    const bool rev = c.reverse;
+    const uint64_t sd = sseed++;
+    s.inputs = [shape, sd] { return In{rnd(shape, sd)}; };
+    s.run = [dim, rev](const In& in) { return cumsum(in[0], dim, rev); };
+    s.reference = [dim, rev](const In& in) { return ref_cumsum(in[0], dim, rev); };
+    v.push_back(std::move(s));
+  }
+  {
+    // Integers and bools sum as int64 (exactly).
+    OpSample s;
+    s.ops = {"cumsum"};
+    s.name = "bool_counts_int64";
+    s.inputs = [] { return In{gt(rnd({3, 5}, 920), 0.0)}; };
+    s.run = [](const In& in) { return cumsum(in[0], 1); };
+    s.reference = [](const In& in) { return ref_cumsum(cast(in[0], Float64), 1, false); };
+    s.check = [](const In&, const Tensor& out) {
+      return out.dtype() == Int64 ? std::string()
+                                  : "expected int64, got " + std::string(dtype_name(out.dtype()));
+    };
+    s.differentiable = false;
+    v.push_back(std::move(s));
+  }
 
   v.push_back(red(
       "var", "population_correction0", {3, 5}, 600, {1}, false,
