@@ -306,14 +306,13 @@ void w7(int threads, const std::string& modes, int rounds) {
 }
 
 // ---- W8: MoE layer, top-2 ---------------------------------------------------------------------
-// 8 experts 256->512->256 with GELU, softmax router, top-2 by two argmax passes (the first
-// choice masked out for the second), gate weights renormalized over the two, 1024 tokens,
-// loss = MSE to a fixed random target, forward + backward (no optimizer step). Each expert runs
-// only its own tokens: index_select of its rows, MLP, scaled by the gate, index_add back (as the
-// PyTorch side's index_add_).
+// 8 experts 256->512->256 with GELU, softmax router, top-2 by topk, gate weights renormalized
+// over the two, 1024 tokens, loss = MSE to a fixed random target, forward + backward (no
+// optimizer step). Each expert runs only its own tokens: index_select of its rows, MLP, scaled by
+// the gate, index_add back (as the PyTorch side's index_add_).
 //
 // Kiln has no data-dependent-shape op (nonzero), so the token lists per expert are built on the
-// host from the router's argmaxes (one small [1024, 8] read per step, counted in every mode) and
+// host from the router's top-2 (one small [1024, 8] read per step, counted in every mode) and
 // passed in as int64 tensors; eager, graph (placeholders [?]) and jit (dynamic dims) run the
 // same function of them. The gates stay differentiable: they are recomputed from the router
 // inside the function (the choices themselves have no gradient).
@@ -328,9 +327,9 @@ Routing route(const Tensor& router_w, const Tensor& x) {
   NoGradGuard ng;
   Tensor probs = softmax(linear(x, router_w), -1);
   Tensor experts = arange(0, static_cast<double>(kE), 1, Int64);
-  Tensor first = argmax(probs, 1);
+  Tensor top = topk(probs, 2, 1).second;  // [N, 2], as the PyTorch side's probs.topk(2)
+  Tensor first = top.select(1, 0).contiguous(), second = top.select(1, 1).contiguous();
   Tensor m1 = cast(eq(unsqueeze(first, 1), experts), Float32);
-  Tensor second = argmax(sub(probs, mul(m1, 2.0)), 1);  // probs <= 1: the first never wins
   Tensor m2 = cast(eq(unsqueeze(second, 1), experts), Float32);
   std::vector<int64_t> a = first.to_vector<int64_t>(), b = second.to_vector<int64_t>();
   std::vector<std::vector<int64_t>> lists(kE);

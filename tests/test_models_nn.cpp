@@ -504,6 +504,72 @@ TEST(NnGradcheck, LinearConvBatchNormLayerNorm) {
   EXPECT_EQ(v64(rm_before), std::vector<double>(3, 0.0));
 }
 
+TEST(NnLayers, GroupNormMatchesItsDefinition) {
+  manual_seed(11);
+  nn::GroupNorm gn(2, 6);
+  {
+    NoGradGuard ng;
+    gn.weight().copy_(tensor({1.f, 2.f, 0.5f, -1.f, 3.f, 1.f}));
+    gn.bias().copy_(tensor({0.f, 1.f, -1.f, 0.25f, 0.f, 2.f}));
+  }
+  const Tensor x = randn({2, 6, 3, 2});
+  const auto xv = v64(x), yv = v64(gn(x));
+  const double w[6] = {1, 2, 0.5, -1, 3, 1}, b[6] = {0, 1, -1, 0.25, 0, 2};
+  // Group g of sample n: channels 3g..3g+2, all 6 positions: 18 contiguous values.
+  for (int n = 0; n < 2; ++n)
+    for (int g = 0; g < 2; ++g) {
+      const size_t base = static_cast<size_t>(n * 36 + g * 18);
+      double m = 0, v = 0;
+      for (size_t i = 0; i < 18; ++i) m += xv[base + i] / 18;
+      for (size_t i = 0; i < 18; ++i) v += std::pow(xv[base + i] - m, 2) / 18;
+      for (size_t i = 0; i < 18; ++i) {
+        const int c = g * 3 + static_cast<int>(i / 6);
+        EXPECT_NEAR(yv[base + i], (xv[base + i] - m) / std::sqrt(v + 1e-5) * w[c] + b[c], 1e-4);
+      }
+    }
+  // num_groups = C: instance norm; no affine: no parameters.
+  nn::GroupNorm inorm(6, 6, 1e-5, false);
+  EXPECT_TRUE(inorm.parameters().empty());
+  const auto iv = v64(inorm(x));
+  double m = 0;
+  for (size_t i = 0; i < 6; ++i) m += iv[i];
+  EXPECT_NEAR(m, 0, 1e-5);
+  // [N, C] input (no positions) and gradients through every input and parameter.
+  gn.to(Float64);
+  EXPECT_EQ(gn(randn({4, 6}, Float64)).shape(), Shape({4, 6}));
+  std::vector<Tensor> in{randn({2, 6, 2, 2}, Float64), gn.weight().detach(), gn.bias().detach()};
+  GradcheckResult r = gradcheck(
+      [&](const std::vector<Tensor>& xs) {
+        nn::ParameterSwap swap(gn, std::vector<Tensor>(xs.begin() + 1, xs.end()));
+        return gn(xs[0]);
+      },
+      in);
+  EXPECT_TRUE(r.ok) << r.message;
+  expect_error([] { nn::GroupNorm(4, 6); }, {"[GroupNorm]", "divisible"});
+  expect_error([] { nn::GroupNorm(0, 6); }, {"[GroupNorm]", "num_groups"});
+  expect_error([&] { gn(randn({2, 5, 3}, Float64)); }, {"[GroupNorm]", "[2, 5, 3]"});
+  expect_error([&] { gn(randn({2, 6, 3})); }, {"[GroupNorm]", "float32"});
+  // Graphs with a dynamic batch dim give eager's numbers.
+  Graph gr;
+  Tensor ph = gr.placeholder("x", Float64, {-1, 6, 2, 2});
+  Tensor y = gn(ph);
+  Session sess(gr);
+  const Tensor xb = randn({3, 6, 2, 2}, Float64);
+  expect_near_all(v64(sess.run(y, {{ph, xb}})), v64(gn(xb)), 1e-12);
+}
+
+TEST(NnLayers, ActivationModulesAreTheirFunctions) {
+  const Tensor a = tensor({-30.f, -2.f, -0.5f, 0.25f, 1.f, 3.f, 40.f});
+  EXPECT_EQ(v64(nn::SiLU()(a)), v64(silu(a)));
+  EXPECT_EQ(v64(nn::LeakyReLU(0.2)(a)), v64(leaky_relu(a, 0.2)));
+  EXPECT_EQ(v64(nn::ELU(0.5)(a)), v64(elu(a, 0.5)));
+  EXPECT_EQ(v64(nn::Softplus(2.0, 10.0)(a)), v64(softplus(a, 2.0, 10.0)));
+  const auto sp = v64(nn::Softplus()(a)), av = v64(a);
+  for (size_t i = 0; i < av.size(); ++i) EXPECT_NEAR(sp[i], std::log1p(std::exp(av[i])), 1e-5);
+  expect_error([] { nn::Softplus(0.0)(tensor({1.f})); }, {"[softplus]", "beta"});
+  expect_error([] { nn::ELU()(Tensor()); }, {"[ELU]"});
+}
+
 TEST(NnGradcheck, ModuleBackwardFillsParameterGrads) {
   manual_seed(10);
   nn::Sequential net{std::make_shared<nn::Linear>(3, 5), std::make_shared<nn::Tanh>(),

@@ -279,6 +279,53 @@ Tensor LayerNorm::forward(const Tensor& x) {
   return layer_norm(x, shape_, weight_, bias_, eps_);
 }
 
+// ---- GroupNorm ------------------------------------------------------------------------------
+
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine)
+    : groups_(num_groups), channels_(num_channels), eps_(eps) {
+  require_positive("GroupNorm", "num_groups", num_groups);
+  require_positive("GroupNorm", "num_channels", num_channels);
+  if (num_channels % num_groups != 0)
+    fail("GroupNorm", "num_channels (", num_channels, ") must be divisible by num_groups (",
+         num_groups, ")");
+  if (!(eps > 0)) fail("GroupNorm", "eps must be positive, got ", eps);
+  if (affine) {
+    weight_ = ones({num_channels});
+    bias_ = zeros({num_channels});
+    register_parameter("weight", &weight_);
+    register_parameter("bias", &bias_);
+  }
+}
+
+// Each group's channels and positions are one contiguous run of x [N, C, *]: normalizing the
+// last dim of [N, G, (C / G) * positions] is layer_norm's fused kernel. (In graphs only the
+// batch dim may be dynamic: the reshapes need the rest.)
+Tensor GroupNorm::forward(const Tensor& x) {
+  require_defined("GroupNorm", x);
+  if (x.dim() < 2 || !dim_is(x.size(1), channels_))
+    fail("GroupNorm", "expects input [N, C = ", channels_, ", *], got shape ", x.shape());
+  if (weight_.defined())
+    require_dtype("GroupNorm", x, weight_);
+  else if (!is_floating(x.dtype()))
+    fail("GroupNorm", "expects a floating input, got ", x.dtype(), " ", x.shape());
+  int64_t per_group = channels_ / groups_;
+  for (int64_t d = 2; d < x.dim(); ++d) {
+    if (x.size(d) < 0)
+      fail("GroupNorm", "needs static position dims, got shape ", x.shape(),
+           " (only the batch dim may be dynamic)");
+    per_group *= x.size(d);
+  }
+  Shape out_shape = x.shape();
+  out_shape[1] = channels_;
+  const Tensor g = reshape(x.contiguous(), {x.size(0), groups_, per_group});
+  const Tensor y = reshape(layer_norm(g, Shape{per_group}, Tensor(), Tensor(), eps_), out_shape);
+  if (!weight_.defined()) return y;
+  Shape bshape{channels_};
+  for (int64_t d = 2; d < x.dim(); ++d) bshape.push_back(1);
+  return add(mul(y, reshape(as_dtype(weight_, x.dtype()), bshape)),
+             reshape(as_dtype(bias_, x.dtype()), bshape));
+}
+
 // ---- Embedding ------------------------------------------------------------------------------
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
@@ -324,6 +371,23 @@ Tensor Tanh::forward(const Tensor& x) {
 Tensor Sigmoid::forward(const Tensor& x) {
   require_defined("Sigmoid", x);
   return sigmoid(x);
+}
+
+Tensor SiLU::forward(const Tensor& x) {
+  require_defined("SiLU", x);
+  return silu(x);
+}
+Tensor LeakyReLU::forward(const Tensor& x) {
+  require_defined("LeakyReLU", x);
+  return leaky_relu(x, slope_);
+}
+Tensor ELU::forward(const Tensor& x) {
+  require_defined("ELU", x);
+  return elu(x, alpha_);
+}
+Tensor Softplus::forward(const Tensor& x) {
+  require_defined("Softplus", x);
+  return softplus(x, beta_, thr_);
 }
 
 Tensor Flatten::forward(const Tensor& x) {

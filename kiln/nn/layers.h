@@ -146,6 +146,23 @@ class LayerNorm : public Layer {
   Tensor weight_, bias_;
 };
 
+/// torch.nn.GroupNorm: x [N, C, *] normalized over each group of C / num_groups channels and
+/// all positions (biased variance), then a per-channel affine map (weight ones, bias zeros)
+/// unless disabled. num_groups = C is instance norm, 1 is a layer norm over [C, *].
+class GroupNorm : public Layer {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "GroupNorm"; }
+  Tensor& weight() { return weight_; }
+  Tensor& bias() { return bias_; }
+
+ private:
+  int64_t groups_, channels_;
+  double eps_;
+  Tensor weight_, bias_;
+};
+
 /// A lookup table [num_embeddings, embedding_dim], N(0, 1) at start; integer indices of any
 /// shape give indices.shape + [embedding_dim].
 class Embedding : public Layer {
@@ -199,6 +216,42 @@ class Sigmoid : public Layer {
  public:
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Sigmoid"; }
+};
+
+class SiLU : public Layer {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "SiLU"; }
+};
+
+class LeakyReLU : public Layer {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : slope_(negative_slope) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LeakyReLU"; }
+
+ private:
+  double slope_;
+};
+
+class ELU : public Layer {
+ public:
+  explicit ELU(double alpha = 1.0) : alpha_(alpha) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ELU"; }
+
+ private:
+  double alpha_;
+};
+
+class Softplus : public Layer {
+ public:
+  explicit Softplus(double beta = 1.0, double threshold = 20.0) : beta_(beta), thr_(threshold) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Softplus"; }
+
+ private:
+  double beta_, thr_;
 };
 
 /// Flattens dims start_dim..end_dim (default: all but the batch dim).

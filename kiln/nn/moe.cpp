@@ -1,7 +1,7 @@
-// MoE routing and dispatch. Positions inside an expert's buffer come from a cumulative sum
-// written as a lower-triangular matmul (Kiln has no cumsum op; for the ~1k tokens of a batch
-// this is a tiny GEMM). First choices of all tokens are placed before second choices, so
-// capacity drops hit the lower-priority assignments first (GShard's order).
+// MoE routing and dispatch. The router's top-k choices come from topk (ties: lower expert
+// first); positions inside an expert's buffer are a cumsum over the tokens. First choices of all
+// tokens are placed before second choices, so capacity drops hit the lower-priority assignments
+// first (GShard's order).
 #include "kiln/nn/moe.h"
 
 #include <cmath>
@@ -17,14 +17,6 @@ namespace {
 Tensor uniform_init(const Shape& s, double bound) {
   NoGradGuard ng;
   return sub(mul(rand(s), 2.0 * bound), bound);
-}
-
-// [n, n] lower-triangular ones (inclusive), so tril @ m is the running sum of m's rows.
-Tensor tril_ones(int64_t n, DType dt) {
-  std::vector<double> v(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j <= i; ++j) v[static_cast<size_t>(i * n + j)] = 1.0;
-  return tensor(v, {n, n}).to(dt);
 }
 }  // namespace
 
@@ -84,10 +76,10 @@ MoEOutput MoE::route(const Tensor& x) {
   const int64_t C = capacity(N);
   Tensor xf = reshape(x, {N, D});
 
-  Tensor probs = softmax(linear(xf, router_w_), -1);  // [N, E]
-  Tensor remaining = detach(probs);
+  Tensor probs = softmax(linear(xf, router_w_), -1);                // [N, E]
+  Tensor choice = topk(detach(probs), K, 1).second;                 // [N, K], best first
+  Tensor gate_all = gather(probs, 1, choice);                       // [N, K], differentiable
   Tensor expert_ids = arange(0, static_cast<double>(E), 1, Int64);  // [E]
-  Tensor tril = tril_ones(N, dt);
   Tensor token_ids = arange(1, static_cast<double>(N + 1), 1, dt);  // 1-based; 0 = empty slot
 
   Tensor assigned = zeros({E}, dt);  // assignments so far per expert (also the priority offset)
@@ -95,14 +87,13 @@ MoEOutput MoE::route(const Tensor& x) {
   std::vector<Tensor> slots, gates;
   Tensor slot_token = zeros({E * C + 1}, dt);  // last entry collects dropped tokens
   for (int64_t j = 0; j < K; ++j) {
-    Tensor idx = argmax(remaining, 1);                          // [N]
+    Tensor idx = choice.select(1, j);                           // [N]
     Tensor mask = cast(eq(unsqueeze(idx, 1), expert_ids), dt);  // [N, E] one-hot
-    gates.push_back(sum(mul(probs, mask), {1}));                // [N], differentiable
-    remaining = sub(remaining, mul(mask, 2.0));                 // probs <= 1: never again
+    gates.push_back(gate_all.select(1, j));                     // [N]
     // Position of each token in its expert's buffer, after all earlier choices.
-    Tensor pos_all = add(sub(matmul(tril, mask), 1.0), assigned);  // [N, E]
-    Tensor pos = sum(mul(pos_all, mask), {1});                     // [N]
-    Tensor keep = lt(pos, static_cast<double>(C));                 // [N] bool
+    Tensor pos_all = add(sub(cumsum(mask, 0), 1.0), assigned);  // [N, E]
+    Tensor pos = sum(mul(pos_all, mask), {1});                  // [N]
+    Tensor keep = lt(pos, static_cast<double>(C));              // [N] bool
     Tensor slot_f = add(mul(cast(idx, dt), static_cast<double>(C)), pos);
     Tensor slot = cast(where(keep, slot_f, full_like(slot_f, static_cast<double>(E * C))), Int64);
     slots.push_back(slot);
