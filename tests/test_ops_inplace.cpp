@@ -1,8 +1,8 @@
-// In-place arithmetic (Tensor::add_, sub_, mul_, div_, neg_, clamp_, relu_, zero_): the values
-// of the out-of-place op written into the tensor's storage (views see them), torch's casting
-// rule for the result, no temporary for contiguous tensors, autograd through them as in torch
-// (history rebased onto the in-place op; leaves and views with history refused), refusals in
-// graphs and under jit.
+// In-place arithmetic (Tensor::add_, sub_, mul_, div_, neg_, clamp_, relu_, zero_, copy_,
+// fill_): the values of the out-of-place op written into the tensor's storage (views see them),
+// torch's casting rule for the result, no temporary for contiguous tensors, autograd through
+// them as in torch (history rebased onto the in-place op; writes through views give the base a
+// new history, as CopySlices; leaves refused), refusals in graphs and under jit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +17,7 @@ using kiln_test::expect_error;
 namespace {
 
 std::vector<float> v(const Tensor& t) { return t.to_vector<float>(); }
+std::vector<double> v64(const Tensor& t) { return t.to_vector<double>(); }
 
 TEST(InPlace, MatchesTheOutOfPlaceOps) {
   manual_seed(41);
@@ -189,14 +190,112 @@ TEST(InPlace, SavedValuesSecondOrderAndVersionCounter) {
   expect_error([&] { sum(y).backward(); }, {"backward", "modified in place"});
 }
 
-// Views of a tensor with history are not tracked by in-place ops: refused, for the view and for
-// its base, with the out-of-place spelling to use.
-TEST(InPlace, ViewsOfTensorsWithHistoryAreRefused) {
+// Writes through views with autograd, as torch's CopySlices: the base takes a new history
+// (its old one outside the view, the written value inside), the view becomes a view of that,
+// and other views re-derive their history when next used. Each case against the same values
+// computed out of place, in float64.
+TEST(InPlace, WritesThroughViewsRewriteTheBaseHistory) {
+  manual_seed(5);
+  const Tensor c = randn({2, 3}, Float64);
+  {
+    // Rows of a plain buffer filled from values with history (out[i].copy_(h)): the buffer
+    // joins the graph. (Before: the buffer kept no history and w's gradient was lost.)
+    Tensor w = randn({3}, Float64).requires_grad_();
+    Tensor out = zeros({2, 3}, Float64);
+    out.select(0, 0).copy_(w);
+    out.select(0, 1).add_(mul(w, 2.0));
+    EXPECT_TRUE(out.requires_grad());
+    Tensor g = grad({sum(mul(out, c))}, {w})[0];
+    Tensor want = add(c.select(0, 0), mul(c.select(0, 1), 2.0));
+    EXPECT_LT(max_diff(g, want), 1e-12);
+  }
+  {
+    // A slice of a reshape of a tensor with history, tripled; the base and the view both see it.
+    Tensor a = randn({3, 4}, Float64).requires_grad_();
+    Tensor x = mul(a, 2.0);
+    Tensor r = x.reshape({12});
+    Tensor part = r.slice(0, 2, 5);
+    part.mul_(3.0);
+    std::vector<double> m(12, 1.0);
+    m[2] = m[3] = m[4] = 3.0;
+    const Tensor mask = tensor(m, {3, 4});
+    Tensor y = mul(mul(a, 2.0), mask);
+    EXPECT_LT(max_diff(x, y), 1e-12);
+    const Tensor k = randn({3}, Float64);
+    Tensor lx = add(sum(mul(x, a)), sum(mul(part, k)));
+    Tensor ly = add(sum(mul(y, a)), sum(mul(y.reshape({12}).slice(0, 2, 5), k)));
+    EXPECT_LT(max_diff(grad({lx}, {a})[0], grad({ly}, {a})[0]), 1e-12);
+  }
+  {
+    // A view taken before its base changed in place reads the new value and the new history.
+    Tensor a = randn({2, 3}, Float64).requires_grad_();
+    Tensor x = mul(a, 2.0);
+    Tensor row = x.select(0, 1);
+    x.mul_(x);  // (2a)^2
+    Tensor g = grad({sum(mul(row, c.select(0, 0)))}, {a})[0];
+    // d/da[1] (2 a[1])^2 = 8 a[1]
+    Tensor want = cat(
+        {zeros({1, 3}, Float64), mul(mul(a.select(0, 1), 8.0), c.select(0, 0)).unsqueeze(0)}, 0);
+    EXPECT_LT(max_diff(g, want), 1e-12);
+  }
+  {
+    // A recurrence written into a preallocated buffer, against the stacked form.
+    Tensor w = randn({4}, Float64).requires_grad_();
+    Tensor xs = randn({5, 4}, Float64);
+    Tensor buf = zeros({5, 4}, Float64);
+    Tensor h = zeros({4}, Float64);
+    std::vector<Tensor> hs;
+    for (int64_t t = 0; t < 5; ++t) {
+      h = tanh(add(mul(h, w), xs.select(0, t)));
+      buf.select(0, t).copy_(h);
+      hs.push_back(h);
+    }
+    const Tensor k = randn({5, 4}, Float64);
+    Tensor g1 = grad({sum(mul(buf, k))}, {w}, {}, /*retain_graph=*/true)[0];
+    Tensor g2 = grad({sum(mul(stack(hs, 0), k))}, {w})[0];
+    EXPECT_LT(max_diff(g1, g2), 1e-12);
+  }
+  {
+    // A column through a transpose, and a second derivative through a view written with itself.
+    Tensor a = randn({3, 4}, Float64).requires_grad_();
+    Tensor x = mul(a, 1.0);
+    Tensor col = x.t().select(0, 1);
+    col.mul_(col);  // x[:, 1] = a[:, 1]^2
+    std::vector<Tensor> g = grad({sum(x)}, {a}, {}, false, /*create_graph=*/true);
+    std::vector<double> want = v64(ones({3, 4}, Float64));
+    auto av = v64(a);
+    for (int i = 0; i < 3; ++i)
+      want[static_cast<size_t>(i * 4 + 1)] = 2 * av[static_cast<size_t>(i * 4 + 1)];
+    EXPECT_EQ(v64(g[0]).size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(v64(g[0])[i], want[i], 1e-12);
+    Tensor g2 = grad({sum(g[0])}, {a})[0];  // 2 in column 1, 0 elsewhere
+    auto g2v = v64(g2);
+    for (size_t i = 0; i < g2v.size(); ++i) EXPECT_NEAR(g2v[i], i % 4 == 1 ? 2.0 : 0.0, 1e-12);
+  }
+  {
+    // zero_ through a view cuts that part's gradient; zero_ of a whole tensor with history
+    // leaves it without history (torch: the gradient through it is zero).
+    Tensor a = randn({2, 3}, Float64).requires_grad_();
+    Tensor x = mul(a, 3.0);
+    x.select(0, 0).zero_();
+    auto g = v64(grad({sum(x)}, {a})[0]);
+    EXPECT_EQ(g, (std::vector<double>{0, 0, 0, 3, 3, 3}));
+    Tensor z = mul(a, 2.0);
+    z.zero_();
+    EXPECT_FALSE(z.requires_grad());
+    EXPECT_EQ(v64(grad({sum(add(z, a))}, {a})[0]), std::vector<double>(6, 1.0));
+  }
+}
+
+TEST(InPlace, WritesThroughViewsRefusals) {
+  // A view of a leaf that requires grad (torch refuses it too).
   Tensor a = randn({3, 4}).requires_grad_();
-  Tensor x = mul(a, 2.0);
-  Tensor r = x.reshape({12});
-  expect_error([&] { r.add_(1.0); }, "add_", {"view", "add()"});
-  expect_error([&] { x.add_(1.0); }, "add_", {"view"});
+  expect_error([&] { a.select(0, 0).add_(1.0); }, "add_", {"leaf", "requires grad", "[4]"});
+  expect_error([&] { a.select(0, 0).copy_(ones({4})); }, "copy_", {"leaf"});
+  // An expanded view repeats positions: a write through it has no well-defined history.
+  Tensor w = randn({2, 3}).requires_grad_();
+  Tensor e = zeros({3}).expand({2, 3});
+  expect_error([&] { e.add_(w); }, "add_", {"view", "twice"});
   // Without autograd views are fine (the base sees the write).
   Tensor p = zeros({2, 3});
   p.select(0, 1).add_(1.0);

@@ -58,14 +58,41 @@ void record(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> o
   }
 }
 
-// An in-place op with autograd (x.add_(y) on a tensor with history): `result` was computed out
-// of place and recorded by node N, and its values are about to be written into `self`. N saved
-// `self` (and maybe other aliases of its storage) as inputs; their values change with the
-// write, so N gets
-// snapshots instead: fresh buffers holding the old values, with the old autograd identity
-// (grad_fn, output_nr), so that gradients of gradients still reach the old history. Then `self`
-// becomes N's output: its history continues from N, as torch rebases an in-place op's history.
-void rebase_in_place(Tensor& self, const Tensor& result) {
+// ---- in-place writes with autograd --------------------------------------------------------
+// `result` was computed out of place (recorded by node N when it requires grad) and its values
+// go into `self`. N may have saved `self` (and other aliases of its storage) as inputs; their
+// values change with the write, so N gets snapshots instead: fresh buffers holding the old
+// values, with the old autograd identity (grad_fn, output_nr), so that gradients of gradients
+// still reach the old history. Then the write, then the new histories:
+//  - `self` not a view: it becomes N's output (torch rebases an in-place op's history); a
+//    result without history (fill_, copy_ of a constant) leaves it without history.
+//  - `self` a view of base B (torch's CopySlices): B becomes the output of an
+//    as_strided_scatter node (inputs: B's previous identity, result), and `self` the output of
+//    an as_strided view of that. Both nodes read only shapes, so they take an identity-only
+//    stand-in for B (no storage: nothing to snapshot, no version to go stale); a leaf B, whose
+//    gradient must reach the tensor itself, is taken as it is.
+// Other views of the storage notice the write by its version and re-derive their identity
+// from their base when next used (refresh_view).
+
+// A tensor with t's shape, dtype and autograd identity but no storage.
+Tensor identity_only(const Tensor& t) {
+  auto impl = make_tensor_impl();
+  const TensorImpl& s = *t.impl();
+  impl->shape = s.shape;
+  impl->strides = s.strides;
+  impl->offset = s.offset;
+  impl->dtype = s.dtype;
+  impl->contiguous = s.contiguous;
+  if (s.autograd) {
+    AutogradMeta& m = meta(impl.get());
+    m.requires_grad = s.autograd->requires_grad;
+    m.grad_fn = s.autograd->grad_fn;
+    m.output_nr = s.autograd->output_nr;
+  }
+  return Tensor(std::move(impl));
+}
+
+void snapshot_aliases(const Tensor& self, const Tensor& result) {
   if (!result.requires_grad() || !result.impl()->autograd->grad_fn) return;
   const std::shared_ptr<GradNode>& node = result.impl()->autograd->grad_fn;
   for (size_t k = 0; k < node->inputs.size(); ++k) {
@@ -82,18 +109,103 @@ void rebase_in_place(Tensor& self, const Tensor& result) {
     in = snap;
     node->input_versions[k] = snap.impl()->version();
   }
-  const uint32_t nr = result.impl()->autograd->output_nr;
-  AutogradMeta& m = meta(self.impl());
-  m.requires_grad = true;
-  m.grad_fn = node;
-  m.output_nr = nr;
-  node->out_impls[nr] = self.impl_ptr();
+}
+
+void clear_history(TensorImpl* t) {
+  if (t->autograd && t->autograd->grad_fn) {
+    t->autograd->grad_fn.reset();
+    t->autograd->requires_grad = false;
+  }
+}
+
+// Geometry of a view relative to its (contiguous) base: as_strided's attributes.
+Attrs view_geometry(const TensorImpl& v, const TensorImpl& base) {
+  return Attrs{std::vector<int64_t>(v.shape.begin(), v.shape.end()),
+               std::vector<int64_t>(v.strides.begin(), v.strides.end()), v.offset - base.offset};
+}
+
+// `view` becomes an as_strided view of its base's current identity (none if the base has none).
+void set_view_identity(const Tensor& view) {
+  TensorImpl* vi = view.impl();
+  vi->view_version = vi->storage->version();
+  Tensor base(vi->view_base);
+  if (!base.requires_grad()) {
+    clear_history(vi);
+    return;
+  }
+  static const OpDef& as_strided_op = OpRegistry::get().at("as_strided");
+  const Tensor in[1] = {base.is_leaf() ? base : identity_only(base)};
+  Tensor out[1] = {view};
+  record(as_strided_op, in, out, view_geometry(*vi, *base.impl()));
+}
+
+void refresh_view(const Tensor& view) {
+  if (!grad_mode_enabled()) return;
+  // A view that owns its gradient (requires_grad_() on a view) keeps it.
+  const TensorImpl* vi = view.impl();
+  if (vi->autograd && vi->autograd->requires_grad && !vi->autograd->grad_fn) return;
+  if (!vi->view_base->contiguous) return;
+  set_view_identity(view);
+}
+
+void write_in_place(const char* name, Tensor& self, const Tensor& result, void (*write)(void*),
+                    void* ctx) {
+  TensorImpl* si = self.impl();
+  const std::shared_ptr<TensorImpl> base = si->view_base;
+  Attrs geom;
+  Tensor old_base;
+  if (base) {
+    Tensor b(base);
+    if (b.requires_grad() && b.is_leaf())
+      fail(name, "a view (shape ", self.shape(), ") of a leaf tensor that requires grad (shape ",
+           b.shape(), ") cannot be modified in place in grad mode; wrap the write in NoGradGuard");
+    if (!base->contiguous)
+      fail(name, "writing through a view (shape ", self.shape(), ") of a non-contiguous tensor ",
+           "(shape ", b.shape(), ") with autograd is not supported; write the out-of-place op");
+    geom = view_geometry(*si, *base);
+    // (as_strided's inference rejects views whose positions overlap, like expand's.)
+    static const OpDef& scatter = OpRegistry::get().at("as_strided_scatter");
+    try {
+      const Tensor probe[2] = {b, result};
+      (void)scatter.infer(std::span<const Tensor>(probe, 2), geom);
+    } catch (const Error& e) {
+      fail(name, "cannot write through this view (shape ", self.shape(), ", strides ",
+           ints_str(std::vector<int64_t>(self.strides().begin(), self.strides().end())),
+           ") with autograd: ", e.what());
+    }
+    old_base = identity_only(b);
+  }
+  snapshot_aliases(self, result);
+  write(ctx);
+  if (!base) {
+    if (result.requires_grad() && result.impl()->autograd->grad_fn) {
+      const std::shared_ptr<GradNode>& node = result.impl()->autograd->grad_fn;
+      const uint32_t nr = result.impl()->autograd->output_nr;
+      AutogradMeta& m = meta(si);
+      m.requires_grad = true;
+      m.grad_fn = node;
+      m.output_nr = nr;
+      node->out_impls[nr] = self.impl_ptr();
+    } else {
+      clear_history(si);
+    }
+    return;
+  }
+  Tensor b(base);
+  if (old_base.requires_grad() || result.requires_grad()) {
+    static const OpDef& scatter = OpRegistry::get().at("as_strided_scatter");
+    const Tensor in[2] = {old_base, result};
+    Tensor out[1] = {b};
+    record(scatter, in, out, geom);
+  }
+  set_view_identity(self);
 }
 
 struct Installer {
   Installer() {
     set_autograd_recorder(&record);
-    set_inplace_rebaser(&rebase_in_place);
+    set_inplace_writer(&write_in_place);
+    set_view_refresher(&refresh_view);
   }
 } g_installer;
 
@@ -226,7 +338,10 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
     if (n->released)
       fail("backward", "trying to backward through the graph a second time (op '", n->name(),
            "'); the saved tensors were freed. Pass retain_graph=true to the first backward");
-    for (size_t k = 0; k < n->inputs.size(); ++k)
+    // (View ops' rules read only their input's shape: a later write into it changes nothing
+    // they use, as torch's view nodes save no values.)
+    const bool reads_values = !(n->op && n->op->view);
+    for (size_t k = 0; reads_values && k < n->inputs.size(); ++k)
       if (n->inputs[k].impl()->version() != n->input_versions[k])
         fail("backward", "input ", k, " of op '", n->name(),
              "' was modified in place after it was saved for the gradient");

@@ -36,11 +36,6 @@ class Storage {
   /// the value saved at record time (PyTorch's version counter, shared by all views).
   uint32_t version() const { return version_; }
   void bump_version() { ++version_; }
-  /// Set once a view of this storage was recorded for autograd (a slice, reshape, transpose ...
-  /// of a tensor with history): in-place ops with autograd then refuse it, since a write
-  /// through one alias would not update the others' recorded history.
-  bool has_grad_views() const { return grad_views_; }
-  void mark_grad_views() { grad_views_ = true; }
 
  private:
   void* data_ = nullptr;
@@ -49,7 +44,6 @@ class Storage {
   void (*deleter_)(void*, void*) = nullptr;
   void* ctx_ = nullptr;
   uint32_t version_ = 0;
-  bool grad_views_ = false;
 };
 
 struct AutogradMeta {
@@ -74,6 +68,13 @@ struct TensorImpl {
   uint32_t version() const { return storage ? storage->version() : 0; }
   std::unique_ptr<AutogradMeta> autograd;
   std::shared_ptr<SymbolicValue> sym;  // set for symbolic tensors
+  /// For an eager view made by a differentiable view op (slice, select, transpose, ...): the
+  /// tensor it ultimately views (never itself a view), and the storage version when the view's
+  /// autograd identity was last set. In-place writes through the view give the base a new
+  /// history (torch's CopySlices); a view whose storage changed since then takes a fresh
+  /// identity from its base when it next enters a recorded op (kiln/autograd/engine.cpp).
+  std::shared_ptr<TensorImpl> view_base;
+  uint32_t view_version = 0;
   void recompute_contiguous();
 };
 

@@ -36,10 +36,16 @@ const OpDef* producer_op(const Tensor& t) {
 void set_producer_hook(const OpDef* (*hook)(const Tensor&)) { g_producer_hook = hook; }
 void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
 namespace {
-InplaceRebaser g_rebaser = nullptr;
+InplaceWriter g_writer = nullptr;
+ViewRefresher g_refresher = nullptr;
+}  // namespace
+void set_inplace_writer(InplaceWriter w) { g_writer = w; }
+InplaceWriter inplace_writer() { return g_writer; }
+void set_view_refresher(ViewRefresher r) { g_refresher = r; }
+void record_autograd(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                     const Attrs& attrs) {
+  if (g_recorder) g_recorder(op, inputs, outputs, attrs);
 }
-void set_inplace_rebaser(InplaceRebaser r) { g_rebaser = r; }
-InplaceRebaser inplace_rebaser() { return g_rebaser; }
 uint64_t eager_op_count() { return t_count; }
 
 namespace {
@@ -112,18 +118,23 @@ TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
     }
   }
   TensorList outs = run_kernel(op, inputs, attrs);
+  // Differentiable views remember their base (in-place writes through them rewrite its history).
+  if (op.view && op.grad && !inputs.empty())
+    for (auto& o : outs)
+      if (o.is_concrete() && o.shares_storage(inputs[0])) {
+        TensorImpl* in = inputs[0].impl();
+        o.impl()->view_base = in->view_base ? in->view_base : inputs[0].impl_ptr();
+        o.impl()->view_version = in->storage->version();
+      }
   if (t_grad_mode && op.grad && g_recorder) {
     bool need = false;
-    for (const auto& t : inputs) need = need || t.requires_grad();
-    if (need) {
-      g_recorder(op, inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
-      // A view with history: in-place ops with autograd must leave its storage alone.
-      if (op.view)
-        for (const auto& o : outs)
-          if (o.is_concrete() && !inputs.empty() && inputs[0].defined() &&
-              o.shares_storage(inputs[0]))
-            o.impl()->storage->mark_grad_views();
+    for (const auto& t : inputs) {
+      TensorImpl* i = t.impl();
+      if (i->view_base && i->view_version != i->storage->version() && g_refresher) [[unlikely]]
+        g_refresher(t);
+      need = need || t.requires_grad();
     }
+    if (need) g_recorder(op, inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
   }
   return outs;
 }

@@ -65,12 +65,24 @@ bool capturing();
 using AutogradRecorder = void (*)(const OpDef& op, std::span<const Tensor> inputs,
                                   std::span<Tensor> outputs, const Attrs& attrs);
 void set_autograd_recorder(AutogradRecorder r);
-/// Makes `self` the output of the node that recorded `result` (an in-place op with autograd,
-/// see opu::write_in_place), before `result`'s values are written into `self`: the node then
-/// reads snapshots of what it saved from `self`'s storage. Installed by kiln/autograd.
-using InplaceRebaser = void (*)(Tensor& self, const Tensor& result);
-void set_inplace_rebaser(InplaceRebaser r);
-InplaceRebaser inplace_rebaser();
+/// Records a node for `op` as if it had run on `inputs` and produced `outputs` (whose autograd
+/// identity becomes the node's): how in-place writes give tensors new histories without running
+/// the op. No-op when autograd is not linked.
+void record_autograd(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                     const Attrs& attrs);
+/// An in-place write with autograd (see opu::write_in_place): `result` was computed out of place
+/// (and recorded when it requires grad); `write` puts its values into `self`. The writer makes
+/// the node read snapshots of what it saved from `self`'s storage, runs `write`, and gives
+/// `self` (and, for a view, its base) their new histories. Installed by kiln/autograd.
+using InplaceWriter = void (*)(const char* name, Tensor& self, const Tensor& result,
+                               void (*write)(void* ctx), void* ctx);
+void set_inplace_writer(InplaceWriter w);
+InplaceWriter inplace_writer();
+/// Gives a view whose storage was written since its identity was set a fresh identity from its
+/// base (called by the dispatcher before recording an op that reads it). Installed by
+/// kiln/autograd.
+using ViewRefresher = void (*)(const Tensor& view);
+void set_view_refresher(ViewRefresher r);
 
 /// Runs `op` on `inputs`: checks, infers, allocates, runs the kernel, records autograd.
 TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs = {});

@@ -123,6 +123,15 @@ Tensor clone(const Tensor& a);
 Tensor cast(const Tensor& a, DType dtype);
 /// Same data, no gradient flows back (stop_gradient).
 Tensor detach(const Tensor& a);
+/// A view of contiguous `a` with the given sizes and element strides, starting `offset`
+/// elements after a's first (torch.as_strided with the offset relative to a). Positions must
+/// not overlap (no stride-0 repeats): the gradient is a scatter.
+Tensor as_strided(const Tensor& a, const std::vector<int64_t>& sizes,
+                  const std::vector<int64_t>& strides, int64_t offset = 0);
+/// A copy of `base` with `src` written into the region as_strided(base, sizes, strides, offset)
+/// names (torch.as_strided_scatter).
+Tensor as_strided_scatter(const Tensor& base, const Tensor& src, const std::vector<int64_t>& sizes,
+                          const std::vector<int64_t>& strides, int64_t offset = 0);
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
 /// Pieces of `split_size` along dim (the last may be smaller).

@@ -1,6 +1,8 @@
-// Shape family: views (reshape, transpose, permute, slice, expand, squeeze, unsqueeze) that
-// alias their input, and copies (contiguous, clone, cast, cat, slice_grad). Composite shape
-// functions (flatten, stack, split, chunk, select) are built from these in the wrappers.
+// Shape family: views (reshape, transpose, permute, slice, expand, squeeze, unsqueeze,
+// as_strided) that alias their input, and copies (contiguous, clone, cast, cat, slice_grad,
+// as_strided_scatter). In-place writes (copy_, fill_, opu::write_in_place) live here too. Composite
+// shape functions (flatten, stack, split, chunk, select) are built from these in the wrappers.
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <sstream>
@@ -468,6 +470,131 @@ const OpDef& kCast = def_op({.name = "cast",
                                  },
                              .expr = "cast($0, @0)"});
 
+// ---- as_strided / as_strided_scatter ---------------------------------------------------------
+// A geometry (sizes, element strides, offset) over the row-major elements of a contiguous base:
+// the general form of every view, which in-place writes through views need (the node that gives
+// a base its new history, and the view's identity after it). Positions must not overlap, so the
+// gradient of a view is a scatter into zeros (torch's as_strided allows overlap and pays for it).
+
+struct Geometry {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+};
+
+Geometry geometry_of(const char* op, const Attrs& a) {
+  Geometry g{a.ints(0), a.ints(1), a.i(2)};
+  if (g.sizes.size() != g.strides.size())
+    fail(op, "sizes ", ints_str(g.sizes), " and strides ", ints_str(g.strides),
+         " must have one length");
+  if (g.offset < 0) fail(op, "offset must be >= 0, got ", g.offset);
+  for (size_t d = 0; d < g.sizes.size(); ++d)
+    if (g.sizes[d] < 0 || g.strides[d] < 0)
+      fail(op, "sizes and strides must be >= 0, got sizes ", ints_str(g.sizes), ", strides ",
+           ints_str(g.strides));
+  return g;
+}
+
+// Positions within a base of `numel` elements (-1: unknown), none reached twice.
+void check_geometry(const char* op, const Geometry& g, const Shape& base) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims longer than 1
+  bool empty = false;
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    empty = empty || g.sizes[d] == 0;
+    if (g.sizes[d] > 1) dims.emplace_back(g.strides[d], g.sizes[d]);
+  }
+  if (empty) return;
+  std::sort(dims.begin(), dims.end());
+  int64_t last = 0;  // largest position reached by the dims so far, relative to the offset
+  for (const auto& [st, sz] : dims) {
+    if (st <= last)
+      fail(op, "sizes ", ints_str(g.sizes), " with strides ", ints_str(g.strides),
+           " reach some position twice (views here must not overlap)");
+    int64_t span = 0;
+    if (__builtin_mul_overflow(sz - 1, st, &span) || __builtin_add_overflow(last, span, &last))
+      fail(op, "sizes ", ints_str(g.sizes), " with strides ", ints_str(g.strides),
+           " overflow int64");
+  }
+  const int64_t n = base.numel();
+  int64_t end = 0;
+  if (n >= 0 && (__builtin_add_overflow(g.offset, last, &end) || end >= n))
+    fail(op, "sizes ", ints_str(g.sizes), ", strides ", ints_str(g.strides), " and offset ",
+         g.offset, " reach past the base's ", n, " elements (shape ", base, ")");
+}
+
+// The region of a contiguous tensor a geometry names.
+Tensor region(const Tensor& t, const Geometry& g) {
+  return make_view(t, Shape(g.sizes), Strides(g.strides.begin(), g.strides.end()),
+                   t.offset() + g.offset);
+}
+
+const OpDef& kAsStridedScatter =
+    def_op({.name = "as_strided_scatter",
+            .num_inputs = 2,
+            .attr_names = {"sizes", "strides", "offset"},
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  const char* op = "as_strided_scatter";
+                  const Geometry g = geometry_of(op, a);
+                  check_geometry(op, g, in[0].shape());
+                  if (in[1].dtype() != in[0].dtype())
+                    fail(op, "src dtype ", in[1].dtype(), " must be the base's ", in[0].dtype());
+                  const Shape want(g.sizes);
+                  bool fits = in[1].dim() == want.rank();
+                  for (int64_t d = 0; fits && d < want.rank(); ++d)
+                    fits = in[1].shape()[d] < 0 || in[1].shape()[d] == want[d];
+                  if (!fits) fail(op, "src shape ", in[1].shape(), " must be the sizes ", want);
+                  return one(in[0].dtype(), in[0].shape());
+                },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  const Geometry g = geometry_of("as_strided_scatter", a);
+                  copy_cast_kernel(in[0], out[0]);
+                  Tensor dst = region(out[0], g);
+                  copy_cast_kernel(in[1], dst);
+                },
+            // out = base outside the region, src inside: the base's gradient is g with the region
+            // zeroed, src's is the region of g.
+            .grad =
+                [](const GradCtx& c) {
+                  const Attrs& a = c.attrs;
+                  Tensor gb, gs;
+                  if (c.need(0))
+                    gb = as_strided_scatter(c.g(), zeros(c.in(1).shape(), c.g().dtype()), a.ints(0),
+                                            a.ints(1), a.i(2));
+                  if (c.need(1)) gs = as_strided(contiguous(c.g()), a.ints(0), a.ints(1), a.i(2));
+                  return TensorList{gb, gs};
+                },
+            .doc = "a copy of base with src written into the region as_strided(base, ...) names"});
+
+const OpDef& kAsStrided = def_op(
+    {.name = "as_strided",
+     .attr_names = {"sizes", "strides", "offset"},
+     .traits = kView,
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const Geometry g = geometry_of("as_strided", a);
+           check_geometry("as_strided", g, in[0].shape());
+           return one(in[0].dtype(), Shape(g.sizes));
+         },
+     .view =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const Geometry g = geometry_of("as_strided", a);
+           check_geometry("as_strided", g, in[0].shape());
+           if (!in[0].is_contiguous())
+             fail("as_strided", "the base must be contiguous, got shape ", in[0].shape(),
+                  " with strides ",
+                  ints_str(std::vector<int64_t>(in[0].strides().begin(), in[0].strides().end())));
+           return TensorList{region(in[0], g)};
+         },
+     // The region's gradient scattered into zeros of the base's shape (positions never repeat).
+     // Reads only the base's shape and dtype: in-place writes record it on an identity-only base.
+     .grad =
+         [](const GradCtx& c) {
+           const Attrs& a = c.attrs;
+           return TensorList{as_strided_scatter(zeros(c.in(0).shape(), c.g().dtype()), c.g(),
+                                                a.ints(0), a.ints(1), a.i(2))};
+         }});
+
 // split: one view per piece of `sizes` along dim. Its gradient is one cat of the pieces'
 // gradients (zeros where none flowed), where a slice per piece would give each piece's gradient
 // as a whole-input slice_grad and a chain of adds: an LSTM reading its [T, B, 4H] input
@@ -617,6 +744,14 @@ Tensor cast(const Tensor& a, DType t) {
   return call1(kCast, {a}, {static_cast<int64_t>(t)});
 }
 Tensor detach(const Tensor& a) { return call1(kDetach, {a}); }
+Tensor as_strided(const Tensor& a, const std::vector<int64_t>& sizes,
+                  const std::vector<int64_t>& strides, int64_t offset) {
+  return call1(kAsStrided, {a}, {sizes, strides, offset});
+}
+Tensor as_strided_scatter(const Tensor& base, const Tensor& src, const std::vector<int64_t>& sizes,
+                          const std::vector<int64_t>& strides, int64_t offset) {
+  return call1(kAsStridedScatter, {base, src}, {sizes, strides, offset});
+}
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
   return call1(kCat, std::span<const Tensor>(xs.data(), xs.size()), {dim});
 }
@@ -722,15 +857,52 @@ Tensor Tensor::clone() const { return kiln::clone(*this); }
 Tensor Tensor::to(DType t) const { return kiln::cast(*this, t); }
 Tensor Tensor::detach() const { return kiln::detach(*this); }
 
+namespace {
+// Whether writes into t must be recorded: grad mode, and t, its view base or the source with
+// history.
+bool base_requires_grad(const Tensor& t) {
+  const auto& b = t.impl()->view_base;
+  return b && b->autograd && b->autograd->requires_grad;
+}
+
+struct CopyInto {
+  const Tensor* src;
+  Tensor* dst;
+};
+void copy_into(void* ctx) {
+  auto* c = static_cast<CopyInto*>(ctx);
+  NoGradGuard ng;
+  copy_cast_kernel(*c->src, *c->dst);
+  c->dst->impl()->storage->bump_version();
+}
+}  // namespace
+
+namespace opu {
+// With autograd: `r` (computed out of place) becomes `self`'s value and history; see
+// engine.cpp's inplace writer (snapshots, then the write, then the new histories).
+void write_result(const char* name, Tensor& self, const Tensor& r) {
+  if (!inplace_writer()) fail(name, "internal: autograd is not linked in");
+  CopyInto c{&r, &self};
+  inplace_writer()(name, self, r, &copy_into, &c);
+}
+}  // namespace opu
+
 Tensor& Tensor::copy_(const Tensor& src) {
   check_concrete("copy_");
   if (!src.defined()) fail("copy_", "source is undefined");
-  if (requires_grad() && grad_mode_enabled())
-    fail("copy_", "in-place write into a tensor that requires grad (shape ", shape(),
-         "); wrap it in NoGradGuard");
   if (!broadcastable_to(src.shape(), shape()))
     fail("copy_", "source shape ", src.shape(), " does not broadcast to ", shape());
   Tensor s = src.is_concrete() ? src : src.host_value("copy_", std::source_location::current());
+  if (grad_mode_enabled() && (requires_grad() || s.requires_grad() || base_requires_grad(*this))) {
+    // torch: a leaf that requires grad cannot change under autograd.
+    if (requires_grad() && is_leaf())
+      fail("copy_", "a leaf tensor that requires grad (shape ", shape(),
+           ") cannot be written in place in grad mode; wrap the write in NoGradGuard");
+    // The source, cast and broadcast, as a fresh recorded value (its gradient flows back).
+    Tensor r = kiln::clone(kiln::expand(kiln::cast(s, dtype()), shape()));
+    opu::write_result("copy_", *this, r);
+    return *this;
+  }
   // Copy through a temporary when the source overlaps this tensor's storage.
   if (s.shares_storage(*this)) s = raw_contiguous_copy(s);
   copy_cast_kernel(s, *this);
@@ -765,27 +937,19 @@ Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
          op.name, "(x, ...)), tensor shape ", self.shape());
   bool other_grad = false;
   for (size_t k = 1; k < inputs.size(); ++k) other_grad = other_grad || inputs[k].requires_grad();
-  const bool with_grad = grad_mode_enabled() && (self.requires_grad() || other_grad);
+  const bool with_grad =
+      grad_mode_enabled() && (self.requires_grad() || other_grad || base_requires_grad(self));
   if (with_grad) {
-    // torch's rules: a leaf that requires grad cannot change under autograd (its gradient would
-    // belong to a value that no longer exists), and changes through views of a tensor with
-    // history are not tracked here (torch rewrites the views' history; Kiln refuses).
+    // torch's rule: a leaf that requires grad cannot change under autograd (its gradient would
+    // belong to a value that no longer exists). Views are written through (their base gets a
+    // new history; see engine.cpp).
     if (self.requires_grad() && self.is_leaf())
       fail(name, "a leaf tensor that requires grad (shape ", self.shape(),
            ") cannot be modified in place in grad mode; use ", op.name,
            "() or wrap the update in NoGradGuard");
-    if (self.impl()->storage->has_grad_views())
-      fail(name, "the tensor (shape ", self.shape(),
-           ") shares its storage with a view recorded for autograd (a slice, reshape or "
-           "transpose of it or of its base); in-place changes through views are not tracked: "
-           "use ",
-           op.name, "()");
     if (!inputs[0].is_same(self))
       fail(name, "with autograd the operands must have the tensor's dtype ", self.dtype(), " (got ",
            inputs[0].dtype(), "); use ", op.name, "()");
-    if (!inplace_rebaser()) fail(name, "internal: autograd is not linked in");
-    // Out of place with autograd; self takes the result's history (the recorded node keeps
-    // snapshots of what it saved from self), then its values.
     Tensor r;
     try {
       r = call1(op, inputs, attrs);
@@ -798,12 +962,7 @@ Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
     if (r.dtype() != self.dtype())
       fail(name, "result of dtype ", r.dtype(), " cannot be written into a tensor of dtype ",
            self.dtype(), " (shape ", self.shape(), ")");
-    inplace_rebaser()(self, r);  // snapshots self's old values first
-    {
-      NoGradGuard ng;
-      copy_cast_kernel(r, self);
-    }
-    self.impl()->storage->bump_version();
+    write_result(name, self, r);
     return self;
   }
   NoGradGuard ng;

@@ -1,6 +1,7 @@
 // Samples for the shape family (kiln/ops/shape_ops.cpp): views (reshape, transpose, permute,
-// slice, expand, squeeze, unsqueeze, detach) and copies (clone, cast, cat, slice_grad through
-// slice's gradient). References index the row-major float64 data with naive loops.
+// slice, expand, squeeze, unsqueeze, detach, as_strided) and copies (clone, cast, cat, slice_grad
+// through slice's gradient, as_strided_scatter). References index the row-major float64 data with
+// naive loops.
 #include <cmath>
 
 #include "samples/op_samples.h"
@@ -167,6 +168,63 @@ std::vector<OpSample> make_samples() {
           return Idx{src[i[0]], i[1], i[2]};
         });
       }));
+
+  // ---- as_strided / as_strided_scatter (each the other's gradient) --------------------------
+  struct Geo {
+    const char* name;
+    Shape base;
+    Idx sizes, strides;
+    int64_t offset;
+  };
+  const Geo geos[] = {
+      {"column", {3, 4}, {3}, {4}, 1},
+      {"block_transposed", {4, 5}, {2, 3}, {1, 5}, 6},
+      {"every_other", {10}, {2, 2}, {2, 4}, 1},
+      {"empty", {3, 4}, {0, 2}, {4, 1}, 0},
+  };
+  // Element positions of a geometry, in the row-major order of its sizes.
+  auto positions = [](const Geo& g) {
+    const Shape sz(g.sizes);
+    std::vector<int64_t> p;
+    for (int64_t i = 0; i < sz.numel(); ++i) {
+      Idx id = unravel(i, sz);
+      int64_t at = g.offset;
+      for (size_t d = 0; d < id.size(); ++d) at += id[d] * g.strides[d];
+      p.push_back(at);
+    }
+    return p;
+  };
+  uint64_t gseed = 60;
+  for (const Geo& g : geos) {
+    const uint64_t sd = gseed++;
+    OpSample a;
+    a.ops = {"as_strided", "as_strided_scatter"};
+    a.name = g.name;
+    a.inputs = [g, sd] { return In{rnd(g.base, sd)}; };
+    a.run = [g](const In& in) { return as_strided(in[0], g.sizes, g.strides, g.offset); };
+    a.reference = [g, positions](const In& in) {
+      auto xv = vals(in[0]);
+      std::vector<double> out;
+      for (int64_t p : positions(g)) out.push_back(xv[static_cast<size_t>(p)]);
+      return from_vals(out, Shape(g.sizes));
+    };
+    a.noncontig_inputs = kNoNoncontig;  // the base must be contiguous
+    v.push_back(std::move(a));
+    OpSample b;
+    b.ops = {"as_strided_scatter", "as_strided"};
+    b.name = g.name;
+    b.inputs = [g, sd] { return In{rnd(g.base, sd + 100), rnd(Shape(g.sizes), sd + 200)}; };
+    b.run = [g](const In& in) {
+      return as_strided_scatter(in[0], in[1], g.sizes, g.strides, g.offset);
+    };
+    b.reference = [g, positions](const In& in) {
+      auto xv = vals(in[0]), sv = vals(in[1]);
+      const auto pos = positions(g);
+      for (size_t i = 0; i < pos.size(); ++i) xv[static_cast<size_t>(pos[i])] = sv[i];
+      return from_vals(xv, g.base);
+    };
+    v.push_back(std::move(b));
+  }
 
   // ---- slice (its gradient is slice_grad) -------------------------------------------------
   v.push_back(one_in(
