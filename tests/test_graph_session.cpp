@@ -80,6 +80,29 @@ TEST(GraphSession, VariablesPersistAndAssign) {
   EXPECT_EQ(s2.run(v).to_vector<float>(), (std::vector<float>{0.f, 0.f}));
 }
 
+// Plans run bound (arena, no re-planning) from their second run: fetching a variable or a
+// constant alone must keep working there, between training steps (the third run of such a plan
+// used to report the variable dead).
+TEST(GraphSession, FetchingAVariableAloneKeepsWorkingAcrossBoundRuns) {
+  Graph g;
+  Tensor w = g.variable("w", tensor(std::vector<double>{1.0, 2.0}));
+  Tensor c = g.constant(tensor(std::vector<double>{5.0}));
+  Tensor step = optim::SGD(0.1).minimize(sum(mul(w, w)));
+  Session s(g);
+  double want = 1.0;
+  for (int k = 0; k < 6; ++k) {
+    s.run(step);
+    want *= 0.8;  // w -= 0.1 * 2w
+    Tensor got = s.run(w);
+    EXPECT_NEAR(got.to_vector<double>()[0], want, 1e-12) << "run " << k;
+    EXPECT_EQ(s.run(c).to_vector<double>(), std::vector<double>{5.0}) << "run " << k;
+    // What run() hands out is a copy: the next step does not change it.
+    s.run(step);
+    EXPECT_NEAR(got.to_vector<double>()[0], want, 1e-12);
+    want *= 0.8;
+  }
+}
+
 TEST(GraphSession, GradientsMatchEager) {
   manual_seed(3);
   Tensor xv = randn({4, 3}), wv = randn({3}), bv = randn({1});

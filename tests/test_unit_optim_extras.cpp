@@ -7,8 +7,10 @@
 #include <numbers>
 #include <optional>
 
+#include "kiln/io/safetensors.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/clip.h"
+#include "kiln/optim/optim.h"
 #include "kiln/optim/schedule.h"
 #include "test_util.h"
 
@@ -371,4 +373,146 @@ TEST(OptimizerProbe, SchedulesRefuseNegativeSteps) {
   expect_error([] { optim::LinearWarmup(3).lr(-5, 1.0); }, "LinearWarmup", {"step", "-5"});
   expect_error([] { optim::StepLR(2).lr(-1, 1.0); }, "StepLR", {"step"});
   expect_error([] { optim::CosineAnnealingLR(2).lr(-1, 1.0); }, "CosineAnnealingLR", {"step"});
+}
+
+// ---- RMSprop ---------------------------------------------------------------------------------
+
+TEST(OptimizerTrajectories, RmspropMatchesPyTorch) {
+  const std::vector<double> a{1.0, 2.0, 0.5}, c{0.3, -1.0, 0.0}, w0{1.0, -0.5, 2.0};
+  for (bool centered : {false, true})
+    for (double mom : {0.0, 0.9})
+      for (double wd : {0.0, 0.05}) {
+        SCOPED_TRACE(str_cat("centered ", centered, " momentum ", mom, " wd ", wd));
+        const double lr = 0.01, alpha = 0.99, eps = 1e-8;
+        Tensor w = param(w0);
+        optim::RMSprop opt({w}, {.lr = lr,
+                                 .alpha = alpha,
+                                 .eps = eps,
+                                 .weight_decay = wd,
+                                 .momentum = mom,
+                                 .centered = centered});
+        // torch.optim.RMSprop (_single_tensor_rmsprop), written out.
+        std::vector<double> p = w0, sq(3), ga(3), buf(3);
+        std::vector<std::vector<double>> want;
+        for (int s = 0; s < 4; ++s) {
+          for (size_t i = 0; i < 3; ++i) {
+            const double g = a[i] * p[i] + c[i] + wd * p[i];
+            sq[i] = alpha * sq[i] + (1 - alpha) * g * g;
+            double avg;
+            if (centered) {
+              ga[i] = alpha * ga[i] + (1 - alpha) * g;
+              avg = std::sqrt(sq[i] - ga[i] * ga[i]) + eps;
+            } else {
+              avg = std::sqrt(sq[i]) + eps;
+            }
+            if (mom > 0) {
+              buf[i] = mom * buf[i] + g / avg;
+              p[i] -= lr * buf[i];
+            } else {
+              p[i] -= lr * g / avg;
+            }
+          }
+          want.push_back(p);
+        }
+        expect_traj(run(w, opt, a, c, 4), want);
+      }
+  EXPECT_THROW(optim::RMSprop({param({1})}, {.alpha = 1.0}), Error);
+  EXPECT_THROW(optim::RMSprop({param({1})}, {.momentum = -0.1}), Error);
+  EXPECT_THROW(optim::RMSprop({param({1})}, {.eps = NAN}), Error);
+}
+
+// The graph form (minimize) takes the same steps as the eager one.
+TEST(OptimizerTrajectories, RmspropGraphMatchesEager) {
+  const std::vector<double> w0{1.0, -0.5, 2.0};
+  Tensor we = param(w0);
+  optim::RMSprop eopt({we}, {.lr = 0.05, .momentum = 0.5, .centered = true});
+  auto eager = run(we, eopt, {1.0, 2.0, 0.5}, {0.3, -1.0, 0.0}, 3);
+  Graph g;
+  Tensor w = g.variable("w", tensor(w0));
+  Tensor loss = sum(add(mul(mul(mul(w, w), tensor(std::vector<double>{1.0, 2.0, 0.5})), 0.5),
+                        mul(tensor(std::vector<double>{0.3, -1.0, 0.0}), w)));
+  Tensor step = optim::RMSprop({.lr = 0.05, .momentum = 0.5, .centered = true}).minimize(loss);
+  Session s(g);
+  for (int k = 0; k < 3; ++k) {
+    s.run(step);
+    const auto got = s.run(w).to_vector<double>();
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(got[i], eager[static_cast<size_t>(k)][i], 1e-12);
+  }
+}
+
+// ---- optimizer state -------------------------------------------------------------------------
+
+// Resuming from a saved state (through a safetensors file) continues the same trajectory as
+// never stopping; bad states raise and change nothing.
+TEST(OptimizerState, SaveLoadResumesTheTrajectory) {
+  const std::vector<double> a{1.0, 2.0, 0.5}, c{0.3, -1.0, 0.0}, w0{1.0, -0.5, 2.0};
+  Tensor wa = param(w0);
+  optim::AdamW full({wa}, {.lr = 0.1});
+  auto straight = run(wa, full, a, c, 5);
+
+  Tensor wb = param(w0);
+  optim::AdamW first({wb}, {.lr = 0.1});
+  EXPECT_EQ(first.state_dict().size(), 2u);  // step and lr only before the first step
+  run(wb, first, a, c, 2);
+  const optim::OptimizerState st = first.state_dict();
+  ASSERT_EQ(st.size(), 4u);
+  EXPECT_EQ(st[0].first, "step");
+  EXPECT_EQ(st[0].second.item<double>(), 2.0);
+  EXPECT_EQ(st[2].first, "state.0.m");
+  EXPECT_EQ(st[3].first, "state.0.v");
+  const std::string path = ::testing::TempDir() + "/kiln_optim_state.safetensors";
+  io::save_safetensors(path, st);
+
+  Tensor wc = param(wb.to_vector<double>());
+  optim::AdamW resumed({wc}, {.lr = 0.5});  // lr comes from the state
+  resumed.load_state_dict(io::load_safetensors(path));
+  EXPECT_EQ(resumed.lr(), 0.1);
+  auto rest = run(wc, resumed, a, c, 3);
+  expect_traj(rest, {straight[2], straight[3], straight[4]});
+
+  // Bad states: wrong slot shape, a missing slot, an unknown entry, a negative step. Each
+  // raises naming the problem, and the optimizer keeps its state.
+  Tensor wd = param(w0);
+  optim::AdamW victim({wd}, {.lr = 0.1});
+  run(wd, victim, a, c, 1);
+  const optim::OptimizerState before = victim.state_dict();
+  auto with = [&](const std::string& name, const Tensor& t) {
+    optim::OptimizerState s = st;
+    for (auto& [n, v] : s)
+      if (n == name) v = t;
+    return s;
+  };
+  kiln_test::expect_error([&] { victim.load_state_dict(with("state.0.m", zeros({2}, Float64))); },
+                          "load_state_dict", {"state.0.m", "[3]", "[2]"});
+  optim::OptimizerState missing(st.begin(), st.end() - 1);
+  kiln_test::expect_error([&] { victim.load_state_dict(missing); }, "load_state_dict",
+                          {"state.0.v"});
+  optim::OptimizerState extra = st;
+  extra.emplace_back("momentum", zeros({3}, Float64));
+  kiln_test::expect_error([&] { victim.load_state_dict(extra); }, "load_state_dict", {"momentum"});
+  kiln_test::expect_error(
+      [&] { victim.load_state_dict(with("step", scalar_tensor(-1.0, Float64))); },
+      "load_state_dict", {"step"});
+  const optim::OptimizerState after = victim.state_dict();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i)
+    EXPECT_EQ(after[i].second.to_vector<double>(), before[i].second.to_vector<double>())
+        << after[i].first;
+  // SGD without momentum has no slots: step and lr only.
+  Tensor ws = param(w0);
+  optim::SGD sgd({ws}, {.lr = 0.1});
+  run(ws, sgd, a, c, 1);
+  EXPECT_EQ(sgd.state_dict().size(), 2u);
+  sgd.load_state_dict(sgd.state_dict());
+}
+
+// copy_ into a plain tensor from one with history joins the graph (it used to copy values only
+// and drop the gradient).
+TEST(InPlaceCopy, CopyIntoAPlainTensorRecords) {
+  Tensor w = param({1.0, 2.0});
+  Tensor buf = zeros({2}, Float64);
+  buf.copy_(mul(w, 3.0));
+  EXPECT_TRUE(buf.requires_grad());
+  sum(buf).backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), std::vector<double>({3.0, 3.0}));
 }

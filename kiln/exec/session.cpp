@@ -441,8 +441,14 @@ void Session::bind(Plan& p) {
     return s;
   };
   for (int f : p.fetch_slots) {
-    b.fresh[static_cast<size_t>(f)] = 1;
-    b.fresh[static_cast<size_t>(root(f))] = 1;
+    // Fetched results get buffers of their own (the caller keeps them); a fetched variable or
+    // constant is the Session's own tensor, copied out by run() and kept in its slot (marking
+    // it fresh dropped it after the first bound run: the third run of a plan fetching a
+    // variable reported it dead).
+    if (def[static_cast<size_t>(root(f))] >= 0) {
+      b.fresh[static_cast<size_t>(f)] = 1;
+      b.fresh[static_cast<size_t>(root(f))] = 1;
+    }
     last[static_cast<size_t>(f)] = static_cast<int>(S);
   }
   // A view keeps the buffer it aliases alive until its own last use.

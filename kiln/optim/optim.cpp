@@ -64,6 +64,72 @@ void Optimizer::step() {
 
 bool Optimizer::fused_update(Tensor&, const Tensor&, std::vector<Tensor>&, double) { return false; }
 
+OptimizerState Optimizer::state_dict() const {
+  OptimizerState s;
+  s.emplace_back("step", step_.defined() ? step_.clone() : scalar_tensor(0.0, Float64));
+  s.emplace_back("lr", scalar_tensor(lr(), Float64));
+  const std::vector<std::string> names = slot_names();
+  for (size_t i = 0; i < slots_.size(); ++i)
+    for (size_t k = 0; k < slots_[i].size(); ++k)
+      s.emplace_back("state." + std::to_string(i) + "." + names[k], slots_[i][k].clone());
+  return s;
+}
+
+void Optimizer::load_state_dict(const OptimizerState& state) {
+  const char* op = "load_state_dict";
+  if (params_.empty()) fail(op, "the graph form keeps its state in graph variables");
+  const std::vector<std::string> names = slot_names();
+  Tensor step, lr_t;
+  std::vector<std::vector<Tensor>> slots;
+  size_t expected = 2;
+  auto scalar = [&](const std::string& name, const Tensor& t) {
+    if (!t.defined() || !t.is_concrete() || t.numel() != 1 || !is_floating(t.dtype()))
+      fail(op, "'", name, "' must be a floating scalar, got ",
+           t.defined() ? t.shape().str() : std::string("an undefined tensor"));
+    return t.to(Float64).reshape({});
+  };
+  for (const auto& [name, t] : state) {
+    if (name == "step") {
+      step = scalar(name, t);
+    } else if (name == "lr") {
+      lr_t = scalar(name, t);
+    } else if (name.rfind("state.", 0) != 0) {
+      fail(op, "unexpected entry '", name, "' (this optimizer has step, lr and state.<i>.<slot>)");
+    }
+  }
+  if (!step.defined() || !lr_t.defined()) fail(op, "the state needs 'step' and 'lr'");
+  const double steps = step.item<double>(), lr_v = lr_t.item<double>();
+  if (!(steps >= 0) || steps != std::floor(steps))
+    fail(op, "'step' must be a whole number >= 0, got ", steps);
+  check_lr(op, lr_v);
+  if (steps > 0) {
+    slots.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i)
+      for (const auto& sn : names) {
+        const std::string key = "state." + std::to_string(i) + "." + sn;
+        const Tensor* found = nullptr;
+        for (const auto& [name, t] : state)
+          if (name == key) found = &t;
+        if (!found) fail(op, "missing '", key, "'");
+        const Tensor& t = *found;
+        if (!t.defined() || !t.is_concrete() || t.shape() != params_[i].shape() ||
+            t.dtype() != params_[i].dtype())
+          fail(op, "'", key, "' must be ", params_[i].dtype(), params_[i].shape(),
+               " like parameter ", i, ", got ",
+               t.defined() ? str_cat(t.dtype(), t.shape()) : std::string("an undefined tensor"));
+        slots[i].push_back(t.detach().clone());
+        ++expected;
+      }
+  }
+  if (state.size() != expected)
+    fail(op, "the state has ", state.size(), " entries, this optimizer (", params_.size(),
+         " parameters, slots ", names.size(), ", step ", steps, ") expects ", expected);
+  // All checked: take it.
+  set_lr(lr_v);
+  slots_ = std::move(slots);
+  step_ = steps > 0 ? scalar_tensor(steps, Float64) : Tensor();
+}
+
 bool Optimizer::fused_ok(const Tensor& p, const Tensor& g, const std::vector<Tensor>& slots) {
   auto fits = [&](const Tensor& t) {
     return t.is_concrete() && t.dtype() == p.dtype() && t.shape() == p.shape() &&
@@ -224,5 +290,55 @@ AdamOptions adamw_options(AdamOptions opts) {
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions opts)
     : Adam(std::move(params), adamw_options(opts), "AdamW", false) {}
 AdamW::AdamW(AdamOptions opts) : Adam({}, adamw_options(opts), "AdamW", true) {}
+
+}  // namespace kiln::optim
+
+// ---- RMSprop --------------------------------------------------------------------------------
+
+namespace kiln::optim {
+
+RMSpropOptions RMSprop::checked(RMSpropOptions opts) {
+  check_lr("RMSprop", opts.lr);
+  if (!(opts.alpha >= 0 && opts.alpha < 1))
+    fail("RMSprop", "alpha must be in [0, 1), got ", opts.alpha);
+  if (!(opts.eps >= 0)) fail("RMSprop", "eps must be >= 0, got ", opts.eps);
+  if (!(opts.momentum >= 0)) fail("RMSprop", "momentum must be >= 0, got ", opts.momentum);
+  if (!(opts.weight_decay >= 0))
+    fail("RMSprop", "weight_decay must be >= 0, got ", opts.weight_decay);
+  return opts;
+}
+
+RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions opts)
+    : Optimizer(std::move(params), "RMSprop", false), opts_(checked(opts)) {}
+RMSprop::RMSprop(RMSpropOptions opts) : Optimizer({}, "RMSprop", true), opts_(checked(opts)) {}
+
+std::vector<std::string> RMSprop::slot_names() const {
+  std::vector<std::string> n{"square_avg"};
+  if (opts_.momentum > 0) n.push_back("momentum_buffer");
+  if (opts_.centered) n.push_back("grad_avg");
+  return n;
+}
+
+// torch.optim.RMSprop: g' = g + wd p;  s = alpha s + (1 - alpha) g'^2;  centered: a = alpha a +
+// (1 - alpha) g', d = sqrt(s - a^2) + eps, else d = sqrt(s) + eps;  momentum: b = mu b + g'/d,
+// p -= lr b;  else p -= lr g'/d.
+Tensor RMSprop::update(const Tensor& p, const Tensor& g0, std::vector<Tensor>& slots,
+                       const Tensor&) {
+  const auto& o = opts_;
+  const Tensor g = o.weight_decay != 0 ? add(g0, mul(p, o.weight_decay)) : g0;
+  slots[0] = add(mul(slots[0], o.alpha), mul(mul(g, g), 1 - o.alpha));
+  Tensor var = slots[0];
+  if (o.centered) {
+    const size_t k = o.momentum > 0 ? 2 : 1;
+    slots[k] = add(mul(slots[k], o.alpha), mul(g, 1 - o.alpha));
+    var = sub(var, mul(slots[k], slots[k]));
+  }
+  const Tensor step = div(g, add(sqrt(var), o.eps));
+  if (o.momentum > 0) {
+    slots[1] = add(mul(slots[1], o.momentum), step);
+    return sub(p, mul(slots[1], o.lr));
+  }
+  return sub(p, mul(step, o.lr));
+}
 
 }  // namespace kiln::optim

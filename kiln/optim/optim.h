@@ -29,7 +29,20 @@ struct AdamOptions {
   bool decoupled = false;
 };
 
-/// Common parts: parameter list, zero_grad, and the graph-mode driver.
+struct RMSpropOptions {
+  double lr = 0.01;
+  double alpha = 0.99;  ///< decay of the squared-gradient average
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0;
+  /// Normalize by the gradient's estimated variance (mean of g^2 minus the squared mean of g).
+  bool centered = false;
+};
+
+/// Ordered name -> tensor pairs of an optimizer's state (see Optimizer::state_dict).
+using OptimizerState = std::vector<std::pair<std::string, Tensor>>;
+
+/// Common parts: parameter list, zero_grad, state, and the graph-mode driver.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -47,6 +60,15 @@ class Optimizer {
   virtual double lr() const = 0;
   /// Raises kiln::Error unless lr >= 0 (NaN included).
   virtual void set_lr(double lr) = 0;
+  /// Eager state to resume training from (torch.optim's state_dict, flattened): "step" (float64
+  /// scalar, the steps taken), "lr" (float64 scalar) and "state.<i>.<slot>" per parameter i
+  /// (e.g. "state.0.m", "state.0.v" for Adam). Copies: later steps do not change them. Empty
+  /// slots before the first step, as torch. Saved with io::save_safetensors like a model's.
+  OptimizerState state_dict() const;
+  /// Restores what state_dict() gave, for the same parameters in the same order (each slot's
+  /// shape and dtype must match its parameter's, and names must be exactly this optimizer's);
+  /// on any mismatch raises kiln::Error and changes nothing.
+  void load_state_dict(const OptimizerState& state);
 
  protected:
   /// Eager form (graph = false): `params` must be non-empty (as torch.optim), each a concrete
@@ -125,6 +147,28 @@ class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, AdamOptions opts);
   explicit AdamW(AdamOptions opts);
+};
+
+/// torch.optim.RMSprop: divides the gradient by a running root mean square of recent gradients
+/// (optionally centered), with optional momentum and L2 weight decay.
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<Tensor> params, RMSpropOptions opts);
+  explicit RMSprop(RMSpropOptions opts);
+  double lr() const override { return opts_.lr; }
+  void set_lr(double lr) override {
+    check_lr("RMSprop", lr);
+    opts_.lr = lr;
+  }
+
+ protected:
+  Tensor update(const Tensor& p, const Tensor& g, std::vector<Tensor>& slots,
+                const Tensor& step) override;
+  std::vector<std::string> slot_names() const override;
+
+ private:
+  static RMSpropOptions checked(RMSpropOptions opts);
+  RMSpropOptions opts_;
 };
 
 }  // namespace kiln::optim
