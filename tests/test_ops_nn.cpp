@@ -1,4 +1,5 @@
-// Behaviour of the nn and indexing ops beyond the registry samples: batch_norm running
+// Behaviour of the nn and indexing ops beyond the registry samples (and of conv1d, pad and
+// adaptive_avg_pool2d, composed of registry ops): batch_norm running
 // statistics, cross_entropy reductions with ignore_index, numerical stability, large inputs on
 // the multithreaded paths, dropout reproducibility, and bad inputs raising kiln::Error.
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -566,3 +568,104 @@ TEST(NnBadInput, SoftmaxCorrectAfterFailedNnOps) {
 }
 
 }  // namespace
+
+// ---- conv1d, pad, adaptive_avg_pool2d (compositions of registry ops) --------------------------
+
+TEST(Conv1d, MatchesTheDefinitionAndDifferentiates) {
+  manual_seed(21);
+  // N 2, C 4 in 2 groups, L 9, O 6, K 3, stride 2, padding 1, dilation 2.
+  const int64_t N = 2, C = 4, L = 9, O = 6, K = 3, G = 2, s = 2, p = 1, d = 2;
+  Tensor x = randn({N, C, L}, Float64), w = randn({O, C / G, K}, Float64), b = randn({O}, Float64);
+  Tensor y = conv1d(x, w, b, s, p, d, G);
+  const int64_t Lo = (L + 2 * p - d * (K - 1) - 1) / s + 1;
+  ASSERT_EQ(y.shape(), Shape({N, O, Lo}));
+  auto xv = v64(x), wv = v64(w), bv = v64(b), yv = v64(y);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t t = 0; t < Lo; ++t) {
+        double acc = bv[static_cast<size_t>(o)];
+        const int64_t g = o / (O / G);
+        for (int64_t c = 0; c < C / G; ++c)
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t at = t * s - p + k * d;
+            if (at < 0 || at >= L) continue;
+            acc += xv[static_cast<size_t>((n * C + g * (C / G) + c) * L + at)] *
+                   wv[static_cast<size_t>((o * (C / G) + c) * K + k)];
+          }
+        EXPECT_NEAR(yv[static_cast<size_t>((n * O + o) * Lo + t)], acc, 1e-12);
+      }
+  GradcheckResult r = gradcheck(
+      [&](const std::vector<Tensor>& in) { return conv1d(in[0], in[1], in[2], s, p, d, G); },
+      {x, w, b});
+  EXPECT_TRUE(r.ok) << r.message;
+  // Unbatched input, and the module.
+  EXPECT_EQ(conv1d(x.select(0, 1), w, b, s, p, d, G).to_vector<double>(),
+            y.select(0, 1).contiguous().to_vector<double>());
+  nn::Conv1d m(4, 6, 3, {.padding = 1});
+  EXPECT_EQ(m(randn({2, 4, 9})).shape(), Shape({2, 6, 9}));
+  expect_error([&] { m(randn({2, 5, 9})); }, {"[Conv1d]", "[2, 5, 9]"});
+  expect_error([&] { conv1d(x, randn({6, 2, 3, 1}, Float64)); }, {"[conv1d]", "[6, 2, 3, 1]"});
+  expect_error([&] { conv1d(randn({2, 4, 9, 1}, Float64), w); }, {"[conv1d]", "[2, 4, 9, 1]"});
+  expect_error([] { nn::Conv1d(4, 6, 3, {.groups = 4}); }, {"[Conv1d]", "groups"});
+}
+
+TEST(Pad, ConstantPaddingAndCroppingAsTorch) {
+  Tensor x = tensor(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  // Last dim: 1 left, 2 right; first dim: 1 top, 0 bottom; filled with -1.
+  Tensor y = pad(x, {1, 2, 1, 0}, -1.0);
+  ASSERT_EQ(y.shape(), Shape({3, 6}));
+  EXPECT_EQ(v64(y), (std::vector<double>{-1, -1, -1, -1, -1, -1,  //
+                                         -1, 1, 2, 3, -1, -1,     //
+                                         -1, 4, 5, 6, -1, -1}));
+  // Negative amounts crop; mixed with padding.
+  EXPECT_EQ(v64(pad(x, {-1, 1})), (std::vector<double>{2, 3, 0, 5, 6, 0}));
+  EXPECT_EQ(v64(pad(x, {0, -2, -1, 0})), (std::vector<double>{4}));
+  // Gradient: the inner region of the output's gradient.
+  Tensor xg = randn({2, 3, 4}, Float64);
+  GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return pad(in[0], {2, 1, 0, 3}, 0.5);
+      },
+      {xg});
+  EXPECT_TRUE(r.ok) << r.message;
+  GradcheckResult r2 = gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return pad(in[0].t(), {1, -1});
+      },
+      {x});
+  EXPECT_TRUE(r2.ok) << r2.message;
+  expect_error([&] { pad(x, {1}); }, {"[pad]", "pairs"});
+  expect_error([&] { pad(x, {1, 1, 1, 1, 1, 1}); }, {"[pad]", "[2, 3]"});
+  expect_error([&] { pad(x, {-2, -2}); }, {"[pad]", "below 0"});
+}
+
+TEST(AdaptiveAvgPool2d, TorchBinsDivisibleOrNot) {
+  manual_seed(22);
+  Tensor x = randn({2, 3, 5, 7}, Float64);
+  for (std::vector<int64_t> o : {std::vector<int64_t>{3, 4}, {1, 1}, {5, 7}, {2, 3}}) {
+    SCOPED_TRACE(str_cat(o[0], "x", o[1]));
+    Tensor y = adaptive_avg_pool2d(x, o);
+    ASSERT_EQ(y.shape(), Shape({2, 3, o[0], o[1]}));
+    auto xv = v64(x), yv = v64(y);
+    for (int64_t nc = 0; nc < 6; ++nc)
+      for (int64_t i = 0; i < o[0]; ++i)
+        for (int64_t j = 0; j < o[1]; ++j) {
+          const int64_t h0 = i * 5 / o[0], h1 = ((i + 1) * 5 + o[0] - 1) / o[0];
+          const int64_t w0 = j * 7 / o[1], w1 = ((j + 1) * 7 + o[1] - 1) / o[1];
+          double s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += xv[static_cast<size_t>((nc * 5 + h) * 7 + w)];
+          EXPECT_NEAR(yv[static_cast<size_t>((nc * o[0] + i) * o[1] + j)],
+                      s / static_cast<double>((h1 - h0) * (w1 - w0)), 1e-12);
+        }
+    GradcheckResult r = gradcheck(
+        [o](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], o); }, {x});
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+  // Divisible sizes take one avg_pool2d; [C, H, W] input; the module.
+  EXPECT_EQ(adaptive_avg_pool2d(randn({1, 2, 6, 4}), {3, 2}).shape(), Shape({1, 2, 3, 2}));
+  EXPECT_EQ(adaptive_avg_pool2d(randn({2, 6, 4}), {1}).shape(), Shape({2, 1, 1}));
+  EXPECT_EQ(nn::AdaptiveAvgPool2d({1})(randn({4, 8, 3, 3})).shape(), Shape({4, 8, 1, 1}));
+  expect_error([&] { adaptive_avg_pool2d(x, {0, 2}); }, {"[adaptive_avg_pool2d]", "positive"});
+  expect_error([&] { adaptive_avg_pool2d(randn({5, 7}), {2}); }, {"[adaptive_avg_pool2d]"});
+}

@@ -138,7 +138,53 @@ Tensor Conv2d::forward(const Tensor& x) {
   });
 }
 
+// ---- Conv1d ---------------------------------------------------------------------------------
+
+Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions opts)
+    : in_(in_channels), out_(out_channels), opts_(opts) {
+  require_positive("Conv1d", "in_channels", in_channels);
+  require_positive("Conv1d", "out_channels", out_channels);
+  require_positive("Conv1d", "kernel_size", kernel_size);
+  require_positive("Conv1d", "stride", opts_.stride);
+  require_positive("Conv1d", "dilation", opts_.dilation);
+  require_positive("Conv1d", "groups", opts_.groups);
+  if (opts_.padding < 0) fail("Conv1d", "padding must be >= 0, got ", opts_.padding);
+  if (in_ % opts_.groups != 0 || out_ % opts_.groups != 0)
+    fail("Conv1d", "groups = ", opts_.groups, " must divide in_channels = ", in_,
+         " and out_channels = ", out_);
+  constexpr int64_t kLimit = opu::kMaxWindowParam;
+  if (opts_.padding > kLimit || opts_.dilation > kLimit || kernel_size > kLimit ||
+      opts_.stride > kLimit)
+    fail("Conv1d", "kernel_size ", kernel_size, ", stride ", opts_.stride, ", padding ",
+         opts_.padding, " and dilation ", opts_.dilation, " must each be at most 2^30");
+  weight_ = empty({out_, in_ / opts_.groups, kernel_size});
+  if (opts_.bias) bias_ = empty({out_});
+  default_init(weight_, opts_.bias ? &bias_ : nullptr);
+  register_parameter("weight", &weight_);
+  if (opts_.bias) register_parameter("bias", &bias_);
+}
+
+Tensor Conv1d::forward(const Tensor& x) {
+  require_defined("Conv1d", x);
+  if (x.dim() != 2 && x.dim() != 3)
+    fail("Conv1d", "expects input [N, C, L] or [C, L], got shape ", x.shape());
+  if (!dim_is(x.size(x.dim() - 2), in_))
+    fail("Conv1d", "expects ", in_, " input channels, got input shape ", x.shape(),
+         " (weight shape ", weight_.shape(), ")");
+  require_dtype("Conv1d", x, weight_);
+  return conv1d(x, weight_, bias_, opts_.stride, opts_.padding, opts_.dilation, opts_.groups);
+}
+
 // ---- pooling --------------------------------------------------------------------------------
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(std::vector<int64_t> output_size) {
+  size_ = pair_of("AdaptiveAvgPool2d", "output_size", std::move(output_size), 1);
+}
+
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  require_image("AdaptiveAvgPool2d", x);
+  return adaptive_avg_pool2d(x, size_);
+}
 
 MaxPool2d::MaxPool2d(std::vector<int64_t> kernel_size, std::vector<int64_t> stride,
                      std::vector<int64_t> padding) {

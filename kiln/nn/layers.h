@@ -56,6 +56,41 @@ class Conv2d : public Layer {
   Tensor weight_, bias_;
 };
 
+struct Conv1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// 1-D convolution over [N, C, L] (or unbatched [C, L]); weight [out, in/groups, kernel],
+/// PyTorch's default initialization.
+class Conv1d : public Layer {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions opts = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv1d"; }
+  Tensor& weight() { return weight_; }
+  Tensor& bias() { return bias_; }
+
+ private:
+  int64_t in_, out_;
+  Conv1dOptions opts_;
+  Tensor weight_, bias_;
+};
+
+/// Average pooling of [N, C, H, W] or [C, H, W] to a fixed output size (1 or 2 values).
+class AdaptiveAvgPool2d : public Layer {
+ public:
+  explicit AdaptiveAvgPool2d(std::vector<int64_t> output_size);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+
+ private:
+  std::vector<int64_t> size_;
+};
+
 /// Max pooling over [N, C, H, W] or [C, H, W]; stride defaults to the kernel.
 class MaxPool2d : public Layer {
  public:

@@ -460,4 +460,22 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
   return add(y, reshape(b, Shape{1, b.size(0), 1, 1}));
 }
 
+// conv1d is conv2d over a height of 1: x [N, C, L] -> [N, C, 1, L], w [O, C/g, K] -> [O, C/g,
+// 1, K]; the views cost nothing and the gradients come through conv2d's.
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups) {
+  if (!x.defined() || !w.defined()) fail("conv1d", "input and weight must be defined tensors");
+  if (w.dim() != 3)
+    fail("conv1d", "weight must be 3-D [out, in/groups, kernel], got shape ", w.shape(),
+         " (input shape ", x.shape(), ")");
+  if (x.dim() == 2)  // unbatched [C, L], as torch
+    return squeeze(conv1d(unsqueeze(x, 0), w, b, stride, padding, dilation, groups), 0);
+  if (x.dim() != 3)
+    fail("conv1d", "input must be 3-D [N, C, L] (or 2-D [C, L]), got shape ", x.shape(),
+         " (weight shape ", w.shape(), ")");
+  return squeeze(
+      conv2d(unsqueeze(x, 2), unsqueeze(w, 2), b, {1, stride}, {0, padding}, {1, dilation}, groups),
+      2);
+}
+
 }  // namespace kiln

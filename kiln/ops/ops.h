@@ -123,6 +123,9 @@ Tensor clone(const Tensor& a);
 Tensor cast(const Tensor& a, DType dtype);
 /// Same data, no gradient flows back (stop_gradient).
 Tensor detach(const Tensor& a);
+/// Constant padding, torch.nn.functional.pad's order: {left, right} of the last dim, then
+/// {top, bottom} of the one before, ...; negative amounts crop.
+Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, double value = 0.0);
 /// A view of contiguous `a` with the given sizes and element strides, starting `offset`
 /// elements after a's first (torch.as_strided with the offset relative to a). Positions must
 /// not overlap (no stride-0 repeats): the gradient is a scatter.
@@ -179,6 +182,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
               std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
               std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+/// x [N, C, L] (or [C, L]), w [O, C/groups, K]: conv2d over a height of 1.
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+/// Average pooling to a fixed output size (torch's bins: output i covers
+/// [floor(i L / n), ceil((i + 1) L / n))); {1, 1} is global average pooling.
+Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size);
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0});
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},

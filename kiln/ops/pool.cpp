@@ -522,6 +522,32 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
   });
 }
 
+// torch's bins: output i of n over a length L averages [floor(i L / n), ceil((i + 1) L / n)).
+// The bins of a rectangle are products of row and column ranges, so averaging over rows, then
+// columns, is the rectangle's mean. Equal bins (L divisible by n) are one avg_pool2d.
+Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size) {
+  const char* op = "adaptive_avg_pool2d";
+  Ints o = pair2(op, "output_size", output_size);
+  if (o[0] <= 0 || o[1] <= 0) fail(op, "output_size must be positive, got ", Shape(o));
+  return pool_call(op, x, [&](const Tensor& x4) {
+    if (!is_floating(x4.dtype()))
+      fail(op, "input must be floating point, got ", x4.dtype(), x4.shape());
+    const int64_t H = x4.size(2), W = x4.size(3);
+    if (H < 0 || W < 0) fail(op, "needs static H and W, got shape ", x4.shape());
+    if (H == 0 || W == 0) fail(op, "input has an empty spatial dim: shape ", x4.shape());
+    if (H % o[0] == 0 && W % o[1] == 0) return avg_pool2d(x4, {H / o[0], W / o[1]});
+    auto bins = [](const Tensor& t, int64_t dim, int64_t len, int64_t n) {
+      std::vector<Tensor> parts;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t b = i * len / n, e = ((i + 1) * len + n - 1) / n;
+        parts.push_back(mean(slice(t, dim, b, e), {dim}, true));
+      }
+      return cat(parts, dim);
+    };
+    return bins(bins(x4, 2, H, o[0]), 3, W, o[1]);
+  });
+}
+
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                   std::vector<int64_t> padding) {
   Ints k = pair2("avg_pool2d", "kernel", kernel);

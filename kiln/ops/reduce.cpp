@@ -51,6 +51,26 @@ RedDims red_dims(const Shape& s, const std::vector<int64_t>& dims_in, bool keepd
 
 std::vector<int64_t> dims_attr(const Attrs& a) { return a.ints(0); }
 
+// x with the reduced dims moved last and made contiguous (x itself when they already are):
+// [kept..., reduced...] rows for kernels that make several passes over each group.
+Tensor reduced_last(const Tensor& x, const RedDims& rd) {
+  const int64_t rank = x.dim(), nr = static_cast<int64_t>(rd.dims.size());
+  bool trailing = true;
+  for (int64_t i = 0; i < nr; ++i) trailing = trailing && rd.dims[i] == rank - nr + i;
+  if (trailing && x.is_contiguous()) return x;
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!std::binary_search(rd.dims.begin(), rd.dims.end(), d)) perm.push_back(d);
+  for (auto d : rd.dims) perm.push_back(d);
+  Shape ps;
+  Strides pst;
+  for (auto d : perm) {
+    ps.push_back(x.shape()[d]);
+    pst.push_back(x.strides()[d]);
+  }
+  return raw_contiguous_copy(make_view(x, ps, pst, x.offset()));
+}
+
 // Reduces x over rd.dims into out (contiguous, out numel = product of kept dims).
 template <typename T>
 void reduce_into(const Tensor& x, const RedDims& rd, T* out, cpu::RedKind k) {
@@ -95,17 +115,7 @@ void reduce_into(const Tensor& x, const RedDims& rd, T* out, cpu::RedKind k) {
     cpu::reduce_rows<T>(x.data_ptr<T>(), part.data(), A * kept, B, k);
     cpu::reduce_cols<T>(part.data(), out, A, kept, k);
   } else {
-    std::vector<int64_t> perm;
-    for (int64_t d = 0; d < rank; ++d)
-      if (!std::binary_search(rd.dims.begin(), rd.dims.end(), d)) perm.push_back(d);
-    for (auto d : rd.dims) perm.push_back(d);
-    Shape ps;
-    Strides pst;
-    for (auto d : perm) {
-      ps.push_back(x.shape()[d]);
-      pst.push_back(x.strides()[d]);
-    }
-    Tensor c = raw_contiguous_copy(make_view(x, ps, pst, x.offset()));
+    Tensor c = reduced_last(x, rd);
     cpu::reduce_rows<T>(c.data_ptr<T>(), out, kept, red, k);
   }
 }
@@ -265,26 +275,6 @@ const OpDef& kVar =
                       sub(sum(ones_like(x), rd.dims, true), static_cast<double>(c.attrs.i(2)));
                   return TensorList{div(mul(mul(sub(x, m), g), 2.0), denom)};
                 }});
-
-// x with the reduced dims moved last and made contiguous (x itself when they already are):
-// [kept..., reduced...] rows for kernels that make several passes over each group.
-Tensor reduced_last(const Tensor& x, const RedDims& rd) {
-  const int64_t rank = x.dim(), nr = static_cast<int64_t>(rd.dims.size());
-  bool trailing = true;
-  for (int64_t i = 0; i < nr; ++i) trailing = trailing && rd.dims[i] == rank - nr + i;
-  if (trailing && x.is_contiguous()) return x;
-  std::vector<int64_t> perm;
-  for (int64_t d = 0; d < rank; ++d)
-    if (!std::binary_search(rd.dims.begin(), rd.dims.end(), d)) perm.push_back(d);
-  for (auto d : rd.dims) perm.push_back(d);
-  Shape ps;
-  Strides pst;
-  for (auto d : perm) {
-    ps.push_back(x.shape()[d]);
-    pst.push_back(x.strides()[d]);
-  }
-  return raw_contiguous_copy(make_view(x, ps, pst, x.offset()));
-}
 
 // log(sum(exp(x))) = m + log(sum(exp(x - m))) with m the group's max: no overflow, and rows of
 // -inf (all masked) give -inf, as torch. An empty group sums to 0: -inf.

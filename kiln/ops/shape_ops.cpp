@@ -744,6 +744,46 @@ Tensor cast(const Tensor& a, DType t) {
   return call1(kCast, {a}, {static_cast<int64_t>(t)});
 }
 Tensor detach(const Tensor& a) { return call1(kDetach, {a}); }
+// torch.nn.functional.pad (constant mode): negative amounts crop (slices), positive ones place
+// the tensor inside a filled one (as_strided_scatter, so the gradient is the inner region).
+Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, double value) {
+  const char* op = "pad";
+  if (!a.defined()) fail(op, "input is undefined");
+  if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size()) > 2 * a.dim())
+    fail(op, "pads must be pairs (last dim first), at most 2 per dim: got ", ints_str(pads),
+         " for shape ", a.shape());
+  const int64_t n = static_cast<int64_t>(pads.size()) / 2;
+  Tensor x = a;
+  Shape out = a.shape();
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t d = a.dim() - 1 - k;
+    const int64_t lo = pads[static_cast<size_t>(2 * k)], hi = pads[static_cast<size_t>(2 * k + 1)];
+    const int64_t len = a.size(d);
+    if (len < 0) fail(op, "needs static sizes in the padded dims, got shape ", a.shape());
+    constexpr int64_t kLimit = int64_t(1) << 40;
+    if (lo > kLimit || hi > kLimit || lo < -kLimit || hi < -kLimit)
+      fail(op, "pad amounts must be within 2^40, got ", ints_str(pads));
+    if (len + lo + hi < 0)
+      fail(op, "pads ", ints_str(pads), " crop dim ", d, " of shape ", a.shape(), " below 0");
+    if (lo < 0 || hi < 0)
+      x = slice(x, d, std::max<int64_t>(0, -lo), len - std::max<int64_t>(0, -hi));
+    out[d] = len + lo + hi;
+  }
+  bool grow = false;
+  for (int64_t k = 0; k < 2 * n; ++k) grow = grow || pads[static_cast<size_t>(k)] > 0;
+  if (!grow) return x.is_same(a) ? clone(a) : x;
+  // Where x lands in the row-major elements of the output.
+  std::vector<int64_t> strides(static_cast<size_t>(out.rank()));
+  int64_t st = 1, offset = 0;
+  for (int64_t d = out.rank() - 1; d >= 0; --d) {
+    strides[static_cast<size_t>(d)] = st;
+    const int64_t k = a.dim() - 1 - d;
+    if (k < n) offset += std::max<int64_t>(0, pads[static_cast<size_t>(2 * k)]) * st;
+    st *= out[d];
+  }
+  return as_strided_scatter(full(out, value, a.dtype()), x, x.shape().vec(), strides, offset);
+}
+
 Tensor as_strided(const Tensor& a, const std::vector<int64_t>& sizes,
                   const std::vector<int64_t>& strides, int64_t offset) {
   return call1(kAsStrided, {a}, {sizes, strides, offset});
