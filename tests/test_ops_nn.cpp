@@ -669,3 +669,54 @@ TEST(AdaptiveAvgPool2d, TorchBinsDivisibleOrNot) {
   expect_error([&] { adaptive_avg_pool2d(x, {0, 2}); }, {"[adaptive_avg_pool2d]", "positive"});
   expect_error([&] { adaptive_avg_pool2d(randn({5, 7}), {2}); }, {"[adaptive_avg_pool2d]"});
 }
+
+// ---- flip, roll, repeat, one_hot, std_dev (compositions) --------------------------------------
+
+TEST(ShapeCompositions, FlipRollRepeatAsTorch) {
+  const Tensor x = tensor(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(v64(flip(x, {1})), (std::vector<double>{3, 2, 1, 6, 5, 4}));
+  EXPECT_EQ(v64(flip(x, {0, -1})), (std::vector<double>{6, 5, 4, 3, 2, 1}));
+  EXPECT_EQ(v64(roll(x, 1, 1)), (std::vector<double>{3, 1, 2, 6, 4, 5}));
+  EXPECT_EQ(v64(roll(x, -4, 1)), (std::vector<double>{2, 3, 1, 5, 6, 4}));
+  EXPECT_EQ(v64(roll(x, 3, 0)), (std::vector<double>{4, 5, 6, 1, 2, 3}));
+  const Tensor r = repeat(x, {2, 1, 2});
+  ASSERT_EQ(r.shape(), Shape({2, 2, 6}));
+  EXPECT_EQ(v64(r), (std::vector<double>{1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6,  //
+                                         1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6}));
+  EXPECT_EQ(repeat(x, {0, 3}).shape(), Shape({0, 9}));
+  // Gradients: flip and roll permute it back; repeat sums the copies.
+  const Tensor xg = randn({3, 4}, Float64);
+  for (auto f : std::vector<std::function<Tensor(const Tensor&)>>{
+           [](const Tensor& t) {
+             return flip(t, {0, 1});
+           },
+           [](const Tensor& t) { return roll(t, 2, -1); },
+           [](const Tensor& t) {
+             return repeat(t.t(), {2, 1, 3});
+           }}) {
+    GradcheckResult g = gradcheck([&](const std::vector<Tensor>& in) { return f(in[0]); }, {xg});
+    EXPECT_TRUE(g.ok) << g.message;
+  }
+  expect_error([&] { flip(x, {1, 1}); }, {"[flip]", "twice"});
+  expect_error([&] { flip(x, {2}); }, {"[flip]"});
+  expect_error([&] { roll(x, 1, 3); }, {"[roll]"});
+  expect_error([&] { repeat(x, {2}); }, {"[repeat]", "[2, 3]"});
+  expect_error([&] { repeat(x, {1, -1}); }, {"[repeat]", ">= 0"});
+}
+
+TEST(ShapeCompositions, OneHotAndStdDev) {
+  const Tensor idx = tensor(std::vector<int64_t>{2, 0, 1, 2}, {2, 2});
+  const Tensor oh = one_hot(idx, 3);
+  ASSERT_EQ(oh.shape(), Shape({2, 2, 3}));
+  EXPECT_EQ(oh.dtype(), Int64);
+  EXPECT_EQ(oh.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1}));
+  expect_error([&] { one_hot(idx, 2); }, {"[one_hot]", "[0, 2)", "[0, 2]"});
+  expect_error([&] { one_hot(tensor(std::vector<int64_t>{-1}, {1}), 4); }, {"[one_hot]"});
+  expect_error([&] { one_hot(randn({3}), 4); }, {"[one_hot]", "float32"});
+  // std_dev: Bessel-corrected by default, as torch.std.
+  const Tensor x = tensor(std::vector<double>{1, 2, 3, 4, 6, 8}, {2, 3});
+  // mean 4, squared deviations 9 + 4 + 1 + 0 + 4 + 16 = 34 over 6 - 1.
+  EXPECT_NEAR(std_dev(x).item<double>(), std::sqrt(34.0 / 5), 1e-12);
+  ASSERT_EQ(v64(std_dev(x, {1}, false, 0)).size(), 2u);
+  EXPECT_NEAR(v64(std_dev(x, {1}, false, 0))[1], std::sqrt(8.0 / 3.0), 1e-12);
+}

@@ -645,6 +645,25 @@ std::pair<Tensor, Tensor> sort(const Tensor& a, int64_t dim, bool descending) {
   return {r[0], r[1]};
 }
 
+// A comparison against arange: works on symbolic indices too. Eager indices are checked first
+// (out-of-range ones would give all-zero rows, which torch refuses).
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  if (!indices.defined()) fail("one_hot", "indices are undefined");
+  if (indices.dtype() != Int64 && indices.dtype() != Int32)
+    fail("one_hot", "indices must be int64 or int32, got ", indices.dtype(), indices.shape());
+  if (num_classes <= 0 || num_classes > (int64_t(1) << 40))
+    fail("one_hot", "num_classes must be in [1, 2^40], got ", num_classes);
+  if (indices.is_concrete() && indices.numel() > 0) {
+    const Tensor lo = min(indices), hi = max(indices);
+    const int64_t l = lo.item<int64_t>(), h = hi.item<int64_t>();
+    if (l < 0 || h >= num_classes)
+      fail("one_hot", "indices must lie in [0, ", num_classes, "), got values in [", l, ", ", h,
+           "] (shape ", indices.shape(), ")");
+  }
+  const Tensor classes = arange(0, static_cast<double>(num_classes), 1, indices.dtype());
+  return cast(eq(unsqueeze(indices, -1), classes), Int64);
+}
+
 Tensor tril(const Tensor& a, int64_t diagonal) { return call1(kTril, {a}, {diagonal}); }
 Tensor triu(const Tensor& a, int64_t diagonal) { return call1(kTriu, {a}, {diagonal}); }
 

@@ -142,6 +142,13 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim = 0);
 /// Pieces of the given sizes along dim.
 std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
+/// The order of elements reversed along each of dims (a copy, as torch.flip).
+Tensor flip(const Tensor& a, const std::vector<int64_t>& dims);
+/// Elements shifted by `shift` along dim, wrapping around (torch.roll with one dim).
+Tensor roll(const Tensor& a, int64_t shift, int64_t dim);
+/// torch.Tensor.repeat: the tensor tiled reps[d] times along each dim (extra leading counts add
+/// dims).
+Tensor repeat(const Tensor& a, const std::vector<int64_t>& reps);
 
 // ---- reductions ----------------------------------------------------------------------------
 /// Empty dims: reduce all.
@@ -154,6 +161,9 @@ Tensor var(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim 
            int64_t correction = 1);
 /// Index of the max along dim (int64); dim = nullopt: over the flattened tensor.
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+/// Standard deviation: sqrt(var(a, dims, keepdim, correction)).
+Tensor std_dev(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false,
+               int64_t correction = 1);
 /// log(sum(exp(a))) over dims (empty: all), computed without overflow.
 Tensor logsumexp(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 /// Running sums along dim (integers and bools sum as int64); reverse = true sums from the end.
@@ -220,6 +230,9 @@ Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tens
 /// Out-of-place torch.index_add: a copy of `a` with the slices of `src` along dim added at the
 /// positions `index` (1-D) names; repeated indices accumulate.
 Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+/// int64 indices (any shape) -> indices.shape + [num_classes] of 0/1 (int64), as
+/// torch.nn.functional.one_hot; indices must lie in [0, num_classes).
+Tensor one_hot(const Tensor& indices, int64_t num_classes);
 /// The k largest (largest = false: smallest) entries along dim, sorted, and their int64
 /// indices. Equal values keep index order; NaN counts as larger than every number (as torch).
 /// Differentiable in the values.

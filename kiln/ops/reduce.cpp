@@ -499,6 +499,10 @@ Tensor min(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
 Tensor var(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim, int64_t correction) {
   return call1(kVar, {a}, {dims, keepdim, correction});
 }
+Tensor std_dev(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim,
+               int64_t correction) {
+  return sqrt(var(a, dims, keepdim, correction));
+}
 Tensor logsumexp(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   return call1(kLogsumexp, {ew::float_in(a)}, {dims, keepdim});
 }

@@ -846,6 +846,64 @@ std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
   return split(a, std::max<int64_t>(1, (n + chunks - 1) / chunks), d);
 }
 
+// flip, roll and repeat are compositions: index_select with a reversed index, two slices and a
+// cat, an expand of interleaved size-1 dims and a reshape. Their gradients come from those ops.
+Tensor flip(const Tensor& a, const std::vector<int64_t>& dims) {
+  if (!a.defined()) fail("flip", "input is undefined");
+  std::vector<int64_t> ds;
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, a.shape(), "flip");
+    if (std::find(ds.begin(), ds.end(), w) != ds.end())
+      fail("flip", "dim ", d, " appears twice in ", ints_str(dims), " (shape ", a.shape(), ")");
+    ds.push_back(w);
+  }
+  Tensor x = a;
+  for (int64_t d : ds) {
+    const int64_t n = a.size(d);
+    if (n < 0) fail("flip", "needs a static size in dim ", d, ", got shape ", a.shape());
+    if (n <= 1) continue;
+    x = index_select(x, d, arange(static_cast<double>(n - 1), -1, -1, Int64));
+  }
+  return x.is_same(a) ? clone(a) : x;
+}
+
+Tensor roll(const Tensor& a, int64_t shift, int64_t dim) {
+  if (!a.defined()) fail("roll", "input is undefined");
+  const int64_t d = wrap_dim(dim, a.shape(), "roll");
+  const int64_t n = a.size(d);
+  if (n < 0) fail("roll", "needs a static size in dim ", d, ", got shape ", a.shape());
+  if (n == 0) return clone(a);
+  const int64_t s = ((shift % n) + n) % n;  // element i moves to (i + shift) mod n
+  if (s == 0) return clone(a);
+  return cat({slice(a, d, n - s, n), slice(a, d, 0, n - s)}, d);
+}
+
+Tensor repeat(const Tensor& a, const std::vector<int64_t>& reps) {
+  if (!a.defined()) fail("repeat", "input is undefined");
+  if (static_cast<int64_t>(reps.size()) < a.dim())
+    fail("repeat", "needs at least one repeat count per dim: ", ints_str(reps), " for shape ",
+         a.shape());
+  const int64_t r = static_cast<int64_t>(reps.size()), lead = r - a.dim();
+  // [1]*lead + shape, then [rep, 1, ...] interleaved: [.., 1, s_d, ..] expanded to [.., rep_d,
+  // s_d, ..], reshaped to [.., rep_d * s_d, ..].
+  Shape inter, expanded, out;
+  for (int64_t d = 0; d < r; ++d) {
+    const int64_t rep = reps[static_cast<size_t>(d)];
+    const int64_t sz = d < lead ? 1 : a.size(d - lead);
+    if (rep < 0) fail("repeat", "repeat counts must be >= 0, got ", ints_str(reps));
+    if (sz < 0) fail("repeat", "needs static sizes, got shape ", a.shape());
+    int64_t total = 0;
+    if (__builtin_mul_overflow(rep, sz, &total) || total > (int64_t(1) << 40))
+      fail("repeat", "result dim ", d, " would have ", rep, " x ", sz, " elements");
+    inter.push_back(1);
+    inter.push_back(sz);
+    expanded.push_back(rep);
+    expanded.push_back(sz);
+    out.push_back(total);
+  }
+  return reshape(expand(reshape(a, inter), expanded), out);
+}
+
 // ---- Tensor methods that are ops -------------------------------------------------------------
 
 Tensor Tensor::reshape(const Shape& s) const { return kiln::reshape(*this, s); }
