@@ -720,3 +720,61 @@ TEST(ShapeCompositions, OneHotAndStdDev) {
   ASSERT_EQ(v64(std_dev(x, {1}, false, 0)).size(), 2u);
   EXPECT_NEAR(v64(std_dev(x, {1}, false, 0))[1], std::sqrt(8.0 / 3.0), 1e-12);
 }
+
+// ---- conv_transpose2d
+// ----------------------------------------------------------------------------
+
+TEST(ConvTranspose2d, MatchesTheScatterDefinitionAndDifferentiates) {
+  manual_seed(23);
+  // N 2, C_in 4, C_out 6 in 2 groups, 3x4 input, 3x2 kernel, stride (2, 1), padding (1, 0),
+  // output_padding (1, 0), dilation (1, 2).
+  const int64_t N = 2, Ci = 4, Co = 6, G = 2, H = 3, W = 4, kH = 3, kW = 2;
+  const std::vector<int64_t> s{2, 1}, p{1, 0}, op{1, 0}, d{1, 2};
+  Tensor x = randn({N, Ci, H, W}, Float64), w = randn({Ci, Co / G, kH, kW}, Float64),
+         b = randn({Co}, Float64);
+  Tensor y = conv_transpose2d(x, w, b, s, p, op, d, G);
+  const int64_t Ho = (H - 1) * s[0] - 2 * p[0] + d[0] * (kH - 1) + op[0] + 1;
+  const int64_t Wo = (W - 1) * s[1] - 2 * p[1] + d[1] * (kW - 1) + op[1] + 1;
+  ASSERT_EQ(y.shape(), Shape({N, Co, Ho, Wo}));
+  // Each input pixel scatters its kernel-weighted value into the output.
+  std::vector<double> want(static_cast<size_t>(N * Co * Ho * Wo), 0.0);
+  auto xv = v64(x), wv = v64(w), bv = v64(b);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ci = 0; ci < Ci; ++ci)
+      for (int64_t i = 0; i < H; ++i)
+        for (int64_t j = 0; j < W; ++j)
+          for (int64_t c = 0; c < Co / G; ++c)
+            for (int64_t a = 0; a < kH; ++a)
+              for (int64_t e = 0; e < kW; ++e) {
+                const int64_t oi = i * s[0] - p[0] + a * d[0], oj = j * s[1] - p[1] + e * d[1];
+                if (oi < 0 || oi >= Ho || oj < 0 || oj >= Wo) continue;
+                const int64_t co = ci / (Ci / G) * (Co / G) + c;
+                want[static_cast<size_t>(((n * Co + co) * Ho + oi) * Wo + oj)] +=
+                    xv[static_cast<size_t>(((n * Ci + ci) * H + i) * W + j)] *
+                    wv[static_cast<size_t>(((ci * (Co / G) + c) * kH + a) * kW + e)];
+              }
+  for (size_t k = 0; k < want.size(); ++k)
+    want[k] += bv[k / static_cast<size_t>(Ho * Wo) % static_cast<size_t>(Co)];
+  expect_near_all(v64(y), want, 1e-12);
+  GradcheckResult r = gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return conv_transpose2d(in[0], in[1], in[2], s, p, op, d, G);
+      },
+      {x, w, b});
+  EXPECT_TRUE(r.ok) << r.message;
+  // The module upsamples by its stride.
+  nn::ConvTranspose2d up(8, 4, {2}, {.stride = {2}});
+  EXPECT_EQ(up(randn({1, 8, 5, 5})).shape(), Shape({1, 4, 10, 10}));
+  EXPECT_EQ(up(randn({8, 5, 5})).shape(), Shape({4, 10, 10}));
+  expect_error([&] { up(randn({1, 7, 5, 5})); }, {"[ConvTranspose2d]", "[1, 7, 5, 5]"});
+  expect_error(
+      [&] {
+        conv_transpose2d(x, w, b, s, p, {2, 0}, d, G);
+      },
+      {"[conv_transpose2d]", "output_padding"});
+  expect_error(
+      [&] {
+        conv_transpose2d(x, randn({5, 3, 3, 2}, Float64));
+      },
+      {"[conv_transpose2d]", "channels"});
+}

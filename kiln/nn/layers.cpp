@@ -138,6 +138,47 @@ Tensor Conv2d::forward(const Tensor& x) {
   });
 }
 
+// ---- ConvTranspose2d ------------------------------------------------------------------------
+
+ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels,
+                                 std::vector<int64_t> kernel_size, ConvTranspose2dOptions opts)
+    : in_(in_channels), out_(out_channels), opts_(std::move(opts)) {
+  const char* m = "ConvTranspose2d";
+  require_positive(m, "in_channels", in_channels);
+  require_positive(m, "out_channels", out_channels);
+  require_positive(m, "groups", opts_.groups);
+  const std::vector<int64_t> k = pair_of(m, "kernel_size", std::move(kernel_size), 1);
+  opts_.stride = pair_of(m, "stride", opts_.stride, 1);
+  opts_.padding = pair_of(m, "padding", opts_.padding, 0);
+  opts_.output_padding = pair_of(m, "output_padding", opts_.output_padding, 0);
+  opts_.dilation = pair_of(m, "dilation", opts_.dilation, 1);
+  if (in_ % opts_.groups != 0 || out_ % opts_.groups != 0)
+    fail(m, "groups = ", opts_.groups, " must divide in_channels = ", in_,
+         " and out_channels = ", out_);
+  constexpr int64_t kLimit = opu::kMaxWindowParam;
+  for (int d = 0; d < 2; ++d)
+    if (opts_.padding[d] > kLimit || opts_.dilation[d] > kLimit || k[d] > kLimit ||
+        opts_.stride[d] > kLimit || opts_.output_padding[d] > kLimit)
+      fail(m,
+           "kernel_size, stride, padding, output_padding and dilation must each be at most "
+           "2^30");
+  weight_ = empty({in_, out_ / opts_.groups, k[0], k[1]});
+  if (opts_.bias) bias_ = empty({out_});
+  default_init(weight_, opts_.bias ? &bias_ : nullptr);
+  register_parameter("weight", &weight_);
+  if (opts_.bias) register_parameter("bias", &bias_);
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x) {
+  require_image("ConvTranspose2d", x);
+  if (!dim_is(x.size(x.dim() - 3), in_))
+    fail("ConvTranspose2d", "expects ", in_, " input channels, got input shape ", x.shape(),
+         " (weight shape ", weight_.shape(), ")");
+  require_dtype("ConvTranspose2d", x, weight_);
+  return conv_transpose2d(x, weight_, bias_, opts_.stride, opts_.padding, opts_.output_padding,
+                          opts_.dilation, opts_.groups);
+}
+
 // ---- Conv1d ---------------------------------------------------------------------------------
 
 Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions opts)

@@ -56,6 +56,32 @@ class Conv2d : public Layer {
   Tensor weight_, bias_;
 };
 
+struct ConvTranspose2dOptions {
+  std::vector<int64_t> stride{1, 1};
+  std::vector<int64_t> padding{0, 0};
+  std::vector<int64_t> output_padding{0, 0};
+  std::vector<int64_t> dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// Transposed 2-D convolution (torch.nn.ConvTranspose2d): weight [in, out/groups, kH, kW],
+/// PyTorch's default initialization; upsamples by the stride.
+class ConvTranspose2d : public Layer {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, std::vector<int64_t> kernel_size,
+                  ConvTranspose2dOptions opts = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ConvTranspose2d"; }
+  Tensor& weight() { return weight_; }
+  Tensor& bias() { return bias_; }
+
+ private:
+  int64_t in_, out_;
+  ConvTranspose2dOptions opts_;
+  Tensor weight_, bias_;
+};
+
 struct Conv1dOptions {
   int64_t stride = 1;
   int64_t padding = 0;

@@ -478,4 +478,55 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
       2);
 }
 
+// The transposed convolution is conv2d's input gradient: x plays the gradient of a conv2d whose
+// input has the output size below, w [C_in, C_out / groups, kH, kW] its weight. Its own
+// gradients are that op's (conv2d for x, conv2d_grad_weight for w).
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b,
+                        std::vector<int64_t> stride, std::vector<int64_t> padding,
+                        std::vector<int64_t> output_padding, std::vector<int64_t> dilation,
+                        int64_t groups) {
+  const char* op = "conv_transpose2d";
+  if (!x.defined() || !w.defined()) fail(op, "input and weight must be defined tensors");
+  if (x.dim() == 3)  // unbatched [C, H, W]
+    return squeeze(
+        conv_transpose2d(unsqueeze(x, 0), w, b, stride, padding, output_padding, dilation, groups),
+        0);
+  if (x.dim() != 4 || w.dim() != 4)
+    fail(op, "input must be [N, C_in, H, W] and weight [C_in, C_out/groups, kH, kW], got ",
+         x.shape(), " and ", w.shape());
+  const Ints s = pair2(op, "stride", stride), p = pair2(op, "padding", padding),
+             o = pair2(op, "output_padding", output_padding), d = pair2(op, "dilation", dilation);
+  if (groups <= 0) fail(op, "groups must be positive, got ", groups);
+  for (int k = 0; k < 2; ++k) {
+    if (s[k] <= 0 || d[k] <= 0 || p[k] < 0 || o[k] < 0)
+      fail(op, "stride and dilation must be positive, padding and output_padding >= 0, got ",
+           "stride ", Shape(s), ", padding ", Shape(p), ", output_padding ", Shape(o),
+           ", dilation ", Shape(d));
+    // (torch's rule: a larger output_padding would not be reached by any input position)
+    if (o[k] >= s[k] && o[k] >= d[k])
+      fail(op, "output_padding ", Shape(o), " must be smaller than the stride ", Shape(s),
+           " or the dilation ", Shape(d));
+  }
+  if (x.size(1) >= 0 && w.size(0) >= 0 && x.size(1) != w.size(0))
+    fail(op, "input has ", x.size(1), " channels, the weight expects ", w.size(0), " (input ",
+         x.shape(), ", weight ", w.shape(), ")");
+  Ints hw(2, -1);
+  for (int k = 0; k < 2; ++k) {
+    const int64_t in = x.size(2 + k), ks = w.size(2 + k);
+    if (in >= 0 && ks >= 0) {
+      hw[static_cast<size_t>(k)] = (in - 1) * s[k] - 2 * p[k] + d[k] * (ks - 1) + o[k] + 1;
+      if (hw[static_cast<size_t>(k)] <= 0)
+        fail(op, "output size ", hw[static_cast<size_t>(k)], " in dim ", 2 + k,
+             " is not positive (input ", x.shape(), ", weight ", w.shape(), ")");
+    }
+  }
+  if (b.defined() &&
+      (b.dim() != 1 || (b.size(0) >= 0 && w.size(1) >= 0 && b.size(0) != w.size(1) * groups)))
+    fail(op, "bias must be 1-D [", w.size(1) * groups, "], got shape ", b.shape(),
+         " (weight shape ", w.shape(), ")");
+  const Tensor y = call1(kConv2dGradInput, {x, w}, {s, p, d, groups, hw});
+  if (!b.defined()) return y;
+  return add(y, reshape(b, Shape{1, b.size(0), 1, 1}));
+}
+
 }  // namespace kiln

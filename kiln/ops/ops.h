@@ -192,6 +192,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
               std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
               std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+/// Transposed convolution (torch.nn.functional.conv_transpose2d): x [N, C_in, H, W] (or
+/// [C_in, H, W]), w [C_in, C_out/groups, kH, kW]; output size (H - 1) stride - 2 padding +
+/// dilation (kH - 1) + output_padding + 1. conv2d's input gradient, and differentiable as it.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+                        std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
+                        std::vector<int64_t> output_padding = {0, 0},
+                        std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
 /// x [N, C, L] (or [C, L]), w [O, C/groups, K]: conv2d over a height of 1.
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1,
               int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
