@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <map>
 #include <string>
 
 #include "kiln/kernels/cpu/conv_lanes.h"
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
 
@@ -485,4 +488,121 @@ TEST(Linear, WeightGradientKeepsTheWeightsLayout) {
   got = r.to_vector<float>();
   for (size_t i = 0; i < want.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
+}
+
+// ---- einsum ------------------------------------------------------------------------------------
+
+namespace {
+
+// Naive einsum over explicit subscripts (letters only, output given): loops over every
+// assignment of the labels, in float64. Independent of Kiln's ops.
+std::vector<double> naive_einsum(const std::vector<std::string>& subs, const std::string& out,
+                                 const std::vector<Tensor>& xs, std::vector<int64_t>* out_shape) {
+  std::map<char, int64_t> size;
+  std::vector<std::vector<double>> vals;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    vals.push_back(xs[k].to_vector<double>());
+    for (size_t d = 0; d < subs[k].size(); ++d)
+      size[subs[k][d]] = std::max<int64_t>(size[subs[k][d]], xs[k].size(static_cast<int64_t>(d)));
+  }
+  std::vector<char> labels;
+  for (auto& [c, n] : size) labels.push_back(c);
+  out_shape->clear();
+  for (char c : out) out_shape->push_back(size[c]);
+  int64_t total_out = 1;
+  for (int64_t n : *out_shape) total_out *= n;
+  std::vector<double> res(static_cast<size_t>(total_out), 0.0);
+  std::map<char, int64_t> at;
+  std::function<void(size_t)> rec = [&](size_t li) {
+    if (li == labels.size()) {
+      double prod = 1;
+      for (size_t k = 0; k < xs.size(); ++k) {
+        int64_t flat = 0;
+        for (size_t d = 0; d < subs[k].size(); ++d) {
+          const int64_t n = xs[k].size(static_cast<int64_t>(d));
+          flat = flat * n + (n == 1 ? 0 : at[subs[k][d]]);  // size-1 dims broadcast
+        }
+        prod *= vals[k][static_cast<size_t>(flat)];
+      }
+      int64_t o = 0;
+      for (char c : out) o = o * size[c] + at[c];
+      res[static_cast<size_t>(o)] += prod;
+      return;
+    }
+    for (int64_t i = 0; i < size[labels[li]]; ++i) {
+      at[labels[li]] = i;
+      rec(li + 1);
+    }
+  };
+  rec(0);
+  return res;
+}
+
+}  // namespace
+
+TEST(Einsum, MatchesNaiveLoopsAndDifferentiates) {
+  manual_seed(31);
+  struct Case {
+    std::string eq;                 // what einsum is given
+    std::vector<std::string> subs;  // explicit form for the reference
+    std::string out;
+    std::vector<std::vector<int64_t>> shapes;
+  };
+  const std::vector<Case> cases = {
+      {"bij,bjk->bik", {"bij", "bjk"}, "bik", {{2, 3, 4}, {2, 4, 5}}},
+      {"ij,jk", {"ij", "jk"}, "ik", {{3, 4}, {4, 2}}},  // implicit output
+      {"bhqd,bhkd->bhqk", {"bhqd", "bhkd"}, "bhqk", {{2, 2, 3, 4}, {2, 2, 5, 4}}},
+      {"i,i->", {"i", "i"}, "", {{5}, {5}}},
+      {"ij->ji", {"ij"}, "ji", {{3, 4}}},
+      {"ij->", {"ij"}, "", {{3, 4}}},
+      {"ec,ecd->ed", {"ec", "ecd"}, "ed", {{3, 4}, {3, 4, 2}}},
+      {"ij,jk,kl->il", {"ij", "jk", "kl"}, "il", {{2, 3}, {3, 4}, {4, 2}}},
+      {"bn,anm,bm->ba", {"bn", "anm", "bm"}, "ba", {{2, 3}, {4, 3, 5}, {2, 5}}},
+      {"i,j->ij", {"i", "j"}, "ij", {{3}, {4}}},
+      {"ijk->kj", {"ijk"}, "kj", {{2, 3, 4}}},
+      // "..." broadcast: [2, 1, 3, 4] and [5, 4, 2] -> [2, 5, 3, 2].
+      {"...ij,...jk->...ik", {"abij", "bjk"}, "abik", {{2, 1, 3, 4}, {5, 4, 2}}},
+      {"b...,b...->b", {"bxy", "bxy"}, "b", {{3, 2, 4}, {3, 2, 4}}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.eq);
+    std::vector<Tensor> xs;
+    for (const auto& s : c.shapes) xs.push_back(randn(Shape(s), Float64));
+    const Tensor y = einsum(c.eq, xs);
+    std::vector<int64_t> want_shape;
+    const std::vector<double> want = naive_einsum(c.subs, c.out, xs, &want_shape);
+    ASSERT_EQ(y.shape(), Shape(want_shape));
+    const auto got = y.to_vector<double>();
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+    GradcheckResult r =
+        gradcheck([&](const std::vector<Tensor>& in) { return einsum(c.eq, in); }, xs);
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+  // Under jit (traced into a graph, replayed).
+  {
+    auto f = jit([](const Tensor& q, const Tensor& k) { return einsum("bqd,bkd->bqk", {q, k}); });
+    const Tensor q = randn({2, 3, 4}), k = randn({2, 5, 4});
+    const Tensor want = matmul(q, k.transpose(1, 2));
+    for (int rep = 0; rep < 2; ++rep) {
+      const auto got = f(q, k).to_vector<float>(), w = want.to_vector<float>();
+      ASSERT_EQ(got.size(), w.size());
+      for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(got[i], w[i], 1e-5);
+    }
+  }
+  // float32 through the same GEMMs.
+  const Tensor a = randn({4, 6}), b = randn({6, 3});
+  const auto e = einsum("ik,kj->ij", {a, b}).to_vector<float>(),
+             m = matmul(a, b).to_vector<float>();
+  for (size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(e[i], m[i], 1e-5);
+  const Tensor x = randn({3, 4});
+  kiln_test::expect_error([&] { einsum("ii->i", {randn({3, 3})}); }, {"[einsum]", "diagonal"});
+  kiln_test::expect_error([&] { einsum("ij,jk->ik", {x}); }, {"[einsum]", "2 operands"});
+  kiln_test::expect_error([&] { einsum("ijk->i", {x}); }, {"[einsum]", "[3, 4]"});
+  kiln_test::expect_error(
+      [&] {
+        einsum("ij,jk->ik", {x, randn({5, 2})});
+      },
+      {"[einsum]", "'j'", "4", "5"});
+  kiln_test::expect_error([&] { einsum("ij->iz", {x}); }, {"[einsum]", "'z'"});
+  kiln_test::expect_error([&] { einsum("i$->i", {x}); }, {"[einsum]", "bad subscript"});
 }

@@ -186,6 +186,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 /// input (NaN included).
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta = 1,
              double alpha = 1);
+/// torch.einsum: "bij,bjk->bik", implicit output ("ij,jk"), "..." for broadcast dims; sums over
+/// labels missing from the output. Operands are contracted left to right with batched GEMMs.
+/// Repeated labels within one operand (diagonals) are not supported.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 /// x @ w^T + b, w is [out, in] (PyTorch layout).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 /// x [N, C, H, W], w [O, C/groups, kH, kW].
