@@ -778,3 +778,42 @@ TEST(ConvTranspose2d, MatchesTheScatterDefinitionAndDifferentiates) {
       },
       {"[conv_transpose2d]", "channels"});
 }
+
+// ---- nonzero, masked_select (data-dependent sizes)
+// -----------------------------------------------
+
+TEST(DataDependent, NonzeroAndMaskedSelectEagerJitAndGraphs) {
+  const Tensor x = tensor(std::vector<double>{0, 1.5, 0, -2, 3, 0}, {2, 3});
+  const Tensor nz = nonzero(x);
+  ASSERT_EQ(nz.shape(), Shape({3, 2}));
+  EXPECT_EQ(nz.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 1, 0, 1, 1}));
+  EXPECT_EQ(nonzero(zeros({4})).shape(), Shape({0, 1}));
+  EXPECT_EQ(nonzero(gt(x, 1.0)).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 1, 1}));
+  // masked_select with a broadcast mask, and its gradient (ones where selected).
+  Tensor a = randn({2, 3}, Float64).requires_grad_();
+  const Tensor mask = tensor(std::vector<bool>{true, false, true}, {3});
+  const Tensor sel = masked_select(a, mask);
+  ASSERT_EQ(sel.shape(), Shape({4}));
+  const auto av = a.to_vector<double>();
+  EXPECT_EQ(sel.to_vector<double>(), (std::vector<double>{av[0], av[2], av[3], av[5]}));
+  sum(mul(sel, 2.0)).backward();
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{2, 0, 2, 2, 0, 2}));
+  // Under jit: the mask read is a graph break; each call gives the right selection.
+  auto f = jit([](const Tensor& t) { return sum(masked_select(t, gt(t, 0.0))); });
+  for (int rep = 0; rep < 3; ++rep) {
+    const Tensor t = randn({5});
+    double want = 0;
+    for (double v : t.to_vector<double>()) want += v > 0 ? v : 0;
+    EXPECT_NEAR(f(t).item<double>(), want, 1e-5);
+  }
+  // In a static graph the size cannot be known: refused.
+  Graph g;
+  Tensor ph = g.placeholder("x", Float32, {4});
+  kiln_test::expect_error([&] { nonzero(ph); }, {"nonzero"});
+  kiln_test::expect_error([&] { masked_select(x, x); }, {"[masked_select]", "bool"});
+  kiln_test::expect_error(
+      [&] {
+        masked_select(x, tensor(std::vector<bool>{true, false}, {2}));
+      },
+      {"[masked_select]"});
+}

@@ -664,6 +664,61 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   return cast(eq(unsqueeze(indices, -1), classes), Int64);
 }
 
+// nonzero and masked_select have shapes that depend on values: the mask is read on the host.
+// Eagerly that is a copy out; under jit the read is a graph break whose value becomes a guard
+// (as torch.compile breaks on nonzero); in a static graph it raises.
+// The host read, with the reason a static graph cannot give it. (Under jit the read is answered:
+// a graph break.)
+static std::vector<int64_t> read_mask(const char* op, const Tensor& m,
+                                      const std::source_location& loc) {
+  try {
+    return m.to_vector<int64_t>(loc);
+  } catch (const Error& e) {
+    if (!m.is_symbolic()) throw;
+    fail(op, "the result's size depends on the values of ", m.shape(),
+         ", which a static graph does not know: call it eagerly or under jit, where it is a "
+         "graph break (",
+         e.what(), ")");
+  }
+}
+
+Tensor nonzero(const Tensor& a, const std::source_location& loc) {
+  if (!a.defined()) fail("nonzero", "input is undefined");
+  const Tensor m = a.dtype() == Bool ? cast(a, Int64) : cast(ne(a, 0.0), Int64);
+  const std::vector<int64_t> v = read_mask("nonzero", m, loc);
+  const int64_t r = a.dim();
+  const Shape& s = a.shape();
+  std::vector<int64_t> coords;
+  int64_t n = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i]) continue;
+    ++n;
+    int64_t rem = static_cast<int64_t>(i);
+    const size_t at = coords.size();
+    coords.resize(at + static_cast<size_t>(r));
+    for (int64_t d = r - 1; d >= 0; --d) {
+      coords[at + static_cast<size_t>(d)] = rem % s[d];
+      rem /= s[d];
+    }
+  }
+  return tensor(coords, {n, r});
+}
+
+Tensor masked_select(const Tensor& a, const Tensor& mask, const std::source_location& loc) {
+  if (!a.defined() || !mask.defined()) fail("masked_select", "undefined input");
+  if (mask.dtype() != Bool)
+    fail("masked_select", "mask must be bool, got ", mask.dtype(), mask.shape(), " (input ",
+         a.shape(), ")");
+  const Shape s = broadcast_shapes(a.shape(), mask.shape(), "masked_select");
+  const Tensor m = mask.shape() == s ? mask : expand(mask, s);
+  const std::vector<int64_t> v = read_mask("masked_select", cast(m, Int64), loc);
+  std::vector<int64_t> at;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i]) at.push_back(static_cast<int64_t>(i));
+  const Tensor x = a.shape() == s ? a : expand(a, s);
+  return index_select(reshape(x, {-1}), 0, tensor(at, {static_cast<int64_t>(at.size())}));
+}
+
 Tensor tril(const Tensor& a, int64_t diagonal) { return call1(kTril, {a}, {diagonal}); }
 Tensor triu(const Tensor& a, int64_t diagonal) { return call1(kTriu, {a}, {diagonal}); }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -241,6 +242,14 @@ Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tens
 /// Out-of-place torch.index_add: a copy of `a` with the slices of `src` along dim added at the
 /// positions `index` (1-D) names; repeated indices accumulate.
 Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+/// Coordinates [n, rank] (int64) of the nonzero (true) elements in row-major order, as
+/// torch.nonzero. The result's size depends on the values: they are read on the host (under jit
+/// a graph break guarded on them; refused in a static graph).
+Tensor nonzero(const Tensor& a, const std::source_location& loc = std::source_location::current());
+/// The elements of a where mask (bool, broadcast together) is true, as a 1-D tensor in
+/// row-major order; differentiable in a. Reads the mask on the host, as nonzero.
+Tensor masked_select(const Tensor& a, const Tensor& mask,
+                     const std::source_location& loc = std::source_location::current());
 /// int64 indices (any shape) -> indices.shape + [num_classes] of 0/1 (int64), as
 /// torch.nn.functional.one_hot; indices must lie in [0, num_classes).
 Tensor one_hot(const Tensor& indices, int64_t num_classes);
