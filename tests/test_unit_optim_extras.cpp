@@ -516,3 +516,42 @@ TEST(InPlaceCopy, CopyIntoAPlainTensorRecords) {
   sum(buf).backward();
   EXPECT_EQ(w.grad().to_vector<double>(), std::vector<double>({3.0, 3.0}));
 }
+
+// Values printed by PyTorch 1.13 (torch.optim.lr_scheduler.OneCycleLR on SGD, get_last_lr()
+// before each step) for two configurations.
+TEST(Schedules, OneCycleAndExponentialMatchPyTorch) {
+  Tensor w = param({0});
+  optim::SGD opt({w}, {.lr = 0.1});
+  optim::LRScheduler sched(opt, optim::OneCycleLR(0.5, 10));
+  const std::vector<double> want = {0.02,
+                                    0.26,
+                                    0.5,
+                                    0.475242316006737,
+                                    0.405872826974882,
+                                    0.305631010968145,
+                                    0.194370989031855,
+                                    0.0941291730251185,
+                                    0.0247596839932631,
+                                    2e-06};
+  for (size_t t = 0; t < want.size(); ++t) {
+    EXPECT_NEAR(sched.lr(), want[t], 1e-14) << "step " << t;
+    if (t + 1 < want.size()) sched.step();
+  }
+  EXPECT_THROW(sched.step(), Error);  // past total_steps - 1, as torch
+  const optim::OneCycleLR oc(1.0, 7, 0.25, 10, 100);
+  const std::vector<double> want2 = {0.1,
+                                     0.994420997699452,
+                                     0.866659409978998,
+                                     0.611649206511179,
+                                     0.318012158328986,
+                                     0.0877937322291607,
+                                     0.001};
+  for (int64_t t = 0; t < 7; ++t)
+    EXPECT_NEAR(oc.lr(t, 123.0), want2[static_cast<size_t>(t)], 1e-14) << "step " << t;
+  const optim::ExponentialLR ex(0.9);
+  EXPECT_NEAR(ex.lr(3, 2.0), 2.0 * 0.729, 1e-15);
+  EXPECT_THROW(optim::ExponentialLR(0.0), Error);
+  EXPECT_THROW(optim::OneCycleLR(1.0, 1), Error);
+  EXPECT_THROW(optim::OneCycleLR(1.0, 10, 1.0), Error);
+  EXPECT_THROW(optim::OneCycleLR(NAN, 10), Error);
+}

@@ -35,6 +35,50 @@ double CosineAnnealingLR::lr(int64_t t, double base_lr) const {
   return eta_min_ + (base_lr - eta_min_) * (1 + c) / 2;
 }
 
+ExponentialLR::ExponentialLR(double gamma) : gamma_(gamma) {
+  if (!(gamma > 0) || !std::isfinite(gamma))
+    fail("ExponentialLR", "gamma must be finite and > 0, got ", gamma);
+}
+
+double ExponentialLR::lr(int64_t t, double base_lr) const {
+  require_step("ExponentialLR", t);
+  return base_lr * std::pow(gamma_, static_cast<double>(t));
+}
+
+OneCycleLR::OneCycleLR(double max_lr, int64_t total_steps, double pct_start, double div_factor,
+                       double final_div_factor)
+    : max_lr_(max_lr),
+      pct_start_(pct_start),
+      div_(div_factor),
+      final_div_(final_div_factor),
+      total_(total_steps) {
+  const char* who = "OneCycleLR";
+  if (!(max_lr >= 0) || !std::isfinite(max_lr))
+    fail(who, "max_lr must be finite and >= 0, got ", max_lr);
+  if (total_steps <= 1) fail(who, "total_steps must be > 1, got ", total_steps);
+  if (!(pct_start > 0 && pct_start < 1)) fail(who, "pct_start must be in (0, 1), got ", pct_start);
+  if (!(div_factor > 0) || !(final_div_factor > 0) || !std::isfinite(div_factor) ||
+      !std::isfinite(final_div_factor))
+    fail(who, "div_factor and final_div_factor must be finite and > 0, got ", div_factor, ", ",
+         final_div_factor);
+}
+
+// torch's phases: [0, pct_start * total - 1] from initial to max, then to total - 1 from max to
+// min; cos annealing end + (start - end) / 2 (1 + cos(pi pct)).
+double OneCycleLR::lr(int64_t t, double) const {
+  require_step("OneCycleLR", t);
+  if (t >= total_) fail("OneCycleLR", "stepped to ", t, ", past total_steps - 1 = ", total_ - 1);
+  const double initial = max_lr_ / div_, min_lr = initial / final_div_;
+  const double end1 = pct_start_ * static_cast<double>(total_) - 1;
+  const double end2 = static_cast<double>(total_) - 1;
+  auto anneal = [](double from, double to, double pct) {
+    return to + (from - to) / 2 * (std::cos(std::numbers::pi * pct) + 1);
+  };
+  const double x = static_cast<double>(t);
+  if (x <= end1) return anneal(initial, max_lr_, x / end1);
+  return anneal(max_lr_, min_lr, (x - end1) / (end2 - end1));
+}
+
 LinearWarmup::LinearWarmup(int64_t warmup_steps) : warmup_(warmup_steps) {
   if (warmup_steps < 0) fail("LinearWarmup", "warmup_steps must be >= 0, got ", warmup_steps);
 }

@@ -1,6 +1,6 @@
-// Learning-rate schedules: pure functions of the step (StepLR, CosineAnnealingLR, LinearWarmup
-// wrapping another), and LRScheduler, which applies one to an Optimizer as torch.optim's
-// schedulers do.
+// Learning-rate schedules: pure functions of the step (StepLR, ExponentialLR, CosineAnnealingLR,
+// OneCycleLR, LinearWarmup wrapping another), and LRScheduler, which applies one to an Optimizer as
+// torch.optim's schedulers do.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -44,6 +44,35 @@ class CosineAnnealingLR : public Schedule {
  private:
   int64_t t_max_;
   double eta_min_;
+};
+
+/// base_lr * gamma^t (torch.optim.lr_scheduler.ExponentialLR).
+class ExponentialLR : public Schedule {
+ public:
+  explicit ExponentialLR(double gamma);
+  double lr(int64_t t, double base_lr) const override;
+  std::unique_ptr<Schedule> clone() const override {
+    return std::make_unique<ExponentialLR>(*this);
+  }
+
+ private:
+  double gamma_;
+};
+
+/// torch.optim.lr_scheduler.OneCycleLR (two phases, cosine annealing): from max_lr / div_factor
+/// up to max_lr over the first pct_start of total_steps, then down to max_lr / div_factor /
+/// final_div_factor at step total_steps - 1. The optimizer's own rate is not used (as torch);
+/// stepping past total_steps - 1 raises.
+class OneCycleLR : public Schedule {
+ public:
+  OneCycleLR(double max_lr, int64_t total_steps, double pct_start = 0.3, double div_factor = 25,
+             double final_div_factor = 1e4);
+  double lr(int64_t t, double base_lr) const override;
+  std::unique_ptr<Schedule> clone() const override { return std::make_unique<OneCycleLR>(*this); }
+
+ private:
+  double max_lr_, pct_start_, div_, final_div_;
+  int64_t total_;
 };
 
 /// Linear warmup: base_lr * (t + 1) / warmup_steps for t < warmup_steps, then `after` at step
