@@ -817,3 +817,34 @@ TEST(DataDependent, NonzeroAndMaskedSelectEagerJitAndGraphs) {
       },
       {"[masked_select]"});
 }
+
+// ---- vector_norm at zero, normalize, cosine_similarity
+// ---------------------------------------------
+
+TEST(Norms, ZeroVectorGradientNormalizeAndCosine) {
+  // The gradient of ||x|| at x = 0 is 0 (torch's subgradient), not NaN.
+  Tensor z = zeros({2, 3}, Float64).requires_grad_();
+  for (double ord : {2.0, 3.0, 1.0}) {
+    Tensor g = grad({sum(vector_norm(z, ord, {1}))}, {z})[0];
+    for (double v : g.to_vector<double>()) EXPECT_EQ(v, 0.0) << "ord " << ord;
+  }
+  const Tensor x = tensor(std::vector<double>{3, 4, 0, 0, 1, 0}, {2, 3});
+  EXPECT_EQ(v64(vector_norm(x, 2, {1})), (std::vector<double>{5, 1}));
+  // normalize: rows over their norm; a zero row stays zero (eps).
+  const Tensor y = tensor(std::vector<double>{3, 4, 0, 0}, {2, 2});
+  EXPECT_EQ(v64(normalize(y)), (std::vector<double>{0.6, 0.8, 0, 0}));
+  // cosine_similarity over dim 1, broadcasting b's single row.
+  const Tensor a = tensor(std::vector<double>{1, 0, 1, 1}, {2, 2});
+  const Tensor b = tensor(std::vector<double>{1, 0}, {1, 2});
+  expect_near_all(v64(cosine_similarity(a, b)), {1.0, 1 / std::sqrt(2.0)}, 1e-15);
+  GradcheckResult r =
+      gradcheck([](const std::vector<Tensor>& in) { return cosine_similarity(in[0], in[1], -1); },
+                {randn({3, 4}, Float64), randn({3, 4}, Float64)});
+  EXPECT_TRUE(r.ok) << r.message;
+  GradcheckResult r2 =
+      gradcheck([](const std::vector<Tensor>& in) { return normalize(in[0], 2, 0); },
+                {randn({3, 4}, Float64)});
+  EXPECT_TRUE(r2.ok) << r2.message;
+  expect_error([&] { vector_norm(x, NAN); }, {"[vector_norm]", "NaN"});
+  expect_error([&] { normalize(x, 2, 1, -1); }, {"[normalize]", "eps"});
+}

@@ -162,6 +162,14 @@ Tensor var(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim 
            int64_t correction = 1);
 /// Index of the max along dim (int64); dim = nullopt: over the flattened tensor.
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+/// torch.linalg.vector_norm: (sum |a|^ord)^(1/ord) over dims (empty: all); ord 2, 1, inf, -inf,
+/// 0 (nonzero count) or any p. The gradient where the norm is 0 is 0, as torch.
+Tensor vector_norm(const Tensor& a, double ord = 2, const std::vector<int64_t>& dims = {},
+                   bool keepdim = false);
+/// a / max(||a||_p over dim, eps) (torch.nn.functional.normalize).
+Tensor normalize(const Tensor& a, double p = 2, int64_t dim = 1, double eps = 1e-12);
+/// a . b / max(||a|| ||b||, eps) over dim (torch.nn.functional.cosine_similarity).
+Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim = 1, double eps = 1e-8);
 /// Standard deviation: sqrt(var(a, dims, keepdim, correction)).
 Tensor std_dev(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false,
                int64_t correction = 1);

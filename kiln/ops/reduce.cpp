@@ -326,6 +326,84 @@ const OpDef& kLogsumexp =
                       mul(unreduce(c.g(), c.in(0), c.attrs, "logsumexp"), exp(sub(c.in(0), lse)))};
                 }});
 
+// Vector norms over dims (torch.linalg.vector_norm): ord 2, 1, inf, -inf, 0 (count of nonzeros)
+// or any other p: (sum |x|^p)^(1/p). Float32 groups accumulate in double.
+const OpDef& kVectorNorm =
+    def_op({.name = "vector_norm",
+            .attr_names = {"ord", "dims", "keepdim"},
+            .traits = kReduction,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  if (std::isnan(a.f(0))) fail("vector_norm", "ord must not be NaN");
+                  opu::require_float("vector_norm", in[0]);
+                  RedDims rd = red_dims(in[0].shape(), a.ints(1), a.b(2), "vector_norm");
+                  return one(in[0].dtype(), rd.out_shape);
+                },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  const double p = a.f(0);
+                  const RedDims rd = red_dims(in[0].shape(), a.ints(1), a.b(2), "vector_norm");
+                  const int64_t kept = out[0].numel(), red = rd.count;
+                  if (kept == 0) return;
+                  const Tensor c = reduced_last(in[0], rd);
+                  KILN_DISPATCH_FLOAT(in[0].dtype(), "vector_norm", [&] {
+                    using T = scalar_t;
+                    const T* x = c.data_ptr<T>();
+                    T* o = out[0].data_ptr<T>();
+                    parallel_for(kept, std::max<int64_t>(1, 16384 / std::max<int64_t>(red, 1)),
+                                 [&](int64_t b, int64_t e) {
+                                   for (int64_t i = b; i < e; ++i) {
+                                     const T* r = x + i * red;
+                                     double acc = std::isinf(p) && p < 0 ? INFINITY : 0.0;
+                                     for (int64_t j = 0; j < red; ++j) {
+                                       const double v = std::fabs(static_cast<double>(r[j]));
+                                       if (v != v) {
+                                         acc = v;
+                                         break;
+                                       }
+                                       if (p == 2)
+                                         acc += v * v;
+                                       else if (p == 1)
+                                         acc += v;
+                                       else if (std::isinf(p))
+                                         acc = p > 0 ? std::max(acc, v) : std::min(acc, v);
+                                       else if (p == 0)
+                                         acc += v != 0;
+                                       else
+                                         acc += std::pow(v, p);
+                                     }
+                                     if (acc == acc && !std::isinf(p) && p != 1 && p != 0)
+                                       acc = p == 2 ? std::sqrt(acc) : std::pow(acc, 1 / p);
+                                     o[i] = static_cast<T>(acc);
+                                   }
+                                 });
+                  });
+                },
+            // d ||x||_p / dx = sign(x) |x|^(p-1) / ||x||^(p-1): x / n for p = 2, sign(x) for p = 1,
+            // the extremal entries shared equally for +-inf, nothing for 0. Where the norm is 0 the
+            // gradient is 0 (a subgradient; torch does the same) instead of 0/0.
+            .grad =
+                [](const GradCtx& c) {
+                  const Tensor& x = c.in(0);
+                  const double p = c.attrs.f(0);
+                  const RedDims rd =
+                      red_dims(x.shape(), c.attrs.ints(1), c.attrs.b(2), "vector_norm");
+                  const Tensor n = keepdims(c.out(0), rd, c.attrs.b(2));
+                  const Tensor g = keepdims(c.g(), rd, c.attrs.b(2));
+                  const Tensor zero = opu::scalar_like(x, 0);
+                  if (p == 0) return TensorList{mul(x, 0.0)};
+                  if (std::isinf(p)) {
+                    const Tensor hit = eq(abs(x), n);
+                    const Tensor cnt = sum(cast(hit, x.dtype()), rd.dims, true);
+                    return TensorList{where(hit, div(mul(sign(x), g), cnt), zero)};
+                  }
+                  if (p == 1) return TensorList{mul(sign(x), g)};
+                  const Tensor safe = where(eq(n, 0.0), opu::scalar_like(n, 1), n);
+                  if (p == 2) return TensorList{where(eq(n, 0.0), zero, mul(x, div(g, safe)))};
+                  const Tensor r = mul(sign(x), pow(div(abs(x), safe), p - 1));
+                  return TensorList{where(eq(n, 0.0), zero, mul(r, g))};
+                }});
+
 // cumsum along one dim; `reverse` sums from the end (the gradient of a forward cumsum, as
 // jax.lax.cumsum's reverse). Float32 accumulates in double (torch's CPU kernel does too).
 const OpDef& kCumsum = def_op(
@@ -502,6 +580,22 @@ Tensor var(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim, int6
 Tensor std_dev(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim,
                int64_t correction) {
   return sqrt(var(a, dims, keepdim, correction));
+}
+Tensor vector_norm(const Tensor& a, double ord, const std::vector<int64_t>& dims, bool keepdim) {
+  return call1(kVectorNorm, {ew::float_in(a)}, {ord, dims, keepdim});
+}
+Tensor normalize(const Tensor& a, double p, int64_t dim, double eps) {
+  if (!(eps >= 0)) fail("normalize", "eps must be >= 0, got ", eps);
+  const Tensor x = ew::float_in(a);
+  return div(x, clamp(vector_norm(x, p, {dim}, true), eps, INFINITY));
+}
+// torch: x1 . x2 / max(||x1|| ||x2||, eps) over dim (broadcast together).
+Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim, double eps) {
+  if (!(eps >= 0)) fail("cosine_similarity", "eps must be >= 0, got ", eps);
+  const Tensor x = ew::float_in(a), y = ew::float_in(b);
+  const Tensor dot = sum(mul(x, y), {dim});
+  const Tensor nn = mul(vector_norm(x, 2, {dim}), vector_norm(y, 2, {dim}));
+  return div(dot, clamp(nn, eps, INFINITY));
 }
 Tensor logsumexp(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   return call1(kLogsumexp, {ew::float_in(a)}, {dims, keepdim});

@@ -214,6 +214,55 @@ std::vector<OpSample> make_samples() {
     v.push_back(std::move(e));
   }
 
+  // vector_norm: ord 2, 1, 3, inf, -inf, 0 over dims (values away from 0 and from ties, where
+  // the norm is not differentiable).
+  struct NormCase {
+    const char* name;
+    double ord;
+    Shape shape;
+    std::vector<int64_t> dims;
+    bool keepdim;
+  };
+  const NormCase norms[] = {
+      {"l2_dim1", 2, {3, 4}, {1}, false},
+      {"l1_dim0_keepdim", 1, {3, 4}, {0}, true},
+      {"l3_all", 3, {2, 3}, {}, false},
+      {"inf_dims_0_2", INFINITY, {2, 3, 4}, {0, 2}, false},
+      {"neg_inf_last", -INFINITY, {3, 5}, {-1}, false},
+      {"l0_counts", 0, {3, 4}, {1}, false},
+  };
+  uint64_t nseed = 950;
+  for (const auto& c : norms) {
+    const double ord = c.ord;
+    const auto dims = c.dims;
+    const bool kd = c.keepdim;
+    OpSample s = red(
+        "vector_norm", c.name, c.shape, nseed++, dims, kd,
+        [ord, dims, kd](const Tensor& x) { return vector_norm(x, ord, dims, kd); },
+        [ord](const std::vector<double>& g) {
+          double acc = std::isinf(ord) && ord < 0 ? INFINITY : 0.0;
+          for (double e : g) {
+            const double v = std::fabs(e);
+            if (std::isinf(ord))
+              acc = ord > 0 ? std::max(acc, v) : std::min(acc, v);
+            else if (ord == 0)
+              acc += v != 0;
+            else
+              acc += std::pow(v, ord);
+          }
+          return std::isinf(ord) || ord == 0 ? acc : std::pow(acc, 1 / ord);
+        });
+    // Inputs kept away from 0 (|x| >= 0.1), where |x| has its kink.
+    const Shape shape = c.shape;
+    const uint64_t sd = nseed + 100;
+    s.inputs = [shape, sd] {
+      auto v = vals(rnd(shape, sd));
+      for (auto& x : v) x = x < 0 ? std::min(x, -0.1) : std::max(x, 0.1);
+      return In{from_vals(v, shape)};
+    };
+    v.push_back(std::move(s));
+  }
+
   struct ScanCase {
     const char* name;
     Shape shape;
