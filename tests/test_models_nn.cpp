@@ -900,3 +900,29 @@ TEST(NnProbe, InitializersNameThemselves) {
   init::uniform_(d, -3e38, 3e38);  // fits float64
   EXPECT_TRUE(std::isfinite(d.to_vector<double>()[0]));
 }
+
+TEST(NnLayers, ModuleListRegistersItsChildren) {
+  manual_seed(12);
+  nn::ModuleList blocks;
+  blocks.emplace_back<nn::Linear>(4, 4);
+  blocks.emplace_back<nn::LayerNorm>(Shape{4});
+  blocks.push_back(std::make_shared<nn::Dropout>(0.5));
+  EXPECT_EQ(blocks.size(), 3u);
+  const auto names = blocks.named_parameters();
+  ASSERT_EQ(names.size(), 4u);
+  EXPECT_EQ(names[0].first, "0.weight");
+  EXPECT_EQ(names[3].first, "1.bias");
+  EXPECT_EQ(blocks.state_dict().size(), 4u);
+  blocks.eval();
+  EXPECT_FALSE(blocks[2].is_training());
+  // Calling them is the owner's: typed access.
+  Tensor x = randn({2, 4});
+  Tensor y = blocks.get<nn::LayerNorm>(1)(blocks.get<nn::Linear>(0)(x));
+  EXPECT_EQ(y.shape(), Shape({2, 4}));
+  int n = 0;
+  for (const auto& m : blocks) n += m->parameters().empty() ? 0 : 1;
+  EXPECT_EQ(n, 2);
+  expect_error([&] { blocks.get<nn::Linear>(1); }, {"[ModuleList]", "LayerNorm"});
+  expect_error([&] { blocks[3]; }, {"[ModuleList]", "out of range"});
+  expect_error([&] { blocks.push_back(nullptr); }, {"[ModuleList]", "null"});
+}

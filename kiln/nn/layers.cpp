@@ -521,4 +521,17 @@ const std::shared_ptr<Layer>& Sequential::at(size_t i) const {
 
 Layer& Sequential::operator[](size_t i) const { return *at(i); }
 
+void ModuleList::push_back(std::shared_ptr<Module> m) {
+  if (!m) fail("ModuleList", "cannot add a null module at index ", modules_.size());
+  register_module(std::to_string(modules_.size()), m.get());
+  m->train(is_training());
+  modules_.push_back(std::move(m));
+}
+
+Module& ModuleList::operator[](size_t i) const {
+  if (i >= modules_.size())
+    fail("ModuleList", "index ", i, " is out of range for ", modules_.size(), " modules");
+  return *modules_[i];
+}
+
 }  // namespace kiln::nn

@@ -352,4 +352,37 @@ class Sequential : public Layer {
   std::vector<std::shared_ptr<Layer>> layers_;
 };
 
+/// Holds child modules of any type in order, registered as "0", "1", ... (torch.nn.ModuleList):
+/// their parameters, buffers and train/eval follow the parent; calling them is up to the owner.
+class ModuleList : public Module {
+ public:
+  ModuleList() = default;
+  /// Appends a module (registered as child number size()).
+  void push_back(std::shared_ptr<Module> m);
+  /// Constructs a module in place and appends it.
+  template <typename M, typename... A>
+  std::shared_ptr<M> emplace_back(A&&... args) {
+    auto m = std::make_shared<M>(std::forward<A>(args)...);
+    push_back(m);
+    return m;
+  }
+  std::string type_name() const override { return "ModuleList"; }
+  size_t size() const { return modules_.size(); }
+  /// Module i (kiln::Error when out of range).
+  Module& operator[](size_t i) const;
+  /// Module i as an M (kiln::Error when out of range or of another type).
+  template <typename M>
+  M& get(size_t i) const {
+    M* m = dynamic_cast<M*>(&(*this)[i]);
+    if (!m)
+      fail("ModuleList", "module ", i, " is a ", (*this)[i].type_name(), ", not the type asked");
+    return *m;
+  }
+  auto begin() const { return modules_.begin(); }
+  auto end() const { return modules_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
 }  // namespace kiln::nn
