@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kiln/kernels/cpu/vec_math.h"
 #include "kiln/ops/elementwise_util.h"
@@ -276,6 +277,24 @@ const OpDef& kVar =
                   return TensorList{div(mul(mul(sub(x, m), g), 2.0), denom)};
                 }});
 
+// out[i] = f(group i, its length) for the groups of `in` over rd (float dtypes): for reductions
+// that make several passes over a group (logsumexp, vector_norm).
+template <typename F>
+void for_each_group(const char* op, const Tensor& in, const RedDims& rd, Tensor& out, F&& f) {
+  const int64_t kept = out.numel(), red = rd.count;
+  if (kept == 0) return;
+  const Tensor c = reduced_last(in, rd);
+  KILN_DISPATCH_FLOAT(in.dtype(), op, [&] {
+    using T = scalar_t;
+    const T* x = c.data_ptr<T>();
+    T* o = out.data_ptr<T>();
+    parallel_for(kept, std::max<int64_t>(1, 16384 / std::max<int64_t>(red, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t i = b; i < e; ++i) o[i] = f(x + i * red, red);
+                 });
+  });
+}
+
 // log(sum(exp(x))) = m + log(sum(exp(x - m))) with m the group's max: no overflow, and rows of
 // -inf (all masked) give -inf, as torch. An empty group sums to 0: -inf.
 const OpDef& kLogsumexp =
@@ -287,33 +306,20 @@ const OpDef& kLogsumexp =
             .kernel =
                 [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
                   const RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "logsumexp");
-                  const int64_t kept = out[0].numel(), red = rd.count;
-                  if (kept == 0) return;
-                  const Tensor c = reduced_last(in[0], rd);
-                  KILN_DISPATCH_FLOAT(in[0].dtype(), "logsumexp", [&] {
-                    using T = scalar_t;
-                    const T* x = c.data_ptr<T>();
-                    T* o = out[0].data_ptr<T>();
-                    parallel_for(kept, std::max<int64_t>(1, 16384 / std::max<int64_t>(red, 1)),
-                                 [&](int64_t b, int64_t e) {
-                                   for (int64_t i = b; i < e; ++i) {
-                                     const T* r = x + i * red;
-                                     T m = -std::numeric_limits<T>::infinity();
-                                     bool nan = false;
-                                     for (int64_t j = 0; j < red; ++j) {
-                                       nan = nan || r[j] != r[j];
-                                       m = r[j] > m ? r[j] : m;
-                                     }
-                                     if (nan || std::isinf(m)) {  // NaN, all -inf, or a +inf
-                                       o[i] = nan ? std::numeric_limits<T>::quiet_NaN() : m;
-                                       continue;
-                                     }
-                                     double acc = 0;  // float32 groups sum in double
-                                     for (int64_t j = 0; j < red; ++j)
-                                       acc += static_cast<double>(vm::exp<T>(r[j] - m));
-                                     o[i] = static_cast<T>(static_cast<double>(m) + std::log(acc));
-                                   }
-                                 });
+                  for_each_group("logsumexp", in[0], rd, out[0], [](const auto* r, int64_t n) {
+                    using T = std::remove_cv_t<std::remove_pointer_t<decltype(r)>>;
+                    T m = -std::numeric_limits<T>::infinity();
+                    bool nan = false;
+                    for (int64_t j = 0; j < n; ++j) {
+                      nan = nan || r[j] != r[j];
+                      m = r[j] > m ? r[j] : m;
+                    }
+                    if (nan) return std::numeric_limits<T>::quiet_NaN();
+                    if (std::isinf(m)) return m;  // all -inf, or a +inf
+                    double acc = 0;               // float32 groups sum in double
+                    for (int64_t j = 0; j < n; ++j)
+                      acc += static_cast<double>(vm::exp<T>(r[j] - m));
+                    return static_cast<T>(static_cast<double>(m) + std::log(acc));
                   });
                 },
             // d lse / dx = exp(x - lse) (the softmax over the group)
@@ -343,40 +349,26 @@ const OpDef& kVectorNorm =
                 [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
                   const double p = a.f(0);
                   const RedDims rd = red_dims(in[0].shape(), a.ints(1), a.b(2), "vector_norm");
-                  const int64_t kept = out[0].numel(), red = rd.count;
-                  if (kept == 0) return;
-                  const Tensor c = reduced_last(in[0], rd);
-                  KILN_DISPATCH_FLOAT(in[0].dtype(), "vector_norm", [&] {
-                    using T = scalar_t;
-                    const T* x = c.data_ptr<T>();
-                    T* o = out[0].data_ptr<T>();
-                    parallel_for(kept, std::max<int64_t>(1, 16384 / std::max<int64_t>(red, 1)),
-                                 [&](int64_t b, int64_t e) {
-                                   for (int64_t i = b; i < e; ++i) {
-                                     const T* r = x + i * red;
-                                     double acc = std::isinf(p) && p < 0 ? INFINITY : 0.0;
-                                     for (int64_t j = 0; j < red; ++j) {
-                                       const double v = std::fabs(static_cast<double>(r[j]));
-                                       if (v != v) {
-                                         acc = v;
-                                         break;
-                                       }
-                                       if (p == 2)
-                                         acc += v * v;
-                                       else if (p == 1)
-                                         acc += v;
-                                       else if (std::isinf(p))
-                                         acc = p > 0 ? std::max(acc, v) : std::min(acc, v);
-                                       else if (p == 0)
-                                         acc += v != 0;
-                                       else
-                                         acc += std::pow(v, p);
-                                     }
-                                     if (acc == acc && !std::isinf(p) && p != 1 && p != 0)
-                                       acc = p == 2 ? std::sqrt(acc) : std::pow(acc, 1 / p);
-                                     o[i] = static_cast<T>(acc);
-                                   }
-                                 });
+                  for_each_group("vector_norm", in[0], rd, out[0], [p](const auto* r, int64_t n) {
+                    using T = std::remove_cv_t<std::remove_pointer_t<decltype(r)>>;
+                    double acc = std::isinf(p) && p < 0 ? INFINITY : 0.0;
+                    for (int64_t j = 0; j < n; ++j) {
+                      const double v = std::fabs(static_cast<double>(r[j]));
+                      if (v != v) return static_cast<T>(v);
+                      if (p == 2)
+                        acc += v * v;
+                      else if (p == 1)
+                        acc += v;
+                      else if (std::isinf(p))
+                        acc = p > 0 ? std::max(acc, v) : std::min(acc, v);
+                      else if (p == 0)
+                        acc += v != 0;
+                      else
+                        acc += std::pow(v, p);
+                    }
+                    if (!std::isinf(p) && p != 1 && p != 0)
+                      acc = p == 2 ? std::sqrt(acc) : std::pow(acc, 1 / p);
+                    return static_cast<T>(acc);
                   });
                 },
             // d ||x||_p / dx = sign(x) |x|^(p-1) / ||x||^(p-1): x / n for p = 2, sign(x) for p = 1,
