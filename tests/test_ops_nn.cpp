@@ -848,3 +848,60 @@ TEST(Norms, ZeroVectorGradientNormalizeAndCosine) {
   expect_error([&] { vector_norm(x, NAN); }, {"[vector_norm]", "NaN"});
   expect_error([&] { normalize(x, 2, 1, -1); }, {"[normalize]", "eps"});
 }
+
+// ---- interpolate
+// ---------------------------------------------------------------------------------
+
+// Values printed by PyTorch 1.13's F.interpolate on x = sin(arange(120)).reshape(2, 3, 4, 5):
+// elements 5..8 and the sum, per mode.
+TEST(Interpolate, NearestAndBilinearMatchPyTorch) {
+  const Tensor x = sin(arange(0, 120, 1, Float64).reshape({2, 3, 4, 5}));
+  struct Case {
+    const char* mode;
+    bool align;
+    std::vector<int64_t> size;
+    std::vector<double> elems;
+    double sum;
+  };
+  const std::vector<Case> cases = {
+      {"nearest",
+       false,
+       {7, 3},
+       {0.14112000806, -0.958924274663, -0.279415498199, 0.989358246623},
+       -0.982810062684},
+      {"bilinear",
+       false,
+       {7, 3},
+       {-0.0781997323207, -0.660070515072, 0.675008800726, 0.528672686663},
+       -0.142742305183},
+      {"bilinear",
+       true,
+       {7, 3},
+       {-0.172342005033, -0.958924274663, 0.656986598719, 0.412118485242},
+       -0.0384662893794},
+      {"bilinear",
+       false,
+       {8, 10},
+       {0.717253072134, 0.333164362751, -0.0833606177821, -0.532321869466},
+       -0.480943464601},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(str_cat(c.mode, " align ", c.align, " ", c.size[0], "x", c.size[1]));
+    const Tensor y = interpolate(x, c.size, c.mode, c.align);
+    ASSERT_EQ(y.shape(), Shape({2, 3, c.size[0], c.size[1]}));
+    const auto v = v64(y);
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(v[5 + i], c.elems[i], 1e-11);
+    EXPECT_NEAR(sum(y).item<double>(), c.sum, 1e-10);
+    GradcheckResult r = gradcheck(
+        [&](const std::vector<Tensor>& in) { return interpolate(in[0], c.size, c.mode, c.align); },
+        {randn({1, 2, 4, 5}, Float64)});
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+  // Nearest 2x upsampling repeats each pixel in a 2x2 block; [C, H, W] input.
+  const Tensor p = tensor(std::vector<double>{1, 2, 3, 4}, {1, 2, 2});
+  EXPECT_EQ(v64(interpolate(p, {4})),
+            (std::vector<double>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
+  expect_error([&] { interpolate(x, {0, 2}); }, {"[interpolate]", "positive"});
+  expect_error([&] { interpolate(x, {2, 2}, "bicubic"); }, {"[interpolate]", "bicubic"});
+  expect_error([&] { interpolate(x, {2, 2}, "nearest", true); }, {"[interpolate]", "align"});
+}

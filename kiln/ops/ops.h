@@ -218,6 +218,10 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int6
 /// Average pooling to a fixed output size (torch's bins: output i covers
 /// [floor(i L / n), ceil((i + 1) L / n))); {1, 1} is global average pooling.
 Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size);
+/// Resizes [N, C, H, W] (or [C, H, W]) to `size` (1 or 2 values), torch.nn.functional.interpolate
+/// with mode "nearest" or "bilinear" (align_corners as torch); two small GEMMs, differentiable.
+Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string& mode = "nearest",
+                   bool align_corners = false);
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0});
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -545,6 +547,57 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size) {
       return cat(parts, dim);
     };
     return bins(bins(x4, 2, H, o[0]), 3, W, o[1]);
+  });
+}
+
+namespace {
+// The [out, in] matrix of a 1-D resampling: torch's "nearest" (source floor(i in / out)) or
+// "bilinear" along one axis (half-pixel centres, or corners aligned).
+Tensor resample_matrix(int64_t out, int64_t in, bool bilinear, bool align_corners, DType dt) {
+  std::vector<double> m(static_cast<size_t>(out * in), 0.0);
+  const double scale = static_cast<double>(in) / static_cast<double>(out);
+  for (int64_t i = 0; i < out; ++i) {
+    double* row = m.data() + i * in;
+    if (!bilinear) {
+      row[std::min(in - 1, static_cast<int64_t>(std::floor(static_cast<double>(i) * scale)))] = 1;
+      continue;
+    }
+    double src = align_corners ? (out > 1 ? static_cast<double>(i) * static_cast<double>(in - 1) /
+                                                static_cast<double>(out - 1)
+                                          : 0.0)
+                               : std::max(0.0, (static_cast<double>(i) + 0.5) * scale - 0.5);
+    const int64_t i0 = std::min(in - 1, static_cast<int64_t>(std::floor(src)));
+    const int64_t i1 = std::min(in - 1, i0 + 1);
+    const double w1 = src - static_cast<double>(i0);
+    row[i0] += 1 - w1;
+    row[i1] += w1;
+  }
+  return tensor(m, {out, in}).to(dt);
+}
+}  // namespace
+
+// Resizing is linear and separable: y = A_h x A_w^T with A the per-axis matrices above (two
+// small GEMMs over all N C planes; gradients are those of matmul).
+Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string& mode,
+                   bool align_corners) {
+  const char* op = "interpolate";
+  const Ints o = pair2(op, "size", size);
+  if (o[0] <= 0 || o[1] <= 0 || o[0] > (int64_t(1) << 24) || o[1] > (int64_t(1) << 24))
+    fail(op, "size must be positive (and at most 2^24), got ", Shape(o));
+  if (mode != "nearest" && mode != "bilinear")
+    fail(op, "mode must be \"nearest\" or \"bilinear\", got \"", mode, "\"");
+  if (align_corners && mode != "bilinear") fail(op, "align_corners applies to bilinear only");
+  return pool_call(op, x, [&](const Tensor& x4) {
+    if (!is_floating(x4.dtype()))
+      fail(op, "input must be floating point, got ", x4.dtype(), x4.shape());
+    const int64_t H = x4.size(2), W = x4.size(3);
+    if (H <= 0 || W <= 0) fail(op, "needs static, non-empty H and W, got shape ", x4.shape());
+    const bool bil = mode == "bilinear";
+    Tensor y = x4;
+    if (o[0] != H || bil) y = matmul(resample_matrix(o[0], H, bil, align_corners, x4.dtype()), y);
+    if (o[1] != W || bil)
+      y = matmul(y, transpose(resample_matrix(o[1], W, bil, align_corners, x4.dtype()), 0, 1));
+    return y.is_same(x4) ? clone(y) : y;
   });
 }
 
