@@ -846,6 +846,9 @@ TEST(Norms, ZeroVectorGradientNormalizeAndCosine) {
                 {randn({3, 4}, Float64)});
   EXPECT_TRUE(r2.ok) << r2.message;
   expect_error([&] { vector_norm(x, NAN); }, {"[vector_norm]", "NaN"});
+  expect_error([&] { vector_norm(Tensor()); }, {"[vector_norm]", "undefined"});
+  expect_error([&] { cosine_similarity(x, Tensor()); }, {"[cosine_similarity]", "undefined"});
+  expect_error([&] { logsumexp(Tensor()); }, {"[logsumexp]", "undefined"});
   expect_error([&] { normalize(x, 2, 1, -1); }, {"[normalize]", "eps"});
 }
 

@@ -574,15 +574,18 @@ Tensor std_dev(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim,
   return sqrt(var(a, dims, keepdim, correction));
 }
 Tensor vector_norm(const Tensor& a, double ord, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!a.defined()) fail("vector_norm", "input is undefined");
   return call1(kVectorNorm, {ew::float_in(a)}, {ord, dims, keepdim});
 }
 Tensor normalize(const Tensor& a, double p, int64_t dim, double eps) {
+  if (!a.defined()) fail("normalize", "input is undefined");
   if (!(eps >= 0)) fail("normalize", "eps must be >= 0, got ", eps);
   const Tensor x = ew::float_in(a);
   return div(x, clamp(vector_norm(x, p, {dim}, true), eps, INFINITY));
 }
 // torch: x1 . x2 / max(||x1|| ||x2||, eps) over dim (broadcast together).
 Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim, double eps) {
+  if (!a.defined() || !b.defined()) fail("cosine_similarity", "input is undefined");
   if (!(eps >= 0)) fail("cosine_similarity", "eps must be >= 0, got ", eps);
   const Tensor x = ew::float_in(a), y = ew::float_in(b);
   const Tensor dot = sum(mul(x, y), {dim});
@@ -590,6 +593,7 @@ Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim, double e
   return div(dot, clamp(nn, eps, INFINITY));
 }
 Tensor logsumexp(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!a.defined()) fail("logsumexp", "input is undefined");
   return call1(kLogsumexp, {ew::float_in(a)}, {dims, keepdim});
 }
 Tensor cumsum(const Tensor& a, int64_t dim, bool reverse) {
