@@ -908,3 +908,30 @@ TEST(Interpolate, NearestAndBilinearMatchPyTorch) {
   expect_error([&] { interpolate(x, {2, 2}, "bicubic"); }, {"[interpolate]", "bicubic"});
   expect_error([&] { interpolate(x, {2, 2}, "nearest", true); }, {"[interpolate]", "align"});
 }
+
+// Limits found in review: extreme diagonals, integer overflow in cumsum, oversized resizing and
+// transposed-convolution parameters raise or behave instead of overflowing.
+TEST(ReviewLimits, ExtremeArgumentsRaiseOrBehave) {
+  const Tensor x = tensor(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(v64(tril(x, INT64_MAX)), v64(x));
+  EXPECT_EQ(v64(tril(x, INT64_MIN)), std::vector<double>(6, 0.0));
+  EXPECT_EQ(v64(triu(x, INT64_MIN)), v64(x));
+  // Integer cumsum wraps (as torch's), without undefined behaviour.
+  const Tensor big = tensor(std::vector<int64_t>{INT64_MAX, 1}, {2});
+  EXPECT_EQ(cumsum(big, 0).to_vector<int64_t>()[1], INT64_MIN);
+  expect_error(
+      [&] {
+        interpolate(randn({1, 1, 1 << 20, 2}), {1 << 20, 2});
+      },
+      {"[interpolate]", "2^28"});
+  expect_error(
+      [&] {
+        adaptive_avg_pool2d(randn({1, 1, 5, 5}), {100000, 2});
+      },
+      {"[adaptive_avg_pool2d]", "65536"});
+  expect_error(
+      [&] {
+        conv_transpose2d(randn({1, 2, 3, 3}), randn({2, 2, 2, 2}), Tensor(), {INT64_MAX, 1});
+      },
+      {"[conv_transpose2d]", "2^30"});
+}

@@ -125,6 +125,7 @@ Attrs view_geometry(const TensorImpl& v, const TensorImpl& base) {
 }
 
 // `view` becomes an as_strided view of its base's current identity (none if the base has none).
+// The base is contiguous: write_in_place and refresh_view refuse the others.
 void set_view_identity(const Tensor& view) {
   TensorImpl* vi = view.impl();
   vi->view_version = vi->storage->version();
@@ -144,7 +145,12 @@ void refresh_view(const Tensor& view) {
   // A view that owns its gradient (requires_grad_() on a view) keeps it.
   const TensorImpl* vi = view.impl();
   if (vi->autograd && vi->autograd->requires_grad && !vi->autograd->grad_fn) return;
-  if (!vi->view_base->contiguous) return;
+  // as_strided describes views of contiguous bases only; a stale history must not be used.
+  const TensorImpl& base = *vi->view_base;
+  if (!base.contiguous && base.autograd && base.autograd->requires_grad)
+    fail("view", "a view (shape ", view.shape(), ") of a non-contiguous tensor (shape ", base.shape,
+         ") whose storage was written since the view was taken cannot be given the "
+         "new history; take the view again after the write");
   set_view_identity(view);
 }
 

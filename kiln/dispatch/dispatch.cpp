@@ -42,10 +42,6 @@ ViewRefresher g_refresher = nullptr;
 void set_inplace_writer(InplaceWriter w) { g_writer = w; }
 InplaceWriter inplace_writer() { return g_writer; }
 void set_view_refresher(ViewRefresher r) { g_refresher = r; }
-void record_autograd(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs,
-                     const Attrs& attrs) {
-  if (g_recorder) g_recorder(op, inputs, outputs, attrs);
-}
 uint64_t eager_op_count() { return t_count; }
 
 namespace {

@@ -65,11 +65,6 @@ bool capturing();
 using AutogradRecorder = void (*)(const OpDef& op, std::span<const Tensor> inputs,
                                   std::span<Tensor> outputs, const Attrs& attrs);
 void set_autograd_recorder(AutogradRecorder r);
-/// Records a node for `op` as if it had run on `inputs` and produced `outputs` (whose autograd
-/// identity becomes the node's): how in-place writes give tensors new histories without running
-/// the op. No-op when autograd is not linked.
-void record_autograd(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs,
-                     const Attrs& attrs);
 /// An in-place write with autograd (see opu::write_in_place): `result` was computed out of place
 /// (and recorded when it requires grad); `write` puts its values into `self`. The writer makes
 /// the node read snapshots of what it saved from `self`'s storage, runs `write`, and gives

@@ -497,6 +497,12 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b,
   const Ints s = pair2(op, "stride", stride), p = pair2(op, "padding", padding),
              o = pair2(op, "output_padding", output_padding), d = pair2(op, "dilation", dilation);
   if (groups <= 0) fail(op, "groups must be positive, got ", groups);
+  for (const Ints* v : {&s, &p, &o, &d})
+    for (int64_t e : *v)
+      if (e > opu::kMaxWindowParam)
+        fail(op, "stride, padding, output_padding and dilation must each be at most 2^30, got ",
+             "stride ", Shape(s), ", padding ", Shape(p), ", output_padding ", Shape(o),
+             ", dilation ", Shape(d));
   for (int k = 0; k < 2; ++k) {
     if (s[k] <= 0 || d[k] <= 0 || p[k] < 0 || o[k] < 0)
       fail(op, "stride and dilation must be positive, padding and output_padding >= 0, got ",

@@ -567,7 +567,8 @@ void tri_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
   const Tensor x = in[0].is_contiguous() ? in[0] : raw_contiguous_copy(in[0]);
   const Shape& s = x.shape();
   const int64_t R = s[s.rank() - 2], C = s[s.rank() - 1];
-  const int64_t B = prod(s, 0, s.rank() - 2), diag = a.i(0);
+  // Diagonals past either corner keep everything or nothing; clamped so i + diag cannot overflow.
+  const int64_t B = prod(s, 0, s.rank() - 2), diag = std::clamp<int64_t>(a.i(0), -R - 1, C + 1);
   if (B * R * C == 0) return;
   KILN_DISPATCH_ALL(x.dtype(), Upper ? "triu" : "tril", [&] {
     using T = scalar_t;

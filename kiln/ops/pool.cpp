@@ -531,6 +531,9 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size) {
   const char* op = "adaptive_avg_pool2d";
   Ints o = pair2(op, "output_size", output_size);
   if (o[0] <= 0 || o[1] <= 0) fail(op, "output_size must be positive, got ", Shape(o));
+  // (uneven bins cost one op per output row and column)
+  if (o[0] > 65536 || o[1] > 65536)
+    fail(op, "output_size must be at most 65536 per dim, got ", Shape(o));
   return pool_call(op, x, [&](const Tensor& x4) {
     if (!is_floating(x4.dtype()))
       fail(op, "input must be floating point, got ", x4.dtype(), x4.shape());
@@ -592,6 +595,10 @@ Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string
       fail(op, "input must be floating point, got ", x4.dtype(), x4.shape());
     const int64_t H = x4.size(2), W = x4.size(3);
     if (H <= 0 || W <= 0) fail(op, "needs static, non-empty H and W, got shape ", x4.shape());
+    // The resampling matrices are [out, in] per axis.
+    if (o[0] * H > (int64_t(1) << 28) || o[1] * W > (int64_t(1) << 28))
+      fail(op, "resizing ", x4.shape(), " to ", Shape(o),
+           " needs resampling matrices over 2^28 elements");
     const bool bil = mode == "bilinear";
     Tensor y = x4;
     if (o[0] != H || bil) y = matmul(resample_matrix(o[0], H, bil, align_corners, x4.dtype()), y);

@@ -396,6 +396,17 @@ const OpDef& kVectorNorm =
                   return TensorList{where(eq(n, 0.0), zero, mul(r, g))};
                 }});
 
+// cumsum's accumulator: double for floats; for integers the unsigned type of the same width, so
+// that overflow wraps (as torch's) with defined behaviour.
+template <typename T, bool = std::is_floating_point_v<T>>
+struct ScanAcc {
+  using type = double;
+};
+template <typename T>
+struct ScanAcc<T, false> {
+  using type = std::make_unsigned_t<T>;
+};
+
 // cumsum along one dim; `reverse` sums from the end (the gradient of a forward cumsum, as
 // jax.lax.cumsum's reverse). Float32 accumulates in double (torch's CPU kernel does too).
 const OpDef& kCumsum = def_op(
@@ -428,7 +439,7 @@ const OpDef& kCumsum = def_op(
            const bool rev = a.b(1);
            KILN_DISPATCH_NUMERIC(x.dtype(), "cumsum", [&] {
              using T = scalar_t;
-             using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+             using Acc = typename ScanAcc<T>::type;
              const T* p = x.data_ptr<T>();
              T* o = out[0].data_ptr<T>();
              parallel_for(outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(n * inner, 1)),

@@ -956,8 +956,8 @@ Tensor Tensor::to(DType t) const { return kiln::cast(*this, t); }
 Tensor Tensor::detach() const { return kiln::detach(*this); }
 
 namespace {
-// Whether writes into t must be recorded: grad mode, and t, its view base or the source with
-// history.
+// Whether t is a view of a tensor that requires grad (a write into t then changes a value with
+// history, even when t's own identity predates that history).
 bool base_requires_grad(const Tensor& t) {
   const auto& b = t.impl()->view_base;
   return b && b->autograd && b->autograd->requires_grad;
