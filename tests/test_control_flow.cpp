@@ -1,10 +1,13 @@
-// Control flow as dataflow: switch/merge deadness in the executor (executed-node counts prove the
-// untaken branch did not run), cond and while_loop eagerly and in graphs, nested, with gradients
-// (eager gradcheck and graph gradients() against eager), passes (CSE, constant predicates).
+// Control flow as dataflow: switch/merge deadness eagerly (dead tensors) and in the executor
+// (executed-node counts prove the untaken branch did not run), the lecture's example with
+// Switch/Merge directly in all three modes (eager, Session, jit), cond and while_loop eagerly
+// and in graphs, nested, with gradients (eager gradcheck and graph gradients() against eager),
+// passes (CSE, constant predicates).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 
 #include "kiln/kiln.h"
 #include "test_util.h"
@@ -38,19 +41,109 @@ struct ScopedDisablePasses {
   ~ScopedDisablePasses() { ::unsetenv("KILN_DISABLE_PASSES"); }
 };
 
-TEST(ControlSwitchMerge, EagerDeadIsUndefined) {
+// Eagerly the untaken side of a switch is a dead tensor: defined, with data's dtype and shape,
+// no storage. Ops on it run no kernel and give dead tensors; merge forwards the live input.
+TEST(ControlSwitchMerge, EagerDeadTensors) {
   Tensor x = tensor({1.f, 2.f});
   auto s = switch_(x, bool_scalar(true));
-  EXPECT_FALSE(s[0].defined());
+  ASSERT_TRUE(s[0].defined());
+  EXPECT_TRUE(s[0].is_dead());
+  EXPECT_FALSE(s[0].is_concrete());
+  EXPECT_FALSE(s[0].is_symbolic());
+  EXPECT_EQ(s[0].shape(), x.shape());
+  EXPECT_EQ(s[0].dtype(), Float32);
   EXPECT_TRUE(s[1].is_same(x));
+  EXPECT_FALSE(s[1].is_dead());
+  EXPECT_FALSE(x.is_dead());
+  EXPECT_FALSE(Tensor().is_dead());
   auto m = merge({s[0], s[1]});
   EXPECT_TRUE(m[0].is_same(x));
   EXPECT_EQ(m[1].item<int64_t>(), 1);
-  auto d = merge({Tensor(), Tensor()});
-  EXPECT_FALSE(d[0].defined());
+  auto s2 = switch_(x, bool_scalar(false));
+  EXPECT_TRUE(s2[0].is_same(x));
+  EXPECT_TRUE(s2[1].is_dead());
+  EXPECT_EQ(merge({s2[0], s2[1]})[1].item<int64_t>(), 0);
+
+  // An op on a dead tensor: no kernel runs, the outputs are dead and shaped by inference.
+  const uint64_t ops_before = eager_op_count();
+  Tensor d = exp(exp(s[0]));
+  Tensor e = add(x, s[0]);
+  Tensor r = sum(matmul(reshape(s[0], {2, 1}), ones({1, 3})), {0});
+  EXPECT_EQ(eager_op_count(), ops_before);
+  EXPECT_TRUE(d.is_dead());
+  EXPECT_TRUE(e.is_dead());
+  EXPECT_TRUE(r.is_dead());
+  EXPECT_EQ(r.shape(), Shape({3}));
+  // Inference still checks a dead op's inputs, naming the op.
+  EXPECT_NE(expect_error([&] { add(s[0], ones({3})); }).find("[add]"), std::string::npos);
+  // Several outputs, a switch inside an untaken branch, merge of dead inputs only.
+  auto sp = split(s[0], 1, 0);
+  ASSERT_EQ(sp.size(), 2u);
+  EXPECT_TRUE(sp[0].is_dead() && sp[1].is_dead());
+  auto inner = switch_(d, bool_scalar(true));
+  EXPECT_TRUE(inner[0].is_dead() && inner[1].is_dead());
+  auto dm = merge({d, neg(s[0])});
+  EXPECT_TRUE(dm[0].is_dead());
+  EXPECT_TRUE(dm[1].is_dead());
+  EXPECT_EQ(dm[0].shape(), x.shape());
+  EXPECT_TRUE(merge({d, e, x})[0].is_same(x));
+  EXPECT_EQ(merge({d, e, x})[1].item<int64_t>(), 2);
+
+  // Host reads of a dead value say it is dead; printing says so.
+  for (std::string msg : {expect_error([&] { (void)s[0].to_vector<float>(); }),
+                          expect_error([&] { (void)sum(d).item<float>(); }),
+                          expect_error([&] { (void)s[0].data_ptr<float>(); })}) {
+    EXPECT_NE(msg.find("dead"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not taken"), std::string::npos) << msg;
+  }
+  std::ostringstream os;
+  os << d;
+  EXPECT_NE(os.str().find("dead"), std::string::npos) << os.str();
+  // Bad uses raise kiln::Error naming the op: in-place writes, backward, cond, a graph, a feed.
+  Tensor y = tensor({3.f, 4.f});
+  EXPECT_NE(expect_error([&] { y.add_(s[0]); }).find("[add_]"), std::string::npos);
+  EXPECT_NE(expect_error([&] { d.mul_(2.0); }).find("[mul_]"), std::string::npos);
+  EXPECT_NE(expect_error([&] { y.copy_(s[0]); }).find("dead"), std::string::npos);
+  EXPECT_NE(expect_error([&] { sum(d).backward(); }).find("[backward]"), std::string::npos);
+  EXPECT_NE(expect_error([&] {
+              cond(
+                  lt(sum(d), 0.0), [&] { return x; }, [&] { return x; });
+            }).find("[cond]"),
+            std::string::npos);
+  EXPECT_NE(expect_error([&] {
+              while_loop([](const std::vector<Tensor>& v) { return lt(sum(v[0]), 9.0); },
+                         [](const std::vector<Tensor>& v) { return v; }, {d});
+            }).find("[while_loop]"),
+            std::string::npos);
+  Graph g;
+  Tensor ph = g.placeholder("p", Float32, {2});
+  EXPECT_NE(expect_error([&] { add(ph, s[0]); }).find("[add]"), std::string::npos);
+  Session sess(g);
+  std::string fe = expect_error([&] { sess.run(neg(ph), {{ph, s[0]}}); });
+  EXPECT_NE(fe.find("dead"), std::string::npos) << fe;
+}
+
+// An undefined (default-constructed) tensor is not a dead one: ops still refuse it by name.
+TEST(ControlSwitchMerge, UndefinedStillRaises) {
+  Tensor x = tensor({1.f, 2.f});
+  EXPECT_NE(expect_error([&] { add(Tensor(), x); }).find("[add]"), std::string::npos);
+  EXPECT_NE(expect_error([&] { neg(Tensor()); }).find("[neg]"), std::string::npos);
+  EXPECT_NE(expect_error([&] { switch_(Tensor(), bool_scalar(true)); }).find("[switch]"),
+            std::string::npos);
+  EXPECT_NE(expect_error([&] { switch_(x, Tensor()); }).find("[switch]"), std::string::npos);
+  EXPECT_NE(expect_error([&] { merge({Tensor(), x}); }).find("[merge]"), std::string::npos);
+  EXPECT_NE(expect_error([&] { merge({}); }).find("[merge]"), std::string::npos);
+  // A dead tensor next to an undefined one: still the undefined error.
+  Tensor dead = switch_(x, bool_scalar(true))[0];
+  EXPECT_NE(expect_error([&] { add(dead, Tensor()); }).find("undefined"), std::string::npos);
   EXPECT_NE(expect_error([&] { switch_(x, tensor({1.f})); }).find("[switch]"), std::string::npos);
   EXPECT_NE(expect_error([&] {
               merge({x, tensor(std::vector<int64_t>{1, 2})});
+            }).find("[merge]"),
+            std::string::npos);
+  // Inputs disagreeing in dtype are refused also when the odd one is dead, as in a graph.
+  EXPECT_NE(expect_error([&] {
+              merge({switch_(tensor(std::vector<int64_t>{1, 2}), bool_scalar(true))[0], x});
             }).find("[merge]"),
             std::string::npos);
 }
@@ -149,6 +242,114 @@ TEST(ControlCond, LectureExampleAcrossModes) {
     EXPECT_NE(mm.find("-->|T|"), std::string::npos);  // switch edges say which side
     EXPECT_NE(dot.find("label=\"F\""), std::string::npos);
   }
+}
+
+// The lecture's f(x, y, z) = x < y ? x + z : y * y written with Switch and Merge directly (no
+// cond): each input the branches read goes through its own switch on the predicate. Returns
+// {f, value_index, the add branch's result, the mul branch's result}.
+std::vector<Tensor> lecture_switch_merge(const Tensor& x, const Tensor& y, const Tensor& z) {
+  Tensor pred = x.dim() == 0 ? lt(x, y) : lt(sum(x), sum(y));
+  auto sx = switch_(x, pred), sy = switch_(y, pred), sz = switch_(z, pred);
+  Tensor t = add(sx[1], sz[1]);  // true side: x + z
+  Tensor f = mul(sy[0], sy[0]);  // false side: y * y
+  auto m = merge({f, t});
+  return {m[0], m[1], t, f};
+}
+
+// The same function eagerly (dead tensors), as a static graph run by a Session, and under
+// kiln::jit: values, value_index and gradients agree across the three, for both branches.
+TEST(ControlSwitchMerge, LectureExampleEagerGraphJit) {
+  struct Case {
+    Tensor x, y, z;
+    bool add_branch;
+  };
+  std::vector<Case> cases = {
+      {scalar_tensor(1.0), scalar_tensor(2.0), scalar_tensor(3.0), true},
+      {scalar_tensor(4.0), scalar_tensor(2.0), scalar_tensor(3.0), false},
+      {tensor({1.f, 2.f, 3.f}), tensor({2.f, 2.f, 5.f}), tensor({.5f, .5f, .5f}), true},
+      {tensor({4.f, 2.f, 3.f}), tensor({2.f, 2.f, 1.f}), tensor({.5f, .5f, .5f}), false}};
+  auto jf = jit([](const Tensor& x, const Tensor& y, const Tensor& z) {
+    return lecture_switch_merge(x, y, z)[0];
+  });
+  auto or_zeros = [](const Tensor& g, const Tensor& like) {
+    return g.defined() ? g : zeros_like(like);
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.add_branch ? "x + z branch" : "y * y branch");
+    Tensor expected = c.add_branch ? add(c.x, c.z) : mul(c.y, c.y);
+    // Eager: the untaken branch's result is dead, the merge forwards the taken one.
+    Tensor x = c.x.clone().requires_grad_(), y = c.y.clone().requires_grad_(),
+           z = c.z.clone().requires_grad_();
+    auto e = lecture_switch_merge(x, y, z);
+    EXPECT_EQ(e[2].is_dead(), !c.add_branch);
+    EXPECT_EQ(e[3].is_dead(), c.add_branch);
+    EXPECT_FALSE(e[0].is_dead());
+    EXPECT_EQ(e[1].item<int64_t>(), c.add_branch ? 1 : 0);
+    EXPECT_LT(max_abs_diff(e[0].detach(), expected), 1e-6);
+    sum(e[0]).backward();
+    Tensor gx = or_zeros(x.grad(), c.x), gy = or_zeros(y.grad(), c.y), gz = or_zeros(z.grad(), c.z);
+    // Gradients reach only the taken side.
+    EXPECT_EQ(x.grad().defined(), c.add_branch);
+    EXPECT_EQ(z.grad().defined(), c.add_branch);
+    EXPECT_EQ(y.grad().defined(), !c.add_branch);
+    EXPECT_LT(max_abs_diff(c.add_branch ? gx : gy, c.add_branch ? ones_like(c.x) : mul(c.y, 2.0)),
+              1e-6);
+
+    // Static graph.
+    Graph g;
+    Tensor px = g.placeholder("x", Float32, c.x.shape()),
+           py = g.placeholder("y", Float32, c.y.shape()),
+           pz = g.placeholder("z", Float32, c.z.shape());
+    auto gr = lecture_switch_merge(px, py, pz);
+    auto grads = gradients({sum(gr[0])}, {px, py, pz});
+    Session sess(g);
+    FeedDict feeds{{px, c.x}, {py, c.y}, {pz, c.z}};
+    auto gv = sess.run({gr[0], gr[1]}, feeds);
+    EXPECT_LT(max_abs_diff(gv[0], e[0].detach()), 1e-6);
+    EXPECT_EQ(gv[1].item<int64_t>(), e[1].item<int64_t>());
+    EXPECT_LT(sess.last_run().nodes_executed, sess.last_run().plan_steps);  // one branch ran
+    auto gg = sess.run({grads[0], grads[1], grads[2]}, feeds);
+    EXPECT_LT(max_abs_diff(gg[0], gx), 1e-6);
+    EXPECT_LT(max_abs_diff(gg[1], gy), 1e-6);
+    EXPECT_LT(max_abs_diff(gg[2], gz), 1e-6);
+
+    // jit: no grad, then through the compiled backward.
+    Tensor jv = jf(c.x, c.y, c.z);
+    EXPECT_FALSE(jv.is_dead());
+    EXPECT_LT(max_abs_diff(jv, e[0].detach()), 1e-6);
+    Tensor jx = c.x.clone().requires_grad_(), jy = c.y.clone().requires_grad_(),
+           jz = c.z.clone().requires_grad_();
+    Tensor jo = jf(jx, jy, jz);
+    EXPECT_LT(max_abs_diff(jo.detach(), e[0].detach()), 1e-6);
+    sum(jo).backward();
+    EXPECT_LT(max_abs_diff(or_zeros(jx.grad(), c.x), gx), 1e-6);
+    EXPECT_LT(max_abs_diff(or_zeros(jy.grad(), c.y), gy), 1e-6);
+    EXPECT_LT(max_abs_diff(or_zeros(jz.grad(), c.z), gz), 1e-6);
+  }
+  EXPECT_EQ(jf.stats().graph_breaks, 0);
+}
+
+// Gradients of a recorded op whose rule meets a dead tensor, and a dead gradient handed to
+// backward: the engine takes dead as no gradient.
+TEST(ControlSwitchMerge, EagerDeadGradientIsNoGradient) {
+  Tensor x = tensor({1.f, 2.f}).requires_grad_();
+  Tensor y = mul(x, 3.0);
+  Tensor dead = switch_(ones({2}), bool_scalar(true))[0];
+  y.backward(dead);
+  EXPECT_FALSE(x.grad().defined());
+  // A gradient through merge's live input only; the dead input had no history to reach.
+  Tensor w = tensor({5.f, 6.f}).requires_grad_();
+  auto s = switch_(w, bool_scalar(false));
+  Tensor out = merge({mul(s[0], s[0]), exp(s[1])})[0];
+  sum(out).backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{10.f, 12.f}));
+  // grad(): an input on the untaken side only gets no gradient.
+  Tensor a = tensor({1.f}).requires_grad_(), b = tensor({2.f}).requires_grad_();
+  auto sa = switch_(a, bool_scalar(true)), sb = switch_(b, bool_scalar(true));
+  Tensor o = merge({neg(sa[0]), mul(sb[1], 4.0)})[0];
+  auto gs = grad({sum(o)}, {a, b}, {}, false, false, /*allow_unused=*/true);
+  EXPECT_FALSE(gs[0].defined());
+  EXPECT_EQ(gs[1].to_vector<float>(), (std::vector<float>{4.f}));
 }
 
 TEST(ControlCond, UntakenHeavyBranchDoesNotRun) {

@@ -215,15 +215,19 @@ struct Installer {
   }
 } g_installer;
 
+// A dead gradient (eager control flow: a gradient rule's switch_ sends the untaken side a dead
+// tensor) is no gradient, as an undefined one.
+bool no_grad_value(const Tensor& g) { return !g.defined() || g.is_dead(); }
+
 Tensor accumulate(const Tensor& old, const Tensor& g) {
-  if (!old.defined()) return g;
-  if (!g.defined()) return old;
+  if (no_grad_value(old)) return no_grad_value(g) ? Tensor() : g;
+  if (no_grad_value(g)) return old;
   return add(old, g);
 }
 
 // Reduces a broadcast gradient back to the input's shape.
 Tensor fit_to(const Tensor& g, const Tensor& input) {
-  if (!g.defined()) return g;
+  if (no_grad_value(g)) return Tensor();
   if (g.shape() == input.shape()) return g;
   return sum_to(g, input.shape());
 }
@@ -240,10 +244,16 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     if (!r.defined()) fail("backward", "output ", i, " is undefined");
+    if (r.is_dead())
+      fail("backward", "output ", i, " (", r.dtype(), r.shape(),
+           ") is dead: it lies on the untaken side of a switch, so there is nothing to "
+           "differentiate");
     if (!r.requires_grad())
       fail("backward", "output ", i, " (shape ", r.shape(),
            ") does not require grad and has no grad_fn");
-    if (i < grads_in.size() && grads_in[i].defined()) {
+    if (i < grads_in.size() && grads_in[i].is_dead()) {
+      continue;  // a dead output gradient: nothing flows from this output
+    } else if (i < grads_in.size() && grads_in[i].defined()) {
       if (grads_in[i].shape() != r.shape())
         fail("backward", "gradient shape ", grads_in[i].shape(), " does not match output shape ",
              r.shape());
@@ -292,8 +302,9 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
   std::unordered_map<GradNode*, int> deps;
   std::unordered_map<GradNode*, SmallVec<Tensor, 4>> buf;
   std::vector<GradNode*> stack;
-  for (const auto& r : roots) {
-    auto& fn = r.impl()->autograd->grad_fn;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!root_grads[i].defined()) continue;  // a dead gradient: nothing flows from this root
+    auto& fn = roots[i].impl()->autograd->grad_fn;
     if (fn && !deps.count(fn.get())) {
       deps[fn.get()] = 0;
       stack.push_back(fn.get());
@@ -316,6 +327,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
 
   // Seed the roots.
   for (size_t i = 0; i < roots.size(); ++i) {
+    if (!root_grads[i].defined()) continue;
     AutogradMeta& m = *roots[i].impl()->autograd;
     if (m.grad_fn) {
       auto& b = buf[m.grad_fn.get()];

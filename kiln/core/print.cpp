@@ -205,6 +205,9 @@ std::string add_suffixes(std::string s, const std::vector<std::string>& suffixes
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
+  if (t.is_dead())
+    return os << "tensor(<dead: untaken side of a switch>, shape=" << t.shape()
+              << ", dtype=" << t.dtype() << ")";
   if (!t.is_concrete())
     return os << "tensor(<symbolic>, shape=" << t.shape() << ", dtype=" << t.dtype() << ")";
   const std::string prefix = "tensor(";

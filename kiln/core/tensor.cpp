@@ -69,14 +69,24 @@ bool Tensor::shares_storage(const Tensor& o) const {
   return impl_ && o.impl_ && impl_->storage && impl_->storage == o.impl_->storage;
 }
 
+namespace {
+[[noreturn]] void dead_value(const char* what, const TensorImpl& t) {
+  fail(what, "the value (", t.dtype, t.shape,
+       ") is dead: it lies on the untaken side of a switch (the branch was not taken), so it "
+       "was never computed");
+}
+}  // namespace
+
 void Tensor::not_concrete(const char* what) const {
   if (!impl_) fail(what, "tensor is undefined");
+  if (impl_->dead) dead_value(what, *impl_);
   fail(what, "value of this tensor is unknown while building a graph; fetch it with Session::run");
 }
 
 Tensor Tensor::host_value(const char* what, const std::source_location& loc) const {
   if (!impl_) fail(what, "tensor is undefined");
   if (impl_->storage) return *this;
+  if (impl_->dead) dead_value(what, *impl_);
   if (t_host_read_hook) return t_host_read_hook(*this, what, loc);
   if (g_host_read_hook) return g_host_read_hook(*this, what, loc);
   fail(what, "value of this tensor is unknown while building a graph; fetch it with Session::run");
@@ -228,6 +238,15 @@ Tensor zeros(const Shape& shape, DType dtype) {
 }
 Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 Tensor scalar_tensor(double value, DType dtype) { return full(Shape{}, value, dtype); }
+
+Tensor dead_tensor(const Shape& shape, DType dtype) {
+  auto impl = make_tensor_impl();
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->dead = true;
+  return Tensor(std::move(impl));
+}
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype()); }
 
 Tensor arange(double end) { return arange(0, end, 1, Int64); }

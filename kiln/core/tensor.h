@@ -64,6 +64,10 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = Float32;
   bool contiguous = true;
+  /// A dead value (eager control flow): the untaken side of a switch_, or the result of an op
+  /// with a dead input. It has a dtype and a shape (so inference and shape checks still run on
+  /// it) but no storage and no symbolic value. See Tensor::is_dead().
+  bool dead = false;
   /// Version of the data (shared by every view of the storage; 0 for symbolic tensors).
   uint32_t version() const { return storage ? storage->version() : 0; }
   std::unique_ptr<AutogradMeta> autograd;
@@ -110,6 +114,11 @@ class Tensor {
   bool is_contiguous() const { return impl_or_raise("is_contiguous").contiguous; }
   bool is_symbolic() const { return impl_ && impl_->sym != nullptr; }
   bool is_concrete() const { return impl_ && impl_->storage != nullptr; }
+  /// Dead (TensorFlow's executor deadness, eagerly): a value on the untaken side of a switch_.
+  /// Unlike an undefined tensor it is a valid op input: an eager op with a dead input runs no
+  /// kernel and returns dead outputs (checked and shaped by the op's inference), merge forwards
+  /// its live input, autograd treats a dead gradient as none. Host reads of it raise.
+  bool is_dead() const { return impl_ && impl_->dead; }
   size_t element_size() const { return dtype_size(impl_or_raise("element_size").dtype); }
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
@@ -240,6 +249,9 @@ Tensor ones(const Shape& shape, DType dtype = Float32);
 Tensor full(const Shape& shape, double value, DType dtype = Float32);
 /// 0-d tensor.
 Tensor scalar_tensor(double value, DType dtype = Float32);
+/// A dead value of this shape and dtype (no storage): what switch_ returns eagerly on its
+/// untaken side.
+Tensor dead_tensor(const Shape& shape, DType dtype = Float32);
 /// Same shape and dtype as t (ops: on a symbolic tensor they add a fill node, so dynamic dims
 /// work; defined in kiln/ops).
 Tensor zeros_like(const Tensor& t);
@@ -266,6 +278,11 @@ Tensor raw_contiguous_copy(const Tensor& t);
 // ---- random -----------------------------------------------------------------------------
 /// Seeds the global generator (rand, randn, randint, dropout).
 void manual_seed(uint64_t seed);
+/// The global generator's whole state (torch.get_rng_state / set_rng_state): a compiled
+/// backward that recomputes a forward with random ops replays the draws the forward made.
+std::vector<uint64_t> get_rng_state();
+/// Raises kiln::Error unless `state` came from get_rng_state (4 words, not all zero).
+void set_rng_state(const std::vector<uint64_t>& state);
 /// Uniform [0, 1).
 Tensor rand(const Shape& shape, DType dtype = Float32);
 /// Standard normal.

@@ -47,12 +47,31 @@ uint64_t eager_op_count() { return t_count; }
 namespace {
 TensorList run_checked(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs);
 
+// Eager deadness (TensorFlow's executor rule): an op with a dead input runs no kernel and its
+// outputs are dead. Inference still runs, so the op checks its inputs as a graph builder would
+// and the dead outputs carry dtypes and shapes (later ops on them check theirs too). merge is
+// the exception: it forwards its live input.
+TensorList dead_outputs(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  if (op.has(kControlFlow) && op.name == "merge") return op.view(inputs, attrs);
+  MetaList metas = op.infer(inputs, attrs);
+  TensorList outs;
+  outs.reserve(metas.size());
+  for (const auto& m : metas) outs.push_back(dead_tensor(m.shape, m.dtype));
+  return outs;
+}
+
 TensorList run_kernel_impl(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
   if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
     fail(op.name.c_str(), "expected ", op.num_inputs, " inputs, got ", inputs.size());
-  for (size_t k = 0; k < inputs.size(); ++k)
-    if (!inputs[k].defined()) fail(op.name.c_str(), "input ", k, " is an undefined tensor");
+  bool dead = false;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const TensorImpl* i = inputs[k].impl();
+    if (!i) fail(op.name.c_str(), "input ", k, " is an undefined tensor");
+    dead = dead || i->dead;
+  }
   check_attr_count(op, attrs);
+  if (dead) [[unlikely]]
+    return with_attr_check(op, attrs, [&] { return dead_outputs(op, inputs, attrs); });
   ++t_count;
   return with_attr_check(op, attrs, [&] { return run_checked(op, inputs, attrs); });
 }
@@ -123,14 +142,17 @@ TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
         o.impl()->view_version = in->storage->version();
       }
   if (t_grad_mode && op.grad && g_recorder) {
-    bool need = false;
+    bool need = false, dead = false;
     for (const auto& t : inputs) {
       TensorImpl* i = t.impl();
       if (i->view_base && i->view_version != i->storage->version() && g_refresher) [[unlikely]]
         g_refresher(t);
       need = need || t.requires_grad();
+      dead = dead || i->dead;
     }
-    if (need) g_recorder(op, inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
+    // Dead outputs have no gradient (and merge's output is its live input itself, whose
+    // history must stay its own).
+    if (need && !dead) g_recorder(op, inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
   }
   return outs;
 }

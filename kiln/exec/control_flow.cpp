@@ -101,6 +101,11 @@ std::vector<Tensor> cond(const Tensor& pred, const std::function<std::vector<Ten
                          const std::function<std::vector<Tensor>()>& false_fn) {
   check_pred("cond", pred);
   if (!true_fn || !false_fn) fail("cond", "both branch functions must be given");
+  // Dead results would need their shapes, which only running a branch gives.
+  if (pred.is_dead())
+    fail("cond",
+         "the predicate is dead (it lies on the untaken side of an eager switch_); "
+         "eagerly cond needs a live predicate");
   if (pred.is_concrete()) {
     if (pred.numel() != 1)
       fail("cond", "predicate must be a bool scalar, got shape ", pred.shape());
@@ -466,6 +471,9 @@ std::vector<Tensor> while_loop(
   for (int64_t it = 0; options.max_iterations < 0 || it < options.max_iterations; ++it) {
     Tensor c = cond_fn(vars);
     if (!c.defined()) fail("while_loop", "cond_fn returned an undefined tensor");
+    if (c.is_dead())
+      fail("while_loop", "cond_fn returned a dead tensor (a loop var or a value it read lies on ",
+           "the untaken side of an eager switch_); eagerly the loop needs a live condition");
     // A cond that reads a graph value makes this a graph loop (concrete vars become constants).
     if (c.is_symbolic()) {
       if (it > 0) fail("while_loop", "cond_fn became symbolic after ", it, " eager iterations");

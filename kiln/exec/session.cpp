@@ -220,6 +220,9 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
     Node* n = graph_.node_of(k, "Session::run");
     if (n->kind != NodeKind::Placeholder)
       fail("Session::run", "feed key %", n->id, " (", n->label(), ") is not a placeholder");
+    if (v.is_dead())
+      fail("Session::run", "feed for placeholder '", n->name,
+           "' is dead (an eager value on the untaken side of a switch_): it has no value to feed");
     if (!v.defined() || !v.is_concrete())
       fail("Session::run", "feed for placeholder '", n->name, "' must be a concrete tensor");
     const TensorMeta& m = n->outputs[0];

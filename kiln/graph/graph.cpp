@@ -55,6 +55,14 @@ class GraphBuilder : public SymbolicHandler {
         captured.push_back(t.defined() && t.is_symbolic() ? cap->capture(t) : t);
       inputs = std::span<const Tensor>(captured.data(), captured.size());
     }
+    // An eager dead tensor has no value to become a constant; graphs express deadness with
+    // their own switch nodes.
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (inputs[k].is_dead())
+        fail(op.name.c_str(), "input ", k, " is a dead eager tensor (", inputs[k].dtype(),
+             inputs[k].shape(),
+             ", from the untaken side of an eager switch_); a graph or a jit "
+             "trace cannot take it: switch the graph value itself");
     std::shared_ptr<GraphImpl> g;
     for (const auto& t : inputs) {
       auto gt = graph_of(t);

@@ -1,8 +1,11 @@
 // Control-flow primitives of the dataflow IR: switch (route a value to one of two outputs, the
-// other is dead) and merge (forward whichever input is live). Deadness is an undefined Tensor:
-// eagerly switch_ returns an undefined tensor on the untaken side, and the Session executor
-// keeps undefined slots for dead values (kiln/exec/session.cpp). cond and while_loop, which need
-// the graph builder and the executor, live in kiln/exec/control_flow.cpp.
+// other is dead) and merge (forward whichever input is live). Eagerly a dead value is a dead
+// tensor (Tensor::is_dead(): dtype and shape, no storage): switch_ returns one on the untaken
+// side, and the dispatcher gives every op with a dead input dead outputs without running its
+// kernel (kiln/dispatch/dispatch.cpp). The executors (Session, the jit's interpreter) keep
+// unset slots for dead values instead, so the view functions below, which they call, return
+// undefined tensors. cond and while_loop, which need the graph builder and the executor, live
+// in kiln/exec/control_flow.cpp.
 #include "kiln/ops/op_util.h"
 
 namespace kiln {
@@ -56,15 +59,25 @@ TensorList switch_view(std::span<const Tensor> in, const Attrs&) {
   return out;
 }
 
-// Inputs may be undefined (dead); the executor hands them over as they are.
+// Inputs may be dead: undefined (the executors' slots) or dead tensors (eager values, which the
+// dispatcher hands over). With every input dead the outputs are dead in the same form.
 TensorList merge_view(std::span<const Tensor> in, const Attrs&) {
   TensorList out;
-  for (size_t k = 0; k < in.size(); ++k)
-    if (in[k].defined()) {
+  bool eager_dead = false;
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (in[k].defined() && !in[k].is_dead()) {
       out.push_back(in[k]);
       out.push_back(scalar_tensor(static_cast<double>(k), Int64));
       return out;
     }
+    eager_dead = eager_dead || in[k].is_dead();
+  }
+  if (eager_dead) {
+    MetaList m = merge_infer(in, {});
+    out.push_back(dead_tensor(m[0].shape, m[0].dtype));
+    out.push_back(dead_tensor(m[1].shape, m[1].dtype));
+    return out;
+  }
   out.push_back(Tensor());
   out.push_back(Tensor());
   return out;
@@ -132,39 +145,36 @@ std::vector<Tensor> switch_(const Tensor& data, const Tensor& pred) {
     return {o[0], o[1]};
   }
   // Eagerly the taken output is the data tensor itself: no copy, and autograd flows through it
-  // unchanged (switch is the identity on the live side).
+  // unchanged (switch is the identity on the live side). The untaken one is a dead tensor, so
+  // that the ops of the untaken branch run no kernel and an undefined tensor stays an error.
   check_pred("switch", pred);
   if (pred.numel() != 1)
     fail("switch", "predicate must have one element, got shape ", pred.shape());
-  if (pred.item<bool>()) return {Tensor(), data};
-  return {data, Tensor()};
+  auto dead = [&] { return dead_tensor(data.shape(), data.dtype()); };
+  // Inside an untaken branch everything is dead, this switch's outputs too (as in TF).
+  if (data.is_dead() || pred.is_dead()) return {dead(), dead()};
+  if (pred.item<bool>()) return {dead(), data};
+  return {data, dead()};
 }
 
 std::vector<Tensor> merge(const std::vector<Tensor>& inputs) {
   if (inputs.empty()) fail("merge", "needs at least one input");
   std::span<const Tensor> in(inputs.data(), inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (!inputs[k].defined())
+      fail("merge", "input ", k,
+           " is an undefined tensor (a value on the untaken side of a switch is a dead tensor, "
+           "not an undefined one)");
   if (any_symbolic(in)) {
-    for (size_t k = 0; k < inputs.size(); ++k)
-      if (!inputs[k].defined())
-        fail("merge", "input ", k, " is undefined; in a graph every input must be a tensor");
     TensorList o = call(kMerge, in);
     return {o[0], o[1]};
   }
-  // Eager: dead inputs are undefined tensors; the first live one is forwarded as is.
-  const Tensor* live = nullptr;
-  size_t idx = 0;
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    if (!inputs[k].defined()) continue;
-    if (live && inputs[k].dtype() != live->dtype())
-      fail("merge", "inputs differ in dtype: input ", idx, " is ", live->dtype(), live->shape(),
-           ", input ", k, " is ", inputs[k].dtype(), inputs[k].shape());
-    if (!live) {
-      live = &inputs[k];
-      idx = k;
-    }
-  }
-  if (!live) return {Tensor(), Tensor()};
-  return {*live, scalar_tensor(static_cast<double>(idx), Int64)};
+  // Eager: the inputs must agree as in a graph (dtype, rank), dead ones included; the first
+  // live one is forwarded as it is (its autograd history is the merge's), with its index.
+  MetaList m = merge_infer(in, {});
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (!inputs[k].is_dead()) return {inputs[k], scalar_tensor(static_cast<double>(k), Int64)};
+  return {dead_tensor(m[0].shape, m[0].dtype), dead_tensor(m[1].shape, m[1].dtype)};
 }
 
 }  // namespace kiln

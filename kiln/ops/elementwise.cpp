@@ -478,12 +478,17 @@ std::pair<Tensor, Tensor> with_scalar(const Tensor& a, double b) {
   return {a.dtype() == t ? a : cast(a, t), scalar_tensor(b, t)};
 }
 
+// An undefined operand is refused under the op's name (a dead one, from an eager switch_, is a
+// valid operand: the dispatcher makes the result dead).
 Tensor bin(const OpDef& op, const Tensor& a, const Tensor& b) {
   if (a.defined() && b.defined() && a.dtype() == b.dtype()) return call1(op, {a, b});
+  if (!a.defined() || !b.defined())
+    fail(op.name.c_str(), "input ", a.defined() ? 1 : 0, " is an undefined tensor");
   auto [x, y] = promoted(a, b);
   return call1(op, {x, y});
 }
 Tensor bin(const OpDef& op, const Tensor& a, double b) {
+  if (!a.defined()) fail(op.name.c_str(), "input 0 is an undefined tensor");
   auto [x, y] = with_scalar(a, b);
   return call1(op, {x, y});
 }

@@ -312,13 +312,16 @@ Tensor assign(const Tensor& var, const Tensor& value);
 Tensor group(const std::vector<Tensor>& deps);
 
 // ---- control flow as dataflow (switch/merge: control_flow.cpp; cond, while_loop:
-// kiln/exec/control_flow.cpp). A dead value is an undefined Tensor. -------------------------
+// kiln/exec/control_flow.cpp). Eagerly a dead value is a dead Tensor (Tensor::is_dead()); in
+// the executors an unset slot. -----------------------------------------------------------------
 /// Routes `data` to output 1 when `pred` (bool, one element) is true, else to output 0; the
-/// other output is dead. Eagerly the dead output is an undefined Tensor and the live one is
-/// `data` itself. Returns {false_out, true_out}.
+/// other output is dead. Eagerly the dead output is a dead tensor of data's shape and dtype
+/// and the live one is `data` itself; a dead `data` or `pred` makes both outputs dead.
+/// Returns {false_out, true_out}.
 std::vector<Tensor> switch_(const Tensor& data, const Tensor& pred);
-/// Forwards the live input: {out, value_index (int64 scalar)}. Dead (undefined) only when every
-/// input is dead. Inputs must agree on dtype and rank; dims that differ become dynamic.
+/// Forwards the live input: {out, value_index (int64 scalar)}. Dead only when every input is
+/// dead. Inputs must agree on dtype and rank; dims that differ become dynamic. An undefined
+/// input is an error (dead is not undefined).
 std::vector<Tensor> merge(const std::vector<Tensor>& inputs);
 /// pred ? true_fn() : false_fn(). Eagerly (concrete pred) runs one branch. With a symbolic pred
 /// it builds both branches into the graph: a Switch on every tensor a branch captures from

@@ -1026,6 +1026,14 @@ Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
   if (!self.defined()) fail(name, "the tensor to write into is undefined");
   for (const auto& t : inputs)
     if (!t.defined()) fail(name, "operand is undefined (tensor shape ", self.shape(), ")");
+  // A tensor cannot turn dead in place, and a dead one has no buffer to write.
+  if (self.is_dead())
+    fail(name, "the tensor to write into (", self.dtype(), self.shape(),
+         ") is dead: it lies on the untaken side of an eager switch_");
+  for (const auto& t : inputs)
+    if (t.is_dead())
+      fail(name, "an operand (", t.dtype(), t.shape(),
+           ") is dead: it lies on the untaken side of an eager switch_");
   bool symbolic = self.is_symbolic() || capturing();
   for (const auto& t : inputs) symbolic = symbolic || t.is_symbolic();
   if (symbolic)

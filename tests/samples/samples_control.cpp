@@ -1,8 +1,8 @@
 // Samples for the control-flow ops (kiln/ops/control_flow.cpp, kiln/exec/control_flow.cpp).
-// Eagerly switch_ and merge are identities on the live value (dead = undefined), so their eager
-// samples compare with the input and gradcheck through them. The graph samples run the ops in a
-// Session, where deadness is real; their gradients are checked against eager in
-// tests/test_control_flow.cpp, so they are marked not differentiable here.
+// Eagerly switch_ and merge are identities on the live value (the other side is a dead tensor),
+// so their eager samples compare with the input and gradcheck through them. The graph samples
+// run the ops in a Session, where deadness is real; their gradients are checked against eager
+// in tests/test_control_flow.cpp, so they are marked not differentiable here.
 #include "samples/op_samples.h"
 
 namespace kiln::testing {
@@ -69,7 +69,8 @@ SampleRegistrar reg({
          },
      .run =
          [](const In& a) {
-           return merge({Tensor(), a[0]})[0];
+           // Input 0 is dead: the untaken side of a switch (an undefined input is an error).
+           return merge({switch_(a[0], bool_scalar(true))[0], a[0]})[0];
          },
      .reference = [](const In& a) { return scaled(a[0], 1.0); }},
     {.ops = {"switch", "merge"},
