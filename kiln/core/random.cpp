@@ -51,6 +51,19 @@ void manual_seed(uint64_t seed) {
   gen().seed(seed);
 }
 
+std::vector<uint64_t> get_rng_state() {
+  std::lock_guard<std::mutex> lk(gen().mu);
+  return std::vector<uint64_t>(gen().s, gen().s + 4);
+}
+
+void set_rng_state(const std::vector<uint64_t>& state) {
+  if (state.size() != 4 || (state[0] | state[1] | state[2] | state[3]) == 0)
+    fail("set_rng_state", "expected the 4 nonzero words get_rng_state gives, got ", state.size(),
+         " words");
+  std::lock_guard<std::mutex> lk(gen().mu);
+  for (int i = 0; i < 4; ++i) gen().s[i] = state[static_cast<size_t>(i)];
+}
+
 uint64_t random_u64() {
   std::lock_guard<std::mutex> lk(gen().mu);
   return gen().next();

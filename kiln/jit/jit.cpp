@@ -17,6 +17,7 @@
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
 #include "kiln/jit/guard_key.h"
+#include "kiln/nn/module.h"
 #include "kiln/ops/ops.h"
 #include "kiln/passes/passes.h"
 
@@ -66,6 +67,7 @@ struct Version {
   std::vector<Tensor> slots;
   // Autodiff (single-piece traces with inputs requiring grad).
   bool with_grad = false;
+  bool has_random = false;  // the backward's recomputed forward must replay the same draws
   Graph graph;
   std::vector<Tensor> g_inputs, g_outputs, g_out_grads, g_in_grads;
   std::unique_ptr<Session> bwd_session;
@@ -78,7 +80,9 @@ struct Version {
   std::vector<Tensor> fwd_outs;
   bool fwd_donating = false;  // whether fwd_session has the donated placeholders set
   double compile_ms = 0;
-  bool eager_only = false;  // a graph break under autograd: this version runs eagerly
+  bool eager_only = false;  // runs fn eagerly (why: eager_reason)
+  std::string eager_reason;
+  ~Version();
 };
 
 struct BreakRec {
@@ -93,8 +97,27 @@ struct TraceCtx {
   Graph* g;
   FeedDict feeds;
   std::vector<BreakRec> breaks;
+  // Module buffers the traced code gave new values: the member and its value before the trace.
+  std::vector<std::pair<Tensor*, Tensor>> state_writes;
 };
 thread_local TraceCtx* t_trace = nullptr;
+
+// nn::assign_buffer under a trace: the new (symbolic) value stands in the buffer while tracing
+// goes on, and is logged so that the trace makes it an output and puts the old value back.
+bool on_buffer_write(Tensor& slot, const Tensor& value) {
+  TraceCtx* c = t_trace;
+  if (!c || !(Graph::of(value) == *c->g)) return false;
+  for (auto& w : c->state_writes)
+    if (w.first == &slot) {
+      slot = value;
+      return true;
+    }
+  // A traced value put there by the caller (ParameterSwap) is the caller's to collect.
+  if (slot.defined() && slot.is_symbolic()) return false;
+  c->state_writes.push_back({&slot, slot});
+  slot = value;
+  return true;
+}
 
 Tensor on_host_read(const Tensor& t, const char* what, const std::source_location& loc) {
   TraceCtx* c = t_trace;
@@ -138,29 +161,58 @@ GradTable& grad_table() {
   return *t;
 }
 
+// A jit_call node outlives the jitted function that recorded it when the function is destroyed
+// before backward: its entry is cleared, and the op then raises instead of reading freed memory.
+Version::~Version() {
+  auto& t = grad_table();
+  std::lock_guard<std::mutex> lk(t.mu);
+  for (auto& p : t.versions)
+    if (p == this) p = nullptr;
+}
+
+Version& version_of(const Attrs& a) {
+  auto& t = grad_table();
+  std::lock_guard<std::mutex> lk(t.mu);
+  const int64_t id = a.i(0);
+  if (id < 0 || id >= static_cast<int64_t>(t.versions.size()) || !t.versions[static_cast<size_t>(id)])
+    fail("jit_call", "compiled version ", id,
+         " no longer exists (the jitted function was destroyed before this call's backward)");
+  return *t.versions[static_cast<size_t>(id)];
+}
+
 TensorList run_version_plain(Version& v, std::span<const Tensor> tensors);
 
 const OpDef& kJitCall =
     def_op({.name = "jit_call",
             .num_inputs = -1,
-            .attr_names = {"version"},
+            .attr_names = {"version", "rng_state"},
             .infer =
                 [](std::span<const Tensor>, const Attrs& a) {
-                  Version* v = grad_table().versions.at(static_cast<size_t>(a.i(0)));
+                  Version* v = &version_of(a);
                   MetaList m;
                   for (const auto& o : v->g_outputs) m.push_back(TensorMeta{o.dtype(), o.shape()});
                   return m;
                 },
+            // Outputs never alias an input or each other: the autograd recorder gives each
+            // output this node as its history, and an output that was the caller's own tensor
+            // (fn returned its input) would turn the caller's leaf into a non-leaf and count
+            // the gradient twice.
             .view =
                 [](std::span<const Tensor> in, const Attrs& a) {
-                  Version* v = grad_table().versions.at(static_cast<size_t>(a.i(0)));
-                  return run_version_plain(*v, in);
+                  TensorList out = run_version_plain(version_of(a), in);
+                  for (size_t k = 0; k < out.size(); ++k) {
+                    bool aliased = false;
+                    for (const Tensor& x : in) aliased = aliased || out[k].shares_storage(x);
+                    for (size_t j = 0; j < k; ++j) aliased = aliased || out[k].shares_storage(out[j]);
+                    if (aliased) out[k] = out[k].clone();
+                  }
+                  return out;
                 },
             // The compiled backward graph: gradients() of the traced forward, run by a Session fed
             // with the inputs and the output gradients (the forward is recomputed inside it).
             .grad =
                 [](const GradCtx& c) {
-                  Version* v = grad_table().versions.at(static_cast<size_t>(c.attrs.i(0)));
+                  Version* v = &version_of(c.attrs);
                   FeedDict feeds;
                   for (size_t k = 0; k < v->g_inputs.size(); ++k)
                     feeds.push_back({v->g_inputs[k], c.in(k).detach()});
@@ -177,7 +229,20 @@ const OpDef& kJitCall =
                   TensorList out;
                   out.resize(c.inputs.size());
                   if (fetch.empty()) return out;
-                  std::vector<Tensor> r = v->bwd_session->run(fetch, feeds);
+                  std::vector<Tensor> r;
+                  const auto& rng = c.attrs.ints(1);
+                  if (rng.empty()) {
+                    r = v->bwd_session->run(fetch, feeds);
+                  } else {
+                    std::vector<uint64_t> saved = get_rng_state(), at;
+                    for (int64_t w : rng) at.push_back(static_cast<uint64_t>(w));
+                    set_rng_state(at);
+                    struct Back {
+                      std::vector<uint64_t>& s;
+                      ~Back() { set_rng_state(s); }
+                    } back{saved};
+                    r = v->bwd_session->run(fetch, feeds);
+                  }
                   for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
                   return out;
                 }});
@@ -203,7 +268,7 @@ struct Engine::Impl {
 
   // Traces fn into `v` (adding a path to its trace tree). Returns false when the trace cannot
   // be compiled (then the call result is computed eagerly by the caller).
-  void trace(Version& v, const std::vector<Arg>& args, const Fn& fn, std::vector<Tensor>* result) {
+  void trace(Version& v, const std::vector<Arg>& args, const Fn& fn) {
     double t0 = now_ms();
     Graph g;
     TraceCtx ctx{&g, {}, {}};
@@ -231,19 +296,37 @@ struct Engine::Impl {
       }
     }
     std::vector<Tensor> outs;
+    bool state_writes = false;
     {
       TraceCtx* prev = t_trace;
       t_trace = &ctx;
       HostReadHook prev_hook = set_thread_host_read_hook(&on_host_read);
-      try {
-        outs = fn(sym);
-      } catch (...) {
-        t_trace = prev;
-        set_thread_host_read_hook(prev_hook);
-        throw;
-      }
-      t_trace = prev;
-      set_thread_host_read_hook(prev_hook);
+      nn::BufferWriteHook prev_write = nn::set_buffer_write_hook(&on_buffer_write);
+      // Whatever happens, hooks are restored and every buffer gets its concrete value back.
+      struct Restore {
+        TraceCtx* prev;
+        HostReadHook prev_hook;
+        nn::BufferWriteHook prev_write;
+        TraceCtx& ctx;
+        ~Restore() {
+          t_trace = prev;
+          set_thread_host_read_hook(prev_hook);
+          nn::set_buffer_write_hook(prev_write);
+          for (auto& [slot, old] : ctx.state_writes) *slot = old;
+        }
+      } restore{prev, prev_hook, prev_write, ctx};
+      outs = fn(sym);
+      state_writes = !ctx.state_writes.empty();
+    }
+    if (state_writes) {
+      // The buffers' old values were read as constants of the trace: a compiled version would
+      // compute every update from the first call's statistics. Until buffers are fed as inputs,
+      // such a function runs eagerly, updating them as eager code does.
+      v.eager_only = true;
+      v.eager_reason = "it assigns module buffers (running statistics)";
+      v.compile_ms += now_ms() - t0;
+      ++stats.compiles;
+      return;
     }
     for (auto& o : outs) {
       if (!o.defined()) fail("jit", "fn returned an undefined tensor");
@@ -265,6 +348,7 @@ struct Engine::Impl {
     if (any_grad) {
       if (!ctx.breaks.empty()) {
         v.eager_only = true;
+        v.eager_reason = "graph break under autograd";
         break_log.push_back("graph break under autograd: this version runs eagerly");
       } else {
         build_grad(v, g, placeholders, outs);
@@ -278,8 +362,6 @@ struct Engine::Impl {
     }
     v.compile_ms += now_ms() - t0;
     ++stats.compiles;
-    // The result of this call: the traced values, computed by running the compiled path.
-    (void)result;
   }
 
   void build_grad(Version& v, Graph& g, const std::vector<Tensor>& phs,
@@ -304,6 +386,8 @@ struct Engine::Impl {
     v.g_in_grads =
         diff_outs.empty() ? std::vector<Tensor>(phs.size()) : gradients(diff_outs, xs, gys);
     v.bwd_session = std::make_unique<Session>(g);
+    for (const auto& n : g.nodes())
+      if (n->kind == NodeKind::Op && n->op->has(kRandom)) v.has_random = true;
   }
 
   // First slot of each node's outputs (node order), growing the version's slot table to fit.
@@ -529,6 +613,14 @@ struct Engine::Impl {
       }
     }
     NoGradGuard ng;
+    // Release this call's intermediates, also when a step raises.
+    struct Release {
+      std::vector<Tensor>& s;
+      ~Release() {
+        for (auto& x : s) x = Tensor();
+      }
+    } release{slots};
+    if (!v.root) fail("jit", "internal: version without a compiled trace");
     TreeNode* cur = v.root.get();
     TensorList ins;
     bool ok = true;
@@ -570,14 +662,14 @@ struct Engine::Impl {
       cur = next;
     }
     ins.clear();
-    for (auto& s : slots) s = Tensor();  // release this call's intermediates
     return ok;
   }
 
   void verify_outputs(const std::vector<Arg>& args, const Fn& fn, const std::vector<Tensor>& outs) {
+    // The reference runs with the caller's grad mode: fn may call grad() itself (a training
+    // step), which a no-grad reference would refuse.
     std::vector<Tensor> ref;
     {
-      NoGradGuard ng;
       std::vector<Arg> a = args;
       for (size_t i = 0; i < a.size(); ++i)
         if (std::find(opts.runtime_scalars.begin(), opts.runtime_scalars.end(),
@@ -586,6 +678,7 @@ struct Engine::Impl {
           a[i].t = scalar_tensor(a[i].v, Float32);
         }
       ref = fn(a);
+      for (auto& r : ref) r = r.detach();
     }
     for (size_t k = 0; k < outs.size() && k < ref.size(); ++k) {
       auto x = outs[k].to_vector<double>(), y = ref[k].to_vector<double>();
@@ -633,13 +726,18 @@ struct Engine::Impl {
     }
     if (hit) {
       std::vector<Tensor> outs;
-      if (hit->with_grad) {
-        outs = call_with_grad(*hit, args);
-        ++stats.hits;
-        if (verify) verify_outputs(args, fn, outs);
-        return outs;
+      bool replayed = false;
+      try {
+        if (hit->with_grad) {
+          outs = call_with_grad(*hit, args);
+          replayed = true;
+        } else {
+          replayed = replay(*hit, args, outs, &reason, /*donate=*/!verify);
+        }
+      } catch (const Error& e) {
+        return recover(*hit, k, args, fn, e.what());
       }
-      if (replay(*hit, args, outs, &reason, /*donate=*/!verify)) {
+      if (replayed) {
         ++stats.hits;
         if (verify) verify_outputs(args, fn, outs);
         return outs;
@@ -648,9 +746,17 @@ struct Engine::Impl {
       if (!budget_ok(reason)) return run_eager(args, fn);
       ++stats.misses;
       log_recompile(reason);
-      trace(*hit, args, fn, nullptr);
-      if (!replay(*hit, args, outs, &reason))
-        fail("jit", "internal: the new trace does not replay: ", reason);
+      try {
+        trace(*hit, args, fn);
+        if (hit->eager_only) return run_eager(args, fn);
+        if (!replay(*hit, args, outs, &reason))
+          fail("jit", "internal: the new trace does not replay: ", reason);
+      } catch (const Error& e) {
+        // The version keeps the paths it had; this call runs eagerly (and raises what eager
+        // raises).
+        log_recompile(str_cat("trace of the new branch failed (", e.what(), ") -> eager call"));
+        return run_eager(args, fn);
+      }
       return outs;
     }
     // No version matches: a new one (dynamic dims when only dims changed).
@@ -662,7 +768,7 @@ struct Engine::Impl {
       Key dyn;
       if (opts.dynamic_dims) {
         for (auto& v : versions)
-          if (only_dims_differ(v->key, k, &dyn)) {
+          if (!v->eager_only && only_dims_differ(v->key, k, &dyn)) {
             nk = dyn;
             reason += " -> recompiling with those dims dynamic";
             break;
@@ -672,21 +778,82 @@ struct Engine::Impl {
     if (!versions.empty() && !budget_ok(reason)) return run_eager(args, fn);
     ++stats.misses;
     if (!versions.empty()) log_recompile(reason);
+    return compile_and_run(nk, k, args, fn);
+  }
+
+  static bool has_dynamic_dims(const Key& k) {
+    for (const auto& a : k)
+      for (const auto& s : a.shapes)
+        if (!s.is_static()) return true;
+    return false;
+  }
+
+  // Traces a new version for guard key `nk` (the call's own key is `k`) and runs it. A trace or
+  // first run that fails is never kept: with dynamic dims the shape is compiled statically
+  // instead, and when that fails too the call runs eagerly (raising what eager raises); where
+  // eager works, this shape then gets a version that runs eagerly, said in explain().
+  std::vector<Tensor> compile_and_run(const Key& nk, const Key& k, const std::vector<Arg>& args,
+                                      const Fn& fn) {
     auto v = std::make_unique<Version>();
     v->key = nk;
+    std::vector<Tensor> outs;
+    std::string reason;
+    try {
+      trace(*v, args, fn);
+      if (!v->eager_only) {
+        if (v->with_grad) {
+          outs = call_with_grad(*v, args);
+        } else {
+          // A Session-backed version optimizes, fuses, generates code and binds its plan in its
+          // first run: that is compile time too (explain() reports it).
+          const double t0 = now_ms();
+          if (!replay(*v, args, outs, &reason))
+            fail("jit", "internal: the new trace does not replay: ", reason);
+          if (v->fwd_session) v->compile_ms += now_ms() - t0;
+        }
+      }
+    } catch (const Error& e) {
+      std::string why = e.what();
+      if (has_dynamic_dims(nk)) {
+        log_recompile(str_cat("compiling with dynamic dims failed (", why,
+                              ") -> recompiling for the concrete shape"));
+        return compile_and_run(k, k, args, fn);
+      }
+      return eager_instead(k, args, fn, str_cat("trace or compiled run failed: ", why));
+    }
     Version& ref = *v;
     versions.insert(versions.begin(), std::move(v));
-    trace(ref, args, fn, nullptr);
     if (ref.eager_only) return run_eager(args, fn);
-    std::vector<Tensor> outs;
-    if (ref.with_grad) return call_with_grad(ref, args);
-    // A Session-backed version optimizes, fuses, generates code and binds its plan in its first
-    // run: that is compile time too (explain() reports it).
-    const double t0 = now_ms();
-    if (!replay(ref, args, outs, &reason))
-      fail("jit", "internal: the new trace does not replay: ", reason);
-    if (ref.fwd_session) ref.compile_ms += now_ms() - t0;
     if (verify) verify_outputs(args, fn, outs);
+    return outs;
+  }
+
+
+  // A compiled version raised on a call its guards accept. A version with dynamic dims is
+  // compiled again for the call's concrete shape; a static one gives the call to eager.
+  std::vector<Tensor> recover(Version& v, const Key& k, const std::vector<Arg>& args, const Fn& fn,
+                              const std::string& why) {
+    if (has_dynamic_dims(v.key) && opts.dynamic_dims) {
+      if (!budget_ok(why)) return run_eager(args, fn);
+      ++stats.misses;
+      log_recompile(str_cat("the version with dynamic dims failed (", why,
+                            ") -> recompiling for the concrete shape"));
+      return compile_and_run(k, k, args, fn);
+    }
+    return eager_instead(k, args, fn, str_cat("the compiled version failed: ", why));
+  }
+
+  // Runs the call eagerly. If eager raises too, that is the caller's error (nothing is kept);
+  // otherwise this exact key gets a version that runs eagerly from now on.
+  std::vector<Tensor> eager_instead(const Key& k, const std::vector<Arg>& args, const Fn& fn,
+                                    const std::string& why) {
+    std::vector<Tensor> outs = run_eager(args, fn);
+    auto v = std::make_unique<Version>();
+    v->key = k;
+    v->eager_only = true;
+    v->eager_reason = why;
+    versions.insert(versions.begin(), std::move(v));
+    log_recompile(str_cat(why, " -> this shape runs eagerly"));
     return outs;
   }
 
@@ -707,7 +874,15 @@ struct Engine::Impl {
       if (a.kind == Arg::kTensor) ins.push_back(a.t);
       if (a.kind == Arg::kTensorList) ins.insert(ins.end(), a.ts.begin(), a.ts.end());
     }
-    TensorList r = kiln::call(kJitCall, std::span<const Tensor>(ins.data(), ins.size()), {id});
+    // With random ops the generator state goes into the node, so that the backward graph's
+    // recomputed forward draws what this forward drew.
+    std::vector<int64_t> rng;
+    if (v.has_random)
+      for (uint64_t w : get_rng_state()) rng.push_back(static_cast<int64_t>(w));
+    Attrs attrs;
+    attrs.push(id);
+    attrs.push(std::move(rng));
+    TensorList r = kiln::call(kJitCall, std::span<const Tensor>(ins.data(), ins.size()), attrs);
     return std::vector<Tensor>(r.begin(), r.end());
   }
 
@@ -761,6 +936,18 @@ std::vector<Tensor> Engine::call(const std::vector<Arg>& args, const Impl::Fn& f
 }
 
 Engine::Stats Engine::stats() const { return impl_->stats; }
+void Engine::check_arg(size_t i, Arg::Kind got, Arg::Kind want) const {
+  const bool number = got == Arg::kScalar || got == Arg::kBool;
+  const bool wants_number = want == Arg::kScalar || want == Arg::kBool;
+  if (got == want || (number && wants_number)) return;
+  // A runtime scalar reaches fn as a 0-d tensor.
+  const auto& rs = impl_->opts.runtime_scalars;
+  if (number && want == Arg::kTensor &&
+      std::find(rs.begin(), rs.end(), static_cast<int>(i)) != rs.end())
+    return;
+  fail("jit", "'", impl_->opts.name, "': argument ", i, " is ", kind_name(got),
+       ", but the function's parameter ", i, " takes ", kind_name(want));
+}
 
 bool Engine::guards_accept(const std::vector<Arg>& args) const {
   Key k = key_of(args, impl_->opts.runtime_scalars);
@@ -783,7 +970,7 @@ std::string Engine::explain() const {
   for (const auto& v : m.versions) {
     os << "  #" << vi++ << " guards: " << key_str(v->key) << "\n";
     os << "     compile time " << v->compile_ms << " ms";
-    if (v->eager_only) os << "; runs eagerly (graph break under autograd)";
+    if (v->eager_only) os << "; runs eagerly (" << v->eager_reason << ")";
     if (v->with_grad) os << "; compiled backward graph (forward recomputed in it)";
     os << "\n";
     std::function<void(const TreeNode*, int, const std::string&)> walk =

@@ -64,6 +64,10 @@ class Engine {
   std::vector<Tensor> call(const std::vector<Arg>& args,
                            const std::function<std::vector<Tensor>(const std::vector<Arg>&)>& fn);
   std::string explain() const;
+  /// Raises naming argument `i` when the caller passed `got` where fn's parameter is `want`
+  /// (numbers and bools convert into each other as in C++; a runtime scalar may go to a Tensor
+  /// parameter; otherwise tensors and numbers do not mix).
+  void check_arg(size_t i, Arg::Kind got, Arg::Kind want) const;
   /// Runs only the guard check: whether some compiled version accepts `args` (for benchmarks).
   bool guards_accept(const std::vector<Arg>& args) const;
   struct Stats {
@@ -85,6 +89,25 @@ template <typename T,
           std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, int> = 0>
 Arg to_arg(T v) {
   return Arg{Arg::kScalar, {}, {}, static_cast<double>(v)};
+}
+
+inline const char* kind_name(Arg::Kind k) {
+  switch (k) {
+    case Arg::kTensor: return "a Tensor";
+    case Arg::kTensorList: return "a std::vector<Tensor>";
+    case Arg::kScalar: return "a number";
+    case Arg::kBool: return "a bool";
+  }
+  return "?";
+}
+
+template <typename P>
+constexpr Arg::Kind param_kind() {
+  using D = std::decay_t<P>;
+  if constexpr (std::is_same_v<D, Tensor>) return Arg::kTensor;
+  else if constexpr (std::is_same_v<D, std::vector<Tensor>>) return Arg::kTensorList;
+  else if constexpr (std::is_same_v<D, bool>) return Arg::kBool;
+  else return Arg::kScalar;
 }
 
 template <typename P>
@@ -172,6 +195,7 @@ class JitFunction {
     using Params = typename jitd::Traits<F>::Params;
     static_assert(sizeof...(Args) == std::tuple_size_v<Params>, "wrong number of arguments");
     std::vector<jitd::Arg> flat{jitd::to_arg(args)...};
+    check_kinds(flat, std::make_index_sequence<std::tuple_size_v<Params>>{});
     // The last traced result gives the structure (vector sizes) for unflattening.
     auto shared_fn = fn_;
     auto proto = std::make_shared<std::vector<size_t>>();
@@ -197,6 +221,11 @@ class JitFunction {
   jitd::Engine::Stats stats() const { return engine_->stats(); }
 
  private:
+  template <std::size_t... I>
+  void check_kinds(const std::vector<jitd::Arg>& a, std::index_sequence<I...>) const {
+    using Params = typename jitd::Traits<F>::Params;
+    (engine_->check_arg(I, a[I].kind, jitd::param_kind<std::tuple_element_t<I, Params>>()), ...);
+  }
   template <std::size_t... I>
   static auto call_with(F& f, const std::vector<jitd::Arg>& a, std::index_sequence<I...>) {
     using Params = typename jitd::Traits<F>::Params;

@@ -9,6 +9,23 @@
 
 namespace kiln::nn {
 
+namespace {
+thread_local BufferWriteHook t_buffer_write_hook = nullptr;
+}  // namespace
+
+void assign_buffer(Tensor& slot, const Tensor& value) {
+  if (t_buffer_write_hook && value.defined() && value.is_symbolic() &&
+      t_buffer_write_hook(slot, value))
+    return;
+  slot = value;
+}
+
+BufferWriteHook set_buffer_write_hook(BufferWriteHook h) {
+  BufferWriteHook p = t_buffer_write_hook;
+  t_buffer_write_hook = h;
+  return p;
+}
+
 void Module::register_parameter(const std::string& name, Tensor* slot) {
   if (!slot || !slot->defined())
     fail("Module::register_parameter", "parameter '", name, "' of ", type_name(), " is undefined");

@@ -12,6 +12,15 @@
 
 namespace kiln::nn {
 
+/// Gives a buffer a new value (BatchNorm's running statistics). Eagerly a plain assignment.
+/// Under a jit trace the new value is symbolic; the installed hook (kiln/jit) makes it an extra
+/// output of the compiled function, which writes it into the buffer on every call, and puts the
+/// buffer's concrete value back when the trace ends: a module never keeps a traced value.
+void assign_buffer(Tensor& slot, const Tensor& value);
+/// Returns true when it took the write. Thread-local; returns the previous hook.
+using BufferWriteHook = bool (*)(Tensor& slot, const Tensor& value);
+BufferWriteHook set_buffer_write_hook(BufferWriteHook h);
+
 /// Ordered name -> tensor pairs ("fc1.weight"), as PyTorch's state_dict.
 using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
