@@ -304,9 +304,10 @@ Tensor BatchNorm::forward(const Tensor& x) {
   const bool use_batch = is_training() || !opts_.track_running_stats;
   Tensor centered, inv;
   if (use_batch) {
-    if (per >= 0 && per <= 1)
-      fail(op, "expected more than 1 value per channel when training, got input shape ", x.shape());
-    Tensor mu = channel_mean(x);
+    const char* kFew = "expected more than 1 value per channel when training, got input shape ";
+    if (per >= 0 && per <= 1) fail(op, kFew, x.shape());
+    // A size known only at run time (a graph's dynamic batch) is checked when the graph runs.
+    Tensor mu = channel_mean(per < 0 ? opu::check_numel(x, dims, 2, op, kFew) : x);
     centered = sub(x, mu);
     Tensor v = channel_mean(mul(centered, centered));  // biased variance normalizes (PyTorch)
     inv = rsqrt(add(v, opts_.eps));
@@ -320,9 +321,11 @@ Tensor BatchNorm::forward(const Tensor& x) {
       Tensor v1 = reshape(vu, Shape{c_});
       const double m = opts_.momentum;
       DType bt = running_mean_.dtype();
-      running_mean_ = as_dtype(add(mul(running_mean_, 1.0 - m), mul(as_dtype(m1, bt), m)), bt);
-      running_var_ = as_dtype(add(mul(running_var_, 1.0 - m), mul(as_dtype(v1, bt), m)), bt);
-      num_batches_tracked_ = add(num_batches_tracked_, scalar_tensor(1.0, Int64));
+      assign_buffer(running_mean_,
+                    as_dtype(add(mul(running_mean_, 1.0 - m), mul(as_dtype(m1, bt), m)), bt));
+      assign_buffer(running_var_,
+                    as_dtype(add(mul(running_var_, 1.0 - m), mul(as_dtype(v1, bt), m)), bt));
+      assign_buffer(num_batches_tracked_, add(num_batches_tracked_, scalar_tensor(1.0, Int64)));
     }
   } else {
     centered = sub(x, reshape(as_dtype(running_mean_, x.dtype()), bshape));

@@ -70,6 +70,10 @@ MoEOutput MoE::route(const Tensor& x) {
   if (x.dtype() != router_w_.dtype())
     fail("MoE", "input must be ", router_w_.dtype(), " (the dtype of its weights), got ", x.dtype(),
          x.shape());
+  // The capacity per expert, and so every buffer's size, is a function of the token count.
+  if (!x.shape().is_static())
+    fail("MoE", "needs a static size: the token count of input ", x.shape(),
+         " sets the experts' capacity (under jit the call is compiled for the concrete shape)");
   const DType dt = x.dtype();
   const int64_t N = x.numel() / D;
   if (N == 0) fail("MoE", "input has no tokens (shape ", x.shape(), ")");

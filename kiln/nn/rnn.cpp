@@ -88,40 +88,77 @@ std::pair<Tensor, RNNState> RNNBase::forward(const Tensor& x_in, const RNNState&
   RNNState out_state;
   std::vector<Tensor> h_final, c_final;
   Tensor layer_in = x;
+  // One step of layer l: xt [B, G*H] (the input projection), h and c [B, H].
+  auto cell = [&](int64_t l, const Tensor& xt, Tensor& h, Tensor& c) {
+    Tensor hp = linear(h, w_hh_[l], opts_.bias ? b_hh_[l] : Tensor());
+    if (mode_ == Mode::RNN) {
+      Tensor pre = add(xt, hp);
+      h = opts_.nonlinearity == "relu" ? relu(pre) : tanh(pre);
+    } else if (mode_ == Mode::LSTM) {
+      auto g = chunk(add(xt, hp), 4, 1);
+      Tensor i = sigmoid(g[0]), f = sigmoid(g[1]), gg = tanh(g[2]), o = sigmoid(g[3]);
+      c = add(mul(f, c), mul(i, gg));
+      h = mul(o, tanh(c));
+    } else {
+      auto xg = chunk(xt, 3, 1);
+      auto hg = chunk(hp, 3, 1);
+      Tensor r = sigmoid(add(xg[0], hg[0]));
+      Tensor z = sigmoid(add(xg[1], hg[1]));
+      Tensor n = tanh(add(xg[2], mul(r, hg[2])));
+      // h' = (1 - z) * n + z * h  ==  n + z * (h - n)
+      h = add(n, mul(z, sub(h, n)));
+    }
+  };
   for (int64_t l = 0; l < L; ++l) {
-    Tensor h = state.h.defined() ? state.h.select(0, l) : zeros({B, H}, x.dtype());
-    Tensor c;
-    if (mode_ == Mode::LSTM)
-      c = state.c.defined() ? state.c.select(0, l) : zeros({B, H}, x.dtype());
-    // All time steps' input projections in one GEMM: [T*B, in] -> [T, B, G*H].
     const int64_t in = layer_in.size(2);
-    Tensor xp = linear(reshape(layer_in, {T * B, in}), w_ih_[l], opts_.bias ? b_ih_[l] : Tensor());
-    xp = reshape(xp, {T, B, gates_ * H});
-    Tensor b_hh = opts_.bias ? b_hh_[l] : Tensor();
+    if (T < 0) {
+      // The length is known only at run time (a graph or a jit trace with a dynamic time dim):
+      // the steps become one while_loop (TensorFlow's dynamic_rnn). The outputs go into a
+      // [T, B, H] buffer, row t written by index_add (the rows start as zeros).
+      Tensor xp = linear(layer_in, w_ih_[l], opts_.bias ? b_ih_[l] : Tensor());  // [T, B, G*H]
+      auto x_at = [&](const Tensor& t) { return squeeze(index_select(xp, 0, reshape(t, {1})), 0); };
+      Tensor first = x_at(scalar_tensor(0, Int64));                             // [B, G*H]
+      Tensor zero_bh = add(zeros_like(slice(first, 1, 0, 1)), zeros({H}, x.dtype()));  // [B, H]
+      Tensor h0 = state.h.defined() ? state.h.select(0, l) : zero_bh;
+      Tensor c0 = mode_ == Mode::LSTM ? (state.c.defined() ? state.c.select(0, l) : zero_bh)
+                                      : zero_bh;
+      Tensor buf = zeros_like(slice(xp, 2, 0, H));  // [T, B, H]
+      Tensor len = cast(sum(ones_like(slice(slice(xp, 1, 0, 1), 2, 0, 1))), Int64);
+      auto fin = while_loop(
+          [&](const std::vector<Tensor>& v) { return lt(v[0], len); },
+          [&](const std::vector<Tensor>& v) {
+            Tensor h = v[1], c = v[2];
+            cell(l, x_at(v[0]), h, c);
+            Tensor out = index_add(v[3], 0, reshape(v[0], {1}), unsqueeze(h, 0));
+            return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), h, c, out};
+          },
+          {scalar_tensor(0, Int64), h0, c0, buf});
+      h_final.push_back(fin[1]);
+      if (mode_ == Mode::LSTM) c_final.push_back(fin[2]);
+      layer_in = fin[3];
+      continue;
+    }
+    // All time steps' input projections in one GEMM: [T*B, in] -> [T, B, G*H] (a dynamic
+    // batch is the reshapes' -1).
+    Tensor xp = linear(reshape(layer_in, {B < 0 ? -1 : T * B, in}), w_ih_[l],
+                       opts_.bias ? b_ih_[l] : Tensor());
+    xp = reshape(xp, {T, B < 0 ? -1 : B, gates_ * H});
+    // Zeros [B, H]; with a dynamic batch shaped from the input at run time.
+    auto zero_state = [&] {
+      if (B >= 0) return zeros({B, H}, x.dtype());
+      Tensor first = squeeze(slice(xp, 0, 0, 1), 0);
+      return add(zeros_like(slice(first, 1, 0, 1)), zeros({H}, x.dtype()));
+    };
+    Tensor h = state.h.defined() ? state.h.select(0, l) : zero_state();
+    Tensor c;
+    if (mode_ == Mode::LSTM) c = state.c.defined() ? state.c.select(0, l) : zero_state();
     std::vector<Tensor> outs;
     outs.reserve(static_cast<size_t>(T));
     // One split into time steps (its gradient is one cat) rather than a select per step.
     std::vector<Tensor> steps = split(xp, 1, 0);
     for (int64_t t = 0; t < T; ++t) {
       Tensor xt = squeeze(steps[static_cast<size_t>(t)], 0);  // [B, G*H]
-      Tensor hp = linear(h, w_hh_[l], b_hh);
-      if (mode_ == Mode::RNN) {
-        Tensor pre = add(xt, hp);
-        h = opts_.nonlinearity == "relu" ? relu(pre) : tanh(pre);
-      } else if (mode_ == Mode::LSTM) {
-        auto g = chunk(add(xt, hp), 4, 1);
-        Tensor i = sigmoid(g[0]), f = sigmoid(g[1]), gg = tanh(g[2]), o = sigmoid(g[3]);
-        c = add(mul(f, c), mul(i, gg));
-        h = mul(o, tanh(c));
-      } else {
-        auto xg = chunk(xt, 3, 1);
-        auto hg = chunk(hp, 3, 1);
-        Tensor r = sigmoid(add(xg[0], hg[0]));
-        Tensor z = sigmoid(add(xg[1], hg[1]));
-        Tensor n = tanh(add(xg[2], mul(r, hg[2])));
-        // h' = (1 - z) * n + z * h  ==  n + z * (h - n)
-        h = add(n, mul(z, sub(h, n)));
-      }
+      cell(l, xt, h, c);
       outs.push_back(h);
     }
     h_final.push_back(h);

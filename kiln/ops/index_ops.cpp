@@ -300,6 +300,12 @@ void embedding_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
 
 Tensor flat_index(const Tensor& idx) { return idx.dim() == 1 ? idx : reshape(idx, Shape{-1}); }
 
+// Zeros shaped like `like` at run time (a graph's dims may be dynamic) in dtype dt.
+Tensor zeros_as(const Tensor& like, DType dt) {
+  Tensor z = zeros_like(like);
+  return z.dtype() == dt ? z : cast(z, dt);
+}
+
 // Pads t with zeros at the end of each dim up to `shape` (src larger than index in scatter_add).
 Tensor pad_to(Tensor t, const Shape& shape) {
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -323,7 +329,7 @@ const OpDef& kGather = def_op(
          [](const GradCtx& c) {
            Tensor ga;
            if (c.need(0))
-             ga = scatter_add(zeros(c.in(0).shape(), c.g().dtype()), c.attrs.i(0), c.in(1), c.g());
+             ga = scatter_add(zeros_as(c.in(0), c.g().dtype()), c.attrs.i(0), c.in(1), c.g());
            return TensorList{ga, Tensor()};
          },
      .contiguous_inputs = true,
@@ -374,7 +380,11 @@ const OpDef& kIndexSelect = def_op(
            Tensor ga;
            if (c.need(0)) {
              int64_t dim = wrap_dim(c.attrs.i(0), c.in(0).dim(), "index_select");
-             ga = call1(kIndexSelectGrad, {c.g(), c.in(1)}, {dim, c.in(0).shape()[dim]});
+             const int64_t size = c.in(0).shape()[dim];
+             // A dynamic source size is known only at run time: add into zeros shaped like it.
+             ga = size >= 0 ? call1(kIndexSelectGrad, {c.g(), c.in(1)}, {dim, size})
+                            : index_add(zeros_as(c.in(0), c.g().dtype()), dim, flat_index(c.in(1)),
+                                        c.g());
            }
            return TensorList{ga, Tensor()};
          },
@@ -454,7 +464,9 @@ const OpDef& kEmbedding = def_op(
              const Tensor& w = c.in(0);
              int64_t D = w.shape()[1];
              Tensor g2 = reshape(c.g(), Shape{c.in(1).numel(), D});
-             gw = call1(kIndexSelectGrad, {g2, c.in(1)}, {int64_t(0), w.shape()[0]});
+             gw = w.shape()[0] >= 0
+                      ? call1(kIndexSelectGrad, {g2, c.in(1)}, {int64_t(0), w.shape()[0]})
+                      : index_add(zeros_as(w, g2.dtype()), 0, flat_index(c.in(1)), g2);
            }
            return TensorList{gw, Tensor()};
          },
@@ -554,7 +566,7 @@ const OpDef& kTopk = def_op(
          [](const GradCtx& c) {
            if (!c.flowed(0)) return TensorList{Tensor()};
            return TensorList{
-               scatter_add(zeros(c.in(0).shape(), c.g(0).dtype()), c.attrs.i(1), c.out(1), c.g(0))};
+               scatter_add(zeros_as(c.in(0), c.g(0).dtype()), c.attrs.i(1), c.out(1), c.g(0))};
          },
      .doc = "the k largest (or smallest) entries along dim, sorted, and their int64 indices"});
 
@@ -688,7 +700,17 @@ Tensor nonzero(const Tensor& a, const std::source_location& loc) {
   const Tensor m = a.dtype() == Bool ? cast(a, Int64) : cast(ne(a, 0.0), Int64);
   const std::vector<int64_t> v = read_mask("nonzero", m, loc);
   const int64_t r = a.dim();
-  const Shape& s = a.shape();
+  // Coordinates need the run-time sizes: under jit a dim may be dynamic (-1) in the traced
+  // shape. Each such size is read too: the length of a sum over every other dim.
+  Shape s = a.shape();
+  for (int64_t d = 0; d < r; ++d)
+    if (s[d] < 0) {
+      std::vector<int64_t> others;
+      for (int64_t e = 0; e < r; ++e)
+        if (e != d) others.push_back(e);
+      s[d] = static_cast<int64_t>(
+          read_mask("nonzero", others.empty() ? m : sum(m, others), loc).size());
+    }
   std::vector<int64_t> coords;
   int64_t n = 0;
   for (size_t i = 0; i < v.size(); ++i) {

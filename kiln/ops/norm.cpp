@@ -441,19 +441,22 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
   Tensor mu, inv;
   if (training) {
-    int64_t per = C > 0 ? x.numel() / C : 0;
-    if (per <= 1)
-      fail("batch_norm", "expected more than 1 value per channel when training, got input shape ",
-           x.shape());
-    mu = mean(x, dims, true);
-    Tensor v = var(x, dims, true, 0);  // biased variance normalizes, as in PyTorch
+    const char* kFew = "expected more than 1 value per channel when training, got input shape ";
+    int64_t per = 1;
+    for (int64_t d : dims) per = (per < 0 || x.size(d) < 0) ? -1 : per * x.size(d);
+    if (per >= 0 && per <= 1) fail("batch_norm", kFew, x.shape());
+    // A dynamic size: the same check when the graph runs.
+    Tensor xc = per < 0 ? opu::check_numel(x, dims, 2, "batch_norm", kFew) : x;
+    mu = mean(xc, dims, true);
+    Tensor v = var(xc, dims, true, 0);  // biased variance normalizes, as in PyTorch
     inv = rsqrt(add(v, eps));
     if (running_mean.defined()) {
       // running = (1 - m) running + m stat, with the unbiased variance (PyTorch semantics).
       NoGradGuard ng;
       Tensor m1 = reshape(mu.detach(), Shape{C});
-      Tensor v1 = mul(reshape(v.detach(), Shape{C}),
-                      static_cast<double>(per) / static_cast<double>(per - 1));
+      Tensor v1 = per >= 0 ? mul(reshape(v.detach(), Shape{C}),
+                                 static_cast<double>(per) / static_cast<double>(per - 1))
+                           : reshape(var(xc.detach(), dims, true, 1), Shape{C});
       Tensor rm = as_dtype(running_mean, x.dtype()), rv = as_dtype(running_var, x.dtype());
       Tensor new_m = add(mul(rm, 1.0 - momentum), mul(m1, momentum));
       Tensor new_v = add(mul(rv, 1.0 - momentum), mul(v1, momentum));

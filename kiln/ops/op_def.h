@@ -91,6 +91,11 @@ enum OpTrait : uint32_t {
   kView = 1u << 5,         ///< output aliases input 0 (no copy)
   kRandom = 1u << 6,       ///< draws from the generator: never CSE'd or folded
   kReduction = 1u << 7,    ///< reduces over dims (fusion may end a group with it)
+  /// Some calls need a static size (squeeze of a dim that may or may not be 1): its inference
+  /// refuses a dynamic dim it cannot handle with an error saying it "needs a static size", and
+  /// the JIT then compiles the call for the concrete shape. The mode-agreement suite checks
+  /// both; ops without this trait must take dynamic dims.
+  kStaticShapes = 1u << 8,
 };
 
 using InferFn = MetaList (*)(std::span<const Tensor> in, const Attrs& attrs);

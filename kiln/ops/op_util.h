@@ -59,4 +59,10 @@ inline std::vector<int64_t> pair2(const char* op, const char* what, const std::v
   return v;
 }
 
+/// x itself, after checking at run time that the sizes of `dims` multiply to at least `min`;
+/// else raises `[op] message <shape>`. For checks eager code makes on sizes a graph knows only
+/// at run time (batch_norm's "more than 1 value per channel"); never pruned or folded.
+Tensor check_numel(const Tensor& x, const std::vector<int64_t>& dims, int64_t min,
+                   const std::string& op, const std::string& message);
+
 }  // namespace kiln::opu

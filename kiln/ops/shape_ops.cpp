@@ -133,17 +133,22 @@ SliceArgs slice_args(const Shape& s, const Attrs& a) {
 
 Shape squeezed(const Shape& s, const Attrs& a) {
   Shape out;
+  // Whether a dynamic dim is 1 is known only at run time, and the result's rank depends on it.
   if (a.size() == 0 || a.i(0) == INT64_MIN) {
     for (auto d : s) {
       if (d < 0)
-        fail("squeeze", "shape ", s,
-             " has a dynamic dim: squeeze() cannot tell whether it is 1; "
-             "name the dims to squeeze");
+        fail("squeeze", "needs a static size: shape ", s,
+             " has a dynamic dim, and whether it is 1 decides the result's rank (name the dims "
+             "to squeeze; under jit the call is compiled for the concrete shape)");
       if (d != 1) out.push_back(d);
     }
     return out;
   }
   int64_t dim = wrap_dim(a.i(0), s, "squeeze");
+  if (s[dim] < 0)
+    fail("squeeze", "needs a static size: dim ", dim, " of shape ", s,
+         " is dynamic, and whether it is 1 decides the result's rank (under jit the call is "
+         "compiled for the concrete shape)");
   for (int64_t d = 0; d < s.rank(); ++d)
     if (d != dim || s[d] != 1) out.push_back(s[d]);
   return out;
@@ -233,9 +238,22 @@ const OpDef& kPermute = def_op({.name = "permute",
 
 const OpDef& kSliceGrad =
     def_op({.name = "slice_grad",
+            // slice_grad(g; input_shape, ...) or slice_grad(g, like; [], ...): the second form
+            // takes the sliced tensor's shape from `like` at run time (a dynamic dim).
+            .num_inputs = -1,
             .attr_names = {"input_shape", "dim", "start", "end", "step"},
-            .infer = [](std::span<const Tensor> in,
-                        const Attrs& a) { return one(in[0].dtype(), Shape(a.ints(0))); },
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  if (in.size() != 1 && in.size() != 2)
+                    fail("slice_grad", "expected 1 or 2 inputs (g[, like]), got ", in.size());
+                  if (in.size() == 2) {
+                    if (in[1].dim() != in[0].dim())
+                      fail("slice_grad", "gradient ", in[0].shape(), " and sliced tensor ",
+                           in[1].shape(), " differ in rank");
+                    return one(in[0].dtype(), in[1].shape());
+                  }
+                  return one(in[0].dtype(), Shape(a.ints(0)));
+                },
             .kernel =
                 [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
                   Tensor& o = out[0];
@@ -255,7 +273,9 @@ const OpDef& kSliceGrad =
             .grad =
                 [](const GradCtx& c) {
                   const Attrs& a = c.attrs;
-                  return TensorList{slice(c.g(), a.i(1), a.i(2), a.i(3), a.i(4))};
+                  TensorList r(c.inputs.size());
+                  r[0] = slice(c.g(), a.i(1), a.i(2), a.i(3), a.i(4));
+                  return r;
                 }});
 
 const OpDef& kSlice =
@@ -283,13 +303,13 @@ const OpDef& kSlice =
                 },
             .grad =
                 [](const GradCtx& c) {
-                  // slice_grad carries the input shape as an attribute, so it needs it static (a
-                  // dynamic dim would allocate a negative size at run time): refuse clearly
-                  // instead.
-                  for (int64_t d : c.in(0).shape())
-                    if (d < 0)
-                      fail("slice", "gradient of a slice of a tensor with dynamic shape ",
-                           c.in(0).shape(), " is not supported yet");
+                  // With a dynamic dim the shape and the clamped bounds are known only at run
+                  // time: the input itself gives them to slice_grad then.
+                  if (!c.in(0).shape().is_static()) {
+                    const Attrs& a = c.attrs;
+                    return TensorList{call1(kSliceGrad, {c.g(), c.in(0)},
+                                            {std::vector<int64_t>{}, a.i(0), a.i(1), a.i(2), a.i(3)})};
+                  }
                   SliceArgs r = slice_args(c.in(0).shape(), c.attrs);
                   return TensorList{call1(kSliceGrad, {c.g()},
                                           {c.in(0).shape().vec(), r.dim, r.start, r.end, r.step})};
@@ -375,7 +395,7 @@ const OpDef& kExpandAs = def_op(
 const OpDef& kSqueeze =
     def_op({.name = "squeeze",
             .attr_names = {"dim"},
-            .traits = kView,
+            .traits = kView | kStaticShapes,
             .infer = [](std::span<const Tensor> in,
                         const Attrs& a) { return one(in[0].dtype(), squeezed(in[0].shape(), a)); },
             .view =
@@ -559,8 +579,7 @@ const OpDef& kAsStridedScatter =
                   const Attrs& a = c.attrs;
                   Tensor gb, gs;
                   if (c.need(0))
-                    gb = as_strided_scatter(c.g(), zeros(c.in(1).shape(), c.g().dtype()), a.ints(0),
-                                            a.ints(1), a.i(2));
+                    gb = as_strided_scatter(c.g(), zeros_like(c.in(1)), a.ints(0), a.ints(1), a.i(2));
                   if (c.need(1)) gs = as_strided(contiguous(c.g()), a.ints(0), a.ints(1), a.i(2));
                   return TensorList{gb, gs};
                 },
@@ -591,7 +610,9 @@ const OpDef& kAsStrided = def_op(
      .grad =
          [](const GradCtx& c) {
            const Attrs& a = c.attrs;
-           return TensorList{as_strided_scatter(zeros(c.in(0).shape(), c.g().dtype()), c.g(),
+           Tensor z = zeros_like(c.in(0));
+           if (z.dtype() != c.g().dtype()) z = cast(z, c.g().dtype());
+           return TensorList{as_strided_scatter(z, c.g(),
                                                 a.ints(0), a.ints(1), a.i(2))};
          }});
 
@@ -649,6 +670,65 @@ const OpDef& kSplit =
                 },
             .doc = "views of consecutive pieces of `sizes` along dim (torch.split)"});
 
+// split_like(g, x0, ..., xn-1; dim): views of consecutive pieces of g along dim, each as long
+// as x_k there. The gradient of cat when a size along dim is dynamic: the offsets are the
+// inputs' run-time sizes.
+MetaList split_like_metas(std::span<const Tensor> in, const Attrs& a) {
+  if (in.size() < 2) fail("split_like", "expected g and at least one tensor, got ", in.size(), " inputs");
+  const Shape& g = in[0].shape();
+  if (g.rank() == 0) fail("split_like", "cannot split a 0-d tensor");
+  int64_t d = wrap_dim(a.i(0), g, "split_like");
+  MetaList m;
+  int64_t total = 0;
+  bool known_sizes = true;
+  for (size_t k = 1; k < in.size(); ++k) {
+    const Shape& s = in[k].shape();
+    if (s.rank() != g.rank())
+      fail("split_like", "tensor ", k, " has shape ", s, ", expected rank ", g.rank(), " like g ", g);
+    Shape o = g;
+    o[d] = s[d];
+    if (s[d] < 0) known_sizes = false;
+    total += std::max<int64_t>(s[d], 0);
+    m.push_back(TensorMeta{in[0].dtype(), o});
+  }
+  if (known_sizes && g[d] >= 0 && total != g[d])
+    fail("split_like", "pieces sum to ", total, " along dim ", d, " but g has shape ", g);
+  return m;
+}
+
+const OpDef& kSplitLike =
+    def_op({.name = "split_like",
+            .num_inputs = -1,
+            .num_outputs = -1,
+            .attr_names = {"dim"},
+            .traits = kView,
+            .infer = split_like_metas,
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  (void)split_like_metas(in, a);
+                  const Tensor& g = in[0];
+                  int64_t d = wrap_dim(a.i(0), g.shape(), "split_like");
+                  TensorList outs;
+                  int64_t at = 0;
+                  for (size_t k = 1; k < in.size(); ++k) {
+                    Shape o = g.shape();
+                    o[d] = in[k].shape()[d];
+                    outs.push_back(make_view(g, o, g.strides(), g.offset() + at * g.strides()[d]));
+                    at += o[d];
+                  }
+                  return outs;
+                },
+            .grad =
+                [](const GradCtx& c) {
+                  TensorList r(c.inputs.size());
+                  if (c.need(0)) {
+                    std::vector<Tensor> gs(c.grads.begin(), c.grads.end());
+                    r[0] = cat(gs, c.attrs.i(0));
+                  }
+                  return r;
+                },
+            .doc = "pieces of g along dim as long as each further input there (gradient of cat)"});
+
 const OpDef& kCat =
     def_op({.name = "cat",
             .num_inputs = -1,
@@ -669,10 +749,18 @@ const OpDef& kCat =
                     if (s.rank() != s0.rank())
                       fail("cat", "tensor ", k, " has shape ", s, ", expected rank ", s0.rank(),
                            " like ", s0);
-                    for (int64_t i = 0; i < s.rank(); ++i)
-                      if (i != d && s[i] != s0[i])
-                        fail("cat", "tensor ", k, " has shape ", s, ", which differs from ", s0,
-                             " outside dim ", d);
+                    for (int64_t i = 0; i < s.rank(); ++i) {
+                      if (i == d || s[i] == out[i]) continue;
+                      // A dynamic dim must equal the other inputs' at run time (the kernel's
+                      // copy checks it); the static size wins.
+                      if (s[i] < 0) continue;
+                      if (out[i] < 0) {
+                        out[i] = s[i];
+                        continue;
+                      }
+                      fail("cat", "tensor ", k, " has shape ", s, ", which differs from ", s0,
+                           " outside dim ", d);
+                    }
                     out[d] = (out[d] < 0 || s[d] < 0) ? -1 : out[d] + s[d];
                   }
                   return one(in[0].dtype(), out);
@@ -694,6 +782,18 @@ const OpDef& kCat =
                 [](const GradCtx& c) {
                   int64_t d = wrap_dim(c.attrs.i(0), c.g().dim(), "cat");
                   TensorList gs;
+                  bool dynamic = false;
+                  for (const Tensor& x : c.inputs) dynamic = dynamic || x.shape()[d] < 0;
+                  if (dynamic) {
+                    // Offsets known only at run time: pieces shaped like the inputs.
+                    std::vector<Tensor> ins{c.g()};
+                    ins.insert(ins.end(), c.inputs.begin(), c.inputs.end());
+                    TensorList p = call(kSplitLike, std::span<const Tensor>(ins.data(), ins.size()),
+                                        {d});
+                    for (size_t k = 0; k < c.inputs.size(); ++k)
+                      gs.push_back(c.need(k) ? p[k] : Tensor());
+                    return gs;
+                  }
                   int64_t at = 0;
                   for (size_t k = 0; k < c.inputs.size(); ++k) {
                     int64_t n = c.in(k).shape()[d];
@@ -940,6 +1040,24 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
 Tensor Tensor::select(int64_t dim, int64_t i) const {
   int64_t d = wrap_dim(dim, shape(), "select");
   int64_t n = shape()[d];
+  if (n < 0) {
+    // A dynamic dim: a negative index counts from the end at run time, and the one-long slice
+    // is reshaped away (the reshape checks at run time that the index was in range).
+    Tensor piece = kiln::slice(*this, d, i, i == -1 ? INT64_MAX : i + 1, 1);
+    Shape out;
+    int dynamic = 0;
+    for (int64_t k = 0; k < shape().rank(); ++k)
+      if (k != d) {
+        out.push_back(shape()[k]);
+        dynamic += shape()[k] < 0;
+      }
+    if (dynamic > 1)
+      fail("select", "index ", i, " along dynamic dim ", d, " of shape ", shape(),
+           ": other dims are dynamic too; select on a tensor with at most two dynamic dims");
+    for (auto& x : out)
+      if (x < 0) x = -1;
+    return kiln::reshape(piece, out);
+  }
   if (i < -n || i >= n)
     fail("select", "index ", i, " out of range for dim ", d, " of shape ", shape());
   if (i < 0) i += n;

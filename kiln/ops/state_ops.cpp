@@ -26,6 +26,40 @@ const OpDef& kPrint =
                 },
             .grad = [](const GradCtx& c) { return TensorList{c.g()}; }});
 
+// Product of x's sizes over dims; -1 when one of them is dynamic.
+int64_t numel_over(const Shape& s, const std::vector<int64_t>& dims, const char* op) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    int64_t z = s[wrap_dim(d, s, op)];
+    if (z < 0) return -1;
+    if (__builtin_mul_overflow(n, z, &n)) return INT64_MAX;
+  }
+  return n;
+}
+
+void check_numel_now(const Shape& s, const Attrs& a) {
+  int64_t n = numel_over(s, a.ints(0), "check_numel");
+  if (n >= 0 && n < a.i(1)) fail(a.s(2).c_str(), a.s(3), s);
+}
+
+const OpDef& kCheckNumel =
+    def_op({.name = "check_numel",
+            .attr_names = {"dims", "min", "op", "message"},
+            .traits = kSideEffect | kView,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  check_numel_now(in[0].shape(), a);
+                  return one(in[0].dtype(), in[0].shape());
+                },
+            .view =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  const Tensor& x = in[0];
+                  check_numel_now(x.shape(), a);
+                  return TensorList{make_view(x, x.shape(), x.strides(), x.offset())};
+                },
+            .grad = [](const GradCtx& c) { return TensorList{c.g()}; },
+            .doc = "x, after a run-time check that the sizes of dims multiply to at least min"});
+
 MetaList infer_assign(std::span<const Tensor> in, const Attrs&) {
   if (!broadcastable_to(in[1].shape(), in[0].shape()))
     fail("assign", "value of shape ", in[1].shape(), " does not fit variable of shape ",
@@ -91,6 +125,13 @@ Tensor assign(const Tensor& var, const Tensor& value) {
 Tensor group(const std::vector<Tensor>& deps) {
   return call1(kGroup, std::span<const Tensor>(deps.data(), deps.size()));
 }
+namespace opu {
+Tensor check_numel(const Tensor& x, const std::vector<int64_t>& dims, int64_t min,
+                   const std::string& op, const std::string& message) {
+  return call1(kCheckNumel, {x}, {dims, min, op, message});
+}
+}  // namespace opu
+
 Tensor full_like(const Tensor& t, double v) {
   if (!t.defined()) fail("full_like", "tensor is undefined");
   if (t.is_concrete()) return full(t.shape(), v, t.dtype());
