@@ -31,6 +31,9 @@ struct OpSample {
   /// Which input indices may be made non-contiguous for the layout check (by storing them
   /// transposed and transposing back); empty = all floating inputs of rank >= 2.
   std::vector<int> noncontig_inputs;
+  /// The run is eager code around the op (it builds and runs a graph of its own, or checks
+  /// aliasing of concrete buffers): the compiled modes of the mode-agreement suite skip it.
+  bool eager_only = false;
   /// float32 tolerance relative to the reference.
   double tol32 = 1e-5;
   double gc_atol = 1e-5, gc_rtol = 1e-3;
