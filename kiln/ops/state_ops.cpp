@@ -39,7 +39,8 @@ int64_t numel_over(const Shape& s, const std::vector<int64_t>& dims, const char*
 
 void check_numel_now(const Shape& s, const Attrs& a) {
   int64_t n = numel_over(s, a.ints(0), "check_numel");
-  if (n >= 0 && n < a.i(1)) fail(a.s(2).c_str(), a.s(3), s);
+  // Names itself first (the registry's rule for errors) and then the op whose check it runs.
+  if (n >= 0 && n < a.i(1)) fail("check_numel", "[", a.s(2), "] ", a.s(3), s);
 }
 
 const OpDef& kCheckNumel =

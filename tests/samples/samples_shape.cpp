@@ -503,6 +503,22 @@ std::vector<OpSample> make_samples() {
     };
     v.push_back(std::move(s));
   }
+  // split_like: cat's gradient when a size along dim is only known at run time. Rows 2..4 of g,
+  // sized like input 2 (its values are not read).
+  {
+    OpSample s;
+    s.ops = {"split_like"};
+    s.name = "middle_piece_dim0";
+    s.inputs = [] { return In{rnd({5, 3}, 41), rnd({2, 3}, 42), rnd({3, 3}, 43)}; };
+    s.run = [](const In& in) {
+      return call(OpRegistry::get().at("split_like"), {in[0], in[1], in[2]}, {int64_t(0)})[1];
+    };
+    s.reference = [](const In& in) {
+      auto g = vals(in[0]);
+      return from_vals(std::vector<double>(g.begin() + 6, g.end()), {3, 3});
+    };
+    v.push_back(std::move(s));
+  }
   return v;
 }
 

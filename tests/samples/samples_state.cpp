@@ -109,6 +109,24 @@ std::vector<OpSample> make_samples() {
     s.differentiable = true;
     v.push_back(std::move(s));
   }
+  // check_numel: passes x through after checking that dim 0 holds at least 2 values (the
+  // run-time form of batch_norm's "more than 1 value per channel").
+  {
+    OpSample s;
+    s.ops = {"check_numel"};
+    s.name = "enough_rows";
+    s.inputs = [] { return In{rnd({3, 4}, 404)}; };
+    s.run = [](const In& in) {
+      Attrs a;
+      a.push(std::vector<int64_t>{0});
+      a.push(int64_t(2));
+      a.push(std::string("batch_norm"));
+      a.push(std::string("expected more than 1 value per channel, got input shape "));
+      return call(OpRegistry::get().at("check_numel"), {in[0]}, a)[0];
+    };
+    s.reference = [](const In& in) { return from_vals(vals(in[0]), in[0].shape()); };
+    v.push_back(std::move(s));
+  }
 
   return v;
 }
