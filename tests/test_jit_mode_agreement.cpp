@@ -7,6 +7,8 @@
 // recompile under jit that still agrees. A summary prints samples x modes run, agreed and
 // declared, and fails when more than 5% of the samples are declared static-only.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,9 +17,6 @@
 #include <optional>
 #include <set>
 #include <sstream>
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "kiln/kernels/cpu/parallel.h"
 #include "samples/op_samples.h"
@@ -33,8 +32,8 @@ using In = std::vector<Tensor>;
 constexpr uint64_t kSeed = 1234;
 
 enum Mode { kGraphStatic, kGraphDynamic, kJit, kJitSizes, kJitBackward, kNumModes };
-const char* const kModeNames[kNumModes] = {"graph static", "graph dynamic dim 0 (2 sizes)",
-                                           "jit", "jit at 3 sizes", "jit backward"};
+const char* const kModeNames[kNumModes] = {"graph static", "graph dynamic dim 0 (2 sizes)", "jit",
+                                           "jit at 3 sizes", "jit backward"};
 
 enum Outcome {
   kAgreed,        // same values (and gradients) as eager
@@ -80,7 +79,8 @@ std::string compare(const Tensor& got, const Tensor& want, const std::string& wh
 Tensor cotangent(const Shape& s, DType dt) {
   int64_t n = s.numel();
   std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = std::sin(0.7 * static_cast<double>(i) + 0.3);
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = std::sin(0.7 * static_cast<double>(i) + 0.3);
   return from_vals(v, s).to(dt);
 }
 
@@ -163,7 +163,8 @@ std::optional<Sizes> find_sizes(const OpSample& s, const In& in) {
     cands.push_back(g);
   }
   for (size_t k = 0; k < in.size(); ++k)
-    if (resizable(k) && std::find(cands.begin(), cands.end(), std::vector<size_t>{k}) == cands.end())
+    if (resizable(k) &&
+        std::find(cands.begin(), cands.end(), std::vector<size_t>{k}) == cands.end())
       cands.push_back({k});
   for (const auto& g : cands) {
     int64_t n = in[g[0]].size(0);
@@ -178,8 +179,7 @@ std::optional<Sizes> find_sizes(const OpSample& s, const In& in) {
       _exit(e1.ok && e2.ok ? 0 : 1);
     }
     int status = 0;
-    if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-        WEXITSTATUS(status) == 0)
+    if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0)
       return z;
   }
   return std::nullopt;
@@ -350,7 +350,8 @@ ModeResult jit_mode(const OpSample& s, const In& in) {
   auto f = make_jit(s);
   r.failure = jit_compare(s, f, in, "first call");
   if (r.failure.empty()) r.failure = jit_compare(s, f, in, "replay");
-  if (!r.failure.empty()) r.failure += "\n" + f.explain();
+  if (!r.failure.empty())
+    r.failure += "\n" + f.explain();
   else if (f.explain().find("runs eagerly") != std::string::npos)
     r.failure = "jit ran it eagerly:\n" + f.explain();
   return r;
@@ -363,8 +364,11 @@ ModeResult jit_sizes_mode(const OpSample& s, const In& in, const std::optional<S
     return r;
   }
   auto f = make_jit(s);
-  for (auto [ins, what] : {std::pair<const In*, const char*>{&in, "size A"}, {&sz->b, "size B"},
-                           {&sz->c, "size C"}, {&in, "size A again"}, {&sz->b, "size B again"}}) {
+  for (auto [ins, what] : {std::pair<const In*, const char*>{&in, "size A"},
+                           {&sz->b, "size B"},
+                           {&sz->c, "size C"},
+                           {&in, "size A again"},
+                           {&sz->b, "size B again"}}) {
     r.failure = jit_compare(s, f, *ins, what);
     if (!r.failure.empty()) {
       r.failure += "\n" + f.explain();
@@ -404,7 +408,8 @@ std::string jit_backward_at(const OpSample& s, const In& in, const std::string& 
     if (!is_floating(in[k].dtype())) continue;
     m = compare(or_zeros(xs[k].grad(), in[k]), or_zeros(e.grads[k], in[k]),
                 what + " gradient of input " + std::to_string(k));
-    if (m.empty() && !xs[k].is_leaf()) m = what + ": the caller's input " + std::to_string(k) + " stopped being a leaf";
+    if (m.empty() && !xs[k].is_leaf())
+      m = what + ": the caller's input " + std::to_string(k) + " stopped being a leaf";
   }
   return m;
 }
@@ -419,7 +424,8 @@ ModeResult jit_backward_mode(const OpSample& s, const In& in, const std::optiona
   r.failure = jit_backward_at(s, in, "size A", f);
   if (r.failure.empty()) r.failure = jit_backward_at(s, in, "size A replay", f);
   if (r.failure.empty() && sz) r.failure = jit_backward_at(s, sz->b, "size B", f);
-  if (!r.failure.empty()) r.failure += "\n" + f.explain();
+  if (!r.failure.empty())
+    r.failure += "\n" + f.explain();
   else if (f.explain().find("runs eagerly") != std::string::npos && !declares_static(s))
     r.failure = "jit ran it eagerly:\n" + f.explain();
   return r;
@@ -527,9 +533,10 @@ std::vector<size_t> all_samples() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Samples, ModeAgreement, ::testing::ValuesIn(all_samples()),
-    [](const ::testing::TestParamInfo<size_t>& info) { return sample_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Samples, ModeAgreement, ::testing::ValuesIn(all_samples()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return sample_name(info.param);
+                         });
 
 // The counts quoted in notes: samples x modes run, agreed, declared static-only (listed).
 TEST(ModeAgreementSummary, CountsAndStaticOnlyShare) {
@@ -557,8 +564,8 @@ TEST(ModeAgreementSummary, CountsAndStaticOnlyShare) {
       }
     }
   }
-  std::cout << "[mode agreement] " << reg.size() << " samples x " << kNumModes
-            << " modes: " << run << " run, " << agreed << " agreed, " << declared
+  std::cout << "[mode agreement] " << reg.size() << " samples x " << kNumModes << " modes: " << run
+            << " run, " << agreed << " agreed, " << declared
             << " declared static-only or data-dependent, " << failed << " failed, " << na
             << " not applicable (eager-only sample, no resizable input or not differentiable)\n";
   std::cout << "[mode agreement] samples with a declared mode (" << static_only.size() << "):";

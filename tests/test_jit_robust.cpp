@@ -142,8 +142,7 @@ TEST(JitRobust, ArgumentKindsAreChecked) {
                JitOptions{.name = "scale"});
   Tensor x = ones({2});
   EXPECT_EQ(f(x, 3).to_vector<float>(), (std::vector<float>{3.f, 3.f}));
-  expect_error([&] { f(x, x); }, {"[jit]", "'scale'", "argument 1 is a Tensor",
-                                  "takes a number"});
+  expect_error([&] { f(x, x); }, {"[jit]", "'scale'", "argument 1 is a Tensor", "takes a number"});
   expect_error([&] { f(2.0, 3); }, {"[jit]", "argument 0 is a number", "takes a Tensor"});
   EXPECT_EQ(f(x, true).to_vector<float>(), (std::vector<float>{1.f, 1.f}));  // bool -> int
 }
@@ -236,7 +235,8 @@ void check_dynamic_batch(const std::function<Tensor(const std::vector<Tensor>&)>
   }
 }
 
-std::vector<std::vector<Tensor>> at_batches(const std::function<std::vector<Tensor>(int64_t)>& make) {
+std::vector<std::vector<Tensor>> at_batches(
+    const std::function<std::vector<Tensor>(int64_t)>& make) {
   return {make(4), make(2), make(5)};
 }
 
@@ -245,49 +245,69 @@ Tensor r64(const Shape& s) { return randn(s, Float64); }
 TEST(JitRobust, DynamicBatchGraphsTakeGradientRulesWithRunTimeShapes) {
   manual_seed(5);
   check_dynamic_batch([](const auto& x) { return topk(x[0], 2, 1).first; },
-                      at_batches([](int64_t n) { return std::vector<Tensor>{r64({n, 5})}; }), "topk");
-  check_dynamic_batch([](const auto& x) { return sort(x[0], 1).first; },
-                      at_batches([](int64_t n) { return std::vector<Tensor>{r64({n, 4})}; }), "sort");
+                      at_batches([](int64_t n) {
+                        return std::vector<Tensor>{r64({n, 5})};
+                      }),
+                      "topk");
+  check_dynamic_batch([](const auto& x) { return sort(x[0], 1).first; }, at_batches([](int64_t n) {
+                        return std::vector<Tensor>{r64({n, 4})};
+                      }),
+                      "sort");
+  check_dynamic_batch([](const auto& x) { return gather(x[0], 1, x[1]); },
+                      at_batches([](int64_t n) {
+                        return std::vector<Tensor>{r64({n, 4}), randint(0, 4, {n, 3})};
+                      }),
+                      "gather");
   check_dynamic_batch(
-      [](const auto& x) { return gather(x[0], 1, x[1]); },
-      at_batches([](int64_t n) {
-        return std::vector<Tensor>{r64({n, 4}), randint(0, 4, {n, 3})};
-      }),
-      "gather");
-  check_dynamic_batch(
-      [](const auto& x) { return index_select(x[0], 0, x[1]); },
-      at_batches([](int64_t n) {
+      [](const auto& x) { return index_select(x[0], 0, x[1]); }, at_batches([](int64_t n) {
         return std::vector<Tensor>{r64({n, 3}), tensor(std::vector<int64_t>{0, 1, 0}, {3})};
       }),
       "index_select of the dynamic dim");
+  check_dynamic_batch([](const auto& x) { return embedding(x[1], x[0]); },
+                      at_batches([](int64_t n) {
+                        return std::vector<Tensor>{randint(0, 6, {n}), r64({6, 3})};
+                      }),
+                      "embedding with dynamic indices");
   check_dynamic_batch(
-      [](const auto& x) { return embedding(x[1], x[0]); },
+      [](const auto& x) {
+        return cat({x[0], x[1], x[0]}, 0);
+      },
       at_batches([](int64_t n) {
-        return std::vector<Tensor>{randint(0, 6, {n}), r64({6, 3})};
+        return std::vector<Tensor>{r64({n, 3}), r64({n, 3})};
       }),
-      "embedding with dynamic indices");
-  check_dynamic_batch([](const auto& x) { return cat({x[0], x[1], x[0]}, 0); },
-                      at_batches([](int64_t n) { return std::vector<Tensor>{r64({n, 3}), r64({n, 3})}; }),
-                      "cat along the dynamic dim");
+      "cat along the dynamic dim");
   check_dynamic_batch(
       [](const auto& x) { return batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
-      at_batches([](int64_t n) { return std::vector<Tensor>{r64({n, 3})}; }),
+      at_batches([](int64_t n) {
+        return std::vector<Tensor>{r64({n, 3})};
+      }),
       "functional batch_norm training");
   check_dynamic_batch([](const auto& x) { return slice(x[0], 0, 1, INT64_MAX, 2); },
-                      at_batches([](int64_t n) { return std::vector<Tensor>{r64({n, 3})}; }),
+                      at_batches([](int64_t n) {
+                        return std::vector<Tensor>{r64({n, 3})};
+                      }),
                       "slice of the dynamic dim");
   check_dynamic_batch(
       [](const auto& x) {
         auto p = chunk(x[0], 2, 1);
         return mul(p[0], p[1]);
       },
-      at_batches([](int64_t n) { return std::vector<Tensor>{r64({n, 4})}; }), "chunk");
-  check_dynamic_batch([](const auto& x) { return x[0].select(0, -1); },
-                      at_batches([](int64_t n) { return std::vector<Tensor>{r64({n, 3})}; }),
+      at_batches([](int64_t n) {
+        return std::vector<Tensor>{r64({n, 4})};
+      }),
+      "chunk");
+  check_dynamic_batch([](const auto& x) { return x[0].select(0, -1); }, at_batches([](int64_t n) {
+                        return std::vector<Tensor>{r64({n, 3})};
+                      }),
                       "select(0, -1)");
-  check_dynamic_batch([](const auto& x) { return expand(x[0], {-1, 5}); },
-                      at_batches([](int64_t n) { return std::vector<Tensor>{r64({n, 1})}; }),
-                      "expand [?, 1] to [?, 5]");
+  check_dynamic_batch(
+      [](const auto& x) {
+        return expand(x[0], {-1, 5});
+      },
+      at_batches([](int64_t n) {
+        return std::vector<Tensor>{r64({n, 1})};
+      }),
+      "expand [?, 1] to [?, 5]");
 }
 
 TEST(JitRobust, SqueezeOfADynamicDimSaysItNeedsAStaticSize) {

@@ -174,7 +174,8 @@ Version& version_of(const Attrs& a) {
   auto& t = grad_table();
   std::lock_guard<std::mutex> lk(t.mu);
   const int64_t id = a.i(0);
-  if (id < 0 || id >= static_cast<int64_t>(t.versions.size()) || !t.versions[static_cast<size_t>(id)])
+  if (id < 0 || id >= static_cast<int64_t>(t.versions.size()) ||
+      !t.versions[static_cast<size_t>(id)])
     fail("jit_call", "compiled version ", id,
          " no longer exists (the jitted function was destroyed before this call's backward)");
   return *t.versions[static_cast<size_t>(id)];
@@ -203,7 +204,8 @@ const OpDef& kJitCall =
                   for (size_t k = 0; k < out.size(); ++k) {
                     bool aliased = false;
                     for (const Tensor& x : in) aliased = aliased || out[k].shares_storage(x);
-                    for (size_t j = 0; j < k; ++j) aliased = aliased || out[k].shares_storage(out[j]);
+                    for (size_t j = 0; j < k; ++j)
+                      aliased = aliased || out[k].shares_storage(out[j]);
                     if (aliased) out[k] = out[k].clone();
                   }
                   return out;
@@ -827,7 +829,6 @@ struct Engine::Impl {
     if (verify) verify_outputs(args, fn, outs);
     return outs;
   }
-
 
   // A compiled version raised on a call its guards accept. A version with dynamic dims is
   // compiled again for the call's concrete shape; a static one gives the call to eager.

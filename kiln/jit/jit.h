@@ -93,10 +93,14 @@ Arg to_arg(T v) {
 
 inline const char* kind_name(Arg::Kind k) {
   switch (k) {
-    case Arg::kTensor: return "a Tensor";
-    case Arg::kTensorList: return "a std::vector<Tensor>";
-    case Arg::kScalar: return "a number";
-    case Arg::kBool: return "a bool";
+    case Arg::kTensor:
+      return "a Tensor";
+    case Arg::kTensorList:
+      return "a std::vector<Tensor>";
+    case Arg::kScalar:
+      return "a number";
+    case Arg::kBool:
+      return "a bool";
   }
   return "?";
 }
@@ -104,10 +108,14 @@ inline const char* kind_name(Arg::Kind k) {
 template <typename P>
 constexpr Arg::Kind param_kind() {
   using D = std::decay_t<P>;
-  if constexpr (std::is_same_v<D, Tensor>) return Arg::kTensor;
-  else if constexpr (std::is_same_v<D, std::vector<Tensor>>) return Arg::kTensorList;
-  else if constexpr (std::is_same_v<D, bool>) return Arg::kBool;
-  else return Arg::kScalar;
+  if constexpr (std::is_same_v<D, Tensor>)
+    return Arg::kTensor;
+  else if constexpr (std::is_same_v<D, std::vector<Tensor>>)
+    return Arg::kTensorList;
+  else if constexpr (std::is_same_v<D, bool>)
+    return Arg::kBool;
+  else
+    return Arg::kScalar;
 }
 
 template <typename P>

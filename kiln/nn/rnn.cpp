@@ -117,22 +117,22 @@ std::pair<Tensor, RNNState> RNNBase::forward(const Tensor& x_in, const RNNState&
       // [T, B, H] buffer, row t written by index_add (the rows start as zeros).
       Tensor xp = linear(layer_in, w_ih_[l], opts_.bias ? b_ih_[l] : Tensor());  // [T, B, G*H]
       auto x_at = [&](const Tensor& t) { return squeeze(index_select(xp, 0, reshape(t, {1})), 0); };
-      Tensor first = x_at(scalar_tensor(0, Int64));                             // [B, G*H]
+      Tensor first = x_at(scalar_tensor(0, Int64));                                    // [B, G*H]
       Tensor zero_bh = add(zeros_like(slice(first, 1, 0, 1)), zeros({H}, x.dtype()));  // [B, H]
       Tensor h0 = state.h.defined() ? state.h.select(0, l) : zero_bh;
-      Tensor c0 = mode_ == Mode::LSTM ? (state.c.defined() ? state.c.select(0, l) : zero_bh)
-                                      : zero_bh;
+      Tensor c0 =
+          mode_ == Mode::LSTM ? (state.c.defined() ? state.c.select(0, l) : zero_bh) : zero_bh;
       Tensor buf = zeros_like(slice(xp, 2, 0, H));  // [T, B, H]
       Tensor len = cast(sum(ones_like(slice(slice(xp, 1, 0, 1), 2, 0, 1))), Int64);
-      auto fin = while_loop(
-          [&](const std::vector<Tensor>& v) { return lt(v[0], len); },
-          [&](const std::vector<Tensor>& v) {
-            Tensor h = v[1], c = v[2];
-            cell(l, x_at(v[0]), h, c);
-            Tensor out = index_add(v[3], 0, reshape(v[0], {1}), unsqueeze(h, 0));
-            return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), h, c, out};
-          },
-          {scalar_tensor(0, Int64), h0, c0, buf});
+      auto fin =
+          while_loop([&](const std::vector<Tensor>& v) { return lt(v[0], len); },
+                     [&](const std::vector<Tensor>& v) {
+                       Tensor h = v[1], c = v[2];
+                       cell(l, x_at(v[0]), h, c);
+                       Tensor out = index_add(v[3], 0, reshape(v[0], {1}), unsqueeze(h, 0));
+                       return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), h, c, out};
+                     },
+                     {scalar_tensor(0, Int64), h0, c0, buf});
       h_final.push_back(fin[1]);
       if (mode_ == Mode::LSTM) c_final.push_back(fin[2]);
       layer_in = fin[3];

@@ -317,23 +317,24 @@ Tensor pad_to(Tensor t, const Shape& shape) {
   return t;
 }
 
-const OpDef& kGather = def_op(
-    {.name = "gather",
-     .num_inputs = 2,
-     .attr_names = {"dim"},
-     .infer = infer_gather,
-     .kernel = gather_kernel,
-     // out[..., k, ...] = a[..., index[..., k, ...], ...]: each a element receives the sum of the
-     // gradients of the outputs that read it, i.e. scatter_add into zeros.
-     .grad =
-         [](const GradCtx& c) {
-           Tensor ga;
-           if (c.need(0))
-             ga = scatter_add(zeros_as(c.in(0), c.g().dtype()), c.attrs.i(0), c.in(1), c.g());
-           return TensorList{ga, Tensor()};
-         },
-     .contiguous_inputs = true,
-     .doc = "out[i][j] = a[i][index[i][j]] (dim 1), as torch.gather"});
+const OpDef& kGather =
+    def_op({.name = "gather",
+            .num_inputs = 2,
+            .attr_names = {"dim"},
+            .infer = infer_gather,
+            .kernel = gather_kernel,
+            // out[..., k, ...] = a[..., index[..., k, ...], ...]: each a element receives the sum
+            // of the gradients of the outputs that read it, i.e. scatter_add into zeros.
+            .grad =
+                [](const GradCtx& c) {
+                  Tensor ga;
+                  if (c.need(0))
+                    ga =
+                        scatter_add(zeros_as(c.in(0), c.g().dtype()), c.attrs.i(0), c.in(1), c.g());
+                  return TensorList{ga, Tensor()};
+                },
+            .contiguous_inputs = true,
+            .doc = "out[i][j] = a[i][index[i][j]] (dim 1), as torch.gather"});
 
 const OpDef& kScatterAdd =
     def_op({.name = "scatter_add",

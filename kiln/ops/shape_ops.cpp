@@ -278,42 +278,42 @@ const OpDef& kSliceGrad =
                   return r;
                 }});
 
-const OpDef& kSlice =
-    def_op({.name = "slice",
-            .attr_names = {"dim", "start", "end", "step"},
-            .traits = kView,
-            .infer =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  SliceArgs r = slice_args(in[0].shape(), a);
-                  Shape s = in[0].shape();
-                  // Slicing a dynamic dim gives a dynamic length (known only when the size is).
-                  s[r.dim] = s[r.dim] < 0 ? Dim::any() : r.len;
-                  return one(in[0].dtype(), s);
-                },
-            .view =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  const Tensor& x = in[0];
-                  SliceArgs r = slice_args(x.shape(), a);
-                  Shape s = x.shape();
-                  Strides st = x.strides();
-                  s[r.dim] = r.len;
-                  int64_t off = x.offset() + r.start * st[r.dim];
-                  st[r.dim] *= r.step;
-                  return TensorList{make_view(x, s, st, off)};
-                },
-            .grad =
-                [](const GradCtx& c) {
-                  // With a dynamic dim the shape and the clamped bounds are known only at run
-                  // time: the input itself gives them to slice_grad then.
-                  if (!c.in(0).shape().is_static()) {
-                    const Attrs& a = c.attrs;
-                    return TensorList{call1(kSliceGrad, {c.g(), c.in(0)},
-                                            {std::vector<int64_t>{}, a.i(0), a.i(1), a.i(2), a.i(3)})};
-                  }
-                  SliceArgs r = slice_args(c.in(0).shape(), c.attrs);
-                  return TensorList{call1(kSliceGrad, {c.g()},
-                                          {c.in(0).shape().vec(), r.dim, r.start, r.end, r.step})};
-                }});
+const OpDef& kSlice = def_op(
+    {.name = "slice",
+     .attr_names = {"dim", "start", "end", "step"},
+     .traits = kView,
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           SliceArgs r = slice_args(in[0].shape(), a);
+           Shape s = in[0].shape();
+           // Slicing a dynamic dim gives a dynamic length (known only when the size is).
+           s[r.dim] = s[r.dim] < 0 ? Dim::any() : r.len;
+           return one(in[0].dtype(), s);
+         },
+     .view =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const Tensor& x = in[0];
+           SliceArgs r = slice_args(x.shape(), a);
+           Shape s = x.shape();
+           Strides st = x.strides();
+           s[r.dim] = r.len;
+           int64_t off = x.offset() + r.start * st[r.dim];
+           st[r.dim] *= r.step;
+           return TensorList{make_view(x, s, st, off)};
+         },
+     .grad =
+         [](const GradCtx& c) {
+           // With a dynamic dim the shape and the clamped bounds are known only at run
+           // time: the input itself gives them to slice_grad then.
+           if (!c.in(0).shape().is_static()) {
+             const Attrs& a = c.attrs;
+             return TensorList{call1(kSliceGrad, {c.g(), c.in(0)},
+                                     {std::vector<int64_t>{}, a.i(0), a.i(1), a.i(2), a.i(3)})};
+           }
+           SliceArgs r = slice_args(c.in(0).shape(), c.attrs);
+           return TensorList{
+               call1(kSliceGrad, {c.g()}, {c.in(0).shape().vec(), r.dim, r.start, r.end, r.step})};
+         }});
 
 // Target shape of expand with -1 resolved; checks it (run by inference and by the view, which
 // the dispatcher calls without inference).
@@ -547,43 +547,43 @@ Tensor region(const Tensor& t, const Geometry& g) {
                    t.offset() + g.offset);
 }
 
-const OpDef& kAsStridedScatter =
-    def_op({.name = "as_strided_scatter",
-            .num_inputs = 2,
-            .attr_names = {"sizes", "strides", "offset"},
-            .infer =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  const char* op = "as_strided_scatter";
-                  const Geometry g = geometry_of(op, a);
-                  check_geometry(op, g, in[0].shape());
-                  if (in[1].dtype() != in[0].dtype())
-                    fail(op, "src dtype ", in[1].dtype(), " must be the base's ", in[0].dtype());
-                  const Shape want(g.sizes);
-                  bool fits = in[1].dim() == want.rank();
-                  for (int64_t d = 0; fits && d < want.rank(); ++d)
-                    fits = in[1].shape()[d] < 0 || in[1].shape()[d] == want[d];
-                  if (!fits) fail(op, "src shape ", in[1].shape(), " must be the sizes ", want);
-                  return one(in[0].dtype(), in[0].shape());
-                },
-            .kernel =
-                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-                  const Geometry g = geometry_of("as_strided_scatter", a);
-                  copy_cast_kernel(in[0], out[0]);
-                  Tensor dst = region(out[0], g);
-                  copy_cast_kernel(in[1], dst);
-                },
-            // out = base outside the region, src inside: the base's gradient is g with the region
-            // zeroed, src's is the region of g.
-            .grad =
-                [](const GradCtx& c) {
-                  const Attrs& a = c.attrs;
-                  Tensor gb, gs;
-                  if (c.need(0))
-                    gb = as_strided_scatter(c.g(), zeros_like(c.in(1)), a.ints(0), a.ints(1), a.i(2));
-                  if (c.need(1)) gs = as_strided(contiguous(c.g()), a.ints(0), a.ints(1), a.i(2));
-                  return TensorList{gb, gs};
-                },
-            .doc = "a copy of base with src written into the region as_strided(base, ...) names"});
+const OpDef& kAsStridedScatter = def_op(
+    {.name = "as_strided_scatter",
+     .num_inputs = 2,
+     .attr_names = {"sizes", "strides", "offset"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const char* op = "as_strided_scatter";
+           const Geometry g = geometry_of(op, a);
+           check_geometry(op, g, in[0].shape());
+           if (in[1].dtype() != in[0].dtype())
+             fail(op, "src dtype ", in[1].dtype(), " must be the base's ", in[0].dtype());
+           const Shape want(g.sizes);
+           bool fits = in[1].dim() == want.rank();
+           for (int64_t d = 0; fits && d < want.rank(); ++d)
+             fits = in[1].shape()[d] < 0 || in[1].shape()[d] == want[d];
+           if (!fits) fail(op, "src shape ", in[1].shape(), " must be the sizes ", want);
+           return one(in[0].dtype(), in[0].shape());
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           const Geometry g = geometry_of("as_strided_scatter", a);
+           copy_cast_kernel(in[0], out[0]);
+           Tensor dst = region(out[0], g);
+           copy_cast_kernel(in[1], dst);
+         },
+     // out = base outside the region, src inside: the base's gradient is g with the region
+     // zeroed, src's is the region of g.
+     .grad =
+         [](const GradCtx& c) {
+           const Attrs& a = c.attrs;
+           Tensor gb, gs;
+           if (c.need(0))
+             gb = as_strided_scatter(c.g(), zeros_like(c.in(1)), a.ints(0), a.ints(1), a.i(2));
+           if (c.need(1)) gs = as_strided(contiguous(c.g()), a.ints(0), a.ints(1), a.i(2));
+           return TensorList{gb, gs};
+         },
+     .doc = "a copy of base with src written into the region as_strided(base, ...) names"});
 
 const OpDef& kAsStrided = def_op(
     {.name = "as_strided",
@@ -612,8 +612,7 @@ const OpDef& kAsStrided = def_op(
            const Attrs& a = c.attrs;
            Tensor z = zeros_like(c.in(0));
            if (z.dtype() != c.g().dtype()) z = cast(z, c.g().dtype());
-           return TensorList{as_strided_scatter(z, c.g(),
-                                                a.ints(0), a.ints(1), a.i(2))};
+           return TensorList{as_strided_scatter(z, c.g(), a.ints(0), a.ints(1), a.i(2))};
          }});
 
 // split: one view per piece of `sizes` along dim. Its gradient is one cat of the pieces'
@@ -674,7 +673,8 @@ const OpDef& kSplit =
 // as x_k there. The gradient of cat when a size along dim is dynamic: the offsets are the
 // inputs' run-time sizes.
 MetaList split_like_metas(std::span<const Tensor> in, const Attrs& a) {
-  if (in.size() < 2) fail("split_like", "expected g and at least one tensor, got ", in.size(), " inputs");
+  if (in.size() < 2)
+    fail("split_like", "expected g and at least one tensor, got ", in.size(), " inputs");
   const Shape& g = in[0].shape();
   if (g.rank() == 0) fail("split_like", "cannot split a 0-d tensor");
   int64_t d = wrap_dim(a.i(0), g, "split_like");
@@ -684,7 +684,8 @@ MetaList split_like_metas(std::span<const Tensor> in, const Attrs& a) {
   for (size_t k = 1; k < in.size(); ++k) {
     const Shape& s = in[k].shape();
     if (s.rank() != g.rank())
-      fail("split_like", "tensor ", k, " has shape ", s, ", expected rank ", g.rank(), " like g ", g);
+      fail("split_like", "tensor ", k, " has shape ", s, ", expected rank ", g.rank(), " like g ",
+           g);
     Shape o = g;
     o[d] = s[d];
     if (s[d] < 0) known_sizes = false;
@@ -788,8 +789,8 @@ const OpDef& kCat =
                     // Offsets known only at run time: pieces shaped like the inputs.
                     std::vector<Tensor> ins{c.g()};
                     ins.insert(ins.end(), c.inputs.begin(), c.inputs.end());
-                    TensorList p = call(kSplitLike, std::span<const Tensor>(ins.data(), ins.size()),
-                                        {d});
+                    TensorList p =
+                        call(kSplitLike, std::span<const Tensor>(ins.data(), ins.size()), {d});
                     for (size_t k = 0; k < c.inputs.size(); ++k)
                       gs.push_back(c.need(k) ? p[k] : Tensor());
                     return gs;
