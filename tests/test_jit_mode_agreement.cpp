@@ -293,10 +293,6 @@ ModeResult graph_mode(const OpSample& s, const In& in, const std::optional<Sizes
         r.failure = "declared static-only, but the graph's error does not say so: " + why;
       return r;
     }
-    if (why.find("data-dependent") != std::string::npos) {
-      r.outcome = kDeclared;  // an output size that depends on values: host-read only
-      return r;
-    }
     r.failure = std::string(dynamic ? "dynamic" : "static") + " graph cannot be built: " + why;
     return r;
   }
@@ -565,8 +561,8 @@ TEST(ModeAgreementSummary, CountsAndStaticOnlyShare) {
     }
   }
   std::cout << "[mode agreement] " << reg.size() << " samples x " << kNumModes << " modes: " << run
-            << " run, " << agreed << " agreed, " << declared
-            << " declared static-only or data-dependent, " << failed << " failed, " << na
+            << " run, " << agreed << " agreed, " << declared << " declared static-only, " << failed
+            << " failed, " << na
             << " not applicable (eager-only sample, no resizable input or not differentiable)\n";
   std::cout << "[mode agreement] samples with a declared mode (" << static_only.size() << "):";
   for (const auto& n : static_only) std::cout << " " << n;

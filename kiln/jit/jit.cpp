@@ -103,7 +103,7 @@ struct TraceCtx {
 thread_local TraceCtx* t_trace = nullptr;
 
 // nn::assign_buffer under a trace: the new (symbolic) value stands in the buffer while tracing
-// goes on, and is logged so that the trace makes it an output and puts the old value back.
+// goes on, and is logged so that the trace puts the old value back when it ends.
 bool on_buffer_write(Tensor& slot, const Tensor& value) {
   TraceCtx* c = t_trace;
   if (!c || !(Graph::of(value) == *c->g)) return false;
@@ -183,71 +183,72 @@ Version& version_of(const Attrs& a) {
 
 TensorList run_version_plain(Version& v, std::span<const Tensor> tensors);
 
-const OpDef& kJitCall =
-    def_op({.name = "jit_call",
-            .num_inputs = -1,
-            .attr_names = {"version", "rng_state"},
-            .infer =
-                [](std::span<const Tensor>, const Attrs& a) {
-                  Version* v = &version_of(a);
-                  MetaList m;
-                  for (const auto& o : v->g_outputs) m.push_back(TensorMeta{o.dtype(), o.shape()});
-                  return m;
-                },
-            // Outputs never alias an input or each other: the autograd recorder gives each
-            // output this node as its history, and an output that was the caller's own tensor
-            // (fn returned its input) would turn the caller's leaf into a non-leaf and count
-            // the gradient twice.
-            .view =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  TensorList out = run_version_plain(version_of(a), in);
-                  for (size_t k = 0; k < out.size(); ++k) {
-                    bool aliased = false;
-                    for (const Tensor& x : in) aliased = aliased || out[k].shares_storage(x);
-                    for (size_t j = 0; j < k; ++j)
-                      aliased = aliased || out[k].shares_storage(out[j]);
-                    if (aliased) out[k] = out[k].clone();
-                  }
-                  return out;
-                },
-            // The compiled backward graph: gradients() of the traced forward, run by a Session fed
-            // with the inputs and the output gradients (the forward is recomputed inside it).
-            .grad =
-                [](const GradCtx& c) {
-                  Version* v = &version_of(c.attrs);
-                  FeedDict feeds;
-                  for (size_t k = 0; k < v->g_inputs.size(); ++k)
-                    feeds.push_back({v->g_inputs[k], c.in(k).detach()});
-                  for (size_t k = 0; k < v->g_out_grads.size(); ++k)
-                    if (v->g_out_grads[k].defined())
-                      feeds.push_back({v->g_out_grads[k], c.g(k).detach()});
-                  std::vector<Tensor> fetch;
-                  std::vector<size_t> which;
-                  for (size_t k = 0; k < v->g_in_grads.size(); ++k)
-                    if (v->g_in_grads[k].defined() && c.need(k)) {
-                      fetch.push_back(v->g_in_grads[k]);
-                      which.push_back(k);
-                    }
-                  TensorList out;
-                  out.resize(c.inputs.size());
-                  if (fetch.empty()) return out;
-                  std::vector<Tensor> r;
-                  const auto& rng = c.attrs.ints(1);
-                  if (rng.empty()) {
-                    r = v->bwd_session->run(fetch, feeds);
-                  } else {
-                    std::vector<uint64_t> saved = get_rng_state(), at;
-                    for (int64_t w : rng) at.push_back(static_cast<uint64_t>(w));
-                    set_rng_state(at);
-                    struct Back {
-                      std::vector<uint64_t>& s;
-                      ~Back() { set_rng_state(s); }
-                    } back{saved};
-                    r = v->bwd_session->run(fetch, feeds);
-                  }
-                  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
-                  return out;
-                }});
+const OpDef& kJitCall = def_op(
+    {.name = "jit_call",
+     .num_inputs = -1,
+     .attr_names = {"version", "rng_state"},
+     .infer =
+         [](std::span<const Tensor>, const Attrs& a) {
+           Version* v = &version_of(a);
+           MetaList m;
+           for (const auto& o : v->g_outputs) m.push_back(TensorMeta{o.dtype(), o.shape()});
+           return m;
+         },
+     // Outputs never alias an input or each other: the autograd recorder gives each
+     // output this node as its history, and an output that was the caller's own tensor
+     // (fn returned its input) would turn the caller's leaf into a non-leaf and count
+     // the gradient twice.
+     .view =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           TensorList out = run_version_plain(version_of(a), in);
+           for (size_t k = 0; k < out.size(); ++k) {
+             bool aliased = false;
+             for (const Tensor& x : in) aliased = aliased || out[k].shares_storage(x);
+             for (size_t j = 0; j < k; ++j) aliased = aliased || out[k].shares_storage(out[j]);
+             if (aliased) out[k] = out[k].clone();
+           }
+           return out;
+         },
+     // The compiled backward graph: gradients() of the traced forward, run by a Session fed
+     // with the inputs and the output gradients (the forward is recomputed inside it).
+     .grad =
+         [](const GradCtx& c) {
+           Version* v = &version_of(c.attrs);
+           FeedDict feeds;
+           for (size_t k = 0; k < v->g_inputs.size(); ++k)
+             feeds.push_back({v->g_inputs[k], c.in(k).detach()});
+           for (size_t k = 0; k < v->g_out_grads.size(); ++k)
+             if (v->g_out_grads[k].defined()) feeds.push_back({v->g_out_grads[k], c.g(k).detach()});
+           std::vector<Tensor> fetch;
+           std::vector<size_t> which;
+           for (size_t k = 0; k < v->g_in_grads.size(); ++k)
+             if (v->g_in_grads[k].defined() && c.need(k)) {
+               fetch.push_back(v->g_in_grads[k]);
+               which.push_back(k);
+             }
+           TensorList out;
+           out.resize(c.inputs.size());
+           if (fetch.empty()) return out;
+           std::vector<Tensor> r;
+           const auto& rng = c.attrs.ints(1);
+           if (!rng.empty() && rng.size() != 4)
+             fail("jit_call", "rng_state must be empty or the 4 words of get_rng_state, got ",
+                  rng.size());
+           if (rng.empty()) {
+             r = v->bwd_session->run(fetch, feeds);
+           } else {
+             std::vector<uint64_t> saved = get_rng_state(), at;
+             for (int64_t w : rng) at.push_back(static_cast<uint64_t>(w));
+             set_rng_state(at);
+             struct Back {
+               std::vector<uint64_t>& s;
+               ~Back() { set_rng_state(s); }
+             } back{saved};
+             r = v->bwd_session->run(fetch, feeds);
+           }
+           for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
+           return out;
+         }});
 
 }  // namespace
 
@@ -268,8 +269,8 @@ struct Engine::Impl {
 
   std::vector<Tensor> run_eager(const std::vector<Arg>& args, const Fn& fn) { return fn(args); }
 
-  // Traces fn into `v` (adding a path to its trace tree). Returns false when the trace cannot
-  // be compiled (then the call result is computed eagerly by the caller).
+  // Traces fn into `v` (adding a path to its trace tree). Raises what the trace raised; the
+  // caller decides on the fallback. A function that assigns module buffers makes `v` eager-only.
   void trace(Version& v, const std::vector<Arg>& args, const Fn& fn) {
     double t0 = now_ms();
     Graph g;

@@ -640,6 +640,19 @@ MetaList split_metas(std::span<const Tensor> in, const Attrs& a) {
   return m;
 }
 
+// Views of x's consecutive pieces of `sizes` along d (the caller checked they fit).
+TensorList pieces_along(const Tensor& x, int64_t d, const std::vector<int64_t>& sizes) {
+  TensorList outs;
+  int64_t at = 0;
+  for (auto z : sizes) {
+    Shape o = x.shape();
+    o[d] = z;
+    outs.push_back(make_view(x, o, x.strides(), x.offset() + at * x.strides()[d]));
+    at += z;
+  }
+  return outs;
+}
+
 const OpDef& kSplit =
     def_op({.name = "split",
             .num_outputs = -1,
@@ -650,17 +663,7 @@ const OpDef& kSplit =
                 [](std::span<const Tensor> in, const Attrs& a) {
                   // The dispatcher runs a view op's view without its infer: validate here too.
                   (void)split_metas(in, a);
-                  const Tensor& x = in[0];
-                  int64_t d = wrap_dim(a.i(0), x.shape(), "split");
-                  TensorList outs;
-                  int64_t at = 0;
-                  for (auto z : a.ints(1)) {
-                    Shape o = x.shape();
-                    o[d] = z;
-                    outs.push_back(make_view(x, o, x.strides(), x.offset() + at * x.strides()[d]));
-                    at += z;
-                  }
-                  return outs;
+                  return pieces_along(in[0], wrap_dim(a.i(0), in[0].shape(), "split"), a.ints(1));
                 },
             .grad =
                 [](const GradCtx& c) {
@@ -707,17 +710,10 @@ const OpDef& kSplitLike =
             .view =
                 [](std::span<const Tensor> in, const Attrs& a) {
                   (void)split_like_metas(in, a);
-                  const Tensor& g = in[0];
-                  int64_t d = wrap_dim(a.i(0), g.shape(), "split_like");
-                  TensorList outs;
-                  int64_t at = 0;
-                  for (size_t k = 1; k < in.size(); ++k) {
-                    Shape o = g.shape();
-                    o[d] = in[k].shape()[d];
-                    outs.push_back(make_view(g, o, g.strides(), g.offset() + at * g.strides()[d]));
-                    at += o[d];
-                  }
-                  return outs;
+                  const int64_t d = wrap_dim(a.i(0), in[0].shape(), "split_like");
+                  std::vector<int64_t> sizes;
+                  for (size_t k = 1; k < in.size(); ++k) sizes.push_back(in[k].shape()[d]);
+                  return pieces_along(in[0], d, sizes);
                 },
             .grad =
                 [](const GradCtx& c) {
