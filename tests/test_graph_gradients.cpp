@@ -194,13 +194,9 @@ void check_sample(size_t param, bool dynamic) {
 TEST_P(GraphGradientsTest, MatchesEagerBackward) { check_sample(GetParam(), false); }
 
 // The same with dim 0 of every placeholder dynamic (`?`), contraction dims included: shape
-// inference and the gradient rules must work on unknown dims. The batch-style case (only inputs
-// sharing the batch size dynamic, fed two sizes) runs in every mode in
-// test_jit_mode_agreement.cpp. DISABLED while 4 of these stricter cases fail: reshape to
-// [-1, -1] (matmul's gradient of a [?, 3, ?] or [?, ?] operand), addmm with both operands'
-// contraction dims dynamic, and scatter_add's src-larger gradient (pad_to allocates with
-// empty()). Run with --gtest_also_run_disabled_tests.
-TEST_P(GraphGradientsTest, DISABLED_MatchesEagerBackwardDynamicDim0) {
+// inference and the gradient rules must work on unknown dims (the batch-style case, fed two
+// sizes, runs in every mode in test_jit_mode_agreement.cpp).
+TEST_P(GraphGradientsTest, MatchesEagerBackwardDynamicDim0) {
   check_sample(GetParam(), true);
 }
 

@@ -282,6 +282,59 @@ TEST(JitRobust, DynamicBatchGraphsTakeGradientRulesWithRunTimeShapes) {
         return std::vector<Tensor>{r64({n, 3})};
       }),
       "functional batch_norm training");
+  check_dynamic_batch(
+      [](const auto& x) {
+        return pad(x[0], {1, 2, 2, 1}, 0.5);
+      },
+      at_batches([](int64_t n) {
+        return std::vector<Tensor>{r64({n, 3})};
+      }),
+      "pad of the dynamic dim");
+  check_dynamic_batch(
+      [](const auto& x) {
+        return pad(x[0], {-1, 1, -1, 0});
+      },
+      at_batches([](int64_t n) {
+        return std::vector<Tensor>{r64({n, 4})};
+      }),
+      "negative pad of the dynamic dim");
+  check_dynamic_batch(
+      [](const auto& x) {
+        return einsum("bij,jk->bik", {x[0], x[1]});
+      },
+      at_batches([](int64_t n) {
+        return std::vector<Tensor>{r64({n, 2, 3}), r64({3, 4})};
+      }),
+      "einsum with a dynamic batch label");
+  check_dynamic_batch(
+      [](const auto& x) {
+        return einsum("bi,bj->ij", {x[0], x[1]});
+      },
+      at_batches([](int64_t n) {
+        return std::vector<Tensor>{r64({n, 2}), r64({n, 3})};
+      }),
+      "einsum contracting the dynamic label");
+  check_dynamic_batch(
+      [](const auto& x) {
+        return flip(x[0], {0, 1});
+      },
+      at_batches([](int64_t n) {
+        return std::vector<Tensor>{r64({n, 3})};
+      }),
+      "flip of the dynamic dim");
+  check_dynamic_batch([](const auto& x) { return flip(x[0], {0}); },
+                      at_batches([](int64_t n) { return std::vector<Tensor>{r64({n})}; }),
+                      "flip of a 1-D dynamic tensor");
+  check_dynamic_batch(
+      [](const auto& x) {
+        // Attention's head split, reshape(t, {B, T, 2, 2}), and the merge back by flatten.
+        Tensor t = reshape(x[0], {x[0].size(0), x[0].size(1), 2, 2});
+        return flatten(permute(t, {0, 2, 1, 3}), 2);
+      },
+      at_batches([](int64_t n) {
+        return std::vector<Tensor>{r64({n, 3, 4})};
+      }),
+      "head split and flatten with a dynamic batch");
   check_dynamic_batch([](const auto& x) { return slice(x[0], 0, 1, INT64_MAX, 2); },
                       at_batches([](int64_t n) {
                         return std::vector<Tensor>{r64({n, 3})};
@@ -308,6 +361,27 @@ TEST(JitRobust, DynamicBatchGraphsTakeGradientRulesWithRunTimeShapes) {
         return std::vector<Tensor>{r64({n, 1})};
       }),
       "expand [?, 1] to [?, 5]");
+}
+
+TEST(JitRobust, SeveralMinusOnesOnlyKeepDynamicSizesInGraphs) {
+  // Eagerly torch's rule: one inferred dim.
+  expect_error([] { reshape(zeros({2, 3, 4}), {-1, -1, 4}); }, "reshape", {"only one dim"});
+  // In a graph, a -1 before the last keeps the input's (dynamic) size at its position.
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), Dim::any(), 8});
+  Tensor y = reshape(x, {-1, -1, 2, 4});
+  EXPECT_EQ(y.shape(), Shape({-1, -1, 2, 4}));
+  Session s(g);
+  Tensor v = randn({3, 5, 8});
+  EXPECT_EQ(max_diff(s.run(y, {{x, v}}), reshape(v, {3, 5, 2, 4})), 0.0);
+  expect_error([&] { reshape(x, {-1, -1, -1, -1, 2}); }, "reshape", {"leading run of -1s"});
+  expect_error([&] { reshape(x, {-1, 2, -1, -1}); }, "reshape", {"only one dim can be -1"});
+  // reshape(x, {-1, x.size(-1)}) with every size dynamic could mean "keep" or "infer" for its
+  // first -1: refused rather than guessed.
+  Graph g3;
+  Tensor x3 = g3.placeholder("x", Float32, {Dim::any(), Dim::any(), Dim::any()});
+  expect_error([&] { reshape(x3, {-1, -1}); }, "reshape", {"leading run of -1s"});
+  expect_error([&] { flatten(x3, 0, 1); }, "flatten", {"needs a static size"});
 }
 
 TEST(JitRobust, SqueezeOfADynamicDimSaysItNeedsAStaticSize) {
@@ -354,8 +428,9 @@ TEST(JitModels, CharLstmLengthsFiveToFiftyCompileTwice) {
 }
 
 // RNN and GRU (batch-first), a GPT block and an MoE layer, jitted and called at several batch
-// sizes and lengths: equal to eager. MoE's capacity depends on the token count, so its calls are
-// compiled per shape (it says it needs a static size) and still agree.
+// sizes and lengths: equal to eager; the block compiles at most three times. MoE's capacity depends
+// on the token count, so its calls are compiled per shape (it says it needs a static size) and
+// still agree.
 TEST(JitModels, RecurrentTransformerAndMoeAtVaryingSizesEqualEager) {
   manual_seed(22);
   nn::RNN rnn(nn::RNNOptions{.input_size = 4, .hidden_size = 5, .batch_first = true});
@@ -373,6 +448,8 @@ TEST(JitModels, RecurrentTransformerAndMoeAtVaryingSizesEqualEager) {
     EXPECT_LT(max_diff(fb(xb), block(xb)), 1e-5) << b << "x" << t << "\n" << fb.explain();
     EXPECT_LT(max_diff(fm(xb), moe(xb)), 1e-5) << b << "x" << t << "\n" << fm.explain();
   }
+  // Static, then the length dynamic, then the batch too: attention's head split keeps both.
+  EXPECT_LE(fb.stats().compiles, 3) << fb.explain();
   EXPECT_FALSE(fr.stats().eager_fallback);
   EXPECT_FALSE(fg.stats().eager_fallback);
 }

@@ -307,12 +307,19 @@ Tensor zeros_as(const Tensor& like, DType dt) {
 }
 
 // Pads t with zeros at the end of each dim up to `shape` (src larger than index in scatter_add).
+// The zeros are shaped from t (its other dims may be dynamic in a graph). A dynamic src dim is
+// taken to equal t's (the engine's reduction to src's shape checks it when the graph runs); a
+// dynamic t dim against a static src dim leaves the amount unknown.
 Tensor pad_to(Tensor t, const Shape& shape) {
   for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.shape()[d] >= shape[d]) continue;
-    Shape ps = t.shape();
-    ps[d] = shape[d] - t.shape()[d];
-    t = cat({t, zeros(ps, t.dtype())}, d);
+    const int64_t have = t.shape()[d], want = shape[d];
+    if (have == want || want < 0 || (have >= 0 && have > want)) continue;
+    if (have < 0)
+      fail("scatter_add", "needs a static size: the gradient of src ", shape,
+           " from an index of shape ", t.shape(), " pads dim ", d, ", whose size is dynamic");
+    Shape block(static_cast<size_t>(t.dim()), -1);
+    block[d] = want - have;
+    t = cat({t, expand(zeros_like(sum(t, {d}, true)), block)}, d);
   }
   return t;
 }

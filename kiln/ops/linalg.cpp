@@ -225,7 +225,19 @@ const OpDef& kMatmul = def_op(
                  (b.is_concrete()
                       ? !b.is_contiguous() && b.strides()[0] == 1 && b.strides()[1] == b.shape()[0]
                       : bp && (bp->name == "transpose" || bp->name == "permute"));
-             if (b_transposed)
+             // Batch flattening needs a static batch or a static last dim (a graph may have
+             // neither): then per-batch products summed over the batch dims.
+             auto flattens = [](const Tensor& t) {
+               bool batch_static = true;
+               for (int64_t d = 0; d + 1 < t.dim(); ++d)
+                 batch_static = batch_static && t.size(d) >= 0;
+               return batch_static || t.size(-1) >= 0;
+             };
+             std::vector<int64_t> batch_dims;
+             for (int64_t d = 0; d + 2 < a.dim(); ++d) batch_dims.push_back(d);
+             if (b.dim() == 2 && a.dim() > 2 && !(flattens(a) && flattens(c.g())))
+               db = sum(matmul(transpose(a, -1, -2), c.g()), batch_dims);
+             else if (b_transposed)
                db = transpose(matmul(transpose(flatten(c.g(), 0, -2), 0, 1), flatten(a, 0, -2)), 0,
                               1);
              else if (b.dim() == 2 && a.dim() > 2)
@@ -341,7 +353,11 @@ const OpDef& kAddmm = def_op(
            const double beta = c.attrs.f(0), alpha = c.attrs.f(1);
            auto scaled = [](const Tensor& t, double s) { return s == 1 ? t : mul(t, s); };
            Tensor di, da, db;
-           if (c.need(0)) di = sum_to(scaled(c.g(), beta), c.in(0).shape());
+           // With dynamic dims the reduction is decided by the run-time shapes.
+           if (c.need(0))
+             di = c.in(0).shape().is_static() && c.g().shape().is_static()
+                      ? sum_to(scaled(c.g(), beta), c.in(0).shape())
+                      : sum_to_like(scaled(c.g(), beta), c.in(0));
            if (c.need(1)) da = scaled(matmul(c.g(), transpose(c.in(2), 0, 1)), alpha);
            if (c.need(2)) db = scaled(matmul(transpose(c.in(1), 0, 1), c.g()), alpha);
            return TensorList{di, da, db};
@@ -497,15 +513,21 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
       ++count[c];
       const int64_t n = terms[k].t.size(static_cast<int64_t>(d));
       auto it = size.find(c);
-      if (it == size.end() || it->second == 1)
+      // A dynamic size (-1, in a graph) agrees with any; a static one, when known, wins (the
+      // ops below check it at run time).
+      if (it == size.end() || it->second == 1 || (it->second < 0 && n >= 0 && n != 1))
         size[c] = n;
-      else if (n != 1 && n != it->second)
+      else if (n != 1 && n >= 0 && n != it->second)
         fail(op, "label '", c, "' has size ", it->second, " and ", n, " (operand ", k, " shape ",
              terms[k].t.shape(), ")");
     }
   }
-  for (const auto& [c, n] : size)
-    if (n < 0) fail(op, "needs static sizes, label '", c, "' is dynamic");
+  // A size-1 dim broadcast against a dynamic label would need its run-time size.
+  for (size_t k = 0; k < terms.size(); ++k)
+    for (size_t d = 0; d < terms[k].labels.size(); ++d)
+      if (size[terms[k].labels[d]] < 0 && terms[k].t.size(static_cast<int64_t>(d)) == 1)
+        fail(op, "needs a static size: label '", terms[k].labels[d], "' is dynamic and operand ", k,
+             " (shape ", terms[k].t.shape(), ") broadcasts it");
   // The output's labels: explicit, or the ellipsis then the letters seen once, sorted.
   std::vector<char> out;
   if (arrow != std::string::npos) {
@@ -537,6 +559,7 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
     bool grow = false;
     for (size_t d = 0; d < term.labels.size(); ++d) {
       const int64_t n = size[term.labels[d]];
+      if (want[static_cast<int64_t>(d)] < 0) continue;  // dynamic: equal to n at run time
       grow = grow || want[static_cast<int64_t>(d)] != n;
       want[static_cast<int64_t>(d)] = n;
     }
@@ -570,11 +593,31 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
     }
     for (char c : b.labels)
       if (!has(acc.labels, c)) right.push_back(c);
+    // A group's size; -1 when one of its labels is dynamic (a reshape infers it then).
     auto prod = [&](const std::vector<char>& ls) {
       int64_t p = 1;
-      for (char c : ls) p *= size[c];
+      for (char c : ls) {
+        if (size[c] < 0) return int64_t(-1);
+        p *= size[c];
+      }
       return p;
     };
+    // Each reshape below can infer one size: one dynamic group per operand, one dynamic label in
+    // the product.
+    auto dynamic_in = [&](std::initializer_list<const std::vector<char>*> groups, bool labels) {
+      int n = 0;
+      for (const auto* g : groups) {
+        int in_group = 0;
+        for (char c : *g) in_group += size[c] < 0;
+        n += labels ? in_group : (in_group > 0);
+      }
+      return n;
+    };
+    if (dynamic_in({&batch, &left, &contract}, false) > 1 ||
+        dynamic_in({&batch, &contract, &right}, false) > 1 ||
+        dynamic_in({&batch, &left, &right}, true) > 1)
+      fail(op, "needs a static size: more than one dynamic label meet in one product of '",
+           equation, "'");
     std::vector<char> order_a = batch, order_b = batch;
     order_a.insert(order_a.end(), left.begin(), left.end());
     order_a.insert(order_a.end(), contract.begin(), contract.end());

@@ -107,7 +107,7 @@ MetaList infer_layer_norm(std::span<const Tensor> in, const Attrs& a) {
   Shape ns(x.shape().begin() + (x.dim() - la.k), x.shape().end());
   for (size_t i = 1; i < in.size(); ++i) {
     opu::require_same_dtype("layer_norm", x, in[i]);
-    if (in[i].shape() != ns)
+    if (!opu::dims_agree(in[i].shape(), ns))
       fail("layer_norm", (i == 1 && la.has_w) ? "weight" : "bias", " shape ", in[i].shape(),
            " must equal normalized_shape ", ns, " (input ", x.shape(), ")");
   }
@@ -280,7 +280,7 @@ const OpDef& kLayerNormBackward =
                   for (size_t i = 0; i < in.size(); ++i) {
                     opu::require_same_dtype(op, x, in[i]);
                     const Shape& want = i <= 1 ? x.shape() : (i <= 3 ? ks : ns);
-                    if (in[i].shape() != want)
+                    if (!opu::dims_agree(in[i].shape(), want))
                       fail(op, "input ", i, " has shape ", in[i].shape(), ", expected ", want,
                            " (input ", x.shape(), ")");
                   }
@@ -393,7 +393,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     fail("layer_norm", "normalized_shape ", normalized_shape,
          " does not match the trailing dims of input ", x.shape());
   for (const Tensor* t : {&weight, &bias})
-    if (t->defined() && t->shape() != normalized_shape)
+    if (t->defined() && !opu::dims_agree(t->shape(), normalized_shape))
       fail("layer_norm", t == &weight ? "weight" : "bias", " shape ", t->shape(),
            " must equal normalized_shape ", normalized_shape, " (input ", x.shape(), ")");
   SmallVec<Tensor, 4> in;
@@ -417,7 +417,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                                                           {&weight, "weight"},
                                                           {&bias, "bias"}};
   for (auto [t, what] : params)
-    if (t->defined() && (t->dim() != 1 || t->shape()[0] != C))
+    if (t->defined() && (t->dim() != 1 || !opu::dims_agree(t->shape(), Shape{C})))
       fail("batch_norm", what, " must have shape [", C, "], got ", t->shape(), " (input ",
            x.shape(), ")");
   if (running_mean.defined() != running_var.defined())

@@ -59,6 +59,15 @@ inline std::vector<int64_t> pair2(const char* op, const char* what, const std::v
   return v;
 }
 
+/// Whether two shapes can be equal: same rank, and each dim equal unless one is dynamic (-1; a
+/// graph's sizes are then checked when it runs).
+inline bool dims_agree(const Shape& a, const Shape& b) {
+  if (a.rank() != b.rank()) return false;
+  for (int64_t d = 0; d < a.rank(); ++d)
+    if (a[d] >= 0 && b[d] >= 0 && a[d] != b[d]) return false;
+  return true;
+}
+
 /// x itself, after checking at run time that the sizes of `dims` multiply to at least `min`;
 /// else raises `[op] message <shape>`. For checks eager code makes on sizes a graph knows only
 /// at run time (batch_norm's "more than 1 value per channel"); never pruned or folded.

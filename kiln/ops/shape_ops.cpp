@@ -14,26 +14,61 @@ namespace {
 
 using opu::one;
 
+// Target sizes with -1s. One -1 is inferred from the element count (torch). Several can only
+// come from a graph or a trace, where code wrote dynamic sizes (-1) into the target, as
+// attention's reshape(t, {B, T, heads, dh}) does with B and T dynamic, or flatten of [?, 2, ?, 2]
+// from dim 2 ([-1, 2, -1]): then the leading run of -1s keeps the input's sizes at those
+// positions and at most one later -1 is inferred; the element counts must agree (at run time
+// when a size is dynamic). Eagerly the wrapper refuses several -1s, as torch does.
 Shape resolve_shape(const Shape& in, const std::vector<int64_t>& want, const char* op) {
   Shape out;
   int64_t known = 1, infer_at = -1;
+  const int64_t anys = std::count(want.begin(), want.end(), int64_t(-1));
+  int64_t lead = 0;  // with several -1s: how many lead the target (all of them)
+  if (anys > 1) {
+    while (lead < static_cast<int64_t>(want.size()) && want[static_cast<size_t>(lead)] == -1)
+      ++lead;
+    bool ok = anys - lead <= 1 && lead <= in.rank();
+    // Building a graph (the input has dynamic dims) the run must stand over dynamic dims, and
+    // without an inferred -1 the rest must match statically: otherwise a -1 meant "infer" could
+    // be taken for "keep" and give another shape.
+    if (ok && !in.is_static()) {
+      for (int64_t i = 0; i < lead; ++i) ok = ok && in[i] < 0;
+      if (ok && anys == lead) {
+        int64_t rest_in = 1, rest_want = 1;
+        for (int64_t i = lead; i < in.rank(); ++i)
+          ok = ok && in[i] >= 0, rest_in *= std::max<int64_t>(in[i], 0);
+        for (size_t i = static_cast<size_t>(lead); i < want.size(); ++i) rest_want *= want[i];
+        ok = ok && rest_in == rest_want;
+      }
+    }
+    if (!ok)
+      fail(op, "only one dim can be -1 in target shape ", ints_str(want), " for input ", in,
+           " (in a graph, a leading run of -1s keeps the input's dynamic sizes, and one more "
+           "is inferred)");
+  }
   for (size_t i = 0; i < want.size(); ++i) {
-    if (want[i] == -1) {
-      if (infer_at >= 0)
-        fail(op, "only one dim can be -1 in target shape ", ints_str(want), " for input ", in);
+    if (static_cast<int64_t>(i) < lead) {
+      const int64_t z = in[static_cast<int64_t>(i)];
+      out.push_back(z);
+      if (z < 0)
+        known = -1;
+      else if (known >= 0 && __builtin_mul_overflow(known, z, &known))
+        fail(op, "target shape ", ints_str(want), " has more than 2^63 elements (input ", in, ")");
+    } else if (want[i] == -1) {
       infer_at = static_cast<int64_t>(i);
       out.push_back(1);
     } else if (want[i] < 0) {
       fail(op, "invalid size ", want[i], " in target shape ", ints_str(want), " for input ", in);
     } else {
       // Checked: a count that wraps could match the input's ([2^62 + 16, 4] is 64 mod 2^64).
-      if (__builtin_mul_overflow(known, want[i], &known))
+      if (known >= 0 && __builtin_mul_overflow(known, want[i], &known))
         fail(op, "target shape ", ints_str(want), " has more than 2^63 elements (input ", in, ")");
       out.push_back(want[i]);
     }
   }
   int64_t n = in.numel();
-  if (n < 0) {  // dynamic input: keep -1 where inferred
+  if (n < 0 || known < 0) {  // dynamic input: keep -1 where inferred
     if (infer_at >= 0) out[infer_at] = -1;
     return out;
   }
@@ -331,7 +366,8 @@ Shape expanded_shape(const Shape& s, const std::vector<int64_t>& want_in) {
     } else if (want[d] < 0) {
       fail("expand", "invalid size ", want[d], " in ", ints_str(want_in), " for shape ", s);
     }
-    if (d >= off && s[d - off] != 1 && s[d - off] != want[d])
+    // A dynamic input dim must be 1 or the target size when the graph runs (the view checks).
+    if (d >= off && s[d - off] >= 0 && s[d - off] != 1 && s[d - off] != want[d])
       fail("expand", "cannot expand shape ", s, " to ", ints_str(want_in), " (dim ", d, ")");
   }
   return want;
@@ -802,7 +838,13 @@ const OpDef& kCat =
 
 }  // namespace
 
-Tensor reshape(const Tensor& a, const Shape& s) { return call1(kReshape, {a}, {s.vec()}); }
+Tensor reshape(const Tensor& a, const Shape& s) {
+  // torch infers one dim; several -1s mean "keep this dynamic size" only in graphs and traces.
+  if (a.defined() && a.is_concrete() && !capturing() && std::count(s.begin(), s.end(), -1) > 1)
+    fail("reshape", "only one dim can be -1 in target shape ", ints_str(s.vec()), " for input ",
+         a.shape());
+  return call1(kReshape, {a}, {s.vec()});
+}
 Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) {
   return call1(kTranspose, {a}, {d0, d1});
 }
@@ -828,7 +870,17 @@ Tensor flatten(const Tensor& a, int64_t start, int64_t end) {
   int64_t m = 1;
   for (int64_t i = s; i <= e; ++i) m = (m < 0 || a.shape()[i] < 0) ? -1 : m * a.shape()[i];
   out.push_back(m);
-  for (int64_t i = e + 1; i < a.dim(); ++i) out.push_back(a.shape()[i]);
+  bool dynamic_after = false;
+  for (int64_t i = e + 1; i < a.dim(); ++i) {
+    out.push_back(a.shape()[i]);
+    dynamic_after = dynamic_after || a.shape()[i] < 0;
+  }
+  // The merged size and a later one both dynamic: a reshape target cannot say which -1 is
+  // which (resolve_shape), so this needs the sizes.
+  if (m < 0 && dynamic_after && s == e) return a;  // one dim: nothing merges
+  if (m < 0 && dynamic_after)
+    fail("flatten", "needs a static size: dims ", s, "..", e, " of shape ", a.shape(),
+         " merge into a dynamic size and a later dim is dynamic too");
   return reshape(a, out);
 }
 Tensor contiguous(const Tensor& a) {
@@ -841,6 +893,34 @@ Tensor cast(const Tensor& a, DType t) {
   return call1(kCast, {a}, {static_cast<int64_t>(t)});
 }
 Tensor detach(const Tensor& a) { return call1(kDetach, {a}); }
+// pad with a dynamic padded dim (a graph): crops are slices counted from either end, and each
+// growth is a cat with a filled block shaped from the tensor at run time.
+static Tensor pad_dynamic(const Tensor& a, const std::vector<int64_t>& pads, double value) {
+  constexpr int64_t kLimit = int64_t(1) << 40;
+  Tensor x = a;
+  for (size_t k = 0; 2 * k < pads.size(); ++k) {
+    const int64_t d = a.dim() - 1 - static_cast<int64_t>(k);
+    const int64_t lo = pads[2 * k], hi = pads[2 * k + 1];
+    if (lo > kLimit || hi > kLimit || lo < -kLimit || hi < -kLimit)
+      fail("pad", "pad amounts must be within 2^40, got ", ints_str(pads));
+    if (lo + hi < 0)  // eager's check, when the graph runs
+      x = opu::check_numel(x, {d}, -(lo + hi), "pad",
+                           str_cat("pads ", ints_str(pads), " crop dim ", d, " below 0: shape "));
+    if (lo < 0 || hi < 0) x = slice(x, d, std::max<int64_t>(0, -lo), hi < 0 ? hi : INT64_MAX);
+    auto block = [&](int64_t len) {
+      Shape s(static_cast<size_t>(x.dim()), -1);
+      s[d] = len;
+      return expand(cast(full_like(sum(x, {d}, true), value), x.dtype()), s);
+    };
+    std::vector<Tensor> parts;
+    if (lo > 0) parts.push_back(block(lo));
+    parts.push_back(x);
+    if (hi > 0) parts.push_back(block(hi));
+    if (parts.size() > 1) x = cat(parts, d);
+  }
+  return x.is_same(a) ? clone(a) : x;
+}
+
 // torch.nn.functional.pad (constant mode): negative amounts crop (slices), positive ones place
 // the tensor inside a filled one (as_strided_scatter, so the gradient is the inner region).
 Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, double value) {
@@ -850,6 +930,9 @@ Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, double value) {
     fail(op, "pads must be pairs (last dim first), at most 2 per dim: got ", ints_str(pads),
          " for shape ", a.shape());
   const int64_t n = static_cast<int64_t>(pads.size()) / 2;
+  bool dynamic = false;
+  for (int64_t k = 0; k < n; ++k) dynamic = dynamic || a.size(a.dim() - 1 - k) < 0;
+  if (dynamic) return pad_dynamic(a, pads, value);
   Tensor x = a;
   Shape out = a.shape();
   for (int64_t k = 0; k < n; ++k) {
@@ -909,11 +992,12 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, in
     if (s < 0) fail("split", "negative split size ", s, " for shape ", a.shape());
     total += s;
   }
-  if (total != a.shape()[d])
+  // A dynamic dim is checked against the sizes when the graph runs (split's view).
+  if (a.shape()[d] >= 0 && total != a.shape()[d])
     fail("split", "sizes sum to ", total, " but dim ", d, " of shape ", a.shape(), " is ",
          a.shape()[d]);
   std::vector<Tensor> out;
-  if (a.shape()[d] >= 0 && sizes.size() > 1) {
+  if (sizes.size() > 1 || a.shape()[d] < 0) {
     TensorList v = call(kSplit, {a}, {d, sizes});
     out.assign(v.begin(), v.end());
     return out;
@@ -930,6 +1014,9 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
     fail("split", "split_size must be positive, got ", split_size, " (shape ", a.shape(), ")");
   int64_t d = wrap_dim(dim, a.shape(), "split");
   int64_t n = a.shape()[d];
+  if (n < 0)
+    fail("split", "needs a static size: dim ", d, " of shape ", a.shape(),
+         " is dynamic, so the number of pieces of ", split_size, " is unknown");
   std::vector<int64_t> sizes;
   for (int64_t at = 0; at < n; at += split_size) sizes.push_back(std::min(split_size, n - at));
   if (sizes.empty()) sizes.push_back(0);
@@ -940,6 +1027,9 @@ std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
     fail("chunk", "chunks must be positive, got ", chunks, " (shape ", a.shape(), ")");
   int64_t d = wrap_dim(dim, a.shape(), "chunk");
   int64_t n = a.shape()[d];
+  if (n < 0)
+    fail("chunk", "needs a static size: dim ", d, " of shape ", a.shape(),
+         " is dynamic, so the pieces' sizes are unknown");
   return split(a, std::max<int64_t>(1, (n + chunks - 1) / chunks), d);
 }
 
@@ -957,7 +1047,16 @@ Tensor flip(const Tensor& a, const std::vector<int64_t>& dims) {
   Tensor x = a;
   for (int64_t d : ds) {
     const int64_t n = a.size(d);
-    if (n < 0) fail("flip", "needs a static size in dim ", d, ", got shape ", a.shape());
+    if (n < 0) {
+      // A dynamic dim (a graph): the reversed index n-1-i from ones along d, built at run time.
+      std::vector<int64_t> others;
+      for (int64_t e = 0; e < a.dim(); ++e)
+        if (e != d) others.push_back(e);
+      Tensor ones =
+          cast(others.empty() ? ones_like(a) : gt(sum(ones_like(a), others), -1.0), Int64);
+      x = index_select(x, d, sub(sum(ones), cumsum(ones, 0)));
+      continue;
+    }
     if (n <= 1) continue;
     x = index_select(x, d, arange(static_cast<double>(n - 1), -1, -1, Int64));
   }
