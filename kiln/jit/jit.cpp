@@ -79,6 +79,9 @@ struct Version {
   FeedDict fwd_feeds;
   std::vector<Tensor> fwd_outs;
   bool fwd_donating = false;  // whether fwd_session has the donated placeholders set
+  // Outputs past the function's own are the new values of the engine's state slots (module
+  // buffers fn assigns), written back after every call.
+  size_t num_user_outputs = 0;
   double compile_ms = 0;
   bool eager_only = false;  // runs fn eagerly (why: eager_reason)
   std::string eager_reason;
@@ -102,8 +105,12 @@ struct TraceCtx {
 };
 thread_local TraceCtx* t_trace = nullptr;
 
+// A trace found a module buffer the function assigns that is not yet an input: the call is
+// traced again with it fed (its old value would otherwise be a constant of the trace).
+struct NewStateSlots {};
+
 // nn::assign_buffer under a trace: the new (symbolic) value stands in the buffer while tracing
-// goes on, and is logged so that the trace puts the old value back when it ends.
+// goes on, and is logged so that the trace outputs it and puts the old value back when it ends.
 bool on_buffer_write(Tensor& slot, const Tensor& value) {
   TraceCtx* c = t_trace;
   if (!c || !(Graph::of(value) == *c->g)) return false;
@@ -260,6 +267,10 @@ struct Engine::Impl {
   Stats stats;
   std::vector<std::string> recompile_log, break_log;
   bool warned_fallback = false;
+  // Module buffers fn assigns (nn::assign_buffer), fed as arguments after the user's own
+  // user_arity ones and written back from the outputs after num_user_outputs.
+  std::vector<Tensor*> state_slots;
+  size_t user_arity = 0;
   std::string fallback_reason;
   bool verify = env_has("KILN_JIT_VERIFY", "1");
   bool log_recompiles = env_has("KILN_JIT_LOG", "recompiles");
@@ -298,8 +309,14 @@ struct Engine::Impl {
         sym[i].t = make_ph(val, Shape{});
       }
     }
+    // Module buffers fed as inputs: the trailing arguments past the function's own.
+    for (size_t j = 0; j < state_slots.size() && user_arity + j < args.size(); ++j) {
+      Tensor* slot = state_slots[j];
+      ctx.state_writes.push_back({slot, *slot});
+      *slot = sym[user_arity + j].t;
+    }
     std::vector<Tensor> outs;
-    bool state_writes = false;
+    bool new_slots = false;
     {
       TraceCtx* prev = t_trace;
       t_trace = &ctx;
@@ -319,18 +336,15 @@ struct Engine::Impl {
         }
       } restore{prev, prev_hook, prev_write, ctx};
       outs = fn(sym);
-      state_writes = !ctx.state_writes.empty();
+      for (auto& [slot, old] : ctx.state_writes)
+        if (std::find(state_slots.begin(), state_slots.end(), slot) == state_slots.end()) {
+          state_slots.push_back(slot);
+          new_slots = true;
+        }
+      v.num_user_outputs = outs.size();
+      for (Tensor* slot : state_slots) outs.push_back(*slot);
     }
-    if (state_writes) {
-      // The buffers' old values were read as constants of the trace: a compiled version would
-      // compute every update from the first call's statistics. Until buffers are fed as inputs,
-      // such a function runs eagerly, updating them as eager code does.
-      v.eager_only = true;
-      v.eager_reason = "it assigns module buffers (running statistics)";
-      v.compile_ms += now_ms() - t0;
-      ++stats.compiles;
-      return;
-    }
+    if (new_slots) throw NewStateSlots{};
     for (auto& o : outs) {
       if (!o.defined()) fail("jit", "fn returned an undefined tensor");
       if (!o.is_symbolic()) o = g.constant(o);
@@ -699,22 +713,48 @@ struct Engine::Impl {
     }
   }
 
-  std::vector<Tensor> call(const std::vector<Arg>& args, const Fn& fn) {
+  std::vector<Tensor> call(const std::vector<Arg>& user_args, const Fn& fn) {
+    try {
+      return call_ext(user_args, fn);
+    } catch (const NewStateSlots&) {
+      // Traced again with the buffers found as inputs (once: the slots are known now).
+      return call_ext(user_args, fn);
+    }
+  }
+
+  // Writes the new values of module buffers into them and keeps the function's own outputs.
+  void finish(const Version& v, std::vector<Tensor>& outs) const {
+    if (outs.size() <= v.num_user_outputs) return;
+    for (size_t j = 0; j < state_slots.size() && v.num_user_outputs + j < outs.size(); ++j)
+      *state_slots[j] = outs[v.num_user_outputs + j].detach();
+    outs.resize(v.num_user_outputs);
+  }
+
+  std::vector<Tensor> call_ext(const std::vector<Arg>& user_args, const Fn& fn) {
+    const std::vector<Arg>& args0 = user_args;
     for (int d : opts.donate)
-      if (d < 0 || d >= static_cast<int>(args.size()) ||
-          (args[static_cast<size_t>(d)].kind != Arg::kTensor &&
-           args[static_cast<size_t>(d)].kind != Arg::kTensorList))
+      if (d < 0 || d >= static_cast<int>(args0.size()) ||
+          (args0[static_cast<size_t>(d)].kind != Arg::kTensor &&
+           args0[static_cast<size_t>(d)].kind != Arg::kTensorList))
         fail("jit", opts.name, ": donate position ", d,
-             " is not a tensor or tensor-list argument (the function takes ", args.size(),
+             " is not a tensor or tensor-list argument (the function takes ", args0.size(),
              " arguments)");
-    if (stats.eager_fallback) return run_eager(args, fn);
+    if (stats.eager_fallback) return run_eager(args0, fn);
     // Called on symbolic tensors (inside a graph being built or another trace): inline fn
     // into that graph, as jax does with nested jit.
-    for (const auto& a : args) {
+    for (const auto& a : args0) {
       bool sym = a.kind == Arg::kTensor && a.t.defined() && a.t.is_symbolic();
       for (const auto& t : a.ts) sym = sym || (t.defined() && t.is_symbolic());
-      if (sym) return fn(args);
+      if (sym) return fn(args0);
     }
+    // The module buffers fn assigns (found by earlier traces) are fed as trailing arguments.
+    user_arity = args0.size();
+    std::vector<Arg> ext;
+    if (!state_slots.empty()) {
+      ext = args0;
+      for (Tensor* slot : state_slots) ext.push_back(to_arg(*slot));
+    }
+    const std::vector<Arg>& args = state_slots.empty() ? args0 : ext;
     Key k = key_of(args, opts.runtime_scalars);
     Version* hit = nullptr;
     for (auto& v : versions)
@@ -742,6 +782,7 @@ struct Engine::Impl {
       }
       if (replayed) {
         ++stats.hits;
+        finish(*hit, outs);
         if (verify) verify_outputs(args, fn, outs);
         return outs;
       }
@@ -760,6 +801,7 @@ struct Engine::Impl {
         log_recompile(str_cat("trace of the new branch failed (", e.what(), ") -> eager call"));
         return run_eager(args, fn);
       }
+      finish(*hit, outs);
       return outs;
     }
     // No version matches: a new one (dynamic dims when only dims changed).
@@ -827,6 +869,7 @@ struct Engine::Impl {
     Version& ref = *v;
     versions.insert(versions.begin(), std::move(v));
     if (ref.eager_only) return run_eager(args, fn);
+    finish(ref, outs);
     if (verify) verify_outputs(args, fn, outs);
     return outs;
   }
