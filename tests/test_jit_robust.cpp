@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 
+#include "examples/text_lm_common.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "test_util.h"
@@ -403,6 +404,49 @@ TEST(JitRobust, SqueezeOfADynamicDimSaysItNeedsAStaticSize) {
 
 // ---- models at varying sizes -----------------------------------------------------------------
 
+// Embedding, LSTM, linear head: a character language model.
+struct CharLm : nn::Module {
+  static constexpr int64_t V = 12, E = 8, H = 16;
+  nn::Embedding emb{V, E};
+  nn::LSTM lstm{nn::RNNOptions{.input_size = E, .hidden_size = H}};
+  nn::Linear head{H, V};
+  CharLm() {
+    register_module("emb", &emb);
+    register_module("lstm", &lstm);
+    register_module("head", &head);
+  }
+  Tensor loss(const Tensor& tokens, const Tensor& targets) {
+    Tensor h = lstm(emb(tokens)).first;  // [T, B, H]
+    return cross_entropy(reshape(head(h), {-1, V}), reshape(targets, {-1}));
+  }
+};
+
+// The same model's parameters passed in (ParameterSwap), so the jitted loss is differentiable in
+// them: gradients through the compiled backward of the time loop (while_loop's gradient) at
+// lengths that change every call equal eager's.
+TEST(JitModels, CharLstmGradientsThroughTheDynamicTimeLoopEqualEager) {
+  manual_seed(23);
+  CharLm m;
+  auto f = jit(
+      [&m](const Tensor& tok, const Tensor& tgt, const std::vector<Tensor>& params) {
+        nn::ParameterSwap swap(m, params);
+        return m.loss(tok, tgt);
+      },
+      JitOptions{.name = "char_lstm_params"});
+  std::vector<Tensor> params = m.parameters();
+  for (int64_t T : {6, 9, 13, 7}) {
+    Tensor tok = randint(0, CharLm::V, {T, 2}), tgt = randint(0, CharLm::V, {T, 2});
+    Tensor lj = f(tok, tgt, params);
+    Tensor le = m.loss(tok, tgt);
+    ASSERT_LT(max_diff(lj, le), 1e-5) << "T = " << T << "\n" << f.explain();
+    auto gj = grad({lj}, params), ge = grad({le}, params);
+    for (size_t k = 0; k < params.size(); ++k)
+      EXPECT_LT(max_diff(gj[k], ge[k]), 1e-5) << "T = " << T << " parameter " << k;
+  }
+  EXPECT_LE(f.stats().compiles, 2) << f.explain();
+  EXPECT_EQ(f.explain().find("runs eagerly"), std::string::npos) << f.explain();
+}
+
 // A character LSTM (embedding, LSTM, linear, cross-entropy) jitted and called with lengths
 // 5..50 in random order: the time dim becomes dynamic after the second length (a while_loop over
 // the steps), so it compiles at most twice; every loss equals eager's.
@@ -454,4 +498,23 @@ TEST(JitModels, RecurrentTransformerAndMoeAtVaryingSizesEqualEager) {
   EXPECT_LE(fb.stats().compiles, 3) << fb.explain();
   EXPECT_FALSE(fr.stats().eager_fallback);
   EXPECT_FALSE(fg.stats().eager_fallback);
+}
+
+// The examples' GPT-mini and MoE-GPT models (examples/text_lm_common.h), their logits jitted and
+// called at several batch sizes and lengths: equal to eager every time.
+TEST(JitModels, GptMiniAndMoeGptAtVaryingBatchAndLengthEqualEager) {
+  for (int64_t experts : {0, 4}) {
+    manual_seed(24);
+    lm::GPT model(/*vocab=*/11, /*seq=*/16, /*d=*/16, /*heads=*/2, /*layers=*/2, experts);
+    model.eval();
+    auto f = jit([&model](const Tensor& ids) { return model.logits(ids); },
+                 JitOptions{.name = experts ? "moe_gpt" : "gpt_mini"});
+    for (auto [b, t] : {std::pair<int64_t, int64_t>{2, 5}, {2, 8}, {3, 8}, {1, 16}, {2, 5}}) {
+      Tensor ids = randint(0, 11, {b, t});
+      EXPECT_LT(max_diff(f(ids), model.logits(ids)), 1e-5)
+          << (experts ? "moe " : "") << b << "x" << t << "\n"
+          << f.explain();
+    }
+    EXPECT_FALSE(f.stats().eager_fallback) << f.explain();
+  }
 }
