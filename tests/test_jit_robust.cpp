@@ -518,3 +518,38 @@ TEST(JitModels, GptMiniAndMoeGptAtVaryingBatchAndLengthEqualEager) {
     EXPECT_FALSE(f.stats().eager_fallback) << f.explain();
   }
 }
+
+// ---- backward through a jitted call ---------------------------------------------------------
+
+// A runtime scalar is an input of the compiled function like a tensor: with inputs requiring
+// grad its value reaches the forward and the backward (it used to be dropped, so the backward
+// graph's inputs were off by one).
+TEST(JitRobust, RuntimeScalarWithGradientsUsesItsValue) {
+  auto f = jit([](const Tensor& x, const Tensor& s) { return mul(x, s); },
+               JitOptions{.runtime_scalars = {1}, .name = "scale_rt"});
+  Tensor x = randn({3}).requires_grad_();
+  for (double s : {2.0, -3.0}) {
+    Tensor y = f(x, s);
+    EXPECT_LT(max_diff(y, mul(x, s)), 1e-6) << s;
+    EXPECT_LT(max_diff(grad({sum(y)}, {x})[0], full({3}, s)), 1e-6) << s;
+  }
+}
+
+// The dynamic version's compiled backward assumes scatter_add's src is as wide as its index
+// along a dim that became dynamic; when it is wider the compiled backward fails at run time and
+// the gradient is taken eagerly, equal to eager's.
+TEST(JitRobust, BackwardThatFailsCompiledIsTakenEagerly) {
+  auto fn = [](const Tensor& a, const Tensor& idx, const Tensor& src) {
+    return scatter_add(a, 1, idx, src);
+  };
+  auto f = jit(fn, JitOptions{.name = "scatter"});
+  Tensor idx = tensor(std::vector<int64_t>{0, 1, 1, 0, 2, 2}, {3, 2});
+  for (int64_t w : {3, 4, 5}) {
+    Tensor a = randn({3, 4}).requires_grad_(), src = randn({3, w}).requires_grad_();
+    Tensor y = f(a, idx, src), ye = fn(a, idx, src);
+    EXPECT_LT(max_diff(y, ye), 1e-6) << w;
+    auto gj = grad({sum(mul(y, y))}, {a, src}), ge = grad({sum(mul(ye, ye))}, {a, src});
+    EXPECT_LT(max_diff(gj[0], ge[0]), 1e-5) << w;
+    EXPECT_LT(max_diff(gj[1], ge[1]), 1e-5) << w << "\n" << f.explain();
+  }
+}
