@@ -553,3 +553,18 @@ TEST(JitRobust, BackwardThatFailsCompiledIsTakenEagerly) {
     EXPECT_LT(max_diff(gj[1], ge[1]), 1e-5) << w << "\n" << f.explain();
   }
 }
+
+// masked_select's size depends on the mask's values: under jit a graph break guarded on them,
+// at varying batch sizes, with its gradient (index_select's) equal to eager's.
+TEST(JitRobust, MaskedSelectAtVaryingBatchWithGradient) {
+  auto fn = [](const Tensor& x) { return mul(masked_select(x, gt(x, 0.0)), 3.0); };
+  auto f = jit(fn, JitOptions{.name = "masked"});
+  for (int64_t n : {4, 6, 3}) {
+    Tensor x = randn({n, 3}, Float64);
+    EXPECT_LT(max_diff(f(x), fn(x)), 1e-12) << n;
+    Tensor xg = x.clone().requires_grad_(), xe = x.clone().requires_grad_();
+    Tensor gj = grad({sum(mul(f(xg), f(xg)))}, {xg})[0];
+    Tensor ge = grad({sum(mul(fn(xe), fn(xe)))}, {xe})[0];
+    EXPECT_LT(max_diff(gj, ge), 1e-12) << n;
+  }
+}
