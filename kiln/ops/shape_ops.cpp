@@ -149,12 +149,12 @@ std::vector<int64_t> perm_of(const Attrs& a, const Shape& shape, const char* op)
 struct SliceArgs {
   int64_t dim, start, end, step, len;
 };
-SliceArgs slice_args(const Shape& s, const Attrs& a) {
-  if (s.rank() == 0) fail("slice", "cannot slice a 0-d tensor");
+SliceArgs slice_args(const Shape& s, const Attrs& a, const char* op = "slice") {
+  if (s.rank() == 0) fail(op, "cannot slice a 0-d tensor");
   SliceArgs r;
-  r.dim = wrap_dim(a.i(0), s, "slice");
+  r.dim = wrap_dim(a.i(0), s, op);
   r.step = a.i(3);
-  if (r.step <= 0) fail("slice", "step must be positive, got ", r.step, " (shape ", s, ")");
+  if (r.step <= 0) fail(op, "step must be positive, got ", r.step, " (shape ", s, ")");
   int64_t n = s[r.dim];
   auto clampi = [&](int64_t v) {
     if (v < 0) v += n;
@@ -285,8 +285,12 @@ const OpDef& kSliceGrad =
                     if (in[1].dim() != in[0].dim())
                       fail("slice_grad", "gradient ", in[0].shape(), " and sliced tensor ",
                            in[1].shape(), " differ in rank");
+                    (void)slice_args(in[1].shape(), Attrs{a.i(1), a.i(2), a.i(3), a.i(4)},
+                                     "slice_grad");
                     return one(in[0].dtype(), in[1].shape());
                   }
+                  (void)slice_args(Shape(a.ints(0)), Attrs{a.i(1), a.i(2), a.i(3), a.i(4)},
+                                   "slice_grad");
                   return one(in[0].dtype(), Shape(a.ints(0)));
                 },
             .kernel =
@@ -294,7 +298,7 @@ const OpDef& kSliceGrad =
                   Tensor& o = out[0];
                   std::memset(o.raw_data(), 0, static_cast<size_t>(o.numel()) * o.element_size());
                   Attrs sa{a.i(1), a.i(2), a.i(3), a.i(4)};
-                  SliceArgs r = slice_args(o.shape(), sa);
+                  SliceArgs r = slice_args(o.shape(), sa, "slice_grad");
                   Shape vs = o.shape();
                   vs[r.dim] = r.len;
                   Strides st = o.strides();
@@ -302,6 +306,12 @@ const OpDef& kSliceGrad =
                   // arena, not at the start of a storage of its own.
                   int64_t off = o.offset() + r.start * st[r.dim];
                   st[r.dim] *= r.step;
+                  // The gradient must be exactly the slice's shape (copying another shape
+                  // would read past it).
+                  if (in[0].shape() != vs)
+                    fail("slice_grad", "gradient of shape ", in[0].shape(),
+                         " does not match the slice's shape ", vs, " (slice of ", o.shape(),
+                         " along dim ", r.dim, ")");
                   Tensor dst = make_view(o, vs, st, off);
                   copy_cast_kernel(in[0], dst);
                 },

@@ -503,6 +503,27 @@ std::vector<OpSample> make_samples() {
     };
     v.push_back(std::move(s));
   }
+  // slice_grad with its shape from a second input (the slice of a dynamic dim): g into rows 1
+  // and 3 of zeros shaped like input 1.
+  {
+    OpSample s;
+    s.ops = {"slice_grad"};
+    s.name = "shape_from_like_rows_1_3";
+    s.inputs = [] { return In{rnd({2, 3}, 44), rnd({5, 3}, 45)}; };
+    s.run = [](const In& in) {
+      return call(OpRegistry::get().at("slice_grad"), {in[0], in[1]},
+                  {std::vector<int64_t>{}, int64_t(0), int64_t(1), int64_t(5), int64_t(2)})[0];
+    };
+    s.reference = [](const In& in) {
+      auto g = vals(in[0]);
+      std::vector<double> out(15, 0.0);
+      for (int r = 0; r < 2; ++r)
+        for (int c = 0; c < 3; ++c)
+          out[static_cast<size_t>((1 + 2 * r) * 3 + c)] = g[static_cast<size_t>(r * 3 + c)];
+      return from_vals(out, {5, 3});
+    };
+    v.push_back(std::move(s));
+  }
   // split_like: cat's gradient when a size along dim is only known at run time. Rows 2..4 of g,
   // sized like input 2 (its values are not read).
   {
