@@ -1,4 +1,4 @@
-// Kiln's side of the workload suite (DESIGN section 10), eager mode: W1 matmul beside raw
+// Kiln's side of the workload suite (docs/design.md section 10), eager mode: W1 matmul beside raw
 // oneDNN and raw OpenBLAS in the same process, W2 gelu(x*a+b) and layer_norm beside a
 // memory-bandwidth copy loop, W3 dependent small adds (eager and graph), W4 MLP training step
 // (eager and graph). One workload per process so that peak
@@ -11,9 +11,12 @@
 #include <iostream>
 
 #include "bench/bench_util.h"
+#include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 #include "kiln/passes/memory_plan.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 using namespace kiln::bench;

@@ -1,7 +1,7 @@
 // Kiln's side of the model workloads W5 (LeNet-5), W7 (GPT-mini) and W8 (top-2 MoE layer) of
-// DESIGN section 10, each as a training step (W8: forward + backward) in eager, graph and jit
-// modes. The models are plain functions of a parameter list written in Kiln ops, so one function
-// serves all three modes. One workload per process, so that peak RSS is per workload:
+// docs/design.md section 10, each as a training step (W8: forward + backward) in eager, graph and
+// jit modes. The models are plain functions of a parameter list written in Kiln ops, so one
+// function serves all three modes. One workload per process, so that peak RSS is per workload:
 //   kiln_models_bench W5|W7|W8 THREADS [eager,graph,jit]
 // JSON lines as kiln_bench (bench/bench_util.h).
 #include <cblas.h>
@@ -14,6 +14,8 @@
 #include "bench/bench_util.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 using namespace kiln::bench;

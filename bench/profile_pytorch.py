@@ -4,7 +4,7 @@
 Runs bench/pytorch_workloads.py's W4/W5/W7/W8 eager steps at the given thread count, times 20
 steps, then profiles 20 more with torch.profiler and sums the self time of the GEMM ops
 (aten::mm, addmm, bmm, baddbmm). Run it in the environment you compare against, e.g. tuned as
-DESIGN section 10 prescribes:
+docs/design.md section 10 prescribes:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
         GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 \

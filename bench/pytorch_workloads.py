@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 side of Kiln's workload suite (DESIGN section 10), printed in the same JSON-line
+"""PyTorch 1.13 side of Kiln's workload suite (docs/design.md section 10), printed in the same JSON-line
 format as kiln_bench. Usage: pytorch_workloads.py WORKLOAD THREADS CONFIG
 CONFIG is a label for the environment bench/run set up (default | tuned | tuned_ob1)."""
 import json

@@ -1,6 +1,6 @@
-// Character-level LSTM language model on the fortunes corpus (DESIGN W6 sizes: seq 32, batch 32,
-// embedding 64, hidden 256), trained with AdamW eagerly or with the whole step jitted, then
-// samples text.  ./char_lstm --mode eager|jit --steps N
+// Character-level LSTM language model on the fortunes corpus (docs/design.md W6 sizes: seq 32,
+// batch 32, embedding 64, hidden 256), trained with AdamW eagerly or with the whole step jitted,
+// then samples text.  ./char_lstm --mode eager|jit --steps N
 #include "text_lm_common.h"
 
 namespace {

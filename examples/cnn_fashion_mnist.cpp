@@ -24,6 +24,8 @@
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
 
+using namespace kiln::detail;
+
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
 

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "kiln/graph/node.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 

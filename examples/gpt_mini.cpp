@@ -1,5 +1,5 @@
-// GPT-mini character language model on the fortunes corpus (DESIGN W7: 2 pre-LN blocks, d 128,
-// 4 heads, seq 64, batch 16, vocab 96, AdamW), eager or with the whole training step jitted,
+// GPT-mini character language model on the fortunes corpus (docs/design.md W7: 2 pre-LN blocks, d
+// 128, 4 heads, seq 64, batch 16, vocab 96, AdamW), eager or with the whole training step jitted,
 // then samples text.  ./gpt_mini --mode eager|jit --steps N
 #include "text_lm_common.h"
 

@@ -1,6 +1,8 @@
 // README example: static graph (define-then-run, TensorFlow 1 style).
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
+
+using namespace kiln::detail;
 using namespace kiln;
 
 int main() {

@@ -1,14 +1,25 @@
-// Umbrella header: everything a Kiln user needs.
+// The public API: everything a Kiln program is written with. Tensors and ops, autograd,
+// Graph/Session with cond and while_loop, jit, nn, optim and io. Internals (the dispatcher, the
+// op registry, graph nodes, passes, kernels) live in kiln::detail, behind headers this one does
+// not include.
 #pragma once
 #include <iostream>  // tensors print with operator<<
 
 #include "kiln/autograd/autograd.h"
 #include "kiln/core/tensor.h"
-#include "kiln/dispatch/dispatch.h"
+#include "kiln/core/threads.h"
+#include "kiln/dispatch/grad_mode.h"
 #include "kiln/dispatch/profile.h"
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
+#include "kiln/io/data_loader.h"
+#include "kiln/io/idx.h"
+#include "kiln/io/progress.h"
+#include "kiln/io/safetensors.h"
+#include "kiln/io/text.h"
 #include "kiln/jit/jit.h"
-#include "kiln/kernels/cpu/parallel.h"
-#include "kiln/ops/op_def.h"
+#include "kiln/nn/nn.h"
 #include "kiln/ops/ops.h"
+#include "kiln/optim/clip.h"
+#include "kiln/optim/optim.h"
+#include "kiln/optim/schedule.h"

@@ -9,8 +9,12 @@
 #include <random>
 
 #include "kiln/exec/session.h"
+#include "kiln/graph/node.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/fused.h"
+#include "kiln/passes/passes.h"
+
+using namespace kiln::detail;
 
 namespace kiln::testing {
 

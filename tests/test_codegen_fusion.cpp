@@ -16,11 +16,15 @@
 #include <random>
 
 #include "kiln/codegen/codegen.h"
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/exec/session.h"
+#include "kiln/graph/node.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/fused.h"
 #include "random_graphs.h"
 #include "samples/op_samples.h"
+
+using namespace kiln::detail;
 
 extern char** environ;
 
@@ -210,7 +214,7 @@ TEST(Fusion, ThousandAddsFuseIntoOneKernel) {
 }
 
 TEST(Fusion, PassCanBeSwitchedOff) {
-  ::setenv("KILN_DISABLE_PASSES", "fusion", 1);
+  ::setenv("KILN_DISABLE_PASSES", "fuse_elementwise", 1);
   Graph g;
   Tensor x = g.placeholder("x", Float32, {4});
   Tensor y = relu(mul(x, 3.0));

@@ -9,8 +9,13 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/graph/node.h"
 #include "kiln/kiln.h"
+#include "kiln/passes/passes.h"
 #include "test_util.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 using kiln_test::expect_error;
@@ -150,7 +155,7 @@ TEST(ControlSwitchMerge, UndefinedStillRaises) {
 
 TEST(ControlSwitchMerge, ExecutorSkipsDeadOps) {
   // Counts kernels per op: fusion and simplification (tested on their own) would merge them.
-  ScopedDisablePasses off("fusion,simplify");
+  ScopedDisablePasses off("fuse_elementwise,simplify");
   Graph g;
   Tensor x = g.placeholder("x", Float32, {3});
   Tensor p = g.placeholder("p", Bool, {});
@@ -467,7 +472,7 @@ TEST(ControlPasses, NoCseAcrossBranches) {
 }
 
 TEST(ControlPasses, ConstantPredicateFoldsUntakenBranch) {
-  ScopedDisablePasses off("fusion,simplify");
+  ScopedDisablePasses off("fuse_elementwise,simplify");
   for (bool pv : {true, false}) {
     Graph g;
     Tensor x = g.placeholder("x", Float32, {3});

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kiln/autograd/grad_node.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

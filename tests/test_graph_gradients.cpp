@@ -13,6 +13,8 @@
 
 #include "samples/op_samples.h"
 
+using namespace kiln::detail;
+
 using namespace kiln;
 using namespace kiln::testing;
 
@@ -196,9 +198,7 @@ TEST_P(GraphGradientsTest, MatchesEagerBackward) { check_sample(GetParam(), fals
 // The same with dim 0 of every placeholder dynamic (`?`), contraction dims included: shape
 // inference and the gradient rules must work on unknown dims (the batch-style case, fed two
 // sizes, runs in every mode in test_jit_mode_agreement.cpp).
-TEST_P(GraphGradientsTest, MatchesEagerBackwardDynamicDim0) {
-  check_sample(GetParam(), true);
-}
+TEST_P(GraphGradientsTest, MatchesEagerBackwardDynamicDim0) { check_sample(GetParam(), true); }
 
 std::string sample_name(const ::testing::TestParamInfo<size_t>& info) {
   const OpSample& s = sample_registry()[info.param];

@@ -13,6 +13,8 @@
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 
+using namespace kiln::detail;
+
 // The replacement pair below is malloc/free underneath on purpose; GCC cannot see that the
 // new and delete it pairs are both ours.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -63,7 +65,7 @@ TEST(GraphMemory, BoundRunsMatchGenericRuns) {
   Tensor xb = randn({32, 20}), yb = randint(0, 5, {32});
   std::vector<float> losses[2];
   for (int bound = 0; bound < 2; ++bound) {
-    if (!bound) ::setenv("KILN_DISABLE_PASSES", "memory_plan", 1);
+    if (!bound) ::setenv("KILN_DISABLE_PASSES", "plan_memory", 1);
     Mlp m(true);
     Session s(m.g);
     for (int i = 0; i < 20; ++i)

@@ -1,5 +1,5 @@
-// Eager vs static graph on the same model (DESIGN section 11: "the same model gives the same
-// result eagerly and as a graph"), and the Session's error contract on a softmax-regression
+// Eager vs static graph on the same model (docs/design.md section 11: "the same model gives the
+// same result eagerly and as a graph"), and the Session's error contract on a softmax-regression
 // graph: every bad feed / fetch / build names what is wrong, and leaves the Session working
 // with its variables unchanged.
 #include <gtest/gtest.h>
@@ -10,6 +10,8 @@
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 #include "test_util.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 using kiln_test::expect_error;

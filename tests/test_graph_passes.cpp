@@ -9,10 +9,14 @@
 #include <random>
 
 #include "kiln/core/allocator.h"
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/graph/node.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 #include "kiln/passes/memory_plan.h"
 #include "kiln/passes/simplify.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 
@@ -240,11 +244,11 @@ TEST(PassSimplify, SwitchedOffByName) {
   std::string off_summary, on_summary;
   Program off = program_of({y}), on = program_of({y});
   {
-    DisablePasses d("simplify,fusion");
+    DisablePasses d("simplify,fuse_elementwise");
     off_summary = optimize(off);
   }
   {
-    DisablePasses d("fusion");
+    DisablePasses d("fuse_elementwise");
     on_summary = optimize(on);
   }
   EXPECT_EQ(off_summary.find("simplify"), std::string::npos) << off_summary;
@@ -257,13 +261,13 @@ TEST(PassSimplify, SwitchedOffByName) {
   Tensor r_off, r_on;
   int64_t ran_off, ran_on;
   {
-    DisablePasses d("simplify,fusion");
+    DisablePasses d("simplify,fuse_elementwise");
     Session s(g);
     r_off = s.run(y, {{x, xv}});
     ran_off = s.last_run().nodes_executed;
   }
   {
-    DisablePasses d("fusion");
+    DisablePasses d("fuse_elementwise");
     Session s(g);
     r_on = s.run(y, {{x, xv}});
     ran_on = s.last_run().nodes_executed;
@@ -369,11 +373,11 @@ TEST(PassTransposeFold, SwitchedOffByNameAndSameNumbersInASession) {
   Tensor y = matmul(contiguous(transpose(a, 0, 1)), b);
   Program off = program_of({y}), on = program_of({y});
   {
-    DisablePasses d("transpose_fold,simplify,fusion");
+    DisablePasses d("fold_transposes,simplify,fuse_elementwise");
     optimize(off);
   }
   {
-    DisablePasses d("simplify,fusion");
+    DisablePasses d("simplify,fuse_elementwise");
     optimize(on);
   }
   EXPECT_EQ(count_op(off, "clone"), 1);
@@ -381,7 +385,7 @@ TEST(PassTransposeFold, SwitchedOffByNameAndSameNumbersInASession) {
   Tensor av = randn({4, 5}), bv = randn({4, 6});
   Tensor r_off, r_on;
   {
-    DisablePasses d("transpose_fold,simplify");
+    DisablePasses d("fold_transposes,simplify");
     Session s(g);
     r_off = s.run(y, {{a, av}, {b, bv}});
   }
@@ -524,7 +528,7 @@ TEST(PassAddmm, SgdStepInASessionMatchesThePassSwitchedOff) {
     if (pass)
       ::unsetenv("KILN_DISABLE_PASSES");
     else
-      ::setenv("KILN_DISABLE_PASSES", "addmm", 1);
+      ::setenv("KILN_DISABLE_PASSES", "fuse_addmm", 1);
     manual_seed(14);
     Graph g;
     Tensor x = g.placeholder("x", Float32, {Dim::any(), 12});
@@ -735,7 +739,7 @@ TEST(MemoryPlan, MlpForwardBackward) {
   Mlp m(128);
   std::vector<Tensor> fetches{m.loss};
   for (const auto& gr : gradients({m.loss}, m.params)) fetches.push_back(gr);
-  MemoryPlan plan = plan_mlp(fetches, "MLP fwd+bwd, grads fetched", "fusion");
+  MemoryPlan plan = plan_mlp(fetches, "MLP fwd+bwd, grads fetched", "fuse_elementwise");
   EXPECT_LE(static_cast<double>(plan.arena_bytes), 0.6 * static_cast<double>(plan.unplanned_bytes));
   EXPECT_GT(plan.inplace, 0);
   plan_mlp(fetches, "MLP fwd+bwd, grads fetched", "none");
@@ -743,7 +747,7 @@ TEST(MemoryPlan, MlpForwardBackward) {
   // A training step: the gradients feed assign nodes instead of being fetched.
   Mlp t(128);
   Tensor step = optim::SGD(0.1).minimize(t.loss);
-  MemoryPlan train = plan_mlp({step, t.loss}, "MLP SGD step", "fusion");
+  MemoryPlan train = plan_mlp({step, t.loss}, "MLP SGD step", "fuse_elementwise");
   EXPECT_LE(static_cast<double>(train.arena_bytes),
             0.6 * static_cast<double>(train.unplanned_bytes));
   plan_mlp({step, t.loss}, "MLP SGD step", "none");
@@ -759,7 +763,7 @@ TEST(PassSimplify, MlpSameNumbersWithAndWithoutPasses) {
   Tensor yv = randint(0, 10, {32});
   std::vector<Tensor> off, on;
   {
-    DisablePasses d("simplify,transpose_fold");
+    DisablePasses d("simplify,fold_transposes");
     Session s(m.g);
     off = s.run(fetches, {{m.x, xv}, {m.y, yv}});
   }

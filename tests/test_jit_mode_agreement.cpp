@@ -23,6 +23,8 @@
 #include "kiln/kernels/cpu/parallel.h"
 #include "samples/op_samples.h"
 
+using namespace kiln::detail;
+
 using namespace kiln;
 using namespace kiln::testing;
 

@@ -11,9 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/graph/node.h"
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
 #include "test_util.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 

@@ -9,9 +9,13 @@
 #include <map>
 #include <string>
 
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/graph/node.h"
 #include "kiln/kernels/cpu/conv_lanes.h"
 #include "kiln/kiln.h"
 #include "test_util.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 
@@ -317,9 +321,9 @@ TEST(Pool, MaxPoolMatchesNaiveWithTiesAndNaN) {
     xv[5] = NAN;
     xv[xv.size() - 3] = NAN;
     x = tensor(xv, {2, 3, g.h, g.w});
-    auto r = kiln::call(*OpRegistry::get().find("max_pool2d"), {x},
-                        {std::vector<int64_t>{g.k, g.k}, std::vector<int64_t>{g.s, g.s},
-                         std::vector<int64_t>{g.p, g.p}});
+    auto r = kiln::detail::call(*OpRegistry::get().find("max_pool2d"), {x},
+                                {std::vector<int64_t>{g.k, g.k}, std::vector<int64_t>{g.s, g.s},
+                                 std::vector<int64_t>{g.p, g.p}});
     const int64_t OH = (g.h + 2 * g.p - g.k) / g.s + 1, OW = (g.w + 2 * g.p - g.k) / g.s + 1;
     ASSERT_EQ(r[0].shape(), (Shape{2, 3, OH, OW}));
     std::vector<float> yv = r[0].to_vector<float>();

@@ -8,10 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
+#include "kiln/ops/grad_ops.h"
 #include "test_util.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 using kiln_test::expect_error;

@@ -11,7 +11,11 @@
 #include <set>
 #include <typeinfo>
 
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/ops/handles.h"
 #include "samples/op_samples.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 using namespace kiln::testing;
@@ -386,3 +390,30 @@ TEST(Registry, DifferentiableSamplesCoverBroadcast) {
 }
 
 }  // namespace
+
+// Passes, the Session and the JIT name ops through handles: each must resolve to a registered op,
+// so renaming or removing an op fails here instead of silently skipping a rewrite.
+TEST(RegistryHandles, EveryHandleNamesARegisteredOp) {
+  const auto handles = kiln::detail::all_op_handles();
+  EXPECT_GE(handles.size(), 17u);
+  for (const kiln::detail::OpHandle* h : handles) {
+    const kiln::detail::OpDef* def = kiln::detail::OpRegistry::get().find(h->name());
+    ASSERT_NE(def, nullptr) << "handle '" << h->name() << "' names no registered op";
+    EXPECT_EQ(&h->def(), def);
+  }
+}
+
+// The traits passes read instead of names are where the ops that need them are.
+TEST(RegistryHandles, TraitsPassesReadAreDeclared) {
+  int switches = 0, merges = 0;
+  for (const kiln::detail::OpDef* op : kiln::detail::OpRegistry::get().all()) {
+    if (op->has(kiln::detail::kSwitch)) ++switches;
+    if (op->has(kiln::detail::kMerge)) ++merges;
+    if (op->has(kiln::detail::kSwitch) || op->has(kiln::detail::kMerge)) {
+      EXPECT_TRUE(op->has(kiln::detail::kControlFlow)) << op->name;
+    }
+  }
+  EXPECT_EQ(switches, 1);
+  EXPECT_EQ(merges, 1);
+  EXPECT_TRUE(kiln::detail::ops::addmm->has(kiln::detail::kAccumulates));
+}

@@ -9,6 +9,8 @@
 #include "kiln/codegen/codegen.h"
 #include "random_graphs.h"
 
+using namespace kiln::detail;
+
 namespace {
 using namespace kiln;
 

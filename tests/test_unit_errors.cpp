@@ -9,6 +9,8 @@
 #include "kiln/kiln.h"
 #include "test_util.h"
 
+using namespace kiln::detail;
+
 using namespace kiln;
 using kiln_test::expect_error;
 

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "kiln/kiln.h"
+#include "kiln/registry/op_def.h"
+
+using namespace kiln::detail;
 
 using namespace kiln;
 

@@ -1,51 +1,21 @@
-// Eager autograd: the tape (GradNode per recorded op), backward(), functional grad()/vjp() and
-// gradcheck. Gradient rules live with their ops (OpDef::grad) and are written in Kiln ops.
+// Eager autograd, the user's side: backward(), functional grad()/vjp() and gradcheck (the tape's
+// nodes are in grad_node.h). Gradient rules live with their ops (OpDef::grad) and are written in
+// Kiln ops.
 #pragma once
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "kiln/dispatch/dispatch.h"
+#include "kiln/core/tensor.h"
+#include "kiln/dispatch/grad_mode.h"
 
 namespace kiln {
-
-struct GradNode;
-
-/// Where a gradient flows: into another node's output slot, or into a leaf tensor.
-struct Edge {
-  std::shared_ptr<GradNode> fn;
-  uint32_t output_nr = 0;
-  std::shared_ptr<TensorImpl> leaf;
-  bool defined() const { return fn || leaf; }
-};
-
-/// One recorded op application.
-struct GradNode {
-  const OpDef* op = nullptr;
-  Attrs attrs;
-  TensorList inputs;                                 // saved with their autograd identity
-  TensorList outputs;                                // saved data-only aliases (no cycle)
-  SmallVec<std::weak_ptr<TensorImpl>, 2> out_impls;  // for retain_grad
-  SmallVec<uint32_t, 4> input_versions;
-  SmallVec<uint32_t, 2> output_versions;  // outputs are saved too (exp, sqrt, tanh use them)
-  SmallVec<Edge, 4> next;                 // one per input
-  uint64_t seq = 0;
-  bool released = false;
-  std::string name() const { return op ? op->name : "?"; }
-};
 
 /// Backpropagates `grad_outputs` (ones for scalar outputs when omitted) from `outputs`,
 /// accumulating into the .grad() of leaves.
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
               bool retain_graph = false, bool create_graph = false);
-
-/// Symbolic counterpart used when grad() is called on symbolic tensors (installed by kiln/graph:
-/// graph building and JIT tracing then get gradients() nodes from the same call).
-using SymbolicGradHook = std::vector<Tensor> (*)(const std::vector<Tensor>& ys,
-                                                 const std::vector<Tensor>& xs,
-                                                 const std::vector<Tensor>& grad_ys);
-void set_symbolic_grad_hook(SymbolicGradHook h);
 
 /// Gradients of `outputs` w.r.t. `inputs` (torch.autograd.grad): nothing is accumulated.
 /// On symbolic tensors (in a graph or under jit) it adds gradient nodes instead.

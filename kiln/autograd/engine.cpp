@@ -7,7 +7,12 @@
 #include <unordered_map>
 
 #include "kiln/autograd/autograd.h"
+#include "kiln/autograd/grad_node.h"
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/ops/handles.h"
 #include "kiln/ops/ops.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {
@@ -134,7 +139,7 @@ void set_view_identity(const Tensor& view) {
     clear_history(vi);
     return;
   }
-  static const OpDef& as_strided_op = OpRegistry::get().at("as_strided");
+  static const OpDef& as_strided_op = *ops::as_strided;
   const Tensor in[1] = {base.is_leaf() ? base : identity_only(base)};
   Tensor out[1] = {view};
   record(as_strided_op, in, out, view_geometry(*vi, *base.impl()));
@@ -170,7 +175,7 @@ void write_in_place(const char* name, Tensor& self, const Tensor& result, void (
            "(shape ", b.shape(), ") with autograd is not supported; write the out-of-place op");
     geom = view_geometry(*si, *base);
     // (as_strided's inference rejects views whose positions overlap, like expand's.)
-    static const OpDef& scatter = OpRegistry::get().at("as_strided_scatter");
+    static const OpDef& scatter = *ops::as_strided_scatter;
     try {
       const Tensor probe[2] = {b, result};
       (void)scatter.infer(std::span<const Tensor>(probe, 2), geom);
@@ -199,7 +204,7 @@ void write_in_place(const char* name, Tensor& self, const Tensor& result, void (
   }
   Tensor b(base);
   if (old_base.requires_grad() || result.requires_grad()) {
-    static const OpDef& scatter = OpRegistry::get().at("as_strided_scatter");
+    static const OpDef& scatter = *ops::as_strided_scatter;
     const Tensor in[2] = {old_base, result};
     Tensor out[1] = {b};
     record(scatter, in, out, geom);
@@ -472,7 +477,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 namespace {
 SymbolicGradHook g_sym_grad = nullptr;
 }
-void set_symbolic_grad_hook(SymbolicGradHook h) { g_sym_grad = h; }
+void detail::set_symbolic_grad_hook(SymbolicGradHook h) { g_sym_grad = h; }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph,

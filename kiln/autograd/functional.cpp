@@ -5,6 +5,8 @@
 #include "kiln/autograd/autograd.h"
 #include "kiln/ops/ops.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 
 namespace {

@@ -19,7 +19,9 @@
 
 #include "kiln_prelude_vec_math.h"
 
-namespace kiln::codegen {
+using namespace kiln::detail;
+
+namespace kiln::detail::codegen {
 namespace {
 
 // 512-bit vectors where the CPU has them (GCC's -march=native prefers 256 bits even there; a fused
@@ -31,11 +33,11 @@ const char* kFlags =
 
 // Functions the ops' `expr` strings call, over float and double.
 const char* kExprPrelude = R"(
-namespace kf {
-template <class T> [[gnu::always_inline]] inline T exp(T x) { return kiln::vm::exp<T>(x); }
-template <class T> [[gnu::always_inline]] inline T tanh(T x) { return kiln::vm::tanh<T>(x); }
-template <class T> [[gnu::always_inline]] inline T erf(T x) { return kiln::vm::erf<T>(x); }
-template <class T> [[gnu::always_inline]] inline T sigmoid(T x) { return kiln::vm::sigmoid<T>(x); }
+namespace fused_kernel {
+template <class T> [[gnu::always_inline]] inline T exp(T x) { return kiln::vec_math::exp<T>(x); }
+template <class T> [[gnu::always_inline]] inline T tanh(T x) { return kiln::vec_math::tanh<T>(x); }
+template <class T> [[gnu::always_inline]] inline T erf(T x) { return kiln::vec_math::erf<T>(x); }
+template <class T> [[gnu::always_inline]] inline T sigmoid(T x) { return kiln::vec_math::sigmoid<T>(x); }
 template <class T> [[gnu::always_inline]] inline T log(T x) { return std::log(x); }
 template <class T> [[gnu::always_inline]] inline T sqrt(T x) { return std::sqrt(x); }
 template <class T> [[gnu::always_inline]] inline T pow(T a, T b) { return static_cast<T>(std::pow(a, b)); }
@@ -50,9 +52,9 @@ template <class T> [[gnu::always_inline]] inline T clamp(T x, double lo, double 
 }
 template <class T> [[gnu::always_inline]] inline T leaky_relu(T x, double s) { return x < T(0) ? x * T(s) : x; }
 template <class T> [[gnu::always_inline]] inline T gelu(T x, double approximate) {
-  return approximate != 0 ? kiln::vm::gelu_tanh<T>(x) : kiln::vm::gelu_erf<T>(x);
+  return approximate != 0 ? kiln::vec_math::gelu_tanh<T>(x) : kiln::vec_math::gelu_erf<T>(x);
 }
-}  // namespace kf
+}  // namespace fused_kernel
 )";
 
 uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
@@ -278,7 +280,8 @@ std::string emit(const fused::Program& p, DType dtype, const std::vector<DType>&
   std::ostringstream os;
   os << "// Kiln fused kernel: " << p.text << "\n";
   os << vec_math_source() << "\n" << kExprPrelude << "\n";
-  os << "namespace kf {\nextern \"C\" void kiln_fused_kernel(long n, const void* const* in_, "
+  os << "namespace fused_kernel {\nextern \"C\" void kiln_fused_kernel(long n, const void* const* "
+        "in_, "
         "void* const* out_) {\n";
   os << "  using T = " << ctype(dtype) << ";\n";
   std::vector<std::string> arg(static_cast<size_t>(p.num_inputs));
@@ -326,7 +329,7 @@ std::string emit(const fused::Program& p, DType dtype, const std::vector<DType>&
   }
   for (size_t k = 0; k < p.outputs.size(); ++k)
     os << "    out" << k << "[j] = t" << p.outputs[k] << ";\n";
-  os << "  }\n}\n}  // namespace kf\n";
+  os << "  }\n}\n}  // namespace fused_kernel\n";
   return os.str();
 }
 
@@ -342,4 +345,4 @@ void clear_memory_cache() {
   c.loaded.clear();
 }
 
-}  // namespace kiln::codegen
+}  // namespace kiln::detail::codegen

@@ -9,7 +9,7 @@
 
 #include "kiln/ops/fused.h"
 
-namespace kiln::codegen {
+namespace kiln::detail::codegen {
 
 /// C++ source of one specialization (exported as `kiln_fused_kernel`).
 std::string emit(const fused::Program& p, DType dtype, const std::vector<DType>& in_dtypes,
@@ -38,4 +38,4 @@ void clear_memory_cache();
 /// another user.
 std::string cache_dir();
 
-}  // namespace kiln::codegen
+}  // namespace kiln::detail::codegen

@@ -208,8 +208,9 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (t.is_dead())
     return os << "tensor(<dead: untaken side of a switch>, shape=" << t.shape()
               << ", dtype=" << t.dtype() << ")";
-  if (!t.is_concrete())
-    return os << "tensor(<symbolic>, shape=" << t.shape() << ", dtype=" << t.dtype() << ")";
+  // A host read like item(): in a graph being built it raises (fetch it with Session::run);
+  // under jit it is a graph break, and the value printed is the one this call computes.
+  if (!t.is_concrete()) return os << t.host_value_from("print", __builtin_return_address(0));
   const std::string prefix = "tensor(";
   const size_t indent = prefix.size();
   Values v{t.dtype(), {}, {}};

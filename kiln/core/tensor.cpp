@@ -1,10 +1,15 @@
 // Tensor storage, metadata, host reads and raw (non-op) helpers.
 #include "kiln/core/tensor.h"
 
+#include <cxxabi.h>
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <sstream>
 #include <vector>
 
 #include "kiln/core/block_pool.h"
@@ -44,11 +49,32 @@ void TensorImpl::recompute_contiguous() {
 }
 
 namespace {
-HostReadHook g_host_read_hook = nullptr;
+detail::HostReadHook g_host_read_hook = nullptr;
+thread_local detail::HostReadHook t_host_read_hook = nullptr;
+
+// The function that called a conversion operator, from its return address: "main+0x2c in
+// ./prog", or "./prog+0x1234" where the binary exports no symbol names (addr2line -e ./prog
+// 0x1234 then gives the line).
+std::string call_site(const void* ret) {
+  Dl_info info{};
+  if (!ret || !dladdr(ret, &info) || !info.dli_fname) return "an unknown caller";
+  std::ostringstream os;
+  const auto addr = reinterpret_cast<uintptr_t>(ret);
+  if (info.dli_sname && info.dli_saddr) {
+    int status = 0;
+    char* name = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    os << (status == 0 && name ? name : info.dli_sname) << "+0x" << std::hex
+       << addr - reinterpret_cast<uintptr_t>(info.dli_saddr) << " in " << info.dli_fname;
+    std::free(name);
+  } else {
+    os << info.dli_fname << "+0x" << std::hex << addr - reinterpret_cast<uintptr_t>(info.dli_fbase);
+  }
+  return os.str();
 }
-thread_local HostReadHook t_host_read_hook = nullptr;
-void set_host_read_hook(HostReadHook h) { g_host_read_hook = h; }
-HostReadHook set_thread_host_read_hook(HostReadHook h) {
+}  // namespace
+
+void detail::set_host_read_hook(HostReadHook h) { g_host_read_hook = h; }
+detail::HostReadHook detail::set_thread_host_read_hook(HostReadHook h) {
   HostReadHook p = t_host_read_hook;
   t_host_read_hook = h;
   return p;
@@ -84,11 +110,21 @@ void Tensor::not_concrete(const char* what) const {
 }
 
 Tensor Tensor::host_value(const char* what, const std::source_location& loc) const {
+  if (impl_ && impl_->storage) return *this;
+  return host_value(what, std::string(loc.file_name()) + ":" + std::to_string(loc.line()));
+}
+
+Tensor Tensor::host_value_from(const char* what, const void* ret) const {
+  if (impl_ && impl_->storage) return *this;
+  return host_value(what, call_site(ret));
+}
+
+Tensor Tensor::host_value(const char* what, const std::string& where) const {
   if (!impl_) fail(what, "tensor is undefined");
   if (impl_->storage) return *this;
   if (impl_->dead) dead_value(what, *impl_);
-  if (t_host_read_hook) return t_host_read_hook(*this, what, loc);
-  if (g_host_read_hook) return g_host_read_hook(*this, what, loc);
+  if (t_host_read_hook) return t_host_read_hook(*this, what, where);
+  if (g_host_read_hook) return g_host_read_hook(*this, what, where);
   fail(what, "value of this tensor is unknown while building a graph; fetch it with Session::run");
 }
 
@@ -167,7 +203,7 @@ KILN_INST_(bool)
 #undef KILN_INST_
 
 Tensor::operator bool() const {
-  Tensor v = host_value("bool", std::source_location::current());
+  Tensor v = host_value_from("bool", __builtin_return_address(0));
   if (v.numel() != 1)
     fail("bool", "truth value of a tensor with shape ", v.shape(),
          " is ambiguous; expected one element");

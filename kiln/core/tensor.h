@@ -17,8 +17,10 @@
 
 namespace kiln {
 
+namespace detail {
 struct GradNode;       // kiln/autograd: the node that produced a tensor
 struct SymbolicValue;  // kiln/graph, kiln/jit: what a symbolic tensor names
+}  // namespace detail
 class Tensor;
 
 /// A reference-counted byte buffer from the caching allocator (or an external buffer).
@@ -50,7 +52,7 @@ struct AutogradMeta {
   bool requires_grad = false;
   bool retains_grad = false;
   std::shared_ptr<struct TensorImpl> grad;
-  std::shared_ptr<GradNode> grad_fn;
+  std::shared_ptr<detail::GradNode> grad_fn;
   uint32_t output_nr = 0;
 };
 
@@ -71,7 +73,7 @@ struct TensorImpl {
   /// Version of the data (shared by every view of the storage; 0 for symbolic tensors).
   uint32_t version() const { return storage ? storage->version() : 0; }
   std::unique_ptr<AutogradMeta> autograd;
-  std::shared_ptr<SymbolicValue> sym;  // set for symbolic tensors
+  std::shared_ptr<detail::SymbolicValue> sym;  // set for symbolic tensors
   /// For an eager view made by a differentiable view op (slice, select, transpose, ...): the
   /// tensor it ultimately views (never itself a view), and the storage version when the view's
   /// autograd identity was last set. In-place writes through the view give the base a new
@@ -87,13 +89,16 @@ struct TensorImpl {
 std::shared_ptr<TensorImpl> make_tensor_impl();
 std::shared_ptr<Storage> make_storage(size_t nbytes);
 
+namespace detail {
 /// Hook that graph building and JIT tracing install to answer host reads of symbolic tensors
-/// (in a graph: an error; under jit: a graph break that returns the concrete value).
-using HostReadHook = Tensor (*)(const Tensor& t, const char* what, const std::source_location& loc);
+/// (in a graph: an error; under jit: a graph break that returns the concrete value). `where` is
+/// the user's call site, `file:line` where C++ gives it.
+using HostReadHook = Tensor (*)(const Tensor& t, const char* what, const std::string& where);
 void set_host_read_hook(HostReadHook h);
 /// A hook for this thread only, tried before the process-wide one (the JIT tracer installs it
 /// while tracing to turn host reads into graph breaks). Returns the previous one.
 HostReadHook set_thread_host_read_hook(HostReadHook h);
+}  // namespace detail
 
 class Tensor {
  public:
@@ -148,7 +153,9 @@ class Tensor {
   /// All elements in row-major order as T (converting).
   template <typename T>
   std::vector<T> to_vector(const std::source_location& loc = std::source_location::current()) const;
-  /// Truth value of a one-element tensor.
+  /// Truth value of a one-element tensor. A conversion cannot take the caller's
+  /// source_location, so a graph break here names the calling function (and its binary); use
+  /// item<bool>() to have it name the source line.
   explicit operator bool() const;
   /// Element at a multi-index, as double (for tests and printing).
   double at(std::initializer_list<int64_t> idx) const;
@@ -165,7 +172,7 @@ class Tensor {
   /// Keep .grad() for this non-leaf during backward.
   void retain_grad() const;
   bool is_leaf() const;
-  const std::shared_ptr<GradNode>& grad_fn() const;
+  const std::shared_ptr<detail::GradNode>& grad_fn() const;
   /// Backpropagates from this tensor. Non-scalars need an explicit `gradient`.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
                 bool create_graph = false) const;
@@ -236,6 +243,11 @@ class Tensor {
   }
   [[noreturn]] static void undefined(const char* what);
   Tensor host_value(const char* what, const std::source_location& loc) const;
+  Tensor host_value(const char* what, const std::string& where) const;
+  /// host_value for operators, which cannot take a source_location: `ret` is the operator's
+  /// return address, and the caller it falls in is named.
+  Tensor host_value_from(const char* what, const void* ret) const;
+  friend std::ostream& operator<<(std::ostream& os, const Tensor& t);
   std::shared_ptr<TensorImpl> impl_;
 };
 

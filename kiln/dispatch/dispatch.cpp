@@ -5,7 +5,7 @@
 #include "kiln/core/tls.h"
 #include "kiln/dispatch/profile.h"
 
-namespace kiln {
+namespace kiln::detail {
 namespace {
 thread_local bool t_grad_mode KILN_TLS = true;
 thread_local SymbolicHandler* t_handler KILN_TLS = nullptr;
@@ -15,8 +15,6 @@ AutogradRecorder g_recorder = nullptr;
 thread_local uint64_t t_count KILN_TLS = 0;
 }  // namespace
 
-bool grad_mode_enabled() { return t_grad_mode; }
-void set_grad_mode(bool on) { t_grad_mode = on; }
 SymbolicHandler* set_symbolic_handler(SymbolicHandler* h) {
   SymbolicHandler* p = t_handler;
   t_handler = h;
@@ -52,7 +50,7 @@ TensorList run_checked(const OpDef& op, std::span<const Tensor> inputs, const At
 // and the dead outputs carry dtypes and shapes (later ops on them check theirs too). merge is
 // the exception: it forwards its live input.
 TensorList dead_outputs(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
-  if (op.has(kControlFlow) && op.name == "merge") return op.view(inputs, attrs);
+  if (op.has(kMerge)) return op.view(inputs, attrs);
   MetaList metas = op.infer(inputs, attrs);
   TensorList outs;
   outs.reserve(metas.size());
@@ -162,4 +160,9 @@ Tensor call1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs
   return std::move(outs[0]);
 }
 
+}  // namespace kiln::detail
+
+namespace kiln {
+bool grad_mode_enabled() { return detail::t_grad_mode; }
+void set_grad_mode(bool on) { detail::t_grad_mode = on; }
 }  // namespace kiln

@@ -4,36 +4,10 @@
 #include <initializer_list>
 #include <span>
 
-#include "kiln/ops/op_def.h"
+#include "kiln/dispatch/grad_mode.h"
+#include "kiln/registry/op_def.h"
 
-namespace kiln {
-
-/// Whether eager ops record autograd nodes (thread-local). See NoGradGuard.
-bool grad_mode_enabled();
-void set_grad_mode(bool on);
-
-/// Disables autograd recording in a scope (torch.no_grad()).
-class NoGradGuard {
- public:
-  NoGradGuard() : prev_(grad_mode_enabled()) { set_grad_mode(false); }
-  ~NoGradGuard() { set_grad_mode(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  bool prev_;
-};
-/// Re-enables recording in a scope.
-class EnableGradGuard {
- public:
-  EnableGradGuard() : prev_(grad_mode_enabled()) { set_grad_mode(true); }
-  ~EnableGradGuard() { set_grad_mode(prev_); }
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
-
- private:
-  bool prev_;
-};
+namespace kiln::detail {
 
 /// Receives op calls whose inputs are symbolic, or every call while installed as the capturing
 /// handler (tracing). Implemented by kiln/graph and kiln/jit.
@@ -65,9 +39,9 @@ bool capturing();
 using AutogradRecorder = void (*)(const OpDef& op, std::span<const Tensor> inputs,
                                   std::span<Tensor> outputs, const Attrs& attrs);
 void set_autograd_recorder(AutogradRecorder r);
-/// An in-place write with autograd (see opu::write_in_place): `result` was computed out of place
-/// (and recorded when it requires grad); `write` puts its values into `self`. The writer makes
-/// the node read snapshots of what it saved from `self`'s storage, runs `write`, and gives
+/// An in-place write with autograd (see op_util::write_in_place): `result` was computed out of
+/// place (and recorded when it requires grad); `write` puts its values into `self`. The writer
+/// makes the node read snapshots of what it saved from `self`'s storage, runs `write`, and gives
 /// `self` (and, for a view, its base) their new histories. Installed by kiln/autograd.
 using InplaceWriter = void (*)(const char* name, Tensor& self, const Tensor& result,
                                void (*write)(void* ctx), void* ctx);
@@ -97,4 +71,4 @@ TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Att
 /// Counts kernel executions on this thread (for tests and profiling).
 uint64_t eager_op_count();
 
-}  // namespace kiln
+}  // namespace kiln::detail

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
-#include "kiln/ops/op_def.h"
+#include "kiln/registry/op_def.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {
@@ -49,7 +51,8 @@ double profile_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void profile_record(const OpDef& op, double seconds, std::span<const Tensor> inputs) {
+void detail::profile_record(const detail::OpDef& op, double seconds,
+                            std::span<const Tensor> inputs) {
   std::string key = op.name;
   if (detail::g_profile_shapes) {
     // One row per op and input shapes: which of a step's many calls of an op cost the time.

@@ -8,7 +8,10 @@
 #include <mutex>
 
 #include "kiln/exec/session.h"
+#include "kiln/graph/node.h"
 #include "kiln/ops/op_util.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {

@@ -12,7 +12,10 @@
 #include "kiln/core/allocator.h"
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/dispatch/profile.h"
+#include "kiln/graph/node.h"
 #include "kiln/passes/memory_plan.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 
@@ -107,11 +110,11 @@ std::vector<Node*> schedule(GraphImpl& g) {
     if ((*it)->inputs.empty()) ready.push_back(it->get());
   auto is_write = [&](const Node* n) {
     if (n->kind != NodeKind::Op) return false;
-    if (n->op->name == "assign") return true;
+    if (n->op->has(kWritesVariable)) return true;
     if (!users[n].empty() || n->outputs.size() != 1) return false;
-    const bool addmm = n->op->name == "addmm";
-    if (!addmm && !(n->op->has(kElementwise) && n->op->has(kInplaceable))) return false;
-    for (size_t k = 0; k < (addmm ? 1 : n->inputs.size()); ++k)
+    const bool accumulates = n->op->has(kAccumulates);
+    if (!accumulates && !(n->op->has(kElementwise) && n->op->has(kInplaceable))) return false;
+    for (size_t k = 0; k < (accumulates ? 1 : n->inputs.size()); ++k)
       if (n->inputs[k].node->kind == NodeKind::Placeholder) return true;
     return false;
   };
@@ -180,7 +183,7 @@ Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedD
         Plan::Step st;
         st.op = n->op;
         st.attrs = n->attrs;
-        st.takes_dead = n->op->has(kControlFlow) && n->op->name == "merge";
+        st.takes_dead = n->op->has(kMerge);
         plan->has_control_flow = plan->has_control_flow || n->op->has(kControlFlow);
         for (auto& in : n->inputs) st.in.push_back(base[in.node] + in.index);
         for (int i = 0; i < static_cast<int>(n->outputs.size()); ++i) st.out.push_back(s + i);
@@ -258,7 +261,7 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
     run_generic(p);
     slots_ptr = &generic_slots_;
     // Feeds whose shapes keep changing would rebind every run: after a few, stay generic.
-    if (!p.has_control_flow && p.binds < 4 && pass_enabled("memory_plan")) {
+    if (!p.has_control_flow && p.binds < 4 && pass_enabled("plan_memory")) {
       ++p.binds;
       bind(p);
     }
@@ -479,12 +482,12 @@ void Session::bind(Plan& p) {
       const auto& st = p.steps[i];
       if (b.kind[i] != Plan::StepKind::Kernel || st.out.size() != 1) continue;
       const int o = st.out[0];
-      const bool is_addmm = st.op->name == "addmm";
+      const bool accumulates = st.op->has(kAccumulates);
       if (!b.fresh[static_cast<size_t>(o)] || !contiguous(o) ||
-          (!is_addmm && !(st.op->has(kElementwise) && st.op->has(kInplaceable))))
+          (!accumulates && !(st.op->has(kElementwise) && st.op->has(kInplaceable))))
         continue;
       const auto& oi = p.info[static_cast<size_t>(o)];
-      for (size_t j = 0; j < (is_addmm ? 1 : st.in.size()); ++j) {
+      for (size_t j = 0; j < (accumulates ? 1 : st.in.size()); ++j) {
         const int x = st.in[j];
         const int k = ph_of[static_cast<size_t>(x)];
         if (k < 0 || taken[static_cast<size_t>(k)] ||

@@ -2,6 +2,7 @@
 // optimizes and plans once (a flat list of kernel steps over value slots), then runs that plan
 // many times. Variables live in the Session and survive across runs.
 #pragma once
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -9,7 +10,6 @@
 #include <vector>
 
 #include "kiln/graph/graph.h"
-#include "kiln/passes/passes.h"
 
 namespace kiln {
 
@@ -35,6 +35,11 @@ class Session {
 
   /// Computes the fetches (only the subgraph they need) and returns concrete tensors.
   std::vector<Tensor> run(const std::vector<Tensor>& fetches, const FeedDict& feeds = {});
+  /// `run({y}, feeds)` and `run({a, b}, feeds)`: a braced list is a list of fetches, also with
+  /// one element (without this overload `{y}` would pick the single-tensor form below).
+  std::vector<Tensor> run(std::initializer_list<Tensor> fetches, const FeedDict& feeds = {}) {
+    return run(std::vector<Tensor>(fetches), feeds);
+  }
   Tensor run(const Tensor& fetch, const FeedDict& feeds = {});
 
   /// Placeholders whose fed tensors a run may overwrite (JAX's donated buffers; the JIT's
@@ -65,7 +70,7 @@ class Session {
   Graph graph_;
   // The last plan used and the tensors that selected it (a repeat run skips the lookup).
   Plan* last_plan_ = nullptr;
-  std::vector<std::pair<const Node*, int>> last_fetches_, last_feed_keys_;
+  std::vector<std::pair<const detail::Node*, int>> last_fetches_, last_feed_keys_;
   std::vector<const Tensor*> feed_of_;  // per placeholder of the plan in use
   std::vector<Tensor> generic_slots_;
   std::map<std::string, Tensor> vars_;

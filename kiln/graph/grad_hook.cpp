@@ -1,7 +1,10 @@
 // Lets kiln::grad(outputs, inputs) work on symbolic tensors by routing it to gradients(), so a
 // training step written once runs eagerly, in a graph and under jit.
 #include "kiln/autograd/autograd.h"
+#include "kiln/autograd/grad_node.h"
 #include "kiln/graph/graph.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {

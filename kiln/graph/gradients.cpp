@@ -6,7 +6,11 @@
 
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/graph/graph.h"
+#include "kiln/graph/node.h"
+#include "kiln/ops/grad_ops.h"
 #include "kiln/ops/ops.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 

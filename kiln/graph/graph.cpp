@@ -7,6 +7,9 @@
 #include <sstream>
 
 #include "kiln/dispatch/dispatch.h"
+#include "kiln/graph/node.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {
@@ -99,14 +102,14 @@ class GraphBuilder : public SymbolicHandler {
   }
 };
 
-Tensor host_read(const Tensor& t, const char* what, const std::source_location& loc) {
+Tensor host_read(const Tensor& t, const char* what, const std::string& where) {
   std::string name = "?";
   if (t.is_symbolic()) {
     Node* n = t.impl()->sym->node;
     name = n->name.empty() ? n->label() : n->name;
   }
   fail(what, "value of '", name, "' is unknown while building a graph; fetch it with Session::run",
-       " (at ", loc.file_name(), ":", loc.line(), ")");
+       " (at ", where, ")");
 }
 
 struct Install {
@@ -123,12 +126,12 @@ struct Install {
 
 }  // namespace
 
-InputCapture* set_input_capture(InputCapture* c) {
+InputCapture* detail::set_input_capture(InputCapture* c) {
   InputCapture* p = t_input_capture;
   t_input_capture = c;
   return p;
 }
-InputCapture* input_capture() { return t_input_capture; }
+InputCapture* detail::input_capture() { return t_input_capture; }
 
 std::string Node::label() const {
   switch (kind) {
@@ -230,6 +233,9 @@ std::vector<Node*> Graph::placeholders() const {
     if (n->kind == NodeKind::Placeholder) v.push_back(n.get());
   return v;
 }
+
+Tensor Graph::tensor_of(ValueRef v) const { return impl_->tensor_of(impl_, v); }
+const std::vector<std::unique_ptr<Node>>& Graph::nodes() const { return impl_->nodes; }
 
 Node* Graph::find(const std::string& name) const {
   for (const auto& n : impl_->nodes)

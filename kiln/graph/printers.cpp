@@ -2,6 +2,9 @@
 #include <sstream>
 
 #include "kiln/graph/graph.h"
+#include "kiln/graph/node.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {
@@ -18,7 +21,7 @@ std::string mermaid_id(const Node& n) { return str_cat("n", n.id); }
 // Edge label for a multi-output producer: a switch's outputs read as F/T (the side taken when the
 // predicate is false/true), others by output index.
 std::string edge_label(const ValueRef& v) {
-  if (v.node->kind == NodeKind::Op && v.node->op->name == "switch") return v.index ? "T" : "F";
+  if (v.node->kind == NodeKind::Op && v.node->op->has(kSwitch)) return v.index ? "T" : "F";
   return std::to_string(v.index);
 }
 

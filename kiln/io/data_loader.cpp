@@ -9,6 +9,8 @@
 #include "kiln/io/rng.h"
 #include "kiln/ops/ops.h"
 
+using namespace kiln::detail;
+
 namespace kiln::io {
 
 DataLoader::DataLoader(std::vector<Tensor> tensors, int64_t batch_size, bool shuffle,

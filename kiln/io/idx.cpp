@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+using namespace kiln::detail;
+
 namespace kiln::io {
 namespace {
 

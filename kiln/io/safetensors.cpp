@@ -15,6 +15,8 @@
 #include <limits>
 #include <set>
 
+using namespace kiln::detail;
+
 namespace kiln::io {
 namespace {
 

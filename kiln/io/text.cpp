@@ -11,6 +11,8 @@
 
 #include "kiln/io/rng.h"
 
+using namespace kiln::detail;
+
 namespace kiln::io {
 namespace {
 

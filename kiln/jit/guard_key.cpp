@@ -8,7 +8,9 @@
 
 #include "kiln/autograd/autograd.h"
 
-namespace kiln::jitd {
+using namespace kiln::detail;
+
+namespace kiln::detail::jit_engine {
 
 Key key_of(const std::vector<Arg>& args, const std::vector<int>& runtime) {
   Key k;
@@ -109,4 +111,4 @@ std::string key_str(const Key& k) {
   return os.str();
 }
 
-}  // namespace kiln::jitd
+}  // namespace kiln::detail::jit_engine

@@ -7,7 +7,7 @@
 
 #include "kiln/jit/jit.h"
 
-namespace kiln::jitd {
+namespace kiln::detail::jit_engine {
 
 // Per argument: what the guard compares. dims of -1 are wildcards (dynamic).
 struct ArgKey {
@@ -30,4 +30,4 @@ bool only_dims_differ(const Key& g, const Key& k, Key* dyn);
 /// One line per key for explain() and the recompile log.
 std::string key_str(const Key& k);
 
-}  // namespace kiln::jitd
+}  // namespace kiln::detail::jit_engine

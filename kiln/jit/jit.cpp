@@ -1,6 +1,6 @@
-// The JIT engine: guard keys, tracing with graph breaks into a trace tree of pieces, replay of
+// The JIT engine: guard checks, tracing with graph breaks into a trace tree of pieces, replay of
 // compiled pieces over one slot table, dynamic-dim recompiles, the recompile budget, verify
-// mode, explain(), and autodiff through a compiled backward graph.
+// mode and explain(). Gradients through a compiled call are jit_call.cpp's.
 #include "kiln/jit/jit.h"
 
 #include <chrono>
@@ -16,12 +16,16 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
+#include "kiln/graph/node.h"
 #include "kiln/jit/guard_key.h"
+#include "kiln/jit/version.h"
 #include "kiln/nn/module.h"
 #include "kiln/ops/ops.h"
 #include "kiln/passes/passes.h"
 
-namespace kiln::jitd {
+using namespace kiln::detail;
+
+namespace kiln::detail::jit_engine {
 namespace {
 
 double now_ms() {
@@ -38,60 +42,6 @@ bool env_has(const char* var, const char* word) {
 }
 
 // ---- compiled pieces ------------------------------------------------------------------------
-
-struct Step {
-  const OpDef* op;
-  Attrs attrs;
-  std::vector<int> in, out;
-  std::vector<int> free_after;  // slots whose last use is this step (single-piece traces)
-};
-
-struct TreeNode {
-  std::vector<Step> steps;
-  std::vector<std::pair<int, Tensor>> constants;
-  int64_t nodes = 0;
-  // Interior: the guard read at the end of this piece.
-  int guard_slot = -1;
-  std::string guard_what, guard_where;
-  std::vector<std::pair<Tensor, std::unique_ptr<TreeNode>>> children;
-  // Leaf: the outputs.
-  bool leaf = false;
-  std::vector<int> out_slots;
-};
-
-struct Version {
-  Key key;
-  int num_slots = 0;
-  std::vector<std::vector<int>> arg_slots;  // per arg, per tensor
-  std::unique_ptr<TreeNode> root;
-  std::vector<Tensor> slots;
-  // Autodiff (single-piece traces with inputs requiring grad).
-  bool with_grad = false;
-  bool has_random = false;  // the backward's recomputed forward must replay the same draws
-  Graph graph;
-  std::vector<Tensor> g_inputs, g_outputs, g_out_grads, g_in_grads;
-  std::unique_ptr<Session> bwd_session;
-  // A single-piece trace without side effects or control flow replays through a Session: the
-  // same bound plan as static graphs (op outputs at planned offsets in one arena, no per-op
-  // allocation in the steady state). fwd_feeds holds one pair per traced placeholder, in the
-  // order assign_arg_slots walks the arguments; only the values change between calls.
-  std::unique_ptr<Session> fwd_session;
-  FeedDict fwd_feeds;
-  std::vector<Tensor> fwd_outs;
-  bool fwd_donating = false;  // whether fwd_session has the donated placeholders set
-  // Outputs past the function's own are the new values of the engine's state slots (module
-  // buffers fn assigns), written back after every call.
-  size_t num_user_outputs = 0;
-  // For a backward the compiled graph cannot run (a size its trace assumed): the function, how
-  // many arguments are its own, and the buffers it assigns, to take the gradient eagerly.
-  std::function<std::vector<Tensor>(const std::vector<Arg>&)> fn;
-  size_t user_arity = 0;
-  std::vector<Tensor*> state_slots;
-  double compile_ms = 0;
-  bool eager_only = false;  // runs fn eagerly (why: eager_reason)
-  std::string eager_reason;
-  ~Version();
-};
 
 struct BreakRec {
   ValueRef v;
@@ -131,7 +81,7 @@ bool on_buffer_write(Tensor& slot, const Tensor& value) {
   return true;
 }
 
-Tensor on_host_read(const Tensor& t, const char* what, const std::source_location& loc) {
+Tensor on_host_read(const Tensor& t, const char* what, const std::string& where) {
   TraceCtx* c = t_trace;
   if (!c || !t.is_symbolic() || !(Graph::of(t) == *c->g))
     fail(what, "value is unknown while building a graph; fetch it with Session::run");
@@ -143,7 +93,7 @@ Tensor on_host_read(const Tensor& t, const char* what, const std::source_locatio
   b.value = v.clone();
   b.cut = static_cast<int>(c->g->nodes().size());
   b.what = what;
-  b.where = str_cat(loc.file_name(), ":", loc.line());
+  b.where = where;
   c->breaks.push_back(b);
   return v;
 }
@@ -161,193 +111,6 @@ std::string value_str(const Tensor& t) {
     os << t.shape() << " tensor";
   return os.str();
 }
-
-// ---- autodiff op ----------------------------------------------------------------------------
-
-struct GradTable {
-  std::mutex mu;
-  std::vector<Version*> versions;
-};
-GradTable& grad_table() {
-  static GradTable* t = new GradTable();
-  return *t;
-}
-
-// A jit_call node outlives the jitted function that recorded it when the function is destroyed
-// before backward: its entry is cleared, and the op then raises instead of reading freed memory.
-Version::~Version() {
-  auto& t = grad_table();
-  std::lock_guard<std::mutex> lk(t.mu);
-  for (auto& p : t.versions)
-    if (p == this) p = nullptr;
-}
-
-Version& version_of(const Attrs& a) {
-  auto& t = grad_table();
-  std::lock_guard<std::mutex> lk(t.mu);
-  const int64_t id = a.i(0);
-  if (id < 0 || id >= static_cast<int64_t>(t.versions.size()) ||
-      !t.versions[static_cast<size_t>(id)])
-    fail("jit_call", "compiled version ", id,
-         " no longer exists (the jitted function was destroyed before this call's backward)");
-  return *t.versions[static_cast<size_t>(id)];
-}
-
-TensorList run_version_plain(Version& v, std::span<const Tensor> tensors);
-
-// Sets the generator to the state a forward recorded (jit_call's rng_state) for the scope, so a
-// recomputed forward draws what it drew; puts the caller's state back after.
-class RngReplay {
- public:
-  explicit RngReplay(const std::vector<int64_t>& state) {
-    if (state.empty()) return;
-    if (state.size() != 4)
-      fail("jit_call", "rng_state must be empty or the 4 words of get_rng_state, got ",
-           state.size());
-    saved_ = get_rng_state();
-    std::vector<uint64_t> at;
-    for (int64_t w : state) at.push_back(static_cast<uint64_t>(w));
-    set_rng_state(at);
-  }
-  ~RngReplay() {
-    if (!saved_.empty()) set_rng_state(saved_);
-  }
-  RngReplay(const RngReplay&) = delete;
-  RngReplay& operator=(const RngReplay&) = delete;
-
- private:
-  std::vector<uint64_t> saved_;
-};
-
-// The compiled backward graph, fed with jit_call's inputs and output gradients.
-TensorList compiled_vjp(Version& v, const GradCtx& c) {
-  FeedDict feeds;
-  for (size_t k = 0; k < v.g_inputs.size(); ++k) feeds.push_back({v.g_inputs[k], c.in(k).detach()});
-  for (size_t k = 0; k < v.g_out_grads.size(); ++k)
-    if (v.g_out_grads[k].defined()) feeds.push_back({v.g_out_grads[k], c.g(k).detach()});
-  std::vector<Tensor> fetch;
-  std::vector<size_t> which;
-  for (size_t k = 0; k < v.g_in_grads.size(); ++k)
-    if (v.g_in_grads[k].defined() && c.need(k)) {
-      fetch.push_back(v.g_in_grads[k]);
-      which.push_back(k);
-    }
-  TensorList out;
-  out.resize(c.inputs.size());
-  if (fetch.empty()) return out;
-  std::vector<Tensor> r = v.bwd_session->run(fetch, feeds);
-  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
-  return out;
-}
-
-// The call's arguments from jit_call's inputs, in the version's key order (a runtime scalar
-// travels as a 0-d tensor, a constant scalar is the guarded value).
-std::vector<Arg> args_from_inputs(const Version& v, std::span<const Tensor> tensors) {
-  std::vector<Arg> args;
-  size_t p = 0;
-  for (const auto& ak : v.key) {
-    Arg a;
-    a.kind = ak.kind;
-    if (ak.kind == Arg::kTensor) a.t = tensors[p++];
-    if (ak.kind == Arg::kTensorList)
-      for (size_t t = 0; t < ak.shapes.size(); ++t) a.ts.push_back(tensors[p++]);
-    if (ak.kind == Arg::kScalar || ak.kind == Arg::kBool)
-      a.v = ak.runtime ? tensors[p++].item<double>() : ak.value;
-    args.push_back(a);
-  }
-  return args;
-}
-
-// jit_call's gradient taken eagerly: fn rerun with autograd on the inputs (the draws replayed,
-// the module buffers it assigns left as they were), then grad() of its outputs.
-TensorList eager_vjp(Version& v, const GradCtx& c) {
-  EnableGradGuard on;
-  std::vector<Tensor> xs;
-  for (size_t k = 0; k < c.inputs.size(); ++k) {
-    Tensor x = c.in(k).detach();
-    if (c.need(k) && is_floating(x.dtype())) x.requires_grad_();
-    xs.push_back(x);
-  }
-  std::vector<Arg> args = args_from_inputs(v, xs);
-  for (const auto& ak : v.key)
-    if (ak.runtime) {  // fn takes a runtime scalar as a 0-d tensor
-      size_t i = static_cast<size_t>(&ak - v.key.data());
-      args[i].kind = Arg::kTensor;
-      args[i].t = scalar_tensor(args[i].v, Float32);
-    }
-  args.resize(std::min(args.size(), v.user_arity));
-  std::vector<Tensor> saved;
-  for (Tensor* s : v.state_slots) saved.push_back(*s);
-  struct Restore {
-    Version& v;
-    std::vector<Tensor>& saved;
-    ~Restore() {
-      for (size_t j = 0; j < saved.size(); ++j) *v.state_slots[j] = saved[j];
-    }
-  } restore{v, saved};
-  std::vector<Tensor> outs = v.fn(args);
-  std::vector<Tensor> ys, gs, wrt;
-  std::vector<size_t> which;
-  for (size_t k = 0; k < outs.size() && k < v.num_user_outputs; ++k)
-    if (outs[k].defined() && outs[k].requires_grad() && c.g(k).defined()) {
-      ys.push_back(outs[k]);
-      gs.push_back(c.g(k).detach());
-    }
-  for (size_t k = 0; k < xs.size(); ++k)
-    if (xs[k].requires_grad()) {
-      wrt.push_back(xs[k]);
-      which.push_back(k);
-    }
-  TensorList out;
-  out.resize(c.inputs.size());
-  if (ys.empty() || wrt.empty()) return out;
-  std::vector<Tensor> g = grad(ys, wrt, gs, false, false, /*allow_unused=*/true);
-  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = g[j];
-  return out;
-}
-
-const OpDef& kJitCall =
-    def_op({.name = "jit_call",
-            .num_inputs = -1,
-            .attr_names = {"version", "rng_state"},
-            .infer =
-                [](std::span<const Tensor>, const Attrs& a) {
-                  Version* v = &version_of(a);
-                  MetaList m;
-                  for (const auto& o : v->g_outputs) m.push_back(TensorMeta{o.dtype(), o.shape()});
-                  return m;
-                },
-            // Outputs never alias an input or each other: the autograd recorder gives each
-            // output this node as its history, and an output that was the caller's own tensor
-            // (fn returned its input) would turn the caller's leaf into a non-leaf and count
-            // the gradient twice.
-            .view =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  TensorList out = run_version_plain(version_of(a), in);
-                  for (size_t k = 0; k < out.size(); ++k) {
-                    bool aliased = false;
-                    for (const Tensor& x : in) aliased = aliased || out[k].shares_storage(x);
-                    for (size_t j = 0; j < k; ++j)
-                      aliased = aliased || out[k].shares_storage(out[j]);
-                    if (aliased) out[k] = out[k].clone();
-                  }
-                  return out;
-                },
-            // The compiled backward graph: gradients() of the traced forward, run by a Session fed
-            // with the inputs and the output gradients (the forward is recomputed inside it). A
-            // backward that fails at run time (a dynamic size the trace took for another) is taken
-            // eagerly instead: never an error eager would not give.
-            .grad =
-                [](const GradCtx& c) {
-                  Version& v = version_of(c.attrs);
-                  RngReplay replay(c.attrs.ints(1));
-                  try {
-                    return compiled_vjp(v, c);
-                  } catch (const Error&) {
-                    if (!v.fn) throw;
-                  }
-                  return eager_vjp(v, c);
-                }});
 
 }  // namespace
 
@@ -747,7 +510,7 @@ struct Engine::Impl {
         }
         // Dataflow deadness (cond inside a jitted fn), as in the Session: a step with a dead
         // input is skipped, except merge, which forwards its live input.
-        bool merge = st.op->has(kControlFlow) && st.op->name == "merge";
+        bool merge = st.op->has(kMerge);
         if (dead && !merge) continue;
         std::span<const Tensor> in_span(ins.data(), ins.size());
         TensorList o =
@@ -998,17 +761,7 @@ struct Engine::Impl {
   }
 
   std::vector<Tensor> call_with_grad(Version& v, const std::vector<Arg>& args) {
-    int64_t id;
-    {
-      auto& t = grad_table();
-      std::lock_guard<std::mutex> lk(t.mu);
-      auto it = std::find(t.versions.begin(), t.versions.end(), &v);
-      if (it == t.versions.end()) {
-        t.versions.push_back(&v);
-        it = t.versions.end() - 1;
-      }
-      id = it - t.versions.begin();
-    }
+    const int64_t id = register_version(v);
     // Inputs in the order of the trace's placeholders: a runtime scalar is one (a 0-d tensor).
     std::vector<Tensor> ins;
     for (size_t i = 0; i < args.size(); ++i) {
@@ -1026,7 +779,8 @@ struct Engine::Impl {
     Attrs attrs;
     attrs.push(id);
     attrs.push(std::move(rng));
-    TensorList r = kiln::call(kJitCall, std::span<const Tensor>(ins.data(), ins.size()), attrs);
+    TensorList r =
+        kiln::detail::call(jit_call_op(), std::span<const Tensor>(ins.data(), ins.size()), attrs);
     return std::vector<Tensor>(r.begin(), r.end());
   }
 
@@ -1048,7 +802,6 @@ struct Engine::Impl {
   }
 };
 
-namespace {
 TensorList run_version_plain(Version& v, std::span<const Tensor> tensors) {
   std::vector<Arg> args = args_from_inputs(v, tensors);
   Engine::Impl dummy;  // replay needs no engine state
@@ -1059,7 +812,6 @@ TensorList run_version_plain(Version& v, std::span<const Tensor> tensors) {
   for (auto& o : outs) r.push_back(o);
   return r;
 }
-}  // namespace
 
 Engine::Engine(JitOptions opts) : impl_(std::make_unique<Impl>()) { impl_->opts = std::move(opts); }
 Engine::~Engine() = default;
@@ -1129,4 +881,4 @@ std::string Engine::explain() const {
   return os.str();
 }
 
-}  // namespace kiln::jitd
+}  // namespace kiln::detail::jit_engine

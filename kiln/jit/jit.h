@@ -1,4 +1,4 @@
-// kiln::jit: trace eager code into graphs, piecewise, with guards (DESIGN section 7).
+// kiln::jit: trace eager code into graphs, piecewise, with guards (docs/design.md section 7).
 //
 //   auto f = kiln::jit([](const Tensor& x, int k) { return relu(x) * double(k); });
 //   Tensor y = f(x, 3);   // miss: traced, optimized, compiled; later calls with the same
@@ -26,7 +26,7 @@ namespace kiln {
 
 struct JitOptions {
   /// Positions of scalar arguments that are run-time inputs (passed to fn as 0-d tensors).
-  std::vector<int> runtime_scalars;
+  std::vector<int> runtime_scalars{};
   /// Positions of tensor or tensor-list arguments whose buffers a call may overwrite (JAX's
   /// donate_argnums): a result computed elementwise from a donated tensor, or accumulated onto
   /// it (addmm: an SGD update p - lr * a^T g), is written into that tensor's buffer and
@@ -35,7 +35,7 @@ struct JitOptions {
   /// values, as `params = step(params, ...)` wants). Not done while tracing, under
   /// KILN_JIT_VERIFY=1, for calls that record gradients, or for a tensor that shares storage
   /// with another argument.
-  std::vector<int> donate;
+  std::vector<int> donate{};
   /// Past this many recompiles the function runs eagerly (and says so once).
   int max_recompiles = 8;
   /// After a shape guard fails only on some dims, recompile once with those dims dynamic.
@@ -44,7 +44,7 @@ struct JitOptions {
   std::string name = "fn";
 };
 
-namespace jitd {
+namespace detail::jit_engine {
 
 /// One flattened argument.
 struct Arg {
@@ -187,34 +187,58 @@ struct Traits<R (*)(A...)> {
   using Params = std::tuple<A...>;
 };
 
-}  // namespace jitd
+// A call operator with fn's own parameter types, beside JitFunction's template one: a braced
+// list (`f({a, b}, x)` for a std::vector<Tensor> parameter) cannot deduce a template argument.
+template <typename Self, typename Params>
+struct TypedCall;
+template <typename Self, typename... P>
+struct TypedCall<Self, std::tuple<P...>> {
+  auto operator()(const std::decay_t<P>&... args) {
+    return static_cast<Self&>(*this).invoke(args...);
+  }
+};
+
+}  // namespace detail::jit_engine
 
 /// A jitted callable; see the file comment. Copies share the same compiled versions.
 template <typename F>
-class JitFunction {
+class JitFunction
+    : public detail::jit_engine::TypedCall<JitFunction<F>,
+                                           typename detail::jit_engine::Traits<F>::Params> {
  public:
   JitFunction(F fn, JitOptions opts)
       : fn_(std::make_shared<F>(std::move(fn))),
-        engine_(std::make_shared<jitd::Engine>(std::move(opts))) {}
+        engine_(std::make_shared<detail::jit_engine::Engine>(std::move(opts))) {}
 
+  using detail::jit_engine::TypedCall<JitFunction<F>,
+                                      typename detail::jit_engine::Traits<F>::Params>::operator();
+  /// Any arguments that convert to fn's parameters (numbers, and a number for a Tensor
+  /// parameter listed in JitOptions::runtime_scalars).
   template <typename... Args>
   auto operator()(Args&&... args) {
-    using Ret = typename jitd::Traits<F>::Ret;
-    using Params = typename jitd::Traits<F>::Params;
+    return invoke(args...);
+  }
+
+  /// The call behind both operators.
+  template <typename... Args>
+  auto invoke(const Args&... args) {
+    using Ret = typename detail::jit_engine::Traits<F>::Ret;
+    using Params = typename detail::jit_engine::Traits<F>::Params;
     static_assert(sizeof...(Args) == std::tuple_size_v<Params>, "wrong number of arguments");
-    std::vector<jitd::Arg> flat{jitd::to_arg(args)...};
+    std::vector<detail::jit_engine::Arg> flat{detail::jit_engine::to_arg(args)...};
     check_kinds(flat, std::make_index_sequence<std::tuple_size_v<Params>>{});
     // The last traced result gives the structure (vector sizes) for unflattening.
     auto shared_fn = fn_;
     auto proto = std::make_shared<std::vector<size_t>>();
-    std::vector<Tensor> outs = engine_->call(flat, [shared_fn](const std::vector<jitd::Arg>& a) {
-      Ret r = call_with(*shared_fn, a, std::make_index_sequence<std::tuple_size_v<Params>>{});
-      std::vector<Tensor> o;
-      jitd::flatten(r, o);
-      return o;
-    });
+    std::vector<Tensor> outs =
+        engine_->call(flat, [shared_fn](const std::vector<detail::jit_engine::Arg>& a) {
+          Ret r = call_with(*shared_fn, a, std::make_index_sequence<std::tuple_size_v<Params>>{});
+          std::vector<Tensor> o;
+          detail::jit_engine::flatten(r, o);
+          return o;
+        });
     size_t i = 0;
-    return jitd::unflatten(static_cast<const Ret*>(nullptr), outs, i);
+    return detail::jit_engine::unflatten(static_cast<const Ret*>(nullptr), outs, i);
   }
 
   /// Pieces, graph breaks (reason and source line), recompiles (which guard failed), compile
@@ -223,24 +247,27 @@ class JitFunction {
   /// The guard check alone (no execution), for measuring its cost.
   template <typename... Args>
   bool guards_accept(const Args&... args) const {
-    std::vector<jitd::Arg> flat{jitd::to_arg(args)...};
+    std::vector<detail::jit_engine::Arg> flat{detail::jit_engine::to_arg(args)...};
     return engine_->guards_accept(flat);
   }
-  jitd::Engine::Stats stats() const { return engine_->stats(); }
+  detail::jit_engine::Engine::Stats stats() const { return engine_->stats(); }
 
  private:
   template <std::size_t... I>
-  void check_kinds(const std::vector<jitd::Arg>& a, std::index_sequence<I...>) const {
-    using Params = typename jitd::Traits<F>::Params;
-    (engine_->check_arg(I, a[I].kind, jitd::param_kind<std::tuple_element_t<I, Params>>()), ...);
+  void check_kinds(const std::vector<detail::jit_engine::Arg>& a, std::index_sequence<I...>) const {
+    using Params = typename detail::jit_engine::Traits<F>::Params;
+    (engine_->check_arg(I, a[I].kind,
+                        detail::jit_engine::param_kind<std::tuple_element_t<I, Params>>()),
+     ...);
   }
   template <std::size_t... I>
-  static auto call_with(F& f, const std::vector<jitd::Arg>& a, std::index_sequence<I...>) {
-    using Params = typename jitd::Traits<F>::Params;
-    return f(jitd::FromArg<std::tuple_element_t<I, Params>>::get(a[I])...);
+  static auto call_with(F& f, const std::vector<detail::jit_engine::Arg>& a,
+                        std::index_sequence<I...>) {
+    using Params = typename detail::jit_engine::Traits<F>::Params;
+    return f(detail::jit_engine::FromArg<std::tuple_element_t<I, Params>>::get(a[I])...);
   }
   std::shared_ptr<F> fn_;
-  std::shared_ptr<jitd::Engine> engine_;
+  std::shared_ptr<detail::jit_engine::Engine> engine_;
 };
 
 /// Wraps `fn` (a lambda or function object taking Tensors, std::vector<Tensor>, arithmetic

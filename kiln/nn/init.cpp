@@ -8,6 +8,8 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/ops.h"
 
+using namespace kiln::detail;
+
 namespace kiln::nn::init {
 namespace {
 

@@ -10,6 +10,8 @@
 #include "kiln/ops/op_util.h"
 #include "kiln/ops/ops.h"
 
+using namespace kiln::detail;
+
 namespace kiln::nn {
 namespace {
 
@@ -111,9 +113,9 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::vector<int64_t> k
   if (in_ % opts_.groups != 0 || out_ % opts_.groups != 0)
     fail("Conv2d", "groups = ", opts_.groups, " must divide in_channels = ", in_,
          " and out_channels = ", out_);
-  // The conv2d op's bound (opu::kMaxWindowParam), checked here so that a module that could
+  // The conv2d op's bound (op_util::kMaxWindowParam), checked here so that a module that could
   // never run is refused when built; kernel * dilation stays within int64 under it.
-  constexpr int64_t kLimit = opu::kMaxWindowParam;
+  constexpr int64_t kLimit = op_util::kMaxWindowParam;
   for (int d = 0; d < 2; ++d)
     if (opts_.padding[d] > kLimit || opts_.dilation[d] > kLimit || kernel_[d] > kLimit ||
         opts_.stride[d] > kLimit)
@@ -155,7 +157,7 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels,
   if (in_ % opts_.groups != 0 || out_ % opts_.groups != 0)
     fail(m, "groups = ", opts_.groups, " must divide in_channels = ", in_,
          " and out_channels = ", out_);
-  constexpr int64_t kLimit = opu::kMaxWindowParam;
+  constexpr int64_t kLimit = op_util::kMaxWindowParam;
   for (int d = 0; d < 2; ++d)
     if (opts_.padding[d] > kLimit || opts_.dilation[d] > kLimit || k[d] > kLimit ||
         opts_.stride[d] > kLimit || opts_.output_padding[d] > kLimit)
@@ -193,7 +195,7 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
   if (in_ % opts_.groups != 0 || out_ % opts_.groups != 0)
     fail("Conv1d", "groups = ", opts_.groups, " must divide in_channels = ", in_,
          " and out_channels = ", out_);
-  constexpr int64_t kLimit = opu::kMaxWindowParam;
+  constexpr int64_t kLimit = op_util::kMaxWindowParam;
   if (opts_.padding > kLimit || opts_.dilation > kLimit || kernel_size > kLimit ||
       opts_.stride > kLimit)
     fail("Conv1d", "kernel_size ", kernel_size, ", stride ", opts_.stride, ", padding ",
@@ -307,7 +309,7 @@ Tensor BatchNorm::forward(const Tensor& x) {
     const char* kFew = "expected more than 1 value per channel when training, got input shape ";
     if (per >= 0 && per <= 1) fail(op, kFew, x.shape());
     // A size known only at run time (a graph's dynamic batch) is checked when the graph runs.
-    Tensor mu = channel_mean(per < 0 ? opu::check_numel(x, dims, 2, op, kFew) : x);
+    Tensor mu = channel_mean(per < 0 ? op_util::check_numel(x, dims, 2, op, kFew) : x);
     centered = sub(x, mu);
     Tensor v = channel_mean(mul(centered, centered));  // biased variance normalizes (PyTorch)
     inv = rsqrt(add(v, opts_.eps));

@@ -7,6 +7,8 @@
 
 #include "kiln/dispatch/dispatch.h"
 
+using namespace kiln::detail;
+
 namespace kiln::nn {
 
 namespace {

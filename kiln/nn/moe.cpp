@@ -10,6 +10,8 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/ops.h"
 
+using namespace kiln::detail;
+
 namespace kiln::nn {
 
 namespace {

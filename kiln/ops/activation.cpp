@@ -8,10 +8,12 @@
 #include "kiln/ops/elementwise_util.h"
 #include "kiln/ops/op_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
-using namespace ew;
+using namespace detail::elementwise_util;
 
 constexpr char kReluN[] = "relu", kLeakyN[] = "leaky_relu", kSigN[] = "sigmoid", kTanhN[] = "tanh",
                kGeluN[] = "gelu", kGeluGradN[] = "gelu_grad", kSiluN[] = "silu",
@@ -28,9 +30,9 @@ constexpr char kReluN[] = "relu", kLeakyN[] = "leaky_relu", kSigN[] = "sigmoid",
     }                                                \
   };
 KILN_UNARY_F(ReluF, x <= T(0) ? T(0) : x)
-KILN_UNARY_F(SigmoidF, vm::sigmoid<T>(x))
-KILN_UNARY_F(TanhF, vm::tanh<T>(x))
-KILN_UNARY_F(SiluF, x* vm::sigmoid<T>(x))
+KILN_UNARY_F(SigmoidF, vec_math::sigmoid<T>(x))
+KILN_UNARY_F(TanhF, vec_math::tanh<T>(x))
+KILN_UNARY_F(SiluF, x* vec_math::sigmoid<T>(x))
 #undef KILN_UNARY_F
 
 struct LeakyF {
@@ -49,7 +51,7 @@ struct SoftplusF {
   template <class T>
   [[gnu::always_inline]] T operator()(T x) const {
     const T z = x * T(beta);
-    return z > T(thr) ? x : std::log1p(vm::exp<T>(z)) / T(beta);
+    return z > T(thr) ? x : std::log1p(vec_math::exp<T>(z)) / T(beta);
   }
 };
 struct EluF {
@@ -66,14 +68,14 @@ struct GeluErfF {
   explicit GeluErfF(const Attrs&) {}
   template <class T>
   [[gnu::always_inline]] T operator()(T x) const {
-    return vm::gelu_erf<T>(x);
+    return vec_math::gelu_erf<T>(x);
   }
 };
 struct GeluTanhF {
   explicit GeluTanhF(const Attrs&) {}
   template <class T>
   [[gnu::always_inline]] T operator()(T x) const {
-    return vm::gelu_tanh<T>(x);
+    return vec_math::gelu_tanh<T>(x);
   }
 };
 void k_gelu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -88,7 +90,7 @@ void k_gelu(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
 struct GeluGradErfF {
   template <class T>
   [[gnu::always_inline]] T operator()(T g, T x) const {
-    return g * vm::gelu_erf_grad<T>(x);
+    return g * vec_math::gelu_erf_grad<T>(x);
   }
 };
 struct GeluGradTanhF {
@@ -96,7 +98,7 @@ struct GeluGradTanhF {
   [[gnu::always_inline]] T operator()(T g, T x) const {
     const T k = T(0.7978845608028654), a = T(0.044715);
     const T x2 = x * x;
-    const T t = vm::tanh<T>(k * (x + a * x2 * x));
+    const T t = vec_math::tanh<T>(k * (x + a * x2 * x));
     const T d = T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x2);
     return g * d;
   }
@@ -254,7 +256,7 @@ const OpDef& kElu = def_op({.name = kEluN,
 Tensor relu(const Tensor& a) { return call1(kRelu, {a}); }
 Tensor& Tensor::relu_() {
   const Tensor in[1] = {*this};
-  return opu::write_in_place("relu_", *this, kRelu, in);
+  return op_util::write_in_place("relu_", *this, kRelu, in);
 }
 Tensor leaky_relu(const Tensor& a, double s) { return call1(kLeaky, {float_in(a)}, {s}); }
 Tensor sigmoid(const Tensor& a) { return call1(kSigmoid, {float_in(a)}); }
@@ -262,7 +264,7 @@ Tensor tanh(const Tensor& a) { return call1(kTanh, {float_in(a)}); }
 Tensor gelu(const Tensor& a, bool approximate) {
   return call1(kGelu, {float_in(a)}, {approximate});
 }
-Tensor gelu_grad(const Tensor& g, const Tensor& x, bool approximate) {
+Tensor detail::gelu_grad(const Tensor& g, const Tensor& x, bool approximate) {
   auto [a, b] = promoted(float_in(g), float_in(x));
   return call1(kGeluGrad, {a, b}, {approximate});
 }

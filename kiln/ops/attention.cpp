@@ -17,7 +17,10 @@
 #include <cmath>
 #include <vector>
 
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/index_util.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {
@@ -29,9 +32,9 @@ bool dim_eq(int64_t a, int64_t b) { return a < 0 || b < 0 || a == b; }
 
 // q [..., Tq, E], k [..., Tk, E], v [..., Tk, Ev] with equal batch dims; float, one dtype.
 void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
-  opu::require_float(op, q, "q");
-  opu::require_float(op, k, "k");
-  opu::require_float(op, v, "v");
+  op_util::require_float(op, q, "q");
+  op_util::require_float(op, k, "k");
+  op_util::require_float(op, v, "v");
   if (q.dtype() != k.dtype() || q.dtype() != v.dtype())
     fail(op, "q, k and v must have one dtype, got q ", q.dtype(), " ", q.shape(), ", k ", k.dtype(),
          " ", k.shape(), ", v ", v.dtype(), " ", v.shape());
@@ -73,7 +76,7 @@ double eff_scale(double scale, int64_t e) {
 cpu::AttnDims dims_of(const Tensor& q, const Tensor& k, const Tensor& v, const Attrs& a) {
   cpu::AttnDims s;
   const int64_t r = q.dim();
-  s.bh = opu::prod(q.shape(), 0, r - 2);
+  s.bh = op_util::prod(q.shape(), 0, r - 2);
   s.tq = q.shape()[r - 2];
   s.tk = k.shape()[r - 2];
   s.d = q.shape()[r - 1];
@@ -87,7 +90,7 @@ cpu::AttnDims dims_of(const Tensor& q, const Tensor& k, const Tensor& v, const A
 template <typename T, typename P>
 cpu::AttnMat<P> mat(const Tensor& t, std::vector<int64_t>& off) {
   const int64_t r = t.dim();
-  off = opu::dim_offsets(t.shape(), t.strides(), 0, r - 2);
+  off = op_util::dim_offsets(t.shape(), t.strides(), 0, r - 2);
   return {t.data_ptr<T>(), off.data(), t.strides()[r - 2], t.strides()[r - 1]};
 }
 // The logical [..., H, T, E] matrices of a contiguous raw result.
@@ -100,7 +103,7 @@ cpu::AttnMat<T> raw_mat(const Tensor& raw, std::vector<int64_t>& off) {
     std::swap(s[r - 3], s[r - 2]);
     std::swap(st[r - 3], st[r - 2]);
   }
-  off = opu::dim_offsets(s, st, 0, r - 2);
+  off = op_util::dim_offsets(s, st, 0, r - 2);
   return {raw.data_ptr<T>(), off.data(), st[r - 2], 1};
 }
 

@@ -8,6 +8,8 @@
 // in kiln/exec/control_flow.cpp.
 #include "kiln/ops/op_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
@@ -108,22 +110,22 @@ TensorList merge_grad(const GradCtx& c) {
   return out;
 }
 
-const OpDef& kSwitch = def_op(
+const OpDef& kSwitchOp = def_op(
     {.name = "switch",
      .num_inputs = 2,
      .num_outputs = 2,
-     .traits = kControlFlow,
+     .traits = kControlFlow | kSwitch,
      .infer = switch_infer,
      .view = switch_view,
      .grad = switch_grad,
      .doc = "switch(data, pred) -> {false_out, true_out}: data goes to the taken side, the other "
             "output is dead"});
 
-const OpDef& kMerge = def_op(
+const OpDef& kMergeOp = def_op(
     {.name = "merge",
      .num_inputs = -1,
      .num_outputs = 2,
-     .traits = kControlFlow,
+     .traits = kControlFlow | kMerge,
      .infer = merge_infer,
      .view = merge_view,
      .grad = merge_grad,
@@ -141,7 +143,7 @@ std::vector<Tensor> switch_(const Tensor& data, const Tensor& pred) {
   if (!data.defined() || !pred.defined()) fail("switch", "data and predicate must be defined");
   Tensor in[2] = {data, pred};
   if (any_symbolic(in)) {
-    TensorList o = call(kSwitch, {data, pred});
+    TensorList o = call(kSwitchOp, {data, pred});
     return {o[0], o[1]};
   }
   // Eagerly the taken output is the data tensor itself: no copy, and autograd flows through it
@@ -166,7 +168,7 @@ std::vector<Tensor> merge(const std::vector<Tensor>& inputs) {
            " is an undefined tensor (a value on the untaken side of a switch is a dead tensor, "
            "not an undefined one)");
   if (any_symbolic(in)) {
-    TensorList o = call(kMerge, in);
+    TensorList o = call(kMergeOp, in);
     return {o[0], o[1]};
   }
   // Eager: the inputs must agree as in a graph (dtype, rank), dead ones included; the first

@@ -15,12 +15,14 @@
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/ops/op_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
-using opu::one;
-using opu::out_size;
-using opu::pair2;
+using op_util::one;
+using op_util::out_size;
+using op_util::pair2;
 using Ints = std::vector<int64_t>;
 
 // Gradient rules refer to ops defined further down (and to each other); these wrappers are
@@ -46,10 +48,10 @@ ConvP conv_params(const char* op, const Attrs& a) {
   if (d[0] <= 0 || d[1] <= 0) fail(op, "dilation must be positive, got ", Shape(d));
   if (p[0] < 0 || p[1] < 0) fail(op, "padding must be non-negative, got ", Shape(p));
   if (a.i(3) <= 0) fail(op, "groups must be positive, got ", a.i(3));
-  opu::check_window_params(op, "stride", s);
-  opu::check_window_params(op, "padding", p);
-  opu::check_window_params(op, "dilation", d);
-  opu::check_window_params(op, "groups", {a.i(3)});
+  op_util::check_window_params(op, "stride", s);
+  op_util::check_window_params(op, "padding", p);
+  op_util::check_window_params(op, "dilation", d);
+  op_util::check_window_params(op, "groups", {a.i(3)});
   return ConvP{s[0], s[1], p[0], p[1], d[0], d[1], a.i(3)};
 }
 
@@ -499,7 +501,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b,
   if (groups <= 0) fail(op, "groups must be positive, got ", groups);
   for (const Ints* v : {&s, &p, &o, &d})
     for (int64_t e : *v)
-      if (e > opu::kMaxWindowParam)
+      if (e > op_util::kMaxWindowParam)
         fail(op, "stride, padding, output_padding and dilation must each be at most 2^30, got ",
              "stride ", Shape(s), ", padding ", Shape(p), ", output_padding ", Shape(o),
              ", dilation ", Shape(d));

@@ -8,13 +8,15 @@
 #include "kiln/ops/elementwise_util.h"
 #include "kiln/ops/op_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
-using namespace ew;
+using namespace detail::elementwise_util;
 
-using opu::one;
-using opu::scalar_like;
+using op_util::one;
+using op_util::scalar_like;
 
 // ---- scalar functors ------------------------------------------------------------------------
 
@@ -116,13 +118,13 @@ struct OrF {
     }                                                \
   };
 KILN_UNARY_F(NegF, -x)
-KILN_UNARY_F(ExpF, vm::exp<T>(x))
+KILN_UNARY_F(ExpF, vec_math::exp<T>(x))
 KILN_UNARY_F(LogF, std::log(x))
 KILN_UNARY_F(SqrtF, std::sqrt(x))
 KILN_UNARY_F(RsqrtF, T(1) / std::sqrt(x))
 KILN_UNARY_F(AbsF, x < 0 ? -x : x)
 KILN_UNARY_F(SignF, x != x ? x : T((x > 0) - (x < 0)))
-KILN_UNARY_F(ErfF, vm::erf<T>(x))
+KILN_UNARY_F(ErfF, vec_math::erf<T>(x))
 KILN_UNARY_F(SinF, std::sin(x))
 KILN_UNARY_F(CosF, std::cos(x))
 KILN_UNARY_F(Log1pF, std::log1p(x))
@@ -320,7 +322,7 @@ const OpDef& kWhere = def_op(
          [](std::span<const Tensor> in, const Attrs&) {
            if (in[0].dtype() != Bool)
              fail("where", "condition must be bool, got ", in[0].dtype(), " ", in[0].shape());
-           opu::require_same_dtype("where", in[1], in[2]);
+           op_util::require_same_dtype("where", in[1], in[2]);
            Shape s = broadcast_shapes(in[1].shape(), in[2].shape(), "where");
            return one(in[1].dtype(), broadcast_shapes(in[0].shape(), s, "where"));
          },
@@ -453,7 +455,7 @@ const OpDef& kClamp =
             .traits = kEw,
             .infer =
                 [](std::span<const Tensor> in, const Attrs& a) {
-                  opu::require_numeric(kClampN, in[0]);
+                  op_util::require_numeric(kClampN, in[0]);
                   if (a.f(0) > a.f(1))
                     fail("clamp", "min ", a.f(0), " is greater than max ", a.f(1), " (input shape ",
                          in[0].shape(), ")");
@@ -499,17 +501,17 @@ Tensor& bin_(const char* name, const OpDef& op, Tensor& self, const Tensor& b) {
   if (!self.defined() || !b.defined()) fail(name, "undefined operand");
   if (self.dtype() == b.dtype()) {
     const Tensor in[2] = {self, b};
-    return opu::write_in_place(name, self, op, in);
+    return op_util::write_in_place(name, self, op, in);
   }
   auto [x, y] = promoted(self, b);
   const Tensor in[2] = {x, y};
-  return opu::write_in_place(name, self, op, in);
+  return op_util::write_in_place(name, self, op, in);
 }
 Tensor& bin_(const char* name, const OpDef& op, Tensor& self, double b) {
   if (!self.defined()) fail(name, "undefined operand");
   auto [x, y] = with_scalar(self, b);
   const Tensor in[2] = {x, y};
-  return opu::write_in_place(name, self, op, in);
+  return op_util::write_in_place(name, self, op, in);
 }
 // Comparisons with a host scalar promote like arithmetic: an integer tensor next to a
 // fractional scalar compares as float (torch.tensor([2]) < 2.5 is True), and a bool tensor
@@ -562,11 +564,11 @@ Tensor& Tensor::div_(double o) {
 }
 Tensor& Tensor::neg_() {
   const Tensor in[1] = {*this};
-  return opu::write_in_place("neg_", *this, kNeg, in);
+  return op_util::write_in_place("neg_", *this, kNeg, in);
 }
 Tensor& Tensor::clamp_(double lo, double hi) {
   const Tensor in[1] = {*this};
-  return opu::write_in_place("clamp_", *this, kClamp, in, {lo, hi});
+  return op_util::write_in_place("clamp_", *this, kClamp, in, {lo, hi});
 }
 Tensor pow(const Tensor& a, const Tensor& b) {
   auto [x, y] = promoted(float_in(a), b);

@@ -8,10 +8,10 @@
 
 #include "kiln/ops/op_util.h"
 
-namespace kiln::ew {
+namespace kiln::detail::elementwise_util {
 
-using opu::one;
-using opu::scalar_like;
+using op_util::one;
+using op_util::scalar_like;
 
 /// Traits of an ordinary elementwise op.
 inline constexpr uint32_t kEw = kElementwise | kFusable | kInplaceable;
@@ -19,19 +19,19 @@ inline constexpr uint32_t kEw = kElementwise | kFusable | kInplaceable;
 // ---- inference ------------------------------------------------------------------------------
 
 inline MetaList infer_binary(const char* op, std::span<const Tensor> in) {
-  opu::require_same_dtype(op, in[0], in[1]);
+  op_util::require_same_dtype(op, in[0], in[1]);
   const Shape& a = in[0].shape();
   if (a == in[1].shape()) return one(in[0].dtype(), a);
   return one(in[0].dtype(), broadcast_shapes(a, in[1].shape(), op));
 }
 template <const char* Name>
 MetaList infer_binary_num(std::span<const Tensor> in, const Attrs&) {
-  opu::require_numeric(Name, in[0]);
+  op_util::require_numeric(Name, in[0]);
   return infer_binary(Name, in);
 }
 template <const char* Name>
 MetaList infer_binary_float(std::span<const Tensor> in, const Attrs&) {
-  opu::require_float(Name, in[0]);
+  op_util::require_float(Name, in[0]);
   return infer_binary(Name, in);
 }
 template <const char* Name>
@@ -49,12 +49,12 @@ MetaList infer_logical(std::span<const Tensor> in, const Attrs&) {
 }
 template <const char* Name>
 MetaList infer_unary_float(std::span<const Tensor> in, const Attrs&) {
-  opu::require_float(Name, in[0]);
+  op_util::require_float(Name, in[0]);
   return one(in[0].dtype(), in[0].shape());
 }
 template <const char* Name>
 MetaList infer_unary_num(std::span<const Tensor> in, const Attrs&) {
-  opu::require_numeric(Name, in[0]);
+  op_util::require_numeric(Name, in[0]);
   return one(in[0].dtype(), in[0].shape());
 }
 
@@ -108,4 +108,4 @@ inline Tensor float_in(const Tensor& a) {
   return is_floating(a.dtype()) ? a : cast(a, Float32);
 }
 
-}  // namespace kiln::ew
+}  // namespace kiln::detail::elementwise_util

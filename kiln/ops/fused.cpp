@@ -19,7 +19,9 @@
 #include "kiln/kernels/cpu/vec_math.h"
 #include "kiln/ops/op_util.h"
 
-namespace kiln::fused {
+using namespace kiln::detail;
+
+namespace kiln::detail::fused {
 namespace {
 
 enum Code : int {
@@ -154,8 +156,8 @@ State& state_for(const Attrs& a) {
 
 // ---- interpreter ----------------------------------------------------------------------------
 
-using vm::gelu_erf;
-using vm::gelu_tanh;
+using vec_math::gelu_erf;
+using vec_math::gelu_tanh;
 
 template <typename T>
 void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64_t n) {
@@ -200,7 +202,7 @@ void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64
     case kNeg:
       KILN_LOOP(-a[j])
     case kExp:
-      KILN_LOOP(vm::exp<T>(a[j]))
+      KILN_LOOP(vec_math::exp<T>(a[j]))
     case kLog:
       KILN_LOOP(std::log(a[j]))
     case kSqrt:
@@ -212,7 +214,7 @@ void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64
     case kSign:
       KILN_LOOP(a[j] != a[j] ? a[j] : T((a[j] > 0) - (a[j] < 0)))
     case kErf:
-      KILN_LOOP(vm::erf<T>(a[j]))
+      KILN_LOOP(vec_math::erf<T>(a[j]))
     case kClamp: {
       T lo = T(ins.attrs[0]), hi = T(ins.attrs[1]);
       KILN_LOOP(a[j] < lo ? lo : (a[j] > hi ? hi : a[j]))
@@ -224,9 +226,9 @@ void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64
       KILN_LOOP(a[j] < T(0) ? a[j] * s : a[j])
     }
     case kSigmoid:
-      KILN_LOOP(vm::sigmoid<T>(a[j]))
+      KILN_LOOP(vec_math::sigmoid<T>(a[j]))
     case kTanh:
-      KILN_LOOP(vm::tanh<T>(a[j]))
+      KILN_LOOP(vec_math::tanh<T>(a[j]))
     case kGelu:
       if (ins.attrs[0] != 0) {
         KILN_LOOP(gelu_tanh<T>(a[j]))
@@ -234,7 +236,7 @@ void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64
         KILN_LOOP(gelu_erf<T>(a[j]))
       }
     case kSilu:
-      KILN_LOOP(a[j] * vm::sigmoid<T>(a[j]))
+      KILN_LOOP(a[j] * vec_math::sigmoid<T>(a[j]))
     case kCopy:
       KILN_LOOP(a[j])
     default:
@@ -741,7 +743,8 @@ const OpDef& fused_op() {
 
 std::vector<Tensor> call(const std::string& program, const std::vector<Tensor>& inputs) {
   Attrs a{AttrValue(program), AttrValue(register_program(program))};
-  TensorList r = kiln::call(fused_op(), std::span<const Tensor>(inputs.data(), inputs.size()), a);
+  TensorList r =
+      kiln::detail::call(fused_op(), std::span<const Tensor>(inputs.data(), inputs.size()), a);
   return std::vector<Tensor>(r.begin(), r.end());
 }
 
@@ -749,4 +752,4 @@ namespace {
 [[maybe_unused]] const OpDef& kFusedRegistered = fused_op();
 }
 
-}  // namespace kiln::fused
+}  // namespace kiln::detail::fused

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln/ops/op_def.h"
+#include "kiln/registry/op_def.h"
 
-namespace kiln::fused {
+namespace kiln::detail::fused {
 
 /// One instruction: op (an elementwise OpDef), arguments (>= 0: group input k; < 0: the result
 /// of instruction -1-k), attribute values as doubles.
@@ -88,4 +88,4 @@ const OpDef& fused_op();
 /// are built.
 std::vector<Tensor> call(const std::string& program, const std::vector<Tensor>& inputs);
 
-}  // namespace kiln::fused
+}  // namespace kiln::detail::fused

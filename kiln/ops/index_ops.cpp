@@ -7,13 +7,16 @@
 #include <cstring>
 #include <numeric>
 
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/index_util.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {
 
-using opu::one;
-using opu::prod;
+using op_util::one;
+using op_util::prod;
 
 // Offsets of positions along a run of dims, as a table or (when the index and the tensor
 // agree on those sizes, the common case) as i * scale without a table.
@@ -33,7 +36,7 @@ Offs outer_offs(const Shape& is, const Shape& ts, int64_t dim) {
     o.scale = prod(ts, dim, ts.rank());
   } else {
     o.ident = false;
-    o.tab = opu::dim_offsets(is, contiguous_strides(ts), 0, dim);
+    o.tab = op_util::dim_offsets(is, contiguous_strides(ts), 0, dim);
   }
   return o;
 }
@@ -45,7 +48,7 @@ Offs inner_offs(const Shape& is, const Shape& ts, int64_t dim) {
   for (int64_t d = dim + 1; d < ts.rank(); ++d) same = same && is[d] == ts[d];
   if (!same) {
     o.ident = false;
-    o.tab = opu::dim_offsets(is, contiguous_strides(ts), dim + 1, ts.rank());
+    o.tab = op_util::dim_offsets(is, contiguous_strides(ts), dim + 1, ts.rank());
   }
   return o;
 }
@@ -57,7 +60,7 @@ bool known(int64_t a, int64_t b) { return a >= 0 && b >= 0; }
 MetaList infer_gather(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
   const Tensor& idx = in[1];
-  opu::require_index("gather", idx);
+  op_util::require_index("gather", idx);
   if (x.dim() == 0) fail("gather", "input must have at least 1 dim, got shape ", x.shape());
   int64_t dim = wrap_dim(a.i(0), x.dim(), "gather");
   if (idx.dim() != x.dim())
@@ -80,8 +83,8 @@ void gather_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   if (outer * n * inner == 0) return;
   Offs xo = outer_offs(is, xs, dim), xi = inner_offs(is, xs, dim);
   int64_t sd = prod(xs, dim + 1, xs.rank());
-  opu::with_index(idx, "gather", [&](auto* ip) {
-    opu::check_range("gather", ip, idx.numel(), xs[dim], "dim of the input", is);
+  op_util::with_index(idx, "gather", [&](auto* ip) {
+    op_util::check_range("gather", ip, idx.numel(), xs[dim], "dim of the input", is);
     KILN_DISPATCH_ALL(x.dtype(), "gather", [&] {
       const scalar_t* X = x.data_ptr<scalar_t>();
       scalar_t* O = out[0].data_ptr<scalar_t>();
@@ -107,9 +110,9 @@ MetaList infer_scatter_add(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
   const Tensor& idx = in[1];
   const Tensor& src = in[2];
-  opu::require_index("scatter_add", idx);
-  opu::require_numeric("scatter_add", x);
-  opu::require_same_dtype("scatter_add", x, src);
+  op_util::require_index("scatter_add", idx);
+  op_util::require_numeric("scatter_add", x);
+  op_util::require_same_dtype("scatter_add", x, src);
   if (x.dim() == 0) fail("scatter_add", "input must have at least 1 dim, got shape ", x.shape());
   int64_t dim = wrap_dim(a.i(0), x.dim(), "scatter_add");
   if (idx.dim() != x.dim() || src.dim() != x.dim())
@@ -144,8 +147,8 @@ void scatter_add_kernel(std::span<const Tensor> in, std::span<Tensor> out, const
   // Tasks own disjoint (outer, column block) pairs, so no two tasks add into the same element.
   const int64_t blk = 256;
   int64_t nblk = (inner + blk - 1) / blk;
-  opu::with_index(idx, "scatter_add", [&](auto* ip) {
-    opu::check_range("scatter_add", ip, idx.numel(), xs[dim], "dim of the input", is);
+  op_util::with_index(idx, "scatter_add", [&](auto* ip) {
+    op_util::check_range("scatter_add", ip, idx.numel(), xs[dim], "dim of the input", is);
     KILN_DISPATCH_NUMERIC(x.dtype(), "scatter_add", [&] {
       scalar_t* O = out[0].data_ptr<scalar_t>();
       const scalar_t* S = src.data_ptr<scalar_t>();
@@ -208,7 +211,7 @@ void add_rows(const T* G, const I* ip, T* O, int64_t outer, int64_t V, int64_t n
 MetaList infer_index_select(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
   const Tensor& idx = in[1];
-  opu::require_index("index_select", idx);
+  op_util::require_index("index_select", idx);
   if (x.dim() == 0) fail("index_select", "input must have at least 1 dim, got shape ", x.shape());
   if (idx.dim() > 1)
     fail("index_select", "index must be 0-d or 1-d, got shape ", idx.shape(), " (input ", x.shape(),
@@ -226,8 +229,8 @@ void index_select_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
   const Shape& xs = x.shape();
   int64_t outer = prod(xs, 0, dim), V = xs[dim], inner = prod(xs, dim + 1, xs.rank());
   int64_t n = idx.numel();
-  opu::with_index(idx, "index_select", [&](auto* ip) {
-    opu::check_range("index_select", ip, n, V, "dim of the input", idx.shape());
+  op_util::with_index(idx, "index_select", [&](auto* ip) {
+    op_util::check_range("index_select", ip, n, V, "dim of the input", idx.shape());
     if (outer * n * inner == 0) return;
     KILN_DISPATCH_ALL(x.dtype(), "index_select", [&] {
       select_rows(x.data_ptr<scalar_t>(), ip, out[0].data_ptr<scalar_t>(), outer, V, n, inner);
@@ -240,8 +243,8 @@ void index_select_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
 MetaList infer_index_select_grad(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& g = in[0];
   const Tensor& idx = in[1];
-  opu::require_index("index_select_grad", idx);
-  opu::require_numeric("index_select_grad", g);
+  op_util::require_index("index_select_grad", idx);
+  op_util::require_numeric("index_select_grad", g);
   if (g.dim() == 0) fail("index_select_grad", "gradient must have at least 1 dim, got ", g.shape());
   int64_t dim = wrap_dim(a.i(0), g.dim(), "index_select_grad");
   if (known(g.shape()[dim], idx.numel()) && g.shape()[dim] != idx.numel())
@@ -261,8 +264,8 @@ void index_select_grad_kernel(std::span<const Tensor> in, std::span<Tensor> out,
   const Shape& gs = g.shape();
   int64_t outer = prod(gs, 0, dim), n = gs[dim], inner = prod(gs, dim + 1, gs.rank());
   std::memset(out[0].raw_data(), 0, static_cast<size_t>(out[0].numel()) * out[0].element_size());
-  opu::with_index(idx, "index_select_grad", [&](auto* ip) {
-    opu::check_range("index_select_grad", ip, n, V, "dim of the result", idx.shape());
+  op_util::with_index(idx, "index_select_grad", [&](auto* ip) {
+    op_util::check_range("index_select_grad", ip, n, V, "dim of the result", idx.shape());
     if (outer * n * inner == 0) return;
     KILN_DISPATCH_NUMERIC(g.dtype(), "index_select_grad", [&] {
       add_rows(g.data_ptr<scalar_t>(), ip, out[0].data_ptr<scalar_t>(), outer, V, n, inner);
@@ -273,7 +276,7 @@ void index_select_grad_kernel(std::span<const Tensor> in, std::span<Tensor> out,
 MetaList infer_embedding(std::span<const Tensor> in, const Attrs&) {
   const Tensor& w = in[0];
   const Tensor& idx = in[1];
-  opu::require_index("embedding", idx, "indices");
+  op_util::require_index("embedding", idx, "indices");
   if (w.dim() != 2) fail("embedding", "weight must be 2-D [V, D], got shape ", w.shape());
   Shape s = idx.shape();
   s.push_back(w.shape()[1]);
@@ -284,7 +287,7 @@ void embedding_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
   const Tensor& w = in[0];
   const Tensor& idx = in[1];
   int64_t V = w.shape()[0], D = w.shape()[1], n = idx.numel();
-  opu::with_index(idx, "embedding", [&](auto* ip) {
+  op_util::with_index(idx, "embedding", [&](auto* ip) {
     for (int64_t i = 0; i < n; ++i) {
       int64_t v = static_cast<int64_t>(ip[i]);
       if (v < 0 || v >= V)
@@ -406,9 +409,9 @@ MetaList infer_index_add(std::span<const Tensor> in, const Attrs& at) {
   const Tensor& a = in[0];
   const Tensor& idx = in[1];
   const Tensor& src = in[2];
-  opu::require_index("index_add", idx);
-  opu::require_numeric("index_add", a);
-  opu::require_same_dtype("index_add", a, src);
+  op_util::require_index("index_add", idx);
+  op_util::require_numeric("index_add", a);
+  op_util::require_same_dtype("index_add", a, src);
   if (a.dim() == 0) fail("index_add", "input must have at least 1 dim, got shape ", a.shape());
   if (idx.dim() > 1)
     fail("index_add", "index must be 0-d or 1-d, got shape ", idx.shape(), " (input ", a.shape(),
@@ -434,8 +437,8 @@ void index_add_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
   int64_t outer = prod(as, 0, dim), V = as[dim], inner = prod(as, dim + 1, as.rank());
   int64_t n = idx.numel();
   std::memcpy(out[0].raw_data(), a.raw_data(), static_cast<size_t>(a.numel()) * a.element_size());
-  opu::with_index(idx, "index_add", [&](auto* ip) {
-    opu::check_range("index_add", ip, n, V, "dim of the input", idx.shape());
+  op_util::with_index(idx, "index_add", [&](auto* ip) {
+    op_util::check_range("index_add", ip, n, V, "dim of the input", idx.shape());
     if (outer * n * inner == 0) return;
     KILN_DISPATCH_NUMERIC(a.dtype(), "index_add", [&] {
       add_rows(src.data_ptr<scalar_t>(), ip, out[0].data_ptr<scalar_t>(), outer, V, n, inner);
@@ -497,7 +500,7 @@ int64_t topk_len(const char* op, const Shape& s, const Attrs& a) {
 
 MetaList infer_topk(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
-  opu::require_numeric("topk", x);
+  op_util::require_numeric("topk", x);
   if (x.dtype() == Bool) fail("topk", "input must be numeric, not bool (", x.shape(), ")");
   if (x.dim() == 0) fail("topk", "input must have at least one dim, got a 0-d tensor");
   (void)a.b(2);

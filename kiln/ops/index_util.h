@@ -6,7 +6,7 @@
 
 #include "kiln/ops/op_util.h"
 
-namespace kiln::opu {
+namespace kiln::detail::op_util {
 
 /// Index tensors are int64 or int32.
 inline void require_index(const char* op, const Tensor& idx, const char* what = "index") {
@@ -59,4 +59,4 @@ inline int64_t prod(const Shape& s, int64_t d0, int64_t d1) {
   return p;
 }
 
-}  // namespace kiln::opu
+}  // namespace kiln::detail::op_util

@@ -12,10 +12,12 @@
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/ops/op_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
-using opu::one;
+using op_util::one;
 
 // ---- argument checks (shared by the wrapper, on the user's shapes, and by inference) --------
 
@@ -27,7 +29,7 @@ void check_matmul(const Tensor& a, const Tensor& b) {
   if (!is_floating(a.dtype()) || !is_floating(b.dtype()))
     fail("matmul", "only float32 and float64 are supported, got ", a.dtype(), " and ", b.dtype(),
          " (shapes ", a.shape(), " and ", b.shape(), ")");
-  opu::require_same_dtype("matmul", a, b);
+  op_util::require_same_dtype("matmul", a, b);
   int64_t ka = a.shape()[a.dim() - 1];
   int64_t kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
   if (ka >= 0 && kb >= 0 && ka != kb)
@@ -339,6 +341,7 @@ const OpDef& kAddmm = def_op(
     {.name = "addmm",
      .num_inputs = 3,
      .attr_names = {"beta", "alpha"},
+     .traits = kAccumulates,
      .infer = infer_addmm,
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& at) {

@@ -8,14 +8,17 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/kernels/cpu/vec_math.h"
 #include "kiln/ops/index_util.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {
 
-using opu::one;
-using opu::prod;
+using op_util::one;
+using op_util::prod;
 
 // ---- softmax / log_softmax --------------------------------------------------------------------
 
@@ -48,7 +51,7 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
                    for (; j + kW <= n; j += kW) {
 #pragma omp simd
                      for (int64_t u = 0; u < kW; ++u) {
-                       const T ev = vm::exp<T>(xr[j + u] - m);
+                       const T ev = vec_math::exp<T>(xr[j + u] - m);
                        if constexpr (!Log) yr[j + u] = ev;
                        sa[u] += ev;
                      }
@@ -56,7 +59,7 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t n) {
                    T s = 0;
                    for (int64_t u = 0; u < kW; ++u) s += sa[u];
                    for (; j < n; ++j) {
-                     const T ev = vm::exp<T>(xr[j] - m);
+                     const T ev = vec_math::exp<T>(xr[j] - m);
                      if constexpr (!Log) yr[j] = ev;
                      s += ev;
                    }
@@ -100,7 +103,7 @@ void softmax_cols(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
         T* yr = yb + k * inner;
 #pragma omp simd
         for (int64_t j = 0; j < w; ++j) {
-          T ev = vm::exp<T>(xr[j] - mx[j]);
+          T ev = vec_math::exp<T>(xr[j] - mx[j]);
           if constexpr (!Log) yr[j] = ev;
           sm[j] += ev;
         }
@@ -193,7 +196,7 @@ void softmax_grad_impl(const T* g, const T* y, T* dx, int64_t outer, int64_t n, 
 template <bool Log>
 MetaList infer_softmax(std::span<const Tensor> in, const Attrs& a) {
   const char* op = Log ? "log_softmax" : "softmax";
-  opu::require_float(op, in[0]);
+  op_util::require_float(op, in[0]);
   wrap_dim(a.i(0), std::max<int64_t>(in[0].dim(), 1), op);
   return one(in[0].dtype(), in[0].shape());
 }
@@ -221,8 +224,8 @@ const OpDef& kSoftmaxGrad = def_op(
      .traits = kReduction,
      .infer =
          [](std::span<const Tensor> in, const Attrs& a) {
-           opu::require_float("softmax_grad", in[0]);
-           opu::require_same_dtype("softmax_grad", in[0], in[1]);
+           op_util::require_float("softmax_grad", in[0]);
+           op_util::require_same_dtype("softmax_grad", in[0], in[1]);
            if (in[0].shape() != in[1].shape())
              fail("softmax_grad", "gradient shape ", in[0].shape(),
                   " differs from the softmax output's ", in[1].shape());
@@ -297,8 +300,8 @@ void check_nll_shapes(const char* op, const Shape& lp, const Shape& t) {
 MetaList infer_nll(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& lp = in[0];
   const Tensor& t = in[1];
-  opu::require_float("nll_loss", lp);
-  opu::require_index("nll_loss", t, "target");
+  op_util::require_float("nll_loss", lp);
+  op_util::require_index("nll_loss", t, "target");
   check_nll_shapes("nll_loss", lp.shape(), t.shape());
   if (red_of(a.s(0)) == Reduction::None) return one(lp.dtype(), t.shape());
   return one(lp.dtype(), Shape{});
@@ -309,7 +312,7 @@ template <typename F>
 void for_each_target(const char* op, const Tensor& t, int64_t C, int64_t ignore, F&& f) {
   const Shape& ts = t.shape();
   int64_t N = ts[0], inner = prod(ts, 1, ts.rank());
-  opu::with_index(t, op, [&](auto* tp) {
+  op_util::with_index(t, op, [&](auto* tp) {
     for (int64_t i = 0; i < N * inner; ++i) {
       int64_t v = static_cast<int64_t>(tp[i]);
       if (v == ignore) continue;
@@ -354,8 +357,8 @@ void nll_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
 MetaList infer_nll_grad(std::span<const Tensor> in, const Attrs& a) {
   const Tensor& g = in[0];
   const Tensor& t = in[1];
-  opu::require_float("nll_loss_grad", g);
-  opu::require_index("nll_loss_grad", t, "target");
+  op_util::require_float("nll_loss_grad", g);
+  op_util::require_index("nll_loss_grad", t, "target");
   if (t.dim() < 1) fail("nll_loss_grad", "target must be [N, d...], got shape ", t.shape());
   if (red_of(a.s(0)) == Reduction::None ? g.shape() != t.shape() : g.dim() != 0)
     fail("nll_loss_grad", "gradient shape ", g.shape(), " does not fit target ", t.shape(),
@@ -459,7 +462,7 @@ const OpDef& kDropout = def_op(
      .traits = kRandom,
      .infer =
          [](std::span<const Tensor> in, const Attrs& a) {
-           opu::require_float("dropout", in[0]);
+           op_util::require_float("dropout", in[0]);
            double p = a.f(0);
            if (!(p >= 0 && p < 1))
              fail("dropout", "p must be in [0, 1), got ", p, " (input shape ", in[0].shape(), ")");
@@ -486,7 +489,7 @@ const OpDef& kDropout = def_op(
          [](const GradCtx& c) {
            const Tensor& g = c.g(0);
            return TensorList{
-               where(c.out(1), mul(g, 1.0 / (1.0 - c.attrs.f(0))), opu::scalar_like(g, 0))};
+               where(c.out(1), mul(g, 1.0 / (1.0 - c.attrs.f(0))), op_util::scalar_like(g, 0))};
          },
      .contiguous_inputs = true,
      .doc = "zeroes elements with probability p, scales the rest by 1/(1-p); output 1 is the "
@@ -496,7 +499,7 @@ const OpDef& kDropout = def_op(
 
 Tensor softmax(const Tensor& a, int64_t dim) { return call1(kSoftmax, {a}, {dim}); }
 Tensor log_softmax(const Tensor& a, int64_t dim) { return call1(kLogSoftmax, {a}, {dim}); }
-Tensor softmax_grad(const Tensor& g, const Tensor& y, int64_t dim) {
+Tensor detail::softmax_grad(const Tensor& g, const Tensor& y, int64_t dim) {
   return call1(kSoftmaxGrad, {g, y}, {dim});
 }
 

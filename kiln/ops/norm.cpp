@@ -7,15 +7,18 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/kernels/cpu/stream.h"
 #include "kiln/kernels/cpu/vec_math.h"
 #include "kiln/ops/index_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
-using opu::one;
-using opu::prod;
+using op_util::one;
+using op_util::prod;
 
 // ---- layer_norm -----------------------------------------------------------------------------
 // Inputs: x, then weight and bias when the attrs say so. Outputs: y, mean, rstd (mean and rstd
@@ -98,7 +101,7 @@ struct LnAttrs {
 MetaList infer_layer_norm(std::span<const Tensor> in, const Attrs& a) {
   LnAttrs la(a);
   const Tensor& x = in[0];
-  opu::require_float("layer_norm", x);
+  op_util::require_float("layer_norm", x);
   size_t want = 1 + (la.has_w ? 1 : 0) + (la.has_b ? 1 : 0);
   if (in.size() != want)
     fail("layer_norm", "expected ", want, " inputs, got ", in.size(), " (input ", x.shape(), ")");
@@ -106,8 +109,8 @@ MetaList infer_layer_norm(std::span<const Tensor> in, const Attrs& a) {
     fail("layer_norm", "cannot normalize over the last ", la.k, " dims of input ", x.shape());
   Shape ns(x.shape().begin() + (x.dim() - la.k), x.shape().end());
   for (size_t i = 1; i < in.size(); ++i) {
-    opu::require_same_dtype("layer_norm", x, in[i]);
-    if (!opu::dims_agree(in[i].shape(), ns))
+    op_util::require_same_dtype("layer_norm", x, in[i]);
+    if (!op_util::dims_agree(in[i].shape(), ns))
       fail("layer_norm", (i == 1 && la.has_w) ? "weight" : "bias", " shape ", in[i].shape(),
            " must equal normalized_shape ", ns, " (input ", x.shape(), ")");
   }
@@ -270,7 +273,7 @@ const OpDef& kLayerNormBackward =
                     fail(op, "expected ", hw ? 5 : 4, " inputs (g, x, mean, rstd",
                          hw ? ", weight" : "", "), got ", in.size());
                   const Tensor& x = in[1];
-                  opu::require_float(op, x);
+                  op_util::require_float(op, x);
                   const int64_t k = a.i(0);
                   if (k < 1 || k > x.dim())
                     fail(op, "cannot normalize over the last ", k, " dims of input ", x.shape());
@@ -278,9 +281,9 @@ const OpDef& kLayerNormBackward =
                   Shape ks = x.shape();
                   for (int64_t d = x.dim() - k; d < x.dim(); ++d) ks[d] = 1;
                   for (size_t i = 0; i < in.size(); ++i) {
-                    opu::require_same_dtype(op, x, in[i]);
+                    op_util::require_same_dtype(op, x, in[i]);
                     const Shape& want = i <= 1 ? x.shape() : (i <= 3 ? ks : ns);
-                    if (!opu::dims_agree(in[i].shape(), want))
+                    if (!op_util::dims_agree(in[i].shape(), want))
                       fail(op, "input ", i, " has shape ", in[i].shape(), ", expected ", want,
                            " (input ", x.shape(), ")");
                   }
@@ -393,7 +396,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     fail("layer_norm", "normalized_shape ", normalized_shape,
          " does not match the trailing dims of input ", x.shape());
   for (const Tensor* t : {&weight, &bias})
-    if (t->defined() && !opu::dims_agree(t->shape(), normalized_shape))
+    if (t->defined() && !op_util::dims_agree(t->shape(), normalized_shape))
       fail("layer_norm", t == &weight ? "weight" : "bias", " shape ", t->shape(),
            " must equal normalized_shape ", normalized_shape, " (input ", x.shape(), ")");
   SmallVec<Tensor, 4> in;
@@ -409,7 +412,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
   if (!x.defined()) fail("batch_norm", "input is undefined");
-  opu::require_float("batch_norm", x);
+  op_util::require_float("batch_norm", x);
   if (x.dim() < 2) fail("batch_norm", "input must be [N, C, ...], got shape ", x.shape());
   int64_t C = x.shape()[1];
   const std::pair<const Tensor*, const char*> params[] = {{&running_mean, "running_mean"},
@@ -417,7 +420,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                                                           {&weight, "weight"},
                                                           {&bias, "bias"}};
   for (auto [t, what] : params)
-    if (t->defined() && (t->dim() != 1 || !opu::dims_agree(t->shape(), Shape{C})))
+    if (t->defined() && (t->dim() != 1 || !op_util::dims_agree(t->shape(), Shape{C})))
       fail("batch_norm", what, " must have shape [", C, "], got ", t->shape(), " (input ",
            x.shape(), ")");
   if (running_mean.defined() != running_var.defined())
@@ -446,7 +449,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     for (int64_t d : dims) per = (per < 0 || x.size(d) < 0) ? -1 : per * x.size(d);
     if (per >= 0 && per <= 1) fail("batch_norm", kFew, x.shape());
     // A dynamic size: the same check when the graph runs.
-    Tensor xc = per < 0 ? opu::check_numel(x, dims, 2, "batch_norm", kFew) : x;
+    Tensor xc = per < 0 ? op_util::check_numel(x, dims, 2, "batch_norm", kFew) : x;
     mu = mean(xc, dims, true);
     Tensor v = var(xc, dims, true, 0);  // biased variance normalizes, as in PyTorch
     inv = rsqrt(add(v, eps));

@@ -5,10 +5,11 @@
 
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/kernels/cpu/elementwise.h"
-#include "kiln/ops/op_def.h"
+#include "kiln/ops/grad_ops.h"
 #include "kiln/ops/ops.h"
+#include "kiln/registry/op_def.h"
 
-namespace kiln::opu {
+namespace kiln::detail::op_util {
 
 inline MetaList one(DType dt, const Shape& s) {
   MetaList m;
@@ -74,4 +75,8 @@ inline bool dims_agree(const Shape& a, const Shape& b) {
 Tensor check_numel(const Tensor& x, const std::vector<int64_t>& dims, int64_t min,
                    const std::string& op, const std::string& message);
 
-}  // namespace kiln::opu
+/// dst = src converted to dst's dtype, element by element (both defined, same shape; dst may be
+/// strided). The kernel behind cast, copy_ and cat.
+void copy_cast_kernel(const Tensor& src, Tensor& dst);
+
+}  // namespace kiln::detail::op_util

@@ -76,8 +76,6 @@ Tensor sigmoid(const Tensor& a);
 Tensor tanh(const Tensor& a);
 /// approximate = false: x * Phi(x) with erf; true: the tanh form.
 Tensor gelu(const Tensor& a, bool approximate = false);
-/// g * gelu'(x): gelu's gradient in one pass (what gelu's backward runs eagerly).
-Tensor gelu_grad(const Tensor& g, const Tensor& x, bool approximate = false);
 Tensor silu(const Tensor& a);
 /// log(1 + exp(beta x)) / beta; x itself where beta x > threshold (torch.nn.functional.softplus).
 Tensor softplus(const Tensor& a, double beta = 1.0, double threshold = 20.0);
@@ -132,10 +130,6 @@ Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, double value = 0.0
 /// not overlap (no stride-0 repeats): the gradient is a scatter.
 Tensor as_strided(const Tensor& a, const std::vector<int64_t>& sizes,
                   const std::vector<int64_t>& strides, int64_t offset = 0);
-/// A copy of `base` with `src` written into the region as_strided(base, sizes, strides, offset)
-/// names (torch.as_strided_scatter).
-Tensor as_strided_scatter(const Tensor& base, const Tensor& src, const std::vector<int64_t>& sizes,
-                          const std::vector<int64_t>& strides, int64_t offset = 0);
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
 /// Pieces of `split_size` along dim (the last may be smaller).
@@ -180,11 +174,7 @@ Tensor cumsum(const Tensor& a, int64_t dim, bool reverse = false);
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 /// Sums a broadcast tensor back down to `shape` (the gradient of broadcasting).
 Tensor sum_to(const Tensor& a, const Shape& shape);
-/// sum_to with the target shape read from `like` when it runs (works with dynamic dims).
-Tensor sum_to_like(const Tensor& a, const Tensor& like);
 Tensor softmax(const Tensor& a, int64_t dim = -1);
-/// y * (g - sum(g * y, dim)): the gradient of softmax from its output y, in one op.
-Tensor softmax_grad(const Tensor& g, const Tensor& y, int64_t dim = -1);
 Tensor log_softmax(const Tensor& a, int64_t dim = -1);
 
 // ---- linear algebra, convolution, pooling --------------------------------------------------

@@ -17,12 +17,14 @@
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/ops/op_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
-using opu::one;
-using opu::out_size;
-using opu::pair2;
+using op_util::one;
+using op_util::out_size;
+using op_util::pair2;
 using Ints = std::vector<int64_t>;
 
 // Gradient rules refer to ops defined further down (and to each other); these wrappers are
@@ -45,8 +47,8 @@ PoolP pool_params(const char* op, const Attrs& a) {
          ", ", Shape(p));
   if (k[0] <= 0 || k[1] <= 0) fail(op, "kernel must be positive, got ", Shape(k));
   if (s[0] <= 0 || s[1] <= 0) fail(op, "stride must be positive, got ", Shape(s));
-  opu::check_window_params(op, "kernel", k);
-  opu::check_window_params(op, "stride", s);
+  op_util::check_window_params(op, "kernel", k);
+  op_util::check_window_params(op, "stride", s);
   // As PyTorch: a wider pad would give windows that see only padding.
   if (p[0] < 0 || p[1] < 0 || p[0] > k[0] / 2 || p[1] > k[1] / 2)
     fail(op, "padding ", Shape(p), " must be non-negative and at most half the kernel ", Shape(k));
@@ -78,7 +80,7 @@ void check_input_size(const char* op, const Ints& hw) {
 // Spatial input size for a pooling gradient: input_size attribute (4th), checked against g.
 Shape pool_grad_shape(const char* op, const Tensor& g, const Attrs& a, const PoolP& p) {
   if (g.dim() != 4) fail(op, "grad_output must be 4-D [N, C, OH, OW], got shape ", g.shape());
-  opu::require_float(op, g);
+  op_util::require_float(op, g);
   const Ints& hw = a.ints(3);
   check_input_size(op, hw);
   Shape xs{g.size(0), g.size(1), hw[0], hw[1]};
@@ -242,7 +244,7 @@ const OpDef& kMaxPool2d =
             .infer =
                 [](std::span<const Tensor> in, const Attrs& a) {
                   Shape ys = check_pool("max_pool2d", in[0].shape(), pool_params("max_pool2d", a));
-                  opu::require_float("max_pool2d", in[0]);
+                  op_util::require_float("max_pool2d", in[0]);
                   MetaList m = one(in[0].dtype(), ys);
                   m.push_back(TensorMeta{Int64, ys});
                   return m;
@@ -269,7 +271,7 @@ void check_idx(const char* op, const Tensor& v, const Tensor& idx) {
     fail(op, "indices must be int64, got ", idx.dtype(), " (shape ", idx.shape(), ")");
   if (v.dim() != 4 || v.shape() != idx.shape())
     fail(op, "expects 4-D values and indices of one shape, got ", v.shape(), " and ", idx.shape());
-  opu::require_float(op, v);
+  op_util::require_float(op, v);
 }
 
 // Checked serially before the parallel loops: an exception must not leave an OpenMP region.
@@ -366,7 +368,7 @@ const OpDef& kMaxPool2dGather = def_op(
            if (idx.dtype() != Int64)
              fail("max_pool2d_gather", "indices must be int64, got ", idx.dtype(), " (shape ",
                   idx.shape(), ")");
-           opu::require_float("max_pool2d_gather", src);
+           op_util::require_float("max_pool2d_gather", src);
            return one(src.dtype(), idx.shape());
          },
      // out[plane][q] = src[plane][idx[plane][q]]
@@ -450,7 +452,7 @@ const OpDef& kAvgPool2d = def_op(
      .infer =
          [](std::span<const Tensor> in, const Attrs& a) {
            Shape ys = check_pool("avg_pool2d", in[0].shape(), pool_params("avg_pool2d", a));
-           opu::require_float("avg_pool2d", in[0]);
+           op_util::require_float("avg_pool2d", in[0]);
            return one(in[0].dtype(), ys);
          },
      .kernel =

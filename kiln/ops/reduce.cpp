@@ -11,10 +11,12 @@
 #include "kiln/ops/elementwise_util.h"
 #include "kiln/ops/op_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
-using opu::one;
+using op_util::one;
 
 struct RedDims {
   std::vector<int64_t> dims;  // sorted, unique, wrapped
@@ -122,8 +124,8 @@ void reduce_into(const Tensor& x, const RedDims& rd, T* out, cpu::RedKind k) {
 }
 
 MetaList infer_red(const char* op, std::span<const Tensor> in, const Attrs& a, bool float_only) {
-  if (float_only) opu::require_float(op, in[0]);
-  opu::require_numeric(op, in[0]);
+  if (float_only) op_util::require_float(op, in[0]);
+  op_util::require_numeric(op, in[0]);
   RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), op);
   return one(in[0].dtype(), rd.out_shape);
 }
@@ -199,7 +201,7 @@ TensorList minmax_grad(const GradCtx& c, const char* op) {
   Tensor mask = eq(x, o);
   Tensor cnt = sum(cast(mask, x.dtype()), rd.dims, true);
   Tensor g = div(keepdims(c.g(), rd, c.attrs.b(1)), cnt);
-  return TensorList{where(mask, expand_as(g, x), opu::scalar_like(g, 0))};
+  return TensorList{where(mask, expand_as(g, x), op_util::scalar_like(g, 0))};
 }
 
 const OpDef& kMax = def_op(
@@ -318,7 +320,7 @@ const OpDef& kLogsumexp =
                     if (std::isinf(m)) return m;  // all -inf, or a +inf
                     double acc = 0;               // float32 groups sum in double
                     for (int64_t j = 0; j < n; ++j)
-                      acc += static_cast<double>(vm::exp<T>(r[j] - m));
+                      acc += static_cast<double>(vec_math::exp<T>(r[j] - m));
                     return static_cast<T>(static_cast<double>(m) + std::log(acc));
                   });
                 },
@@ -341,7 +343,7 @@ const OpDef& kVectorNorm =
             .infer =
                 [](std::span<const Tensor> in, const Attrs& a) {
                   if (std::isnan(a.f(0))) fail("vector_norm", "ord must not be NaN");
-                  opu::require_float("vector_norm", in[0]);
+                  op_util::require_float("vector_norm", in[0]);
                   RedDims rd = red_dims(in[0].shape(), a.ints(1), a.b(2), "vector_norm");
                   return one(in[0].dtype(), rd.out_shape);
                 },
@@ -382,7 +384,7 @@ const OpDef& kVectorNorm =
                       red_dims(x.shape(), c.attrs.ints(1), c.attrs.b(2), "vector_norm");
                   const Tensor n = keepdims(c.out(0), rd, c.attrs.b(2));
                   const Tensor g = keepdims(c.g(), rd, c.attrs.b(2));
-                  const Tensor zero = opu::scalar_like(x, 0);
+                  const Tensor zero = op_util::scalar_like(x, 0);
                   if (p == 0) return TensorList{mul(x, 0.0)};
                   if (std::isinf(p)) {
                     const Tensor hit = eq(abs(x), n);
@@ -390,7 +392,7 @@ const OpDef& kVectorNorm =
                     return TensorList{where(hit, div(mul(sign(x), g), cnt), zero)};
                   }
                   if (p == 1) return TensorList{mul(sign(x), g)};
-                  const Tensor safe = where(eq(n, 0.0), opu::scalar_like(n, 1), n);
+                  const Tensor safe = where(eq(n, 0.0), op_util::scalar_like(n, 1), n);
                   if (p == 2) return TensorList{where(eq(n, 0.0), zero, mul(x, div(g, safe)))};
                   const Tensor r = mul(sign(x), pow(div(abs(x), safe), p - 1));
                   return TensorList{where(eq(n, 0.0), zero, mul(r, g))};
@@ -415,7 +417,7 @@ const OpDef& kCumsum = def_op(
      .infer =
          [](std::span<const Tensor> in, const Attrs& a) {
            const Tensor& x = in[0];
-           opu::require_numeric("cumsum", x);
+           op_util::require_numeric("cumsum", x);
            if (x.dtype() == Bool)
              fail("cumsum", "input must be numeric, not bool (", x.shape(), "); cast it first");
            (void)a.b(1);
@@ -499,7 +501,7 @@ void arg_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
 }
 
 MetaList infer_arg(const char* op, std::span<const Tensor> in, const Attrs& a) {
-  opu::require_numeric(op, in[0]);
+  op_util::require_numeric(op, in[0]);
   const Shape& s = in[0].shape();
   if (a.i(0) == INT64_MIN) {  // over all elements
     if (s.numel() == 0) fail(op, "cannot take ", op, " of an empty tensor of shape ", s);
@@ -586,26 +588,26 @@ Tensor std_dev(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim,
 }
 Tensor vector_norm(const Tensor& a, double ord, const std::vector<int64_t>& dims, bool keepdim) {
   if (!a.defined()) fail("vector_norm", "input is undefined");
-  return call1(kVectorNorm, {ew::float_in(a)}, {ord, dims, keepdim});
+  return call1(kVectorNorm, {elementwise_util::float_in(a)}, {ord, dims, keepdim});
 }
 Tensor normalize(const Tensor& a, double p, int64_t dim, double eps) {
   if (!a.defined()) fail("normalize", "input is undefined");
   if (!(eps >= 0)) fail("normalize", "eps must be >= 0, got ", eps);
-  const Tensor x = ew::float_in(a);
+  const Tensor x = elementwise_util::float_in(a);
   return div(x, clamp(vector_norm(x, p, {dim}, true), eps, INFINITY));
 }
 // torch: x1 . x2 / max(||x1|| ||x2||, eps) over dim (broadcast together).
 Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim, double eps) {
   if (!a.defined() || !b.defined()) fail("cosine_similarity", "input is undefined");
   if (!(eps >= 0)) fail("cosine_similarity", "eps must be >= 0, got ", eps);
-  const Tensor x = ew::float_in(a), y = ew::float_in(b);
+  const Tensor x = elementwise_util::float_in(a), y = elementwise_util::float_in(b);
   const Tensor dot = sum(mul(x, y), {dim});
   const Tensor nn = mul(vector_norm(x, 2, {dim}), vector_norm(y, 2, {dim}));
   return div(dot, clamp(nn, eps, INFINITY));
 }
 Tensor logsumexp(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   if (!a.defined()) fail("logsumexp", "input is undefined");
-  return call1(kLogsumexp, {ew::float_in(a)}, {dims, keepdim});
+  return call1(kLogsumexp, {elementwise_util::float_in(a)}, {dims, keepdim});
 }
 Tensor cumsum(const Tensor& a, int64_t dim, bool reverse) {
   // Integers and bools sum as int64, as torch.cumsum.
@@ -620,7 +622,9 @@ Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
   return call1(kArgmin, {a}, {dim ? *dim : INT64_MIN, keepdim});
 }
 
-Tensor sum_to_like(const Tensor& a, const Tensor& like) { return call1(kSumToLike, {a, like}); }
+Tensor detail::sum_to_like(const Tensor& a, const Tensor& like) {
+  return call1(kSumToLike, {a, like});
+}
 
 Tensor sum_to(const Tensor& a, const Shape& shape) {
   if (a.shape() == shape) return a;

@@ -1,7 +1,8 @@
 // Shape family: views (reshape, transpose, permute, slice, expand, squeeze, unsqueeze,
-// as_strided) that alias their input, and copies (contiguous, clone, cast, cat, slice_grad,
-// as_strided_scatter). In-place writes (copy_, fill_, opu::write_in_place) live here too. Composite
-// shape functions (flatten, stack, split, chunk, select) are built from these in the wrappers.
+// as_strided) that alias their input, and copies (contiguous, clone, cast, slice_grad,
+// as_strided_scatter). Composite shape functions (flatten, pad, flip, roll, repeat) are built
+// from these in the wrappers. Joining and splitting are in join_ops.cpp, in-place writes in
+// inplace_ops.cpp.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -9,10 +10,12 @@
 
 #include "kiln/ops/op_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
-using opu::one;
+using op_util::one;
 
 // Target sizes with -1s. One -1 is inferred from the element count (torch). Several can only
 // come from a graph or a trace, where code wrote dynamic sizes (-1) into the target, as
@@ -189,16 +192,6 @@ Shape squeezed(const Shape& s, const Attrs& a) {
   return out;
 }
 
-void copy_cast_kernel(const Tensor& src, Tensor& dst) {
-  KILN_DISPATCH_ALL(src.dtype(), "cast", [&] {
-    using S = scalar_t;
-    KILN_DISPATCH_ALL(dst.dtype(), "cast", [&] {
-      using D = scalar_t;
-      cpu::unary_loop<S, D>(src, dst, [](S v) { return static_cast<D>(v); });
-    });
-  });
-}
-
 const OpDef& kReshape =
     def_op({.name = "reshape",
             .attr_names = {"shape"},
@@ -271,57 +264,55 @@ const OpDef& kPermute = def_op({.name = "permute",
                                       return TensorList{permute(c.g(), inv)};
                                     }});
 
-const OpDef& kSliceGrad =
-    def_op({.name = "slice_grad",
-            // slice_grad(g; input_shape, ...) or slice_grad(g, like; [], ...): the second form
-            // takes the sliced tensor's shape from `like` at run time (a dynamic dim).
-            .num_inputs = -1,
-            .attr_names = {"input_shape", "dim", "start", "end", "step"},
-            .infer =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  if (in.size() != 1 && in.size() != 2)
-                    fail("slice_grad", "expected 1 or 2 inputs (g[, like]), got ", in.size());
-                  if (in.size() == 2) {
-                    if (in[1].dim() != in[0].dim())
-                      fail("slice_grad", "gradient ", in[0].shape(), " and sliced tensor ",
-                           in[1].shape(), " differ in rank");
-                    (void)slice_args(in[1].shape(), Attrs{a.i(1), a.i(2), a.i(3), a.i(4)},
-                                     "slice_grad");
-                    return one(in[0].dtype(), in[1].shape());
-                  }
-                  (void)slice_args(Shape(a.ints(0)), Attrs{a.i(1), a.i(2), a.i(3), a.i(4)},
-                                   "slice_grad");
-                  return one(in[0].dtype(), Shape(a.ints(0)));
-                },
-            .kernel =
-                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-                  Tensor& o = out[0];
-                  std::memset(o.raw_data(), 0, static_cast<size_t>(o.numel()) * o.element_size());
-                  Attrs sa{a.i(1), a.i(2), a.i(3), a.i(4)};
-                  SliceArgs r = slice_args(o.shape(), sa, "slice_grad");
-                  Shape vs = o.shape();
-                  vs[r.dim] = r.len;
-                  Strides st = o.strides();
-                  // From the output's own offset: in a bound Session plan it sits inside the
-                  // arena, not at the start of a storage of its own.
-                  int64_t off = o.offset() + r.start * st[r.dim];
-                  st[r.dim] *= r.step;
-                  // The gradient must be exactly the slice's shape (copying another shape
-                  // would read past it).
-                  if (in[0].shape() != vs)
-                    fail("slice_grad", "gradient of shape ", in[0].shape(),
-                         " does not match the slice's shape ", vs, " (slice of ", o.shape(),
-                         " along dim ", r.dim, ")");
-                  Tensor dst = make_view(o, vs, st, off);
-                  copy_cast_kernel(in[0], dst);
-                },
-            .grad =
-                [](const GradCtx& c) {
-                  const Attrs& a = c.attrs;
-                  TensorList r(c.inputs.size());
-                  r[0] = slice(c.g(), a.i(1), a.i(2), a.i(3), a.i(4));
-                  return r;
-                }});
+const OpDef& kSliceGrad = def_op(
+    {.name = "slice_grad",
+     // slice_grad(g; input_shape, ...) or slice_grad(g, like; [], ...): the second form
+     // takes the sliced tensor's shape from `like` at run time (a dynamic dim).
+     .num_inputs = -1,
+     .attr_names = {"input_shape", "dim", "start", "end", "step"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           if (in.size() != 1 && in.size() != 2)
+             fail("slice_grad", "expected 1 or 2 inputs (g[, like]), got ", in.size());
+           if (in.size() == 2) {
+             if (in[1].dim() != in[0].dim())
+               fail("slice_grad", "gradient ", in[0].shape(), " and sliced tensor ", in[1].shape(),
+                    " differ in rank");
+             (void)slice_args(in[1].shape(), Attrs{a.i(1), a.i(2), a.i(3), a.i(4)}, "slice_grad");
+             return one(in[0].dtype(), in[1].shape());
+           }
+           (void)slice_args(Shape(a.ints(0)), Attrs{a.i(1), a.i(2), a.i(3), a.i(4)}, "slice_grad");
+           return one(in[0].dtype(), Shape(a.ints(0)));
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           Tensor& o = out[0];
+           std::memset(o.raw_data(), 0, static_cast<size_t>(o.numel()) * o.element_size());
+           Attrs sa{a.i(1), a.i(2), a.i(3), a.i(4)};
+           SliceArgs r = slice_args(o.shape(), sa, "slice_grad");
+           Shape vs = o.shape();
+           vs[r.dim] = r.len;
+           Strides st = o.strides();
+           // From the output's own offset: in a bound Session plan it sits inside the
+           // arena, not at the start of a storage of its own.
+           int64_t off = o.offset() + r.start * st[r.dim];
+           st[r.dim] *= r.step;
+           // The gradient must be exactly the slice's shape (copying another shape
+           // would read past it).
+           if (in[0].shape() != vs)
+             fail("slice_grad", "gradient of shape ", in[0].shape(),
+                  " does not match the slice's shape ", vs, " (slice of ", o.shape(), " along dim ",
+                  r.dim, ")");
+           Tensor dst = make_view(o, vs, st, off);
+           op_util::copy_cast_kernel(in[0], dst);
+         },
+     .grad =
+         [](const GradCtx& c) {
+           const Attrs& a = c.attrs;
+           TensorList r(c.inputs.size());
+           r[0] = slice(c.g(), a.i(1), a.i(2), a.i(3), a.i(4));
+           return r;
+         }});
 
 const OpDef& kSlice = def_op(
     {.name = "slice",
@@ -514,27 +505,28 @@ const OpDef& kClone =
             .infer = [](std::span<const Tensor> in,
                         const Attrs&) { return one(in[0].dtype(), in[0].shape()); },
             .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
-                         const Attrs&) { copy_cast_kernel(in[0], out[0]); },
+                         const Attrs&) { op_util::copy_cast_kernel(in[0], out[0]); },
             .grad = [](const GradCtx& c) { return TensorList{c.g()}; },
             .expr = "$0"});
 
-const OpDef& kCast = def_op({.name = "cast",
-                             .attr_names = {"dtype"},
-                             .traits = kElementwise | kFusable,
-                             .infer =
-                                 [](std::span<const Tensor> in, const Attrs& a) {
-                                   int64_t d = a.i(0);
-                                   if (d < 0 || d > 4) fail("cast", "unknown dtype code ", d);
-                                   return one(static_cast<DType>(d), in[0].shape());
-                                 },
-                             .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
-                                          const Attrs&) { copy_cast_kernel(in[0], out[0]); },
-                             .grad =
-                                 [](const GradCtx& c) {
-                                   if (!is_floating(c.in(0).dtype())) return TensorList{Tensor()};
-                                   return TensorList{cast(c.g(), c.in(0).dtype())};
-                                 },
-                             .expr = "cast($0, @0)"});
+const OpDef& kCast =
+    def_op({.name = "cast",
+            .attr_names = {"dtype"},
+            .traits = kElementwise | kFusable,
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  int64_t d = a.i(0);
+                  if (d < 0 || d > 4) fail("cast", "unknown dtype code ", d);
+                  return one(static_cast<DType>(d), in[0].shape());
+                },
+            .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
+                         const Attrs&) { op_util::copy_cast_kernel(in[0], out[0]); },
+            .grad =
+                [](const GradCtx& c) {
+                  if (!is_floating(c.in(0).dtype())) return TensorList{Tensor()};
+                  return TensorList{cast(c.g(), c.in(0).dtype())};
+                },
+            .expr = "cast($0, @0)"});
 
 // ---- as_strided / as_strided_scatter ---------------------------------------------------------
 // A geometry (sizes, element strides, offset) over the row-major elements of a contiguous base:
@@ -614,9 +606,9 @@ const OpDef& kAsStridedScatter = def_op(
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            const Geometry g = geometry_of("as_strided_scatter", a);
-           copy_cast_kernel(in[0], out[0]);
+           op_util::copy_cast_kernel(in[0], out[0]);
            Tensor dst = region(out[0], g);
-           copy_cast_kernel(in[1], dst);
+           op_util::copy_cast_kernel(in[1], dst);
          },
      // out = base outside the region, src inside: the base's gradient is g with the region
      // zeroed, src's is the region of g.
@@ -660,191 +652,6 @@ const OpDef& kAsStrided = def_op(
            if (z.dtype() != c.g().dtype()) z = cast(z, c.g().dtype());
            return TensorList{as_strided_scatter(z, c.g(), a.ints(0), a.ints(1), a.i(2))};
          }});
-
-// split: one view per piece of `sizes` along dim. Its gradient is one cat of the pieces'
-// gradients (zeros where none flowed), where a slice per piece would give each piece's gradient
-// as a whole-input slice_grad and a chain of adds: an LSTM reading its [T, B, 4H] input
-// projection one step at a time paid T slice_grads of the whole tensor (T^2 memory traffic).
-MetaList split_metas(std::span<const Tensor> in, const Attrs& a) {
-  const Shape& s = in[0].shape();
-  if (s.rank() == 0) fail("split", "cannot split a 0-d tensor");
-  int64_t d = wrap_dim(a.i(0), s, "split");
-  const auto& sizes = a.ints(1);
-  int64_t total = 0;
-  for (auto z : sizes) {
-    if (z < 0) fail("split", "negative split size ", z, " for shape ", s);
-    total += z;
-  }
-  if (s[d] >= 0 && total != s[d])
-    fail("split", "sizes sum to ", total, " but dim ", d, " of shape ", s, " is ", s[d]);
-  MetaList m;
-  for (auto z : sizes) {
-    Shape o = s;
-    o[d] = z;
-    m.push_back(TensorMeta{in[0].dtype(), o});
-  }
-  return m;
-}
-
-// Views of x's consecutive pieces of `sizes` along d (the caller checked they fit).
-TensorList pieces_along(const Tensor& x, int64_t d, const std::vector<int64_t>& sizes) {
-  TensorList outs;
-  int64_t at = 0;
-  for (auto z : sizes) {
-    Shape o = x.shape();
-    o[d] = z;
-    outs.push_back(make_view(x, o, x.strides(), x.offset() + at * x.strides()[d]));
-    at += z;
-  }
-  return outs;
-}
-
-const OpDef& kSplit =
-    def_op({.name = "split",
-            .num_outputs = -1,
-            .attr_names = {"dim", "sizes"},
-            .traits = kView,
-            .infer = split_metas,
-            .view =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  // The dispatcher runs a view op's view without its infer: validate here too.
-                  (void)split_metas(in, a);
-                  return pieces_along(in[0], wrap_dim(a.i(0), in[0].shape(), "split"), a.ints(1));
-                },
-            .grad =
-                [](const GradCtx& c) {
-                  std::vector<Tensor> gs(c.grads.begin(), c.grads.end());
-                  return TensorList{cat(gs, c.attrs.i(0))};
-                },
-            .doc = "views of consecutive pieces of `sizes` along dim (torch.split)"});
-
-// split_like(g, x0, ..., xn-1; dim): views of consecutive pieces of g along dim, each as long
-// as x_k there. The gradient of cat when a size along dim is dynamic: the offsets are the
-// inputs' run-time sizes.
-MetaList split_like_metas(std::span<const Tensor> in, const Attrs& a) {
-  if (in.size() < 2)
-    fail("split_like", "expected g and at least one tensor, got ", in.size(), " inputs");
-  const Shape& g = in[0].shape();
-  if (g.rank() == 0) fail("split_like", "cannot split a 0-d tensor");
-  int64_t d = wrap_dim(a.i(0), g, "split_like");
-  MetaList m;
-  int64_t total = 0;
-  bool known_sizes = true;
-  for (size_t k = 1; k < in.size(); ++k) {
-    const Shape& s = in[k].shape();
-    if (s.rank() != g.rank())
-      fail("split_like", "tensor ", k, " has shape ", s, ", expected rank ", g.rank(), " like g ",
-           g);
-    Shape o = g;
-    o[d] = s[d];
-    if (s[d] < 0) known_sizes = false;
-    total += std::max<int64_t>(s[d], 0);
-    m.push_back(TensorMeta{in[0].dtype(), o});
-  }
-  if (known_sizes && g[d] >= 0 && total != g[d])
-    fail("split_like", "pieces sum to ", total, " along dim ", d, " but g has shape ", g);
-  return m;
-}
-
-const OpDef& kSplitLike =
-    def_op({.name = "split_like",
-            .num_inputs = -1,
-            .num_outputs = -1,
-            .attr_names = {"dim"},
-            .traits = kView,
-            .infer = split_like_metas,
-            .view =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  (void)split_like_metas(in, a);
-                  const int64_t d = wrap_dim(a.i(0), in[0].shape(), "split_like");
-                  std::vector<int64_t> sizes;
-                  for (size_t k = 1; k < in.size(); ++k) sizes.push_back(in[k].shape()[d]);
-                  return pieces_along(in[0], d, sizes);
-                },
-            .grad =
-                [](const GradCtx& c) {
-                  TensorList r(c.inputs.size());
-                  if (c.need(0)) {
-                    std::vector<Tensor> gs(c.grads.begin(), c.grads.end());
-                    r[0] = cat(gs, c.attrs.i(0));
-                  }
-                  return r;
-                },
-            .doc = "pieces of g along dim as long as each further input there (gradient of cat)"});
-
-const OpDef& kCat =
-    def_op({.name = "cat",
-            .num_inputs = -1,
-            .attr_names = {"dim"},
-            .infer =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  if (in.empty()) fail("cat", "expected at least one tensor");
-                  const Shape& s0 = in[0].shape();
-                  if (s0.rank() == 0)
-                    fail("cat", "zero-dimensional tensor (shape ", s0, ") cannot be concatenated");
-                  int64_t d = wrap_dim(a.i(0), s0, "cat");
-                  Shape out = s0;
-                  for (size_t k = 1; k < in.size(); ++k) {
-                    const Shape& s = in[k].shape();
-                    if (in[k].dtype() != in[0].dtype())
-                      fail("cat", "tensor ", k, " has dtype ", in[k].dtype(), " (shape ", s,
-                           "), expected ", in[0].dtype(), " like tensor 0 (shape ", s0, ")");
-                    if (s.rank() != s0.rank())
-                      fail("cat", "tensor ", k, " has shape ", s, ", expected rank ", s0.rank(),
-                           " like ", s0);
-                    for (int64_t i = 0; i < s.rank(); ++i) {
-                      if (i == d || s[i] == out[i]) continue;
-                      // A dynamic dim must equal the other inputs' at run time (the kernel's
-                      // copy checks it); the static size wins.
-                      if (s[i] < 0) continue;
-                      if (out[i] < 0) {
-                        out[i] = s[i];
-                        continue;
-                      }
-                      fail("cat", "tensor ", k, " has shape ", s, ", which differs from ", s0,
-                           " outside dim ", d);
-                    }
-                    out[d] = (out[d] < 0 || s[d] < 0) ? -1 : out[d] + s[d];
-                  }
-                  return one(in[0].dtype(), out);
-                },
-            .kernel =
-                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-                  Tensor& o = out[0];
-                  int64_t d = wrap_dim(a.i(0), o.dim(), "cat");
-                  int64_t at = 0;
-                  for (const auto& t : in) {
-                    Shape vs = o.shape();
-                    vs[d] = t.shape()[d];
-                    Tensor dst = make_view(o, vs, o.strides(), o.offset() + at * o.strides()[d]);
-                    if (t.numel() > 0) copy_cast_kernel(t, dst);
-                    at += t.shape()[d];
-                  }
-                },
-            .grad =
-                [](const GradCtx& c) {
-                  int64_t d = wrap_dim(c.attrs.i(0), c.g().dim(), "cat");
-                  TensorList gs;
-                  bool dynamic = false;
-                  for (const Tensor& x : c.inputs) dynamic = dynamic || x.shape()[d] < 0;
-                  if (dynamic) {
-                    // Offsets known only at run time: pieces shaped like the inputs.
-                    std::vector<Tensor> ins{c.g()};
-                    ins.insert(ins.end(), c.inputs.begin(), c.inputs.end());
-                    TensorList p =
-                        call(kSplitLike, std::span<const Tensor>(ins.data(), ins.size()), {d});
-                    for (size_t k = 0; k < c.inputs.size(); ++k)
-                      gs.push_back(c.need(k) ? p[k] : Tensor());
-                    return gs;
-                  }
-                  int64_t at = 0;
-                  for (size_t k = 0; k < c.inputs.size(); ++k) {
-                    int64_t n = c.in(k).shape()[d];
-                    gs.push_back(c.need(k) ? slice(c.g(), d, at, at + n, 1) : Tensor());
-                    at += n;
-                  }
-                  return gs;
-                }});
 
 }  // namespace
 
@@ -914,8 +721,9 @@ static Tensor pad_dynamic(const Tensor& a, const std::vector<int64_t>& pads, dou
     if (lo > kLimit || hi > kLimit || lo < -kLimit || hi < -kLimit)
       fail("pad", "pad amounts must be within 2^40, got ", ints_str(pads));
     if (lo + hi < 0)  // eager's check, when the graph runs
-      x = opu::check_numel(x, {d}, -(lo + hi), "pad",
-                           str_cat("pads ", ints_str(pads), " crop dim ", d, " below 0: shape "));
+      x = op_util::check_numel(
+          x, {d}, -(lo + hi), "pad",
+          str_cat("pads ", ints_str(pads), " crop dim ", d, " below 0: shape "));
     if (lo < 0 || hi < 0) x = slice(x, d, std::max<int64_t>(0, -lo), hi < 0 ? hi : INT64_MAX);
     auto block = [&](int64_t len) {
       Shape s(static_cast<size_t>(x.dim()), -1);
@@ -978,71 +786,11 @@ Tensor as_strided(const Tensor& a, const std::vector<int64_t>& sizes,
                   const std::vector<int64_t>& strides, int64_t offset) {
   return call1(kAsStrided, {a}, {sizes, strides, offset});
 }
-Tensor as_strided_scatter(const Tensor& base, const Tensor& src, const std::vector<int64_t>& sizes,
-                          const std::vector<int64_t>& strides, int64_t offset) {
+Tensor detail::as_strided_scatter(const Tensor& base, const Tensor& src,
+                                  const std::vector<int64_t>& sizes,
+                                  const std::vector<int64_t>& strides, int64_t offset) {
   return call1(kAsStridedScatter, {base, src}, {sizes, strides, offset});
 }
-Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
-  return call1(kCat, std::span<const Tensor>(xs.data(), xs.size()), {dim});
-}
-Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
-  if (xs.empty()) fail("stack", "expected at least one tensor");
-  for (size_t k = 1; k < xs.size(); ++k)
-    if (xs[k].shape() != xs[0].shape())
-      fail("stack", "tensor ", k, " has shape ", xs[k].shape(), ", expected ", xs[0].shape());
-  int64_t d = wrap_dim(dim, xs[0].shape(), "stack", 1);
-  std::vector<Tensor> us;
-  for (const auto& x : xs) us.push_back(unsqueeze(x, d));
-  return cat(us, d);
-}
-std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim) {
-  int64_t d = wrap_dim(dim, a.shape(), "split");
-  int64_t total = 0;
-  for (auto s : sizes) {
-    if (s < 0) fail("split", "negative split size ", s, " for shape ", a.shape());
-    total += s;
-  }
-  // A dynamic dim is checked against the sizes when the graph runs (split's view).
-  if (a.shape()[d] >= 0 && total != a.shape()[d])
-    fail("split", "sizes sum to ", total, " but dim ", d, " of shape ", a.shape(), " is ",
-         a.shape()[d]);
-  std::vector<Tensor> out;
-  if (sizes.size() > 1 || a.shape()[d] < 0) {
-    TensorList v = call(kSplit, {a}, {d, sizes});
-    out.assign(v.begin(), v.end());
-    return out;
-  }
-  int64_t at = 0;
-  for (auto s : sizes) {
-    out.push_back(slice(a, d, at, at + s, 1));
-    at += s;
-  }
-  return out;
-}
-std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
-  if (split_size <= 0)
-    fail("split", "split_size must be positive, got ", split_size, " (shape ", a.shape(), ")");
-  int64_t d = wrap_dim(dim, a.shape(), "split");
-  int64_t n = a.shape()[d];
-  if (n < 0)
-    fail("split", "needs a static size: dim ", d, " of shape ", a.shape(),
-         " is dynamic, so the number of pieces of ", split_size, " is unknown");
-  std::vector<int64_t> sizes;
-  for (int64_t at = 0; at < n; at += split_size) sizes.push_back(std::min(split_size, n - at));
-  if (sizes.empty()) sizes.push_back(0);
-  return split(a, sizes, d);
-}
-std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
-  if (chunks <= 0)
-    fail("chunk", "chunks must be positive, got ", chunks, " (shape ", a.shape(), ")");
-  int64_t d = wrap_dim(dim, a.shape(), "chunk");
-  int64_t n = a.shape()[d];
-  if (n < 0)
-    fail("chunk", "needs a static size: dim ", d, " of shape ", a.shape(),
-         " is dynamic, so the pieces' sizes are unknown");
-  return split(a, std::max<int64_t>(1, (n + chunks - 1) / chunks), d);
-}
-
 // flip, roll and repeat are compositions: index_select with a reversed index, two slices and a
 // cat, an expand of interleaved size-1 dims and a reshape. Their gradients come from those ops.
 Tensor flip(const Tensor& a, const std::vector<int64_t>& dims) {
@@ -1179,157 +927,16 @@ Tensor Tensor::clone() const { return kiln::clone(*this); }
 Tensor Tensor::to(DType t) const { return kiln::cast(*this, t); }
 Tensor Tensor::detach() const { return kiln::detach(*this); }
 
-namespace {
-// Whether t is a view of a tensor that requires grad (a write into t then changes a value with
-// history, even when t's own identity predates that history).
-bool base_requires_grad(const Tensor& t) {
-  const auto& b = t.impl()->view_base;
-  return b && b->autograd && b->autograd->requires_grad;
+namespace detail::op_util {
+void copy_cast_kernel(const Tensor& src, Tensor& dst) {
+  KILN_DISPATCH_ALL(src.dtype(), "cast", [&] {
+    using S = scalar_t;
+    KILN_DISPATCH_ALL(dst.dtype(), "cast", [&] {
+      using D = scalar_t;
+      cpu::unary_loop<S, D>(src, dst, [](S v) { return static_cast<D>(v); });
+    });
+  });
 }
-
-struct CopyInto {
-  const Tensor* src;
-  Tensor* dst;
-};
-void copy_into(void* ctx) {
-  auto* c = static_cast<CopyInto*>(ctx);
-  NoGradGuard ng;
-  copy_cast_kernel(*c->src, *c->dst);
-  c->dst->impl()->storage->bump_version();
-}
-}  // namespace
-
-namespace opu {
-// With autograd: `r` (computed out of place) becomes `self`'s value and history; see
-// engine.cpp's inplace writer (snapshots, then the write, then the new histories).
-void write_result(const char* name, Tensor& self, const Tensor& r) {
-  if (!inplace_writer()) fail(name, "internal: autograd is not linked in");
-  CopyInto c{&r, &self};
-  inplace_writer()(name, self, r, &copy_into, &c);
-}
-}  // namespace opu
-
-Tensor& Tensor::copy_(const Tensor& src) {
-  check_concrete("copy_");
-  if (!src.defined()) fail("copy_", "source is undefined");
-  if (!broadcastable_to(src.shape(), shape()))
-    fail("copy_", "source shape ", src.shape(), " does not broadcast to ", shape());
-  Tensor s = src.is_concrete() ? src : src.host_value("copy_", std::source_location::current());
-  if (grad_mode_enabled() && (requires_grad() || s.requires_grad() || base_requires_grad(*this))) {
-    // torch: a leaf that requires grad cannot change under autograd.
-    if (requires_grad() && is_leaf())
-      fail("copy_", "a leaf tensor that requires grad (shape ", shape(),
-           ") cannot be written in place in grad mode; wrap the write in NoGradGuard");
-    // The source, cast and broadcast, as a fresh recorded value (its gradient flows back).
-    Tensor r = kiln::clone(kiln::expand(kiln::cast(s, dtype()), shape()));
-    opu::write_result("copy_", *this, r);
-    return *this;
-  }
-  // Copy through a temporary when the source overlaps this tensor's storage.
-  if (s.shares_storage(*this)) s = raw_contiguous_copy(s);
-  copy_cast_kernel(s, *this);
-  impl_->storage->bump_version();
-  return *this;
-}
-
-Tensor& Tensor::fill_(double v) { return copy_(scalar_tensor(v, dtype())); }
-Tensor& Tensor::zero_() { return fill_(0.0); }
-
-namespace opu {
-
-// Whether a result of dtype r may be written into a tensor of dtype s (torch's can_cast for
-// in-place ops: no float into an integer tensor, nothing but bool into a bool one).
-static bool castable_into(DType r, DType s) {
-  if (r == s || is_floating(s)) return true;
-  if (s == Bool) return false;
-  return !is_floating(r);
-}
-
-Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
-                       std::span<const Tensor> inputs, const Attrs& attrs) {
-  if (!self.defined()) fail(name, "the tensor to write into is undefined");
-  for (const auto& t : inputs)
-    if (!t.defined()) fail(name, "operand is undefined (tensor shape ", self.shape(), ")");
-  // A tensor cannot turn dead in place, and a dead one has no buffer to write.
-  if (self.is_dead())
-    fail(name, "the tensor to write into (", self.dtype(), self.shape(),
-         ") is dead: it lies on the untaken side of an eager switch_");
-  for (const auto& t : inputs)
-    if (t.is_dead())
-      fail(name, "an operand (", t.dtype(), t.shape(),
-           ") is dead: it lies on the untaken side of an eager switch_");
-  bool symbolic = self.is_symbolic() || capturing();
-  for (const auto& t : inputs) symbolic = symbolic || t.is_symbolic();
-  if (symbolic)
-    fail(name,
-         "in-place ops are eager-only; in a graph or a jitted function write the "
-         "out-of-place op and rebind (x = ",
-         op.name, "(x, ...)), tensor shape ", self.shape());
-  bool other_grad = false;
-  for (size_t k = 1; k < inputs.size(); ++k) other_grad = other_grad || inputs[k].requires_grad();
-  const bool with_grad =
-      grad_mode_enabled() && (self.requires_grad() || other_grad || base_requires_grad(self));
-  if (with_grad) {
-    // torch's rule: a leaf that requires grad cannot change under autograd (its gradient would
-    // belong to a value that no longer exists). Views are written through (their base gets a
-    // new history; see engine.cpp).
-    if (self.requires_grad() && self.is_leaf())
-      fail(name, "a leaf tensor that requires grad (shape ", self.shape(),
-           ") cannot be modified in place in grad mode; use ", op.name,
-           "() or wrap the update in NoGradGuard");
-    if (!inputs[0].is_same(self))
-      fail(name, "with autograd the operands must have the tensor's dtype ", self.dtype(), " (got ",
-           inputs[0].dtype(), "); use ", op.name, "()");
-    Tensor r;
-    try {
-      r = call1(op, inputs, attrs);
-    } catch (const Error& e) {
-      fail(name, e.what());
-    }
-    if (r.shape() != self.shape())
-      fail(name, "result of shape ", r.shape(), " does not fit the tensor of shape ", self.shape(),
-           " it would be written into");
-    if (r.dtype() != self.dtype())
-      fail(name, "result of dtype ", r.dtype(), " cannot be written into a tensor of dtype ",
-           self.dtype(), " (shape ", self.shape(), ")");
-    write_result(name, self, r);
-    return self;
-  }
-  NoGradGuard ng;
-  MetaList metas;
-  try {
-    metas = with_attr_check(op, attrs, [&] { return op.infer(inputs, attrs); });
-  } catch (const Error& e) {  // the out-of-place op's complaint, under the in-place name
-    fail(name, e.what());
-  }
-  if (metas.size() != 1) fail(name, "internal: ", op.name, " has ", metas.size(), " outputs");
-  const TensorMeta& m = metas[0];
-  if (m.shape != self.shape()) {
-    std::ostringstream os;
-    for (size_t k = 1; k < inputs.size(); ++k) os << (k > 1 ? ", " : "") << inputs[k].shape();
-    fail(name, "result of shape ", m.shape, " does not fit the tensor of shape ", self.shape(),
-         " it would be written into (operand shapes ", os.str(), ")");
-  }
-  if (!castable_into(m.dtype, self.dtype()))
-    fail(name, "result of dtype ", m.dtype, " cannot be written into a tensor of dtype ",
-         self.dtype(), " (shape ", self.shape(), ")");
-  // Straight into self: its own buffer is input 0 with the output's layout, and no other operand
-  // overlaps it except as self itself (x.add_(x) reads and writes each element in one place).
-  bool direct = !op.view && !op.contiguous_inputs && self.is_contiguous() &&
-                m.dtype == self.dtype() && inputs[0].is_same(self);
-  for (size_t k = 1; direct && k < inputs.size(); ++k)
-    direct = inputs[k].is_same(self) || !inputs[k].shares_storage(self);
-  if (direct) {
-    Tensor out = self;
-    op.kernel(inputs, std::span<Tensor>(&out, 1), attrs);
-  } else {
-    Tensor r = run_kernel(op, inputs, attrs)[0];
-    copy_cast_kernel(r, self);
-  }
-  self.impl()->storage->bump_version();
-  return self;
-}
-
-}  // namespace opu
+}  // namespace detail::op_util
 
 }  // namespace kiln

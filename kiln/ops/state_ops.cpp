@@ -4,10 +4,12 @@
 
 #include "kiln/ops/op_util.h"
 
+using namespace kiln::detail;
+
 namespace kiln {
 namespace {
 
-using opu::one;
+using op_util::one;
 
 MetaList same_as_input(std::span<const Tensor> in, const Attrs&) {
   return one(in[0].dtype(), in[0].shape());
@@ -71,7 +73,7 @@ MetaList infer_assign(std::span<const Tensor> in, const Attrs&) {
 const OpDef& kAssign =
     def_op({.name = "assign",
             .num_inputs = 2,
-            .traits = kSideEffect | kView,
+            .traits = kSideEffect | kView | kWritesVariable,
             .infer = infer_assign,
             .view = [](std::span<const Tensor> in, const Attrs& a) {
               // The dispatcher runs a view op's view without its infer: check here too, so
@@ -126,12 +128,12 @@ Tensor assign(const Tensor& var, const Tensor& value) {
 Tensor group(const std::vector<Tensor>& deps) {
   return call1(kGroup, std::span<const Tensor>(deps.data(), deps.size()));
 }
-namespace opu {
+namespace detail::op_util {
 Tensor check_numel(const Tensor& x, const std::vector<int64_t>& dims, int64_t min,
                    const std::string& op, const std::string& message) {
   return call1(kCheckNumel, {x}, {dims, min, op, message});
 }
-}  // namespace opu
+}  // namespace detail::op_util
 
 Tensor full_like(const Tensor& t, double v) {
   if (!t.defined()) fail("full_like", "tensor is undefined");

@@ -7,6 +7,8 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/ops.h"
 
+using namespace kiln::detail;
+
 namespace kiln::optim {
 namespace {
 

@@ -6,8 +6,11 @@
 
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/graph/graph.h"
+#include "kiln/graph/node.h"
 #include "kiln/kernels/cpu/optim_kernels.h"
 #include "kiln/ops/ops.h"
+
+using namespace kiln::detail;
 
 namespace kiln::optim {
 
@@ -191,6 +194,8 @@ SGDOptions SGD::checked(SGDOptions opts) {
 SGD::SGD(std::vector<Tensor> params, SGDOptions opts)
     : Optimizer(std::move(params), "SGD", false), opts_(checked(opts)) {}
 SGD::SGD(double lr, double momentum) : SGD(SGDOptions{.lr = lr, .momentum = momentum}) {}
+SGD::SGD(std::vector<Tensor> params, double lr, double momentum)
+    : SGD(std::move(params), SGDOptions{.lr = lr, .momentum = momentum}) {}
 SGD::SGD(SGDOptions opts) : Optimizer({}, "SGD", true), opts_(checked(opts)) {}
 
 std::vector<std::string> SGD::slot_names() const {
@@ -241,6 +246,8 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions opts)
 Adam::Adam(double lr, double b1, double b2, double eps)
     : Adam(AdamOptions{.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps}) {}
 Adam::Adam(AdamOptions opts) : Adam({}, opts, "Adam", true) {}
+Adam::Adam(std::vector<Tensor> params, double lr, double b1, double b2, double eps)
+    : Adam(std::move(params), AdamOptions{.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps}) {}
 
 std::vector<std::string> Adam::slot_names() const { return {"m", "v"}; }
 
@@ -290,6 +297,8 @@ AdamOptions adamw_options(AdamOptions opts) {
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions opts)
     : Adam(std::move(params), adamw_options(opts), "AdamW", false) {}
 AdamW::AdamW(AdamOptions opts) : Adam({}, adamw_options(opts), "AdamW", true) {}
+AdamW::AdamW(std::vector<Tensor> params, double lr, double weight_decay)
+    : AdamW(std::move(params), AdamOptions{.lr = lr, .weight_decay = weight_decay}) {}
 
 }  // namespace kiln::optim
 
@@ -311,6 +320,8 @@ RMSpropOptions RMSprop::checked(RMSpropOptions opts) {
 RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions opts)
     : Optimizer(std::move(params), "RMSprop", false), opts_(checked(opts)) {}
 RMSprop::RMSprop(RMSpropOptions opts) : Optimizer({}, "RMSprop", true), opts_(checked(opts)) {}
+RMSprop::RMSprop(std::vector<Tensor> params, double lr, double alpha, double eps)
+    : RMSprop(std::move(params), RMSpropOptions{.lr = lr, .alpha = alpha, .eps = eps}) {}
 
 std::vector<std::string> RMSprop::slot_names() const {
   std::vector<std::string> n{"square_avg"};

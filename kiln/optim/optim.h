@@ -24,7 +24,7 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   /// Unset: torch.optim's defaults, 0 for Adam and 0.01 for AdamW; 0 switches decay off in both.
-  std::optional<double> weight_decay;
+  std::optional<double> weight_decay{};
   /// true: decoupled weight decay (AdamW); false: L2 added to the gradient (Adam).
   bool decoupled = false;
 };
@@ -95,7 +95,8 @@ class Optimizer {
 
 class SGD : public Optimizer {
  public:
-  /// Eager form.
+  /// Eager form: `SGD(model.parameters(), 0.5)` as torch.optim.SGD(params, lr, momentum).
+  SGD(std::vector<Tensor> params, double lr, double momentum = 0.0);
   SGD(std::vector<Tensor> params, SGDOptions opts);
   /// Graph form (`SGD(0.5).minimize(loss)`).
   explicit SGD(double lr, double momentum = 0.0);
@@ -119,6 +120,9 @@ class SGD : public Optimizer {
 
 class Adam : public Optimizer {
  public:
+  /// torch.optim.Adam(params, lr, betas, eps).
+  Adam(std::vector<Tensor> params, double lr, double beta1 = 0.9, double beta2 = 0.999,
+       double eps = 1e-8);
   Adam(std::vector<Tensor> params, AdamOptions opts);
   explicit Adam(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8);
   explicit Adam(AdamOptions opts);
@@ -145,6 +149,8 @@ class Adam : public Optimizer {
 /// Adam with decoupled weight decay.
 class AdamW : public Adam {
  public:
+  /// torch.optim.AdamW(params, lr, weight_decay = 0.01).
+  AdamW(std::vector<Tensor> params, double lr, double weight_decay = 0.01);
   AdamW(std::vector<Tensor> params, AdamOptions opts);
   explicit AdamW(AdamOptions opts);
 };
@@ -153,6 +159,8 @@ class AdamW : public Adam {
 /// (optionally centered), with optional momentum and L2 weight decay.
 class RMSprop : public Optimizer {
  public:
+  /// torch.optim.RMSprop(params, lr, alpha, eps).
+  RMSprop(std::vector<Tensor> params, double lr, double alpha = 0.99, double eps = 1e-8);
   RMSprop(std::vector<Tensor> params, RMSpropOptions opts);
   explicit RMSprop(RMSpropOptions opts);
   double lr() const override { return opts_.lr; }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numbers>
 
+using namespace kiln::detail;
+
 namespace kiln::optim {
 namespace {
 void require_step(const char* who, int64_t t) {

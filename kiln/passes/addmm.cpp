@@ -7,15 +7,14 @@
 #include <set>
 #include <unordered_map>
 
-#include "kiln/ops/op_def.h"
+#include "kiln/graph/node.h"
+#include "kiln/ops/handles.h"
 #include "kiln/passes/passes.h"
+#include "kiln/registry/op_def.h"
 
-namespace kiln {
+namespace kiln::detail {
 namespace {
 
-bool is_op(const Node* n, std::string_view name) {
-  return n->kind == NodeKind::Op && n->op->name == name;
-}
 const TensorMeta& meta(ValueRef v) { return v.node->outputs[static_cast<size_t>(v.index)]; }
 
 // A one-element finite constant whose broadcast cannot enlarge a rank-2 value.
@@ -41,7 +40,7 @@ int fuse_addmm(Program& p) {
     return v.node->kind == NodeKind::Op && v.index == 0 && v.node->outputs.size() == 1 &&
            uses[v.node] == 1 && !fetched.count(v.node);
   };
-  const OpDef& addmm_op = OpRegistry::get().at("addmm");
+  const OpDef& addmm_op = *ops::addmm;
 
   // The product behind v and its factor: matmul, mul(matmul, c), mul(c, matmul), neg(matmul).
   struct Scaled {
@@ -54,7 +53,7 @@ int fuse_addmm(Program& p) {
     const Node* n = v.node;
     double c = 1;
     ValueRef inner = v;
-    if (is_op(n, "mul") && n->inputs.size() == 2) {
+    if (n->is(ops::mul) && n->inputs.size() == 2) {
       if (scalar_constant(n->inputs[1], &c))
         inner = n->inputs[0];
       else if (scalar_constant(n->inputs[0], &c))
@@ -62,13 +61,13 @@ int fuse_addmm(Program& p) {
       else
         return s;
       if (!private_value(inner)) return s;
-    } else if (is_op(n, "neg")) {
+    } else if (n->is(ops::neg)) {
       c = -1;
       inner = n->inputs[0];
       if (!private_value(inner)) return s;
     }
     const Node* m = inner.node;
-    if (!is_op(m, "matmul") || m->inputs.size() != 2) return s;
+    if (!m->is(ops::matmul) || m->inputs.size() != 2) return s;
     const TensorMeta& a = meta(m->inputs[0]);
     const TensorMeta& b = meta(m->inputs[1]);
     const TensorMeta& o = m->outputs[0];
@@ -82,7 +81,7 @@ int fuse_addmm(Program& p) {
   int fused = 0;
   for (auto& up : p.graph->nodes) {
     Node* n = up.get();
-    const bool add = is_op(n, "add"), sub = is_op(n, "sub");
+    const bool add = n->is(ops::add), sub = n->is(ops::sub);
     if ((!add && !sub) || n->inputs.size() != 2 || n->outputs.size() != 1) continue;
     const TensorMeta& out = n->outputs[0];
     // Static [m, n]: the accumulated value then never broadcasts the product to a larger shape.
@@ -108,4 +107,4 @@ int fuse_addmm(Program& p) {
   return fused;
 }
 
-}  // namespace kiln
+}  // namespace kiln::detail

@@ -7,10 +7,11 @@
 #include <set>
 #include <unordered_map>
 
+#include "kiln/graph/node.h"
 #include "kiln/ops/fused.h"
 #include "kiln/passes/passes.h"
 
-namespace kiln {
+namespace kiln::detail {
 namespace {
 
 bool is_float(DType d) { return d == Float32 || d == Float64; }
@@ -153,4 +154,4 @@ int fuse_elementwise(Program& p, int max_inputs) {
   return groups;
 }
 
-}  // namespace kiln
+}  // namespace kiln::detail

@@ -8,23 +8,22 @@
 #include <set>
 #include <unordered_map>
 
-#include "kiln/ops/op_def.h"
+#include "kiln/graph/node.h"
+#include "kiln/ops/handles.h"
 #include "kiln/passes/simplify.h"
+#include "kiln/registry/op_def.h"
 
-namespace kiln {
+namespace kiln::detail {
 namespace {
 
-bool is_op(const Node* n, std::string_view name) {
-  return n->kind == NodeKind::Op && n->op->name == name;
-}
 const TensorMeta& meta(ValueRef v) { return v.node->outputs[static_cast<size_t>(v.index)]; }
 
 // A 2-D transpose node (transpose of a rank-2 value, or permute [1, 0]).
 bool is_transpose2d(const Node* n) {
   if (n->kind != NodeKind::Op || n->outputs.size() != 1 || n->outputs[0].shape.rank() != 2)
     return false;
-  if (n->op->name == "permute") return n->attrs.ints(0)[0] == 1 || n->attrs.ints(0)[0] == -1;
-  if (n->op->name != "transpose") return false;
+  if (n->is(ops::permute)) return n->attrs.ints(0)[0] == 1 || n->attrs.ints(0)[0] == -1;
+  if (!n->is(ops::transpose)) return false;
   auto w = [](int64_t d) { return d < 0 ? d + 2 : d; };
   return w(n->attrs.i(0)) != w(n->attrs.i(1));
 }
@@ -38,10 +37,10 @@ int merge_matmul_sums(Program& p) {
   for (const auto& f : p.fetches) fetched.insert(f.node);
   for (const auto& n : nodes)
     for (const auto& in : n->inputs) ++uses[in.node];
-  const OpDef& cat_op = OpRegistry::get().at("cat");
-  const OpDef& mm_op = OpRegistry::get().at("matmul");
-  const OpDef& tr_op = OpRegistry::get().at("transpose");
-  const OpDef& add_op = OpRegistry::get().at("add");
+  const OpDef& cat_op = *ops::cat;
+  const OpDef& mm_op = *ops::matmul;
+  const OpDef& tr_op = *ops::transpose;
+  const OpDef& add_op = *ops::add;
 
   // Only this pass's single-use internal values may be absorbed into a sum.
   auto private_value = [&](const Node* n) {
@@ -60,7 +59,7 @@ int merge_matmul_sums(Program& p) {
   std::vector<Insert> inserts;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* root = *it;
-    if (!is_op(root, "add") || absorbed.count(root)) continue;
+    if (!root->is(ops::add) || absorbed.count(root)) continue;
     const TensorMeta& out = root->outputs[0];
     if (out.shape.rank() != 2 || !out.shape.is_static() || !is_floating(out.dtype)) continue;
     // Leaves of the add tree over same-shaped values.
@@ -76,7 +75,7 @@ int merge_matmul_sums(Program& p) {
           stack.clear();
           break;
         }
-        if (is_op(in.node, "add") && private_value(in.node))
+        if (in.node->is(ops::add) && private_value(in.node))
           stack.push_back(in.node);
         else
           leaves.push_back(in);
@@ -90,7 +89,7 @@ int merge_matmul_sums(Program& p) {
     std::vector<ValueRef> rest;
     for (const auto& v : leaves) {
       const Node* m = v.node;
-      bool ok = is_op(m, "matmul") && private_value(m) && m->inputs.size() == 2;
+      bool ok = m->is(ops::matmul) && private_value(m) && m->inputs.size() == 2;
       if (ok) {
         const TensorMeta &a = meta(m->inputs[0]), &b = meta(m->inputs[1]);
         ok = a.shape.rank() == 2 && b.shape.rank() == 2 && a.shape.is_static() &&
@@ -175,4 +174,4 @@ int merge_matmul_sums(Program& p) {
   return merged;
 }
 
-}  // namespace kiln
+}  // namespace kiln::detail

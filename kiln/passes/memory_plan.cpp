@@ -7,7 +7,9 @@
 #include <numeric>
 #include <unordered_map>
 
-namespace kiln {
+#include "kiln/graph/node.h"
+
+namespace kiln::detail {
 namespace {
 
 int64_t align_up(int64_t b, int64_t a) { return (b + a - 1) / a * a; }
@@ -287,4 +289,4 @@ MemoryPlan plan_program_memory(const Program& p) {
   return plan;
 }
 
-}  // namespace kiln
+}  // namespace kiln::detail

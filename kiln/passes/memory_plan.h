@@ -8,7 +8,7 @@
 
 #include "kiln/passes/passes.h"
 
-namespace kiln {
+namespace kiln::detail {
 
 /// One value's size and lifetime. Steps are numbered 0..S-1; a value is live from `def` to
 /// `last_use` inclusive (a value nobody reads has last_use == def).
@@ -61,4 +61,4 @@ std::vector<ValueLife> program_lifetimes(const Program& p, int64_t* dynamic = nu
 /// program_lifetimes + plan_memory.
 MemoryPlan plan_program_memory(const Program& p);
 
-}  // namespace kiln
+}  // namespace kiln::detail

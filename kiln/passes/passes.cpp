@@ -8,9 +8,10 @@
 #include <unordered_map>
 
 #include "kiln/dispatch/dispatch.h"
+#include "kiln/graph/node.h"
 #include "kiln/passes/simplify.h"
 
-namespace kiln {
+namespace kiln::detail {
 namespace {
 
 // Rewrites every use of `from` into `to` (inputs and fetches).
@@ -46,7 +47,7 @@ int fold_constant_switches(Program& p) {
       if (it != rewire.end()) in = it->second;
     }
     if (n->kind != NodeKind::Op) continue;
-    if (n->op->name == "switch" && n->inputs[1].node->kind == NodeKind::Constant &&
+    if (n->op->has(kSwitch) && n->inputs[1].node->kind == NodeKind::Constant &&
         n->inputs[1].node->value.numel() == 1) {
       int taken = n->inputs[1].node->value.item<bool>() ? 1 : 0;
       rewire[{n, taken}] = n->inputs[0];
@@ -60,7 +61,7 @@ int fold_constant_switches(Program& p) {
               {n->inputs[static_cast<size_t>(k)].node, n->inputs[static_cast<size_t>(k)].index}))
         live.push_back(k);
     if (live.size() == n->inputs.size()) continue;
-    if (n->op->name == "merge" && !live.empty()) {
+    if (n->op->has(kMerge) && !live.empty()) {
       if (live.size() == 1) {  // the merge forwards its one live input; the index is constant
         rewire[{n, 0}] = n->inputs[static_cast<size_t>(live[0])];
         auto c = std::make_unique<Node>();
@@ -204,14 +205,34 @@ int dce(Program& p) {
   return removed;
 }
 
+namespace {
+// Every name KILN_DISABLE_PASSES accepts: each pass's function name, plan_memory (a Session's
+// bound arenas), all and none.
+constexpr const char* kPassNames[] = {
+    "const_fold", "simplify",   "fold_transposes",  "merge_matmul_sums", "cse",
+    "dce",        "fuse_addmm", "fuse_elementwise", "plan_memory"};
+}  // namespace
+
 bool pass_enabled(const std::string& name) {
   const char* env = std::getenv("KILN_DISABLE_PASSES");
   if (!env) return true;
   std::stringstream ss(env);
   std::string item;
-  while (std::getline(ss, item, ','))
-    if (item == name || item == "all") return false;
-  return true;
+  bool enabled = true;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    bool known = item == "all" || item == "none";
+    for (const char* n : kPassNames) known = known || item == n;
+    // A misspelt name would otherwise leave the pass on without a word.
+    if (!known) {
+      std::string all;
+      for (const char* n : kPassNames) all += std::string(all.empty() ? "" : ", ") + n;
+      fail("passes", "KILN_DISABLE_PASSES names no pass '", item, "'; passes: ", all,
+           ", all, none");
+    }
+    if (item == name || item == "all") enabled = false;
+  }
+  return enabled;
 }
 
 void verify_program(const Program& p, const std::string& after) {
@@ -261,15 +282,18 @@ std::string optimize(Program& p) {
     os << (os.tellp() > 0 ? "  " : "") << name << ": " << pass();
     if (verify) verify_program(p, name);
   };
-  run("const_fold", [&] { return const_fold(p); });
-  run("simplify", [&] { return simplify(p); });
-  run("transpose_fold", [&] { return fold_transposes(p); });
-  run("matmul_sum", [&] { return merge_matmul_sums(p); });
-  run("cse", [&] { return cse(p); });
-  run("dce", [&] { return dce(p); });
-  run("addmm", [&] { return fuse_addmm(p); });
-  run("fusion", [&] { return fuse_elementwise(p); });
+  // A pass is switched off by its function's name.
+#define KILN_RUN_PASS(pass) run(#pass, [&] { return pass(p); })
+  KILN_RUN_PASS(const_fold);
+  KILN_RUN_PASS(simplify);
+  KILN_RUN_PASS(fold_transposes);
+  KILN_RUN_PASS(merge_matmul_sums);
+  KILN_RUN_PASS(cse);
+  KILN_RUN_PASS(dce);
+  KILN_RUN_PASS(fuse_addmm);
+  KILN_RUN_PASS(fuse_elementwise);
+#undef KILN_RUN_PASS
   return os.str();
 }
 
-}  // namespace kiln
+}  // namespace kiln::detail

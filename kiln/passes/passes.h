@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln/graph/graph.h"
+#include "kiln/graph/node.h"
 
-namespace kiln {
+namespace kiln::detail {
 
 /// A graph pruned to what some fetches need, plus which values are fetched. Nodes stay in
 /// topological order.
@@ -45,4 +45,4 @@ void verify_program(const Program& p, const std::string& after);
 /// Runs the enabled default pipeline; returns a one-line summary ("cse: 3, const_fold: 1, ...").
 std::string optimize(Program& p);
 
-}  // namespace kiln
+}  // namespace kiln::detail

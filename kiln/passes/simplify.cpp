@@ -8,14 +8,13 @@
 #include <set>
 #include <unordered_map>
 
-namespace kiln {
+#include "kiln/graph/node.h"
+#include "kiln/ops/handles.h"
+
+namespace kiln::detail {
 namespace {
 
 using Key = std::pair<const Node*, int>;
-
-bool is_op(const Node* n, std::string_view name) {
-  return n->kind == NodeKind::Op && n->op->name == name;
-}
 
 const TensorMeta& meta(ValueRef v) { return v.node->outputs[static_cast<size_t>(v.index)]; }
 
@@ -46,7 +45,7 @@ bool does_not_enlarge(const Shape& c, const Shape& x) {
 bool perm_of_node(const Node* n, std::vector<int64_t>* p) {
   if (n->kind != NodeKind::Op || n->inputs.size() != 1) return false;
   int64_t r = meta(n->inputs[0]).shape.rank();
-  if (n->op->name == "transpose") {
+  if (n->is(ops::transpose)) {
     p->resize(static_cast<size_t>(r));
     for (int64_t i = 0; i < r; ++i) (*p)[static_cast<size_t>(i)] = i;
     if (r > 0) {
@@ -56,7 +55,7 @@ bool perm_of_node(const Node* n, std::vector<int64_t>* p) {
     }
     return true;
   }
-  if (n->op->name == "permute") {
+  if (n->is(ops::permute)) {
     *p = n->attrs.ints(0);
     for (auto& d : *p) d = wrap_dim(d, r, "permute");
     return true;
@@ -113,7 +112,7 @@ class StateAliasing {
 };
 
 const OpDef& permute_op() {
-  static const OpDef& op = OpRegistry::get().at("permute");
+  static const OpDef& op = *ops::permute;
   return op;
 }
 
@@ -169,27 +168,27 @@ int simplify(Program& p) {
       if (it != subst.end()) in = it->second;
     }
     if (n->kind != NodeKind::Op || n->outputs.size() != 1) continue;
-    const std::string& op = n->op->name;
+    const OpDef* op = n->op;
     ValueRef to;
     bool fwd = false;
-    if (op == "mul") {
+    if (op == ops::mul) {
       fwd = neutral(n, 0, 1, 1.0, &to) || neutral(n, 1, 0, 1.0, &to);
-    } else if (op == "add") {
+    } else if (op == ops::add) {
       fwd = neutral(n, 0, 1, 0.0, &to) || neutral(n, 1, 0, 0.0, &to);
-    } else if (op == "sub") {
+    } else if (op == ops::sub) {
       fwd = neutral(n, 0, 1, 0.0, &to);
-    } else if (op == "div") {
+    } else if (op == ops::div) {
       fwd = neutral(n, 0, 1, 1.0, &to);
-    } else if (op == "neg") {
+    } else if (op == ops::neg) {
       const Node* inner = n->inputs[0].node;
-      if (is_op(inner, "neg")) {
+      if (inner->is(ops::neg)) {
         to = inner->inputs[0];
         fwd = copy_forwardable(n, to);
       }
-    } else if (op == "cast") {
+    } else if (op == ops::cast) {
       to = n->inputs[0];
       fwd = copy_forwardable(n, to);
-    } else if (op == "clone") {
+    } else if (op == ops::clone) {
       // contiguous() is a clone in a graph. A kernel's output is a fresh contiguous buffer, as
       // is a contiguous constant, so the copy changes nothing.
       const Node* src = n->inputs[0].node;
@@ -198,14 +197,14 @@ int simplify(Program& p) {
           (src->kind == NodeKind::Constant && src->value.defined() && src->value.is_contiguous());
       to = n->inputs[0];
       fwd = fresh && copy_forwardable(n, to);
-    } else if (op == "expand") {
+    } else if (op == ops::expand) {
       to = n->inputs[0];
       fwd = view_forwardable(n, to);
-    } else if (op == "expand_as") {
+    } else if (op == ops::expand_as) {
       to = n->inputs[0];
       fwd = meta(to).shape.is_static() && view_forwardable(n, to);
-    } else if (op == "reshape") {
-      if (is_op(n->inputs[0].node, "reshape")) {  // the -1 resolves against the same numel
+    } else if (op == ops::reshape) {
+      if (n->inputs[0].node->is(ops::reshape)) {  // the -1 resolves against the same numel
         n->inputs[0] = n->inputs[0].node->inputs[0];
         ++rewrites;
       }
@@ -213,7 +212,7 @@ int simplify(Program& p) {
       int dynamic = 0;
       for (int64_t d : meta(to).shape) dynamic += d < 0;
       fwd = dynamic <= 1 && view_forwardable(n, to);
-    } else if (op == "transpose" || op == "permute") {
+    } else if (op == ops::transpose || op == ops::permute) {
       ValueRef root;
       std::vector<int64_t> perm;
       int len = permutation_chain(ValueRef{n, 0}, &root, &perm);
@@ -250,12 +249,12 @@ int fold_transposes(Program& p) {
   for (const auto& n : p.graph->nodes)
     for (const auto& in : n->inputs) {
       ++uses[in.node];
-      if (is_op(n.get(), "matmul")) ++matmul_uses[in.node];
+      if (n.get()->is(ops::matmul)) ++matmul_uses[in.node];
     }
   int folded = 0;
   for (auto& up : p.graph->nodes) {
     Node* n = up.get();
-    if (!is_op(n, "matmul")) continue;
+    if (!n->is(ops::matmul)) continue;
     for (auto& operand : n->inputs) {
       ValueRef v = operand, root;
       std::vector<int64_t> perm;
@@ -263,7 +262,7 @@ int fold_transposes(Program& p) {
       // last two dims are the source's last two (in either order); otherwise matmul makes the
       // same one copy itself, so dropping the clone never costs more.
       const Node* c = v.node;
-      if (is_op(c, "clone") && !fetched.count(c) && uses[c] == matmul_uses[c] &&
+      if (c->is(ops::clone) && !fetched.count(c) && uses[c] == matmul_uses[c] &&
           matmul_uses[c] < kHoistUses && permutation_chain(c->inputs[0], &root, &perm) > 0) {
         int64_t r = static_cast<int64_t>(perm.size());
         if (r >= 2) {
@@ -292,10 +291,10 @@ int fold_transposes(Program& p) {
   for (size_t i = 0; i < p.graph->nodes.size(); ++i) pos[p.graph->nodes[i].get()] = i;
   for (const auto& up : p.graph->nodes) {
     Node* n = up.get();
-    if (!is_op(n, "matmul")) continue;
+    if (!n->is(ops::matmul)) continue;
     for (size_t k = 0; k < n->inputs.size(); ++k) {
       Node* t = n->inputs[k].node;
-      if (!(is_op(t, "transpose") || is_op(t, "permute")) || t->outputs[0].shape.rank() != 2 ||
+      if (!(t->is(ops::transpose) || t->is(ops::permute)) || t->outputs[0].shape.rank() != 2 ||
           !t->outputs[0].shape.is_static() || meta(t->inputs[0]).shape.rank() != 2)
         continue;
       std::vector<int64_t> perm;
@@ -310,7 +309,7 @@ int fold_transposes(Program& p) {
     if (static_cast<int>(g.readers.size()) < kHoistUses) continue;
     auto c = std::make_unique<Node>();
     c->kind = NodeKind::Op;
-    c->op = &OpRegistry::get().at("clone");
+    c->op = &*ops::clone;
     c->inputs = {ValueRef{g.first, 0}};
     c->outputs = g.first->outputs;
     for (auto& [n, k] : g.readers) n->inputs[k] = ValueRef{c.get(), 0};
@@ -330,4 +329,4 @@ int fold_transposes(Program& p) {
   return folded;
 }
 
-}  // namespace kiln
+}  // namespace kiln::detail

@@ -2,9 +2,10 @@
 // single result bit (x + 0 aside, which turns -0 into +0 in the original and keeps -0 here).
 // Both passes forward uses of a node to an equal value and leave the dead node to dce.
 #pragma once
+#include "kiln/graph/node.h"
 #include "kiln/passes/passes.h"
 
-namespace kiln {
+namespace kiln::detail {
 
 /// Rewrites every use of `from` (node inputs and fetches) into `to`; returns how many uses
 /// changed. `to` must be defined before every user of `from` (true when it is an input of
@@ -26,4 +27,4 @@ int simplify(Program& p);
 /// dropped. Returns operands rewired.
 int fold_transposes(Program& p);
 
-}  // namespace kiln
+}  // namespace kiln::detail

@@ -7,7 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dispatch/dispatch.h"
+#include "kiln/graph/node.h"
 #include "kiln/kiln.h"
+#include "kiln/ops/grad_ops.h"
+#include "kiln/ops/handles.h"
+#include "kiln/passes/passes.h"
+#include "kiln/registry/op_def.h"
+
+using namespace kiln::detail;
 
 namespace kiln::testing {
 

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <string>
 
+#include "kiln/dispatch/dispatch.h"
 #include "samples/op_samples.h"
+
+using namespace kiln::detail;
 
 namespace kiln::testing {
 namespace {

@@ -4,6 +4,8 @@
 
 #include "samples/op_samples.h"
 
+using namespace kiln::detail;
+
 namespace kiln::testing {
 namespace {
 

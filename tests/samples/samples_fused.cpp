@@ -1,8 +1,11 @@
 // Sample for the `fused` op (what the fusion pass makes): a broadcast affine + gelu program.
 #include <cmath>
 
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/fused.h"
 #include "samples/op_samples.h"
+
+using namespace kiln::detail;
 
 namespace kiln::testing {
 namespace {

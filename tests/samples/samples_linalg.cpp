@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiln/dispatch/dispatch.h"
 #include "samples/op_samples.h"
+
+using namespace kiln::detail;
 
 namespace kiln::testing {
 namespace {

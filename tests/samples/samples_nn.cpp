@@ -9,7 +9,10 @@
 #include <string>
 #include <utility>
 
+#include "kiln/dispatch/dispatch.h"
 #include "samples/op_samples.h"
+
+using namespace kiln::detail;
 
 namespace kiln::testing {
 namespace {

@@ -4,7 +4,10 @@
 // naive loops.
 #include <cmath>
 
+#include "kiln/dispatch/dispatch.h"
 #include "samples/op_samples.h"
+
+using namespace kiln::detail;
 
 namespace kiln::testing {
 namespace {

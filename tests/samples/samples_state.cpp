@@ -2,7 +2,10 @@
 // (in-place write, returns the written tensor), group (0-d token after its deps) and fill_like
 // (a constant of another tensor's shape; public callers reach it through full_like on symbolic
 // tensors, so the eager sample calls the registered op directly).
+#include "kiln/dispatch/dispatch.h"
 #include "samples/op_samples.h"
+
+using namespace kiln::detail;
 
 namespace kiln::testing {
 namespace {

@@ -165,10 +165,10 @@ typedef float VF __attribute__((vector_size(64)));
 typedef double VD __attribute__((vector_size(64)));
 typedef int32_t VI __attribute__((vector_size(64)));
 
-// vm::expf_fast on 16 lanes at once, same constants (an `omp simd` loop over expf_fast compiles
-// to 8-lane vectors here, -mprefer-vector-width=256). Bit for bit the same where the vector
-// a*b+c contracts to FMA as expf_fast's std::fma does (-march=native builds with FMA); without
-// FMA hardware the last bits may differ.
+// vec_math::expf_fast on 16 lanes at once, same constants (an `omp simd` loop over expf_fast
+// compiles to 8-lane vectors here, -mprefer-vector-width=256). Bit for bit the same where the
+// vector a*b+c contracts to FMA as expf_fast's std::fma does (-march=native builds with FMA);
+// without FMA hardware the last bits may differ.
 [[gnu::always_inline]] inline VF vexp(VF x) {
   VF xc = x < -87.3f ? splat(-87.3f) : x;
   xc = xc > 88.3f ? splat(88.3f) : xc;
@@ -281,7 +281,7 @@ void softmax_rows(T* p, int64_t ld, const int64_t* n, int64_t len, T scale) {
   for (int r = 0; r < R; ++r) {
     T sum = hsum(sv[r]);
     for (int64_t j = nv; j < n[r]; ++j) {
-      const T e = vm::exp<T>(p[r * ld + j] * scale - m[r]);
+      const T e = vec_math::exp<T>(p[r * ld + j] * scale - m[r]);
       p[r * ld + j] = e;
       sum += e;
     }

@@ -8,14 +8,12 @@
 #include <cstdint>
 #include <exception>
 
+#include "kiln/core/threads.h"
+
 namespace kiln {
 
 /// Elements below which elementwise loops stay on one thread.
 inline constexpr int64_t kParallelGrain = 32768;
-
-/// Threads Kiln (and oneDNN) use.
-int get_num_threads();
-void set_num_threads(int n);
 
 /// Calls f(begin, end) over [0, n) split into contiguous chunks, one per thread, when
 /// n * cost_per_item is large enough; inline otherwise.

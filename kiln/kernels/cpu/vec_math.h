@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-namespace kiln::vm {
+namespace kiln::vec_math {
 
 /// exp(x) for float, max rel. error ~2 ulp; underflows to 0 below -87.3, overflows to inf
 /// above 88.72; NaN in, NaN out. Written so GCC vectorizes it: rounding by the 1.5*2^23 trick
@@ -185,4 +185,4 @@ template <typename T>
   return T(0.5) * x * (T(1) + tanh<T>(k * (x + T(0.044715) * x * x * x)));
 }
 
-}  // namespace kiln::vm
+}  // namespace kiln::vec_math

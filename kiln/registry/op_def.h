@@ -10,7 +10,7 @@
 
 #include "kiln/core/tensor.h"
 
-namespace kiln {
+namespace kiln::detail {
 
 using AttrValue = std::variant<int64_t, double, bool, std::vector<int64_t>, std::string>;
 
@@ -96,6 +96,15 @@ enum OpTrait : uint32_t {
   /// the JIT then compiles the call for the concrete shape. The mode-agreement suite checks
   /// both; ops without this trait must take dynamic dims.
   kStaticShapes = 1u << 8,
+  /// Switch: output 0 is live when the predicate is false, output 1 when true; the other is dead.
+  kSwitch = 1u << 9,
+  /// Merge: forwards whichever input is live (it alone runs with dead inputs).
+  kMerge = 1u << 10,
+  /// out = f(input 0, ...) where the kernel reads each element of input 0 before it writes that
+  /// element of out (addmm's beta * input + a @ b): out may take input 0's buffer (donation).
+  kAccumulates = 1u << 11,
+  /// Writes a variable (assign): a Session schedules it after the other reads of that variable.
+  kWritesVariable = 1u << 12,
 };
 
 using InferFn = MetaList (*)(std::span<const Tensor> in, const Attrs& attrs);
@@ -153,4 +162,4 @@ decltype(auto) with_attr_check(const OpDef& op, const Attrs& a, F&& f) {
 /// Registers an op at static-init time: `static const OpDef& kAdd = def_op({...});`
 inline const OpDef& def_op(OpDef d) { return OpRegistry::get().add(std::move(d)); }
 
-}  // namespace kiln
+}  // namespace kiln::detail

@@ -2,9 +2,9 @@
 #include <memory>
 #include <sstream>
 
-#include "kiln/ops/op_def.h"
+#include "kiln/registry/op_def.h"
 
-namespace kiln {
+namespace kiln::detail {
 
 OpRegistry& OpRegistry::get() {
   static OpRegistry* r = new OpRegistry();
@@ -101,4 +101,4 @@ std::string Attrs::str(const std::vector<std::string>& names) const {
   return os.str();
 }
 
-}  // namespace kiln
+}  // namespace kiln::detail

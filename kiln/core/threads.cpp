@@ -1,5 +1,7 @@
 // Thread-count control shared with oneDNN (both use OpenMP's pool).
-#include "kiln/kernels/cpu/parallel.h"
+#include "kiln/core/threads.h"
+
+#include <omp.h>
 
 #include <algorithm>
 

@@ -1,0 +1,70 @@
+// The graph IR's nodes: what a Graph holds and what passes, the Session and the JIT rewrite.
+// Internal (kiln::detail); users build graphs through kiln::Graph and ordinary ops.
+#pragma once
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/graph/graph.h"
+#include "kiln/ops/handles.h"
+#include "kiln/registry/op_def.h"
+
+namespace kiln::detail {
+
+enum class NodeKind : uint8_t { Op, Placeholder, Variable, Constant };
+
+struct Node;
+struct ValueRef {
+  Node* node = nullptr;
+  int index = 0;
+  bool operator==(const ValueRef& o) const { return node == o.node && index == o.index; }
+};
+
+struct Node {
+  int id = 0;
+  NodeKind kind = NodeKind::Op;
+  const OpDef* op = nullptr;  ///< for NodeKind::Op
+  Attrs attrs;
+  std::vector<ValueRef> inputs;
+  std::vector<TensorMeta> outputs;
+  std::string name;  ///< placeholder/variable name; optional for others
+  Tensor value;      ///< Constant: its value; Variable: the initial value
+  /// Short label for printers: the name, or the op name.
+  std::string label() const;
+  /// Whether this is an application of `op` (passes match ops by handle, never by name).
+  bool is(const OpHandle& op) const { return kind == NodeKind::Op && this->op == op; }
+};
+
+struct GraphImpl;
+
+/// What a symbolic tensor refers to: one output of one node of one graph.
+struct SymbolicValue {
+  std::shared_ptr<GraphImpl> graph;
+  Node* node = nullptr;
+  int index = 0;
+};
+
+struct GraphImpl {
+  std::vector<std::unique_ptr<Node>> nodes;
+  // Concrete tensor -> its constant node. The tensor is held so its address is not reused.
+  std::unordered_map<const TensorImpl*, std::pair<Tensor, Node*>> constants;
+  uint64_t uid = 0;
+  Node* add_node(std::unique_ptr<Node> n);
+  /// A symbolic tensor for a node output.
+  Tensor tensor_of(const std::shared_ptr<GraphImpl>& self, ValueRef v) const;
+};
+
+/// Rewrites the symbolic inputs of ops being added to a graph (thread-local hook). cond routes
+/// values a branch captures from outside it through Switch nodes; while_loop turns values of an
+/// enclosing graph into placeholders of the loop's body graph.
+class InputCapture {
+ public:
+  virtual ~InputCapture() = default;
+  virtual Tensor capture(const Tensor& t) = 0;
+};
+/// Installs `c` on this thread and returns the previous hook (restore it when done).
+InputCapture* set_input_capture(InputCapture* c);
+InputCapture* input_capture();
+
+}  // namespace kiln::detail

@@ -1,0 +1,85 @@
+// A compiled version of a jitted function: its trace tree of pieces and the sessions that replay
+// it, shared by the engine (jit.cpp) and the jit_call op that takes gradients through it
+// (jit_call.cpp). Internal.
+#pragma once
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/exec/session.h"
+#include "kiln/graph/graph.h"
+#include "kiln/jit/guard_key.h"
+#include "kiln/jit/jit.h"
+#include "kiln/registry/op_def.h"
+
+namespace kiln::detail::jit_engine {
+
+struct Step {
+  const OpDef* op;
+  Attrs attrs;
+  std::vector<int> in, out;
+  std::vector<int> free_after;  // slots whose last use is this step (single-piece traces)
+};
+
+struct TreeNode {
+  std::vector<Step> steps;
+  std::vector<std::pair<int, Tensor>> constants;
+  int64_t nodes = 0;
+  // Interior: the guard read at the end of this piece.
+  int guard_slot = -1;
+  std::string guard_what, guard_where;
+  std::vector<std::pair<Tensor, std::unique_ptr<TreeNode>>> children;
+  // Leaf: the outputs.
+  bool leaf = false;
+  std::vector<int> out_slots;
+};
+
+struct Version {
+  Key key;
+  int num_slots = 0;
+  std::vector<std::vector<int>> arg_slots;  // per arg, per tensor
+  std::unique_ptr<TreeNode> root;
+  std::vector<Tensor> slots;
+  // Autodiff (single-piece traces with inputs requiring grad).
+  bool with_grad = false;
+  bool has_random = false;  // the backward's recomputed forward must replay the same draws
+  Graph graph;
+  std::vector<Tensor> g_inputs, g_outputs, g_out_grads, g_in_grads;
+  std::unique_ptr<Session> bwd_session;
+  // A single-piece trace without side effects or control flow replays through a Session: the
+  // same bound plan as static graphs (op outputs at planned offsets in one arena, no per-op
+  // allocation in the steady state). fwd_feeds holds one pair per traced placeholder, in the
+  // order assign_arg_slots walks the arguments; only the values change between calls.
+  std::unique_ptr<Session> fwd_session;
+  FeedDict fwd_feeds;
+  std::vector<Tensor> fwd_outs;
+  bool fwd_donating = false;  // whether fwd_session has the donated placeholders set
+  // Outputs past the function's own are the new values of the engine's state slots (module
+  // buffers fn assigns), written back after every call.
+  size_t num_user_outputs = 0;
+  // For a backward the compiled graph cannot run (a size its trace assumed): the function, how
+  // many arguments are its own, and the buffers it assigns, to take the gradient eagerly.
+  std::function<std::vector<Tensor>(const std::vector<Arg>&)> fn;
+  size_t user_arity = 0;
+  std::vector<Tensor*> state_slots;
+  double compile_ms = 0;
+  bool eager_only = false;  // runs fn eagerly (why: eager_reason)
+  std::string eager_reason;
+  ~Version();
+};
+
+/// Makes `v` reachable from jit_call nodes; returns its id (the node's "version" attribute).
+int64_t register_version(Version& v);
+/// The op a call that records gradients runs: its backward runs the version's compiled
+/// backward graph (or fn again eagerly where that graph cannot run).
+const OpDef& jit_call_op();
+/// The call's arguments from jit_call's inputs, in the version's key order (a runtime scalar
+/// travels as a 0-d tensor, a constant scalar is the guarded value).
+std::vector<Arg> args_from_inputs(const Version& v, std::span<const Tensor> tensors);
+/// Replays `v` on jit_call's inputs (defined with the engine).
+TensorList run_version_plain(Version& v, std::span<const Tensor> tensors);
+
+}  // namespace kiln::detail::jit_engine
