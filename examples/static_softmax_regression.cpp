@@ -1,5 +1,5 @@
-// The lecture's TensorFlow-1 program, line for line in C++: softmax regression on
-// Fashion-MNIST, defined once as a graph and run by a Session with feeds.
+// The lecture's TensorFlow-1 program, line for line in C++ (but the learning rate, below):
+// softmax regression on Fashion-MNIST, defined once as a graph and run by a Session with feeds.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +12,9 @@ using namespace kiln;
 
 int main(int argc, char** argv) {
   std::string dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
+  // The one departure from the lecture's program: its learning rate 0.5 was for MNIST; on
+  // Fashion-MNIST 0.5 overshoots and reaches only ~78% test accuracy, 0.1 trains steadily
+  // (pass 0.5 as the second argument to see it).
   double lr = argc > 2 ? std::atof(argv[2]) : 0.1;
   io::FashionMnist data = io::load_fashion_mnist(dir);
 
