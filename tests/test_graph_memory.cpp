@@ -183,4 +183,33 @@ TEST(GraphMemory, BoundPlanCatAndSliceGradMatchEager) {
   }
 }
 
+// A plan whose feeds keep changing shape stops rebinding after a few binds and runs generically.
+// The bound form it kept was built for other shapes: until 2026-12-04 a later run whose feeds
+// matched the last generic run's layout replayed that stale form, writing a [64, 32] matmul into
+// arena buffers planned for [1, 32] (heap corruption, wrong results; first seen as crashes of
+// one Session shared by several threads, whose calls come in any order).
+TEST(GraphMemory, StaleBoundFormIsNotReplayedForOtherShapes) {
+  manual_seed(5);
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 16});
+  Tensor w = g.variable("w", randn({16, 32}));
+  Tensor h = relu(matmul(x, w));
+  Tensor y = sum(mul(softmax(h, -1), h), {1});
+  Tensor small = randn({1, 16}), big = randn({64, 16});
+  auto want = [&](const Tensor& feed) {
+    Session fresh(g);
+    return fresh.run(y, {{x, feed}}).to_vector<float>();
+  };
+  const std::vector<float> want_small = want(small), want_big = want(big);
+  Session s(g);
+  // Four binds (the last one for `small`), then generic runs and repeats of each shape.
+  const std::vector<int> calls = {1, 0, 1, 0, 1, 1, 1, 0, 0, 1, 0, 0, 1, 1};
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const bool is_big = calls[i];
+    EXPECT_EQ(s.run(y, {{x, is_big ? big : small}}).to_vector<float>(),
+              is_big ? want_big : want_small)
+        << "call " << i << (is_big ? " (big)" : " (small)");
+  }
+}
+
 }  // namespace

@@ -260,6 +260,10 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
   } else {
     run_generic(p);
     slots_ptr = &generic_slots_;
+    // p.info now describes this run's feeds, not those the bound form was built for: drop that
+    // form. Kept, it was replayed for the next run with these feeds once the rebinds below were
+    // used up, writing results of this run's shapes into arena buffers planned for others.
+    p.bound = Plan::Bound();
     // Feeds whose shapes keep changing would rebind every run: after a few, stay generic.
     if (!p.has_control_flow && p.binds < 4 && pass_enabled("plan_memory")) {
       ++p.binds;
