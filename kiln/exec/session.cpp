@@ -143,7 +143,15 @@ Session::Session(const Graph& g) : graph_(g) {
 
 Session::~Session() = default;
 
-size_t Session::plans_built() const { return plans_.size(); }
+size_t Session::plans_built() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return plans_.size();
+}
+
+RunStats Session::last_run() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
 
 Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedDict& feeds) {
   std::string sig = signature(fetches, feeds);
@@ -218,6 +226,7 @@ Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedD
 
 std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedDict& feeds) {
   if (fetches.empty()) return {};
+  std::lock_guard<std::mutex> lk(mu_);
   for (const auto& f : fetches) graph_.value_of(f, "Session::run");
   for (const auto& [k, v] : feeds) {
     Node* n = graph_.node_of(k, "Session::run");
@@ -650,6 +659,7 @@ void Session::run_bound(Plan& p) {
 }
 
 void Session::set_donated(const std::vector<Tensor>& placeholders) {
+  std::lock_guard<std::mutex> lk(mu_);
   std::vector<std::string> names;
   for (const auto& t : placeholders) {
     if (!t.defined() || !t.is_symbolic())
@@ -669,12 +679,14 @@ Tensor Session::run(const Tensor& fetch, const FeedDict& feeds) {
 }
 
 Tensor Session::variable(const std::string& name) const {
+  std::lock_guard<std::mutex> lk(mu_);
   auto it = vars_.find(name);
   if (it == vars_.end()) fail("Session::variable", "no variable named '", name, "'");
   return it->second.clone();
 }
 
 void Session::set_variable(const std::string& name, const Tensor& value) {
+  std::lock_guard<std::mutex> lk(mu_);
   auto it = vars_.find(name);
   if (it == vars_.end()) fail("Session::set_variable", "no variable named '", name, "'");
   if (value.shape() != it->second.shape() || value.dtype() != it->second.dtype())

@@ -1,10 +1,16 @@
 // Session: runs a Graph define-then-run style. Per set of fetches and fed placeholders it prunes,
 // optimizes and plans once (a flat list of kernel steps over value slots), then runs that plan
 // many times. Variables live in the Session and survive across runs.
+//
+// Thread safety: every member function may be called from several threads at once. Runs are
+// serialized (one mutex per Session): a plan's arena and the Session's variables are shared
+// state, so concurrent runs of one Session take turns; for runs in parallel use one Session per
+// thread (each has its own variables). The Graph must not be changed while a Session runs it.
 #pragma once
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,7 +60,8 @@ class Session {
   Tensor variable(const std::string& name) const;
   /// Overwrites a variable's value (shape and dtype must match).
   void set_variable(const std::string& name, const Tensor& value);
-  const RunStats& last_run() const { return stats_; }
+  /// Statistics of the most recent run (of any thread).
+  RunStats last_run() const;
   /// Number of distinct plans built so far (one per fetch/feed signature).
   size_t plans_built() const;
 
@@ -67,6 +74,9 @@ class Session {
   void run_generic(Plan& p);
   void bind(Plan& p);
   void run_bound(Plan& p);
+  // Held by every public member function: the members below are the state of the run in
+  // progress (feed_of_, generic_slots_, the plans' arenas) or shared across runs.
+  mutable std::mutex mu_;
   Graph graph_;
   // The last plan used and the tensors that selected it (a repeat run skips the lookup).
   Plan* last_plan_ = nullptr;
