@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <unordered_map>
 
@@ -117,6 +118,10 @@ std::string value_str(const Tensor& t) {
 // ---- engine ---------------------------------------------------------------------------------
 
 struct Engine::Impl {
+  // Calls with concrete arguments, stats() and explain() hold it: the versions, their slot
+  // tables and feeds, the stats and logs are shared by every call. Recursive: fn may call its
+  // own jitted function (eagerly, on a fallback) on the same thread.
+  mutable std::recursive_mutex mu;
   JitOptions opts;
   std::vector<std::unique_ptr<Version>> versions;
   Stats stats;
@@ -571,7 +576,20 @@ struct Engine::Impl {
     }
   }
 
+  static bool any_symbolic(const std::vector<Arg>& args) {
+    for (const auto& a : args) {
+      if (a.kind == Arg::kTensor && a.t.defined() && a.t.is_symbolic()) return true;
+      for (const auto& t : a.ts)
+        if (t.defined() && t.is_symbolic()) return true;
+    }
+    return false;
+  }
+
   std::vector<Tensor> call(const std::vector<Arg>& user_args, const Fn& fn) {
+    // A call on symbolic tensors only inlines fn (call_ext): it reads no engine state and takes
+    // no lock, so traces of functions that call each other cannot deadlock.
+    std::unique_lock<std::recursive_mutex> lk(mu, std::defer_lock);
+    if (!any_symbolic(user_args)) lk.lock();
     try {
       return call_ext(user_args, fn);
     } catch (const NewStateSlots&) {
@@ -597,14 +615,10 @@ struct Engine::Impl {
         fail("jit", opts.name, ": donate position ", d,
              " is not a tensor or tensor-list argument (the function takes ", args0.size(),
              " arguments)");
-    if (stats.eager_fallback) return run_eager(args0, fn);
     // Called on symbolic tensors (inside a graph being built or another trace): inline fn
     // into that graph, as jax does with nested jit.
-    for (const auto& a : args0) {
-      bool sym = a.kind == Arg::kTensor && a.t.defined() && a.t.is_symbolic();
-      for (const auto& t : a.ts) sym = sym || (t.defined() && t.is_symbolic());
-      if (sym) return fn(args0);
-    }
+    if (any_symbolic(args0)) return fn(args0);
+    if (stats.eager_fallback) return run_eager(args0, fn);
     // The module buffers fn assigns (found by earlier traces) are fed as trailing arguments.
     user_arity = args0.size();
     std::vector<Arg> ext;
@@ -820,7 +834,10 @@ std::vector<Tensor> Engine::call(const std::vector<Arg>& args, const Impl::Fn& f
   return impl_->call(args, fn);
 }
 
-Engine::Stats Engine::stats() const { return impl_->stats; }
+Engine::Stats Engine::stats() const {
+  std::lock_guard<std::recursive_mutex> lk(impl_->mu);
+  return impl_->stats;
+}
 void Engine::check_arg(size_t i, Arg::Kind got, Arg::Kind want) const {
   const bool number = got == Arg::kScalar || got == Arg::kBool;
   const bool wants_number = want == Arg::kScalar || want == Arg::kBool;
@@ -835,6 +852,7 @@ void Engine::check_arg(size_t i, Arg::Kind got, Arg::Kind want) const {
 }
 
 bool Engine::guards_accept(const std::vector<Arg>& args) const {
+  std::lock_guard<std::recursive_mutex> lk(impl_->mu);
   Key k = key_of(args, impl_->opts.runtime_scalars);
   for (const auto& v : impl_->versions)
     if (mismatch(v->key, k).empty()) return true;
@@ -843,6 +861,7 @@ bool Engine::guards_accept(const std::vector<Arg>& args) const {
 
 std::string Engine::explain() const {
   const Impl& m = *impl_;
+  std::lock_guard<std::recursive_mutex> lk(m.mu);
   std::ostringstream os;
   os << "jit '" << m.opts.name << "': " << (m.stats.hits + m.stats.misses) << " calls, "
      << m.stats.hits << " hits, " << m.stats.misses << " misses, " << m.stats.compiles

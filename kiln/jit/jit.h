@@ -12,6 +12,13 @@
 // piece. Host code between pieces does NOT rerun on replay: fn must be a function of its
 // inputs (as with jax.jit). std::cout inside fn runs only while tracing; kiln::print runs on
 // every call.
+//
+// Thread safety: a jitted function (and its copies, which share its compiled versions) may be
+// called from several threads at once. Calls with concrete arguments take turns on one lock per
+// function (guard check, tracing, compiling, replay): for calls in parallel use one jit(...) per
+// thread. Tracing is per thread, so other threads' eager code is never captured. fn itself runs
+// under that lock while tracing or eagerly; what it reads besides its arguments (captured
+// tensors, module parameters) must not change meanwhile.
 #pragma once
 #include <functional>
 #include <memory>
