@@ -7,7 +7,7 @@ DATA_DEPS := dataset-fashion-mnist fortunes
 BENCH_DEPS := python3-torch libtorch-dev
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps bench-deps build demo test test-asan asan bench format clean
+.PHONY: all deps bench-deps build demo test test-asan asan test-tsan tsan bench format clean
 
 all: build
 
@@ -55,6 +55,26 @@ test-asan: asan
 	./build/asan/tests/test_ops_registry --gtest_filter='Registry/*' --gtest_brief=1 & reg=$$!; \
 	./build/asan/tests/test_graph_gradients --gtest_filter='Samples/*' --gtest_brief=1; \
 	wait $$reg
+
+# The tests that run threads, under ThreadSanitizer: one Session and one jitted function called
+# from 8 threads (test_threads_shared), and the ops whose kernels split work over the intra-op
+# pool (parallel_for on OpenMP, 4 threads; it tells TSan about each region's fork and join, as
+# libgomp is not instrumented). oneDNN and OpenBLAS are not instrumented either and sync their
+# own threads out of TSan's sight: ignore_noninstrumented_modules keeps their memcpy/memset
+# (TSan's interceptors) out of the reports; Kiln's own code is all checked. Only the library and
+# these binaries are built. A report fails the run (TSan's exit code 66).
+TSAN_TESTS := test_threads_shared test_ops_nn test_ops_linalg test_ops_attention test_unit_errors
+TSAN_ENV := TSAN_OPTIONS="ignore_noninstrumented_modules=1 second_deadlock_stack=1 $$TSAN_OPTIONS" \
+            OMP_NUM_THREADS=4
+tsan: deps
+	cmake --preset tsan >/dev/null
+	cmake --build --preset tsan -j $(JOBS) --target $(TSAN_TESTS)
+
+test-tsan: tsan
+	@set -e; for t in $(TSAN_TESTS); do \
+	  echo "tsan: $$t"; \
+	  $(TSAN_ENV) ./build/tsan/tests/$$t --gtest_brief=1; \
+	done
 
 bench: bench-deps build
 	bench/run
