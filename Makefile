@@ -5,9 +5,11 @@ BUILD_DEPS := cmake ninja-build g++ make libdnnl-dev libopenblas-dev libgtest-de
               libbenchmark-dev zlib1g-dev pkg-config
 DATA_DEPS := dataset-fashion-mnist fortunes
 BENCH_DEPS := python3-torch libtorch-dev
+FORMAT_DEPS := clang-format
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps bench-deps build demo test test-asan asan test-tsan tsan bench format clean
+.PHONY: all deps bench-deps build demo test test-asan asan test-tsan tsan bench format \
+        format-check clean
 
 all: build
 
@@ -80,7 +82,13 @@ bench: bench-deps build
 	bench/run
 
 format:
+	$(call apt_install,$(FORMAT_DEPS))
 	git ls-files '*.h' '*.cpp' | xargs clang-format -i
+
+# Fails (and lists the places) when a C++ file differs from what clang-format makes of it.
+format-check:
+	$(call apt_install,$(FORMAT_DEPS))
+	git ls-files '*.h' '*.cpp' | xargs clang-format --dry-run --Werror
 
 clean:
 	rm -rf build
