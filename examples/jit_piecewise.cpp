@@ -1,6 +1,7 @@
 // The lecture's piecewise compilation with guards, under kiln::jit:
 //   case 1: an input x with a constant c -> one compiled version per constant;
-//   case 2: static -> dynamic (a host read) -> static -> a trace tree of pieces with a guard;
+//   case 2: static -> dynamic (a host read) -> static -> the host code reruns on every call,
+//           with a compiled piece before the read and one per branch after it;
 // and the lecture's f(x, y, z) = x < y ? x + z : y * y written two ways: a plain C++ `if` on a
 // host read (a graph break) and `cond` (one graph with Switch/Merge). explain() shows both.
 #include <cstdio>
@@ -22,7 +23,7 @@ int main() {
   auto piecewise = jit(
       [](const Tensor& v) {
         Tensor h = tanh(v * 2.0);                    // piece 1 (compiled)
-        bool positive = (h.sum() > 0).item<bool>();  // host read: graph break, becomes a guard
+        bool positive = (h.sum() > 0).item<bool>();  // host read: graph break, host decides
         return positive ? h + 1.0 : h * h;           // piece 2 (compiled, one per branch)
       },
       JitOptions{.name = "case2_piecewise"});

@@ -639,6 +639,10 @@ struct Engine::Impl {
       ++stats.hits;
       return run_eager(args, fn);
     }
+    if (hit && hit->lazy) {
+      ++stats.hits;
+      return hit->lazy->run(hit->key, args, fn, /*stop_if_no_reads=*/false).outs;
+    }
     if (hit) {
       std::vector<Tensor> outs;
       bool replayed = false;
@@ -685,7 +689,7 @@ struct Engine::Impl {
       Key dyn;
       if (opts.dynamic_dims) {
         for (auto& v : versions)
-          if (!v->eager_only && only_dims_differ(v->key, k, &dyn)) {
+          if (!v->eager_only && !v->lazy && only_dims_differ(v->key, k, &dyn)) {
             nk = dyn;
             reason += " -> recompiling with those dims dynamic";
             break;
@@ -709,14 +713,57 @@ struct Engine::Impl {
   // first run that fails is never kept: with dynamic dims the shape is compiled statically
   // instead, and when that fails too the call runs eagerly (raising what eager raises); where
   // eager works, this shape then gets a version that runs eagerly, said in explain().
+  static bool any_grad(const Key& k) {
+    for (const auto& a : k)
+      for (bool g : a.grads)
+        if (g) return true;
+    return false;
+  }
+
+  // The first call of a version whose host code may rerun (JitOptions::host_code): fn runs once
+  // with its tensor ops recorded lazily. With host reads the version reruns from now on, for
+  // every shape of the same ranks (its pieces are cached by shape); without, kAuto compiles the
+  // recording as one piece that replays (today's speed), into `v`, and returns false.
+  bool first_lazy_call(Version& v, const Key& k, const std::vector<Arg>& args, const Fn& fn,
+                       std::vector<Tensor>& outs) {
+    const double t0 = now_ms();
+    v.lazy = std::make_unique<LazyCache>();
+    const bool autom = opts.host_code == JitOptions::HostCode::kAuto;
+    LazyResult r = v.lazy->run(k, args, fn, /*stop_if_no_reads=*/autom);
+    ++stats.compiles;
+    stats.graph_breaks += r.host_reads;
+    if (r.complete) {
+      for (auto& a : v.key)
+        for (auto& sh : a.shapes)
+          for (size_t d = 0; d < sh.size(); ++d) sh[d] = -1;
+      v.compile_ms += now_ms() - t0;
+      outs = std::move(r.outs);
+      return true;
+    }
+    v.lazy.reset();
+    v.fn = fn;
+    v.user_arity = user_arity;
+    v.state_slots = state_slots;
+    v.num_user_outputs = r.outs.size();
+    add_single(v, r.graph, r.placeholders, r.outs);
+    v.compile_ms += now_ms() - t0;
+    return false;
+  }
+
   std::vector<Tensor> compile_and_run(const Key& nk, const Key& k, const std::vector<Arg>& args,
                                       const Fn& fn) {
     auto v = std::make_unique<Version>();
     v->key = nk;
     std::vector<Tensor> outs;
     std::string reason;
+    const bool lazy = opts.host_code != JitOptions::HostCode::kReplay && !verify && !any_grad(nk) &&
+                      !has_dynamic_dims(nk) && state_slots.empty();
     try {
-      trace(*v, args, fn);
+      if (lazy && first_lazy_call(*v, nk, args, fn, outs)) {
+        versions.insert(versions.begin(), std::move(v));
+        return outs;
+      }
+      if (!lazy) trace(*v, args, fn);
       if (!v->eager_only) {
         if (v->with_grad) {
           outs = call_with_grad(*v, args);
@@ -836,7 +883,16 @@ std::vector<Tensor> Engine::call(const std::vector<Arg>& args, const Impl::Fn& f
 
 Engine::Stats Engine::stats() const {
   std::lock_guard<std::recursive_mutex> lk(impl_->mu);
-  return impl_->stats;
+  Stats s = impl_->stats;
+  for (const auto& v : impl_->versions)
+    if (v->lazy) {
+      const LazyCache::Stats l = v->lazy->stats();
+      s.reruns += l.calls;
+      s.rerun_pieces += l.pieces_run;
+      s.piece_compiles += l.compiles;
+      s.max_piece_compiles = std::max(s.max_piece_compiles, v->lazy->max_compiles_per_piece());
+    }
+  return s;
 }
 void Engine::check_arg(size_t i, Arg::Kind got, Arg::Kind want) const {
   const bool number = got == Arg::kScalar || got == Arg::kBool;
@@ -875,6 +931,14 @@ std::string Engine::explain() const {
     os << "  #" << vi++ << " guards: " << key_str(v->key) << "\n";
     os << "     compile time " << v->compile_ms << " ms";
     if (v->eager_only) os << "; runs eagerly (" << v->eager_reason << ")";
+    if (v->lazy) {
+      const LazyCache::Stats l = v->lazy->stats();
+      os << "; host code reruns on every call (" << l.calls << " calls, " << l.pieces_run
+         << " pieces run compiled, " << l.interpreted << " op by op, " << l.recomputed
+         << " ops recomputed)\n";
+      v->lazy->explain(os, "     ");
+      continue;
+    }
     if (v->with_grad) os << "; compiled backward graph (forward recomputed in it)";
     os << "\n";
     std::function<void(const TreeNode*, int, const std::string&)> walk =

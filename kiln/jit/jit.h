@@ -8,10 +8,20 @@
 // (one compiled version per constant) unless it is listed in JitOptions::runtime_scalars, in
 // which case fn's parameter must be a Tensor and receives a 0-d tensor (one version for all).
 // A host read of a traced value (item(), bool conversion, to_vector()) is a graph break: the
-// piece so far is compiled and run, the value becomes a guard, and tracing goes on in a new
-// piece. Host code between pieces does NOT rerun on replay: fn must be a function of its
-// inputs (as with jax.jit). std::cout inside fn runs only while tracing; kiln::print runs on
-// every call.
+// ops recorded so far are compiled and run as a piece, and the host code after the read goes on
+// with the concrete value. What happens on the next calls is JitOptions::host_code's choice:
+//  - kAuto (default): a function without host reads replays its one compiled graph and its host
+//    code runs only while tracing (as with jax.jit: fn must be a function of its inputs). A
+//    function with host reads reruns: fn itself runs on every call, its tensor ops record into
+//    pieces that run compiled (one compile per piece structure), so side effects between
+//    pieces happen on every call, and a value the host computes and hands to the next piece (a
+//    float from item(), a tensor it made) is baked in while it keeps its value and becomes an
+//    input of the piece once it changes: a piece compiles at most twice for any number of values.
+//  - kRerun: every function reruns (the host code runs on every call even without host reads).
+//  - kReplay: the trace tree: host code runs only while tracing; each host-read value is a guard
+//    with one traced branch per value. No host code per call (the cheapest replay), but a value
+//    that changes on every call recompiles until the budget sends the function eager.
+// Calls that record gradients trace (kReplay); one with host reads runs eagerly.
 //
 // Thread safety: a jitted function (and its copies, which share its compiled versions) may be
 // called from several threads at once. Calls with concrete arguments take turns on one lock per
@@ -49,6 +59,9 @@ struct JitOptions {
   bool dynamic_dims = true;
   /// Name used in explain() and logs.
   std::string name = "fn";
+  /// What runs on each call: see the file comment.
+  enum class HostCode { kAuto, kRerun, kReplay };
+  HostCode host_code = HostCode::kAuto;
 };
 
 namespace detail::jit_engine {
@@ -81,6 +94,10 @@ class Engine {
     int64_t hits = 0, misses = 0, compiles = 0, graph_breaks = 0, pieces = 0;
     int64_t verify_mismatches = 0;
     bool eager_fallback = false;
+    /// Rerunning versions (host_code): calls, pieces run compiled, piece compiles, and the most
+    /// compiles any one piece structure took.
+    int64_t reruns = 0, rerun_pieces = 0, piece_compiles = 0;
+    int max_piece_compiles = 0;
   };
   Stats stats() const;
   struct Impl;

@@ -13,6 +13,7 @@
 #include "kiln/graph/graph.h"
 #include "kiln/jit/guard_key.h"
 #include "kiln/jit/jit.h"
+#include "kiln/jit/lazy.h"
 #include "kiln/registry/op_def.h"
 
 namespace kiln::detail::jit_engine {
@@ -66,6 +67,8 @@ struct Version {
   size_t user_arity = 0;
   std::vector<Tensor*> state_slots;
   double compile_ms = 0;
+  // Host code reruns on every call (JitOptions::host_code): the compiled pieces by structure.
+  std::unique_ptr<LazyCache> lazy;
   bool eager_only = false;  // runs fn eagerly (why: eager_reason)
   std::string eager_reason;
   ~Version();
