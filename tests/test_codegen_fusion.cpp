@@ -55,6 +55,8 @@ std::string fresh_cache() {
       std::filesystem::temp_directory_path().string() + "/kiln_cg_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+  // These tests check the generated code itself: it must be there on the first call.
+  codegen::set_async(false);
   return dir;
 }
 
@@ -313,6 +315,7 @@ Tensor run_probe() {
 
 TEST(Codegen, ChildProbe) {
   if (!std::getenv("KILN_CG_CHILD")) GTEST_SKIP() << "runs as the child of SecondProcessReuses";
+  codegen::set_async(false);
   Tensor out = run_probe();
   auto st = codegen::stats();
   // The parent checks the exit code: 0 = loaded from disk without compiling.
@@ -355,6 +358,36 @@ TEST(Codegen, SecondProcessReusesCacheAndCorruptEntryIsRebuilt) {
   EXPECT_EQ(spawn_child("Codegen.ChildProbe"), 3);
   // ... and the rebuilt entry is good again for the one after.
   EXPECT_EQ(spawn_child("Codegen.ChildProbe"), 0);
+  std::filesystem::remove_all(dir);
+}
+
+// A cold compile does not stall: the first runs interpret while the kernel compiles in the
+// background, and later runs switch to it; every run equals eager.
+TEST(Codegen, BackgroundCompileSwitchesOverWithEqualResults) {
+  std::string dir = fresh_cache();
+  if (!codegen::enabled()) GTEST_SKIP() << "no compiler: " << codegen::stats().last_error;
+  codegen::set_async(true);
+  auto before = codegen::stats();
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {7, 9});
+  Tensor y = tanh(add(mul(x, 0.37), sigmoid(x)));
+  Session s(g);
+  Tensor xv = randn({7, 9});
+  Tensor ref = tanh(add(mul(xv, 0.37), sigmoid(xv)));
+  auto close = [&](const Tensor& got) {
+    auto a = got.to_vector<double>(), b = ref.to_vector<double>();
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::fabs(a[i] - b[i]) > 1e-6) return false;
+    return true;
+  };
+  EXPECT_TRUE(close(s.run(y, {{x, xv}})));  // interpreted: the compile was only queued
+  EXPECT_EQ(codegen::stats().background, before.background + 1);
+  for (int i = 0; i < 50; ++i) EXPECT_TRUE(close(s.run(y, {{x, xv}}))) << "run " << i;
+  codegen::wait_idle();
+  EXPECT_EQ(codegen::stats().compiles, before.compiles + 1);
+  EXPECT_EQ(codegen::stats().failures, before.failures);
+  EXPECT_TRUE(close(s.run(y, {{x, xv}})));  // generated code now
+  codegen::set_async(false);
   std::filesystem::remove_all(dir);
 }
 

@@ -10,11 +10,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 
 #include "kiln_prelude_vec_math.h"
@@ -104,6 +107,19 @@ struct Cache {
   std::string dir_env;  // KILN_CACHE_DIR when the directory was checked
   bool dir_ok = false;
   bool compiler_ok = true;
+  // Background compiles (set_async): queued entries, and per entry being compiled the spec
+  // slots to fill when it is loaded.
+  struct Job {
+    std::string src, key, base;
+  };
+  bool async = [] {
+    const char* e = std::getenv("KILN_CODEGEN_ASYNC");
+    return !(e && std::string(e) == "0");
+  }();
+  bool worker_started = false;
+  std::deque<Job> queue;
+  std::unordered_map<std::string, std::vector<std::atomic<fused::KernelPtr>*>> pending;
+  std::condition_variable work_cv, idle_cv;
 };
 Cache& cache() {
   static Cache* c = new Cache();
@@ -141,18 +157,100 @@ bool entry_valid(const std::string& base) {
   return hex(fnv1a(so.data(), so.size())) == sum;
 }
 
+// What compiling one entry gave; touches no shared state, so the background worker runs it
+// without the cache's lock.
+struct Built {
+  fused::KernelPtr fn = nullptr;
+  int rc = 0;
+  std::string error;
+};
+
+Built build(const std::string& src, const std::string& base) {
+  Built b;
+  // Compile under temporary names, then rename: another process never sees half an entry.
+  const std::string tmp =
+      str_cat(base, ".", ::getpid(), ".", std::hash<std::thread::id>()(std::this_thread::get_id()));
+  {
+    std::ofstream f(tmp + ".cpp");
+    f << src;
+  }
+  const std::string cmd = str_cat("'", compiler(), "' ", kFlags, " -o '", tmp, ".so' '", tmp,
+                                  ".cpp' > '", tmp, ".log' 2>&1");
+  b.rc = std::system(cmd.c_str());
+  std::string so;
+  if (b.rc != 0 || !read_file(tmp + ".so", so)) {
+    std::string log;
+    read_file(tmp + ".log", log);
+    b.error = "compiler exited with " + std::to_string(b.rc) + ": " + log.substr(0, 400);
+    std::remove((tmp + ".so").c_str());
+    std::remove((tmp + ".cpp").c_str());
+    std::remove((tmp + ".log").c_str());
+    return b;
+  }
+  {
+    std::ofstream f(tmp + ".sum");
+    f << hex(fnv1a(so.data(), so.size()));
+  }
+  std::rename((tmp + ".cpp").c_str(), (base + ".cpp").c_str());
+  std::rename((tmp + ".so").c_str(), (base + ".so").c_str());
+  std::rename((tmp + ".sum").c_str(), (base + ".sum").c_str());
+  std::remove((tmp + ".log").c_str());
+  b.fn = load(base + ".so");
+  if (!b.fn) b.error = std::string("dlopen failed: ") + dlerror();
+  return b;
+}
+
+// Books a finished compile (under the cache's lock).
+void record(Cache& c, const std::string& key, const Built& b, double ms) {
+  ++c.st.compiles;
+  c.st.compile_ms += ms;
+  if (!b.fn) {
+    c.st.last_error = b.error;
+    ++c.st.failures;
+    if (WIFEXITED(b.rc) && WEXITSTATUS(b.rc) == 127) c.compiler_ok = false;  // no compiler
+    return;
+  }
+  c.loaded[key] = b.fn;
+}
+
+// The background compiler: one thread, started on first use, compiling queued entries in turn
+// (a second compiler process would only halve the first one's speed on a 2-core machine).
+void worker() {
+  Cache& c = cache();
+  std::unique_lock<std::mutex> lk(c.mu);
+  for (;;) {
+    c.work_cv.wait(lk, [&] { return !c.queue.empty(); });
+    Cache::Job j = std::move(c.queue.front());
+    c.queue.pop_front();
+    lk.unlock();
+    auto t0 = std::chrono::steady_clock::now();
+    Built b = build(j.src, j.base);
+    const double ms = ms_since(t0);
+    lk.lock();
+    record(c, j.key, b, ms);
+    for (auto* slot : c.pending[j.key]) slot->store(b.fn, std::memory_order_release);
+    c.pending.erase(j.key);
+    c.idle_cv.notify_all();
+  }
+}
+
 fused::KernelPtr compile_hook(const fused::Program& p, DType dtype,
-                              const std::vector<DType>& in_dtypes, uint64_t pattern) {
+                              const std::vector<DType>& in_dtypes, uint64_t pattern,
+                              std::atomic<fused::KernelPtr>* later) {
   if (!enabled()) return nullptr;
   std::string src = emit(p, dtype, in_dtypes, pattern);
   std::string opts = compiler() + " " + kFlags;
   std::string key = hex(fnv1a(opts.data(), opts.size(), fnv1a(src.data(), src.size())));
   Cache& c = cache();
-  std::lock_guard<std::mutex> lk(c.mu);
+  std::unique_lock<std::mutex> lk(c.mu);
   auto it = c.loaded.find(key);
   if (it != c.loaded.end()) {
     ++c.st.memory_hits;
     return it->second;
+  }
+  if (auto pend = c.pending.find(key); pend != c.pending.end()) {
+    if (later) pend->second.push_back(later);
+    return nullptr;  // being compiled: interpreted until then
   }
   struct stat db {};
   if (::stat(c.st.cache_dir.c_str(), &db) != 0) {  // removed since it was checked: recreate
@@ -178,43 +276,20 @@ fused::KernelPtr compile_hook(const fused::Program& p, DType dtype,
   }
   if (exists) ++c.st.rebuilt;  // present but corrupt or unloadable
   if (!c.compiler_ok) return nullptr;
-  // Compile under temporary names, then rename: another process never sees half an entry.
-  std::string tmp = base + "." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp + ".cpp");
-    f << src;
-  }
-  std::string cmd = "'" + compiler() + "' " + kFlags + " -o '" + tmp + ".so' '" + tmp +
-                    ".cpp' > '" + tmp + ".log' 2>&1";
-  int rc = std::system(cmd.c_str());
-  ++c.st.compiles;
-  c.st.compile_ms += ms_since(t0);
-  std::string so;
-  if (rc != 0 || !read_file(tmp + ".so", so)) {
-    std::string log;
-    read_file(tmp + ".log", log);
-    c.st.last_error = "compiler exited with " + std::to_string(rc) + ": " + log.substr(0, 400);
-    ++c.st.failures;
-    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 127) c.compiler_ok = false;  // no compiler at all
-    std::remove((tmp + ".so").c_str());
+  if (later && c.async) {
+    c.pending[key].push_back(later);
+    c.queue.push_back(Cache::Job{std::move(src), key, base});
+    ++c.st.background;
+    if (!c.worker_started) {
+      c.worker_started = true;
+      std::thread(worker).detach();
+    }
+    c.work_cv.notify_one();
     return nullptr;
   }
-  {
-    std::ofstream f(tmp + ".sum");
-    f << hex(fnv1a(so.data(), so.size()));
-  }
-  std::rename((tmp + ".cpp").c_str(), (base + ".cpp").c_str());
-  std::rename((tmp + ".so").c_str(), (base + ".so").c_str());
-  std::rename((tmp + ".sum").c_str(), (base + ".sum").c_str());
-  std::remove((tmp + ".log").c_str());
-  fused::KernelPtr fn = load(base + ".so");
-  if (!fn) {
-    c.st.last_error = std::string("dlopen failed: ") + dlerror();
-    ++c.st.failures;
-    return nullptr;
-  }
-  c.loaded[key] = fn;
-  return fn;
+  Built b = build(src, base);
+  record(c, key, b, ms_since(t0));
+  return b.fn;
 }
 
 struct Installer {
@@ -337,6 +412,24 @@ Stats stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
   return c.st;
+}
+
+void set_async(bool on) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.async = on;
+}
+
+bool async() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  return c.async;
+}
+
+void wait_idle() {
+  Cache& c = cache();
+  std::unique_lock<std::mutex> lk(c.mu);
+  c.idle_cv.wait(lk, [&] { return c.pending.empty(); });
 }
 
 void clear_memory_cache() {

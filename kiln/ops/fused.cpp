@@ -87,7 +87,8 @@ struct Spec {
   uint64_t pattern;
   bool codegen;  // generated code was allowed when this was made
   std::vector<DType> in_dtypes;
-  KernelPtr fn;  // null: interpret
+  // Null: interpret. Set later by a background compile (CompilerHook), read by every call.
+  std::atomic<KernelPtr> fn{nullptr};
 };
 
 // Per program: the parsed code, the interpreter's buffer assignment and the specializations.
@@ -361,19 +362,25 @@ const Spec& spec_for(State& s, DType dtype, const DType* in_dt, uint64_t pattern
         std::equal(sp.in_dtypes.begin(), sp.in_dtypes.end(), in_dt))
       return sp;
   }
-  Spec sp{dtype, pattern, cg, std::vector<DType>(in_dt, in_dt + s.prog.num_inputs), nullptr};
+  // Table full: keep the oldest, compile this one for the calling thread only (synchronously:
+  // a background compile needs a slot that outlives the call).
+  thread_local Spec overflow;
+  Spec& sp = n == kMaxSpecs ? overflow : s.specs[n];
+  sp.dtype = dtype;
+  sp.pattern = pattern;
+  sp.codegen = cg;
+  sp.in_dtypes.assign(in_dt, in_dt + s.prog.num_inputs);
+  sp.fn.store(nullptr, std::memory_order_relaxed);
   CompilerHook h = g_compiler.load();
-  if (cg && h) sp.fn = h(s.prog, dtype, sp.in_dtypes, pattern);
-  g_specs.fetch_add(1);
-  if (sp.fn) g_compiled.fetch_add(1);
-  if (n == kMaxSpecs) {  // table full: keep the oldest, interpret this one uncached
-    thread_local Spec overflow;
-    overflow = sp;
-    return overflow;
+  if (cg && h) {
+    // Stored only when there: a background compile may already have stored its kernel.
+    KernelPtr k = h(s.prog, dtype, sp.in_dtypes, pattern, n == kMaxSpecs ? nullptr : &sp.fn);
+    if (k) sp.fn.store(k, std::memory_order_release);
   }
-  s.specs[n] = std::move(sp);
-  s.num_specs.store(n + 1, std::memory_order_release);
-  return s.specs[n];
+  g_specs.fetch_add(1);
+  if (sp.fn.load(std::memory_order_relaxed)) g_compiled.fetch_add(1);
+  if (n < kMaxSpecs) s.num_specs.store(n + 1, std::memory_order_release);
+  return sp;
 }
 
 constexpr int kMaxRank = 12;
@@ -463,9 +470,11 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
   per_row = (inner + chunk - 1) / chunk;
   const int64_t units = rows * per_row;
   const bool stream = o.numel() * oes >= cpu::kStreamBytes;
+  // One load per call: a kernel compiled in the background meanwhile takes over on the next.
+  const KernelPtr gen = sp.fn.load(std::memory_order_acquire);
   auto compute = [&](int64_t n, const void* const* p, void* const* op) {
-    if (sp.fn)
-      sp.fn(n, p, op);
+    if (gen)
+      gen(n, p, op);
     else if (dt == Float32)
       interpret<float>(s, sp, n, p, op);
     else

@@ -62,8 +62,12 @@ using KernelPtr = void (*)(int64_t n, const void* const* in, void* const* out);
 /// What a compiler (kiln/codegen) provides: C++ source for a program specialized to a dtype
 /// and an input pattern (bit k set: input k advances with the index; clear: input k is one
 /// value), compiled and loaded. Returns null when it cannot (no compiler): the interpreter runs.
+/// With `later` set, a kernel that must be compiled (not in a cache) may instead be compiled in
+/// the background: the hook returns null at once, the interpreter runs the calls meanwhile, and
+/// the kernel is stored into *later when it is loaded (calls switch over from then on).
 using CompilerHook = KernelPtr (*)(const Program& p, DType dtype,
-                                   const std::vector<DType>& in_dtypes, uint64_t pattern);
+                                   const std::vector<DType>& in_dtypes, uint64_t pattern,
+                                   std::atomic<KernelPtr>* later);
 void set_compiler(CompilerHook hook);
 /// Switches generated code on or off for kernels specialized from now on (default: on unless
 /// KILN_CODEGEN=0). Off: the tile interpreter runs. Tests use it to compare the two paths.
