@@ -1,6 +1,7 @@
 // kiln::jit, the lecture's case 2 in full (JitOptions::host_code): host code between pieces runs
 // on every call, values the host hands to the next piece are fed instead of baked (a piece
-// compiles at most twice), and results equal eager throughout.
+// compiles at most twice), and results equal eager throughout. Also the backward that reads
+// saved activations instead of recomputing the forward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -197,6 +198,43 @@ TEST(JitRerun, ErrorInHostCodeLeavesNoState) {
   EXPECT_LT(max_diff(f(small), mul(small, 3.0)), 1e-6);
   EXPECT_THROW(f(big), Error);
   EXPECT_LT(max_diff(f(small), mul(small, 3.0)), 1e-6);
+}
+
+// The gradient of a jitted forward whose backward reads saved activations equals the one that
+// recomputes the forward, and eager, with random draws (dropout) included.
+TEST(JitSaved, BackwardFedSavedActivationsEqualsRecomputeAndEager) {
+  manual_seed(3);
+  Tensor w1 = mul(randn({6, 8}), 0.3), b1 = zeros({8}), w2 = mul(randn({8, 3}), 0.3);
+  auto fwd = [](const Tensor& x, const Tensor& a, const Tensor& b, const Tensor& c) {
+    Tensor h = dropout(tanh(add(matmul(x, a), b)), 0.25);
+    return sum(mul(gelu(matmul(h, c)), matmul(h, c)));
+  };
+  auto saving = jit(fwd);
+  auto recomputing = jit(fwd, JitOptions{.save_activations = false});
+  auto grads = [&](auto&& f, const Tensor& x, uint64_t seed) {
+    std::vector<Tensor> ps;
+    for (const Tensor& t : {w1, b1, w2}) ps.push_back(t.detach().requires_grad_());
+    manual_seed(seed);
+    Tensor l = f(x, ps[0], ps[1], ps[2]);
+    std::vector<Tensor> g = grad({l}, ps);
+    g.push_back(l.detach());
+    return g;
+  };
+  for (int step = 0; step < 4; ++step) {
+    Tensor x = randn({5, 6});
+    auto gs = grads(saving, x, 100 + step);
+    auto gr = grads(recomputing, x, 100 + step);
+    auto ge = grads(fwd, x, 100 + step);
+    for (size_t k = 0; k < gs.size(); ++k) {
+      EXPECT_LT(max_diff(gs[k], gr[k]), 1e-5) << "step " << step << " grad " << k;
+      EXPECT_LT(max_diff(gs[k], ge[k]), 1e-4) << "step " << step << " grad " << k;
+    }
+  }
+  EXPECT_NE(saving.explain().find("fed the saved activations"), std::string::npos)
+      << saving.explain();
+  EXPECT_NE(recomputing.explain().find("forward recomputed"), std::string::npos)
+      << recomputing.explain();
+  EXPECT_FALSE(saving.stats().eager_fallback);
 }
 
 }  // namespace

@@ -250,6 +250,7 @@ struct Engine::Impl {
     v.graph = g;
     v.g_inputs = phs;
     v.g_outputs = outs;
+    const size_t n_fwd = g.nodes().size();
     std::vector<Tensor> gys, diff_outs;
     for (size_t k = 0; k < outs.size(); ++k) {
       if (is_floating(outs[k].dtype())) {
@@ -268,6 +269,101 @@ struct Engine::Impl {
     v.bwd_session = std::make_unique<Session>(g);
     for (const auto& n : g.nodes())
       if (n->kind == NodeKind::Op && n->op->has(kRandom)) v.has_random = true;
+    if (opts.save_activations) {
+      try {
+        build_saved_backward(v, g, n_fwd);
+      } catch (const Error&) {
+        v.saved_ok = false;  // the recomputing backward serves
+      }
+    }
+  }
+
+  // The backward on its own (nodes gradients() added, from n_fwd on), reading the forward values
+  // it needs as placeholders; v.saved lists those values in the forward graph.
+  static void build_saved_backward(Version& v, Graph& g, size_t n_fwd) {
+    const auto& nodes = g.nodes();
+    std::vector<char> need(nodes.size(), 0);
+    std::vector<const Node*> stack;
+    for (const auto& t : v.g_in_grads)
+      if (t.defined()) stack.push_back(g.node_of(t));
+    std::vector<ValueRef> saved;
+    auto note_saved = [&](ValueRef r) {
+      if (std::find(saved.begin(), saved.end(), r) == saved.end()) saved.push_back(r);
+    };
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      if (need[static_cast<size_t>(n->id)]) continue;
+      need[static_cast<size_t>(n->id)] = 1;
+      if (n->kind != NodeKind::Op) continue;
+      for (const auto& in : n->inputs) {
+        if (static_cast<size_t>(in.node->id) >= n_fwd) {
+          stack.push_back(in.node);
+        } else if (in.node->kind == NodeKind::Op) {
+          note_saved(in);
+        }
+      }
+    }
+    // A gradient that is a forward value itself (d(x * c)/dx with c a traced value) is saved too.
+    for (const auto& t : v.g_in_grads)
+      if (t.defined()) {
+        ValueRef r = g.value_of(t);
+        if (static_cast<size_t>(r.node->id) < n_fwd && r.node->kind == NodeKind::Op) note_saved(r);
+      }
+    Graph bg;
+    std::unordered_map<const Node*, std::vector<Tensor>> made;
+    auto ph_like = [&](const std::string& name, ValueRef r) {
+      const TensorMeta& m = r.node->outputs[static_cast<size_t>(r.index)];
+      return bg.placeholder(name, m.dtype, m.shape);
+    };
+    v.s_inputs.clear();
+    v.s_out_grads.clear();
+    v.s_saved.clear();
+    v.saved.clear();
+    for (size_t k = 0; k < v.g_inputs.size(); ++k) {
+      ValueRef r = g.value_of(v.g_inputs[k]);
+      v.s_inputs.push_back(ph_like(str_cat("in", k), r));
+      made[r.node] = {v.s_inputs.back()};
+    }
+    for (size_t k = 0; k < v.g_out_grads.size(); ++k) {
+      if (!v.g_out_grads[k].defined()) {
+        v.s_out_grads.emplace_back();
+        continue;
+      }
+      ValueRef r = g.value_of(v.g_out_grads[k]);
+      v.s_out_grads.push_back(ph_like(str_cat("grad_out", k), r));
+      made[r.node] = {v.s_out_grads.back()};
+    }
+    std::map<std::pair<const Node*, int>, Tensor> saved_ph;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      v.s_saved.push_back(ph_like(str_cat("saved", i), saved[i]));
+      saved_ph[{saved[i].node, saved[i].index}] = v.s_saved.back();
+      v.saved.push_back(g.tensor_of(saved[i]));
+    }
+    auto value = [&](ValueRef r) -> Tensor {
+      if (auto it = saved_ph.find({r.node, r.index}); it != saved_ph.end()) return it->second;
+      if (r.node->kind == NodeKind::Constant) return bg.constant(r.node->value);
+      auto it = made.find(r.node);
+      if (it == made.end())
+        fail("jit", "internal: the backward reads a forward value that is not saved");
+      return it->second[static_cast<size_t>(r.index)];
+    };
+    for (size_t id = n_fwd; id < nodes.size(); ++id) {
+      const Node& n = *nodes[id];
+      if (!need[id] || n.kind != NodeKind::Op) continue;
+      TensorList ins;
+      for (const auto& in : n.inputs) ins.push_back(value(in));
+      TensorList o =
+          kiln::detail::call(*n.op, std::span<const Tensor>(ins.data(), ins.size()), n.attrs);
+      made[&n] = std::vector<Tensor>(o.begin(), o.end());
+    }
+    v.s_in_grads.clear();
+    for (const auto& t : v.g_in_grads)
+      v.s_in_grads.push_back(t.defined() ? value(g.value_of(t)) : Tensor());
+    v.bwd_graph = bg;
+    v.bwd_saved_session = std::make_unique<Session>(bg);
+    v.fwd_saved_session = std::make_unique<Session>(g);
+    v.saved_ok = true;
   }
 
   // First slot of each node's outputs (node order), growing the version's slot table to fit.
@@ -842,7 +938,9 @@ struct Engine::Impl {
     attrs.push(std::move(rng));
     TensorList r =
         kiln::detail::call(jit_call_op(), std::span<const Tensor>(ins.data(), ins.size()), attrs);
-    return std::vector<Tensor>(r.begin(), r.end());
+    // Past the function's outputs come the saved activations, for the backward only.
+    const size_t n = std::min(r.size(), v.g_outputs.size());
+    return std::vector<Tensor>(r.begin(), r.begin() + static_cast<long>(n));
   }
 
   bool budget_ok(const std::string& reason) {
@@ -939,7 +1037,9 @@ std::string Engine::explain() const {
       v->lazy->explain(os, "     ");
       continue;
     }
-    if (v->with_grad) os << "; compiled backward graph (forward recomputed in it)";
+    if (v->with_grad)
+      os << (v->saved_ok ? "; compiled backward graph fed the saved activations"
+                         : "; compiled backward graph (forward recomputed in it)");
     os << "\n";
     std::function<void(const TreeNode*, int, const std::string&)> walk =
         [&](const TreeNode* t, int depth, const std::string& via) {

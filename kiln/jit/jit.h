@@ -62,6 +62,10 @@ struct JitOptions {
   /// What runs on each call: see the file comment.
   enum class HostCode { kAuto, kRerun, kReplay };
   HostCode host_code = HostCode::kAuto;
+  /// Calls that record gradients: the forward keeps the values its backward reads (as PyTorch's
+  /// autograd does) instead of the backward recomputing the forward. False trades that memory
+  /// for the recompute.
+  bool save_activations = true;
 };
 
 namespace detail::jit_engine {

@@ -98,6 +98,46 @@ TensorList compiled_vjp(Version& v, const GradCtx& c) {
   return out;
 }
 
+// The backward graph of its own, fed with the inputs, the output gradients and the activations
+// the forward saved (jit_call's outputs past the function's own).
+TensorList saved_vjp(Version& v, const GradCtx& c) {
+  FeedDict feeds;
+  for (size_t k = 0; k < v.s_inputs.size(); ++k) feeds.push_back({v.s_inputs[k], c.in(k).detach()});
+  for (size_t k = 0; k < v.s_out_grads.size(); ++k)
+    if (v.s_out_grads[k].defined()) feeds.push_back({v.s_out_grads[k], c.g(k).detach()});
+  const size_t n_out = v.g_outputs.size();
+  if (c.outputs.size() != n_out + v.s_saved.size())
+    fail("jit_call", "internal: ", c.outputs.size(), " outputs, expected ", n_out, " + ",
+         v.s_saved.size(), " saved");
+  for (size_t i = 0; i < v.s_saved.size(); ++i)
+    feeds.push_back({v.s_saved[i], c.out(n_out + i).detach()});
+  std::vector<Tensor> fetch;
+  std::vector<size_t> which;
+  for (size_t k = 0; k < v.s_in_grads.size(); ++k)
+    if (v.s_in_grads[k].defined() && c.need(k)) {
+      fetch.push_back(v.s_in_grads[k]);
+      which.push_back(k);
+    }
+  TensorList out;
+  out.resize(c.inputs.size());
+  if (fetch.empty()) return out;
+  std::vector<Tensor> r = v.bwd_saved_session->run(fetch, feeds);
+  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
+  return out;
+}
+
+// The forward of a version that saves activations: its outputs, then the saved values.
+TensorList run_saving(Version& v, std::span<const Tensor> in) {
+  FeedDict feeds;
+  for (size_t k = 0; k < v.g_inputs.size() && k < in.size(); ++k)
+    feeds.push_back({v.g_inputs[k], in[k]});
+  std::vector<Tensor> fetch = v.g_outputs;
+  fetch.insert(fetch.end(), v.saved.begin(), v.saved.end());
+  NoGradGuard ng;
+  std::vector<Tensor> r = v.fwd_saved_session->run(fetch, feeds);
+  return TensorList(r.begin(), r.end());
+}
+
 // jit_call's gradient taken eagerly: fn rerun with autograd on the inputs (the draws replayed,
 // the module buffers it assigns left as they were), then grad() of its outputs.
 TensorList eager_vjp(Version& v, const GradCtx& c) {
@@ -155,6 +195,8 @@ const OpDef& kJitCall =
                   Version* v = &version_of(a);
                   MetaList m;
                   for (const auto& o : v->g_outputs) m.push_back(TensorMeta{o.dtype(), o.shape()});
+                  if (v->saved_ok)
+                    for (const auto& o : v->saved) m.push_back(TensorMeta{o.dtype(), o.shape()});
                   return m;
                 },
             // Outputs never alias an input or each other: the autograd recorder gives each
@@ -163,7 +205,8 @@ const OpDef& kJitCall =
             // the gradient twice.
             .view =
                 [](std::span<const Tensor> in, const Attrs& a) {
-                  TensorList out = run_version_plain(version_of(a), in);
+                  Version& v = version_of(a);
+                  TensorList out = v.saved_ok ? run_saving(v, in) : run_version_plain(v, in);
                   for (size_t k = 0; k < out.size(); ++k) {
                     bool aliased = false;
                     for (const Tensor& x : in) aliased = aliased || out[k].shares_storage(x);
@@ -180,12 +223,14 @@ const OpDef& kJitCall =
             .grad =
                 [](const GradCtx& c) {
                   Version& v = version_of(c.attrs);
-                  RngReplay replay(c.attrs.ints(1));
                   try {
+                    if (v.saved_ok && c.outputs.size() > v.g_outputs.size()) return saved_vjp(v, c);
+                    RngReplay replay(c.attrs.ints(1));
                     return compiled_vjp(v, c);
                   } catch (const Error&) {
                     if (!v.fn) throw;
                   }
+                  RngReplay replay(c.attrs.ints(1));
                   return eager_vjp(v, c);
                 }});
 

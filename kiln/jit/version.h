@@ -50,6 +50,15 @@ struct Version {
   Graph graph;
   std::vector<Tensor> g_inputs, g_outputs, g_out_grads, g_in_grads;
   std::unique_ptr<Session> bwd_session;
+  // Saved activations (JitOptions::save_activations): the forward also returns the values of
+  // its nodes that the backward reads (hidden outputs of jit_call, kept by the autograd node),
+  // and the backward is a graph of its own fed with them instead of recomputing the forward.
+  bool saved_ok = false;
+  std::vector<Tensor> saved;                   // in `graph`: the forward values the backward reads
+  std::unique_ptr<Session> fwd_saved_session;  // `graph`: outputs + saved
+  Graph bwd_graph;
+  std::vector<Tensor> s_inputs, s_out_grads, s_saved, s_in_grads;  // in bwd_graph
+  std::unique_ptr<Session> bwd_saved_session;
   // A single-piece trace without side effects or control flow replays through a Session: the
   // same bound plan as static graphs (op outputs at planned offsets in one arena, no per-op
   // allocation in the steady state). fwd_feeds holds one pair per traced placeholder, in the
