@@ -1,7 +1,7 @@
 // kiln::jit, the lecture's case 2 in full (JitOptions::host_code): host code between pieces runs
 // on every call, values the host hands to the next piece are fed instead of baked (a piece
 // compiles at most twice), and results equal eager throughout. Also the backward that reads
-// saved activations instead of recomputing the forward.
+// saved activations instead of recomputing the forward, and the picture of a piecewise program.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -235,6 +235,35 @@ TEST(JitSaved, BackwardFedSavedActivationsEqualsRecomputeAndEager) {
   EXPECT_NE(recomputing.explain().find("forward recomputed"), std::string::npos)
       << recomputing.explain();
   EXPECT_FALSE(saving.stats().eager_fallback);
+}
+
+TEST(JitPicture, MermaidShowsPiecesBreaksAndGuards) {
+  auto rerun = jit([](const Tensor& x) {
+    Tensor s = mul(x, 2.0);
+    if ((s.sum() > 0).item<bool>()) return add(s, 1.0);
+    return sub(mul(s, s), 1.0);
+  });
+  auto tree = jit(
+      [](const Tensor& x) {
+        Tensor s = mul(x, 2.0);
+        if ((s.sum() > 0).item<bool>()) return add(s, 1.0);
+        return sub(mul(s, s), 1.0);
+      },
+      JitOptions{.name = "tree", .host_code = JitOptions::HostCode::kReplay});
+  for (const Tensor& x : {tensor({1.f}), tensor({-1.f})}) {
+    rerun(x);
+    tree(x);
+  }
+  const std::string a = rerun.to_mermaid(), b = tree.to_mermaid();
+  EXPECT_EQ(a.rfind("flowchart TD", 0), 0u) << a;
+  EXPECT_NE(a.find("host code reruns on every call"), std::string::npos) << a;
+  EXPECT_NE(a.find("host code after"), std::string::npos) << a;
+  EXPECT_NE(a.find("test_jit_rerun.cpp"), std::string::npos) << a;
+  EXPECT_NE(a.find("v0_p2"), std::string::npos) << a;  // head + one piece per branch
+  EXPECT_NE(b.find("item() at"), std::string::npos) << b;
+  EXPECT_NE(b.find("-->|\"1\"|"), std::string::npos) << b;
+  EXPECT_NE(b.find("-->|\"0\"|"), std::string::npos) << b;
+  EXPECT_NE(b.find("--> result"), std::string::npos) << b;
 }
 
 }  // namespace

@@ -1013,6 +1013,58 @@ bool Engine::guards_accept(const std::vector<Arg>& args) const {
   return false;
 }
 
+std::string Engine::to_mermaid() const {
+  const Impl& m = *impl_;
+  std::lock_guard<std::recursive_mutex> lk(m.mu);
+  auto q = [](std::string t) {
+    for (size_t i = 0; (i = t.find('"', i)) != std::string::npos; i += 6) t.replace(i, 1, "#quot;");
+    return t;
+  };
+  std::ostringstream os;
+  os << "flowchart TD\n";
+  os << "  call([\"" << q(m.opts.name) << "(...)\"])\n";
+  os << "  result([\"result\"])\n";
+  int vi = 0;
+  for (const auto& v : m.versions) {
+    const std::string p = str_cat("v", vi, "_");
+    os << "  " << p << "in{{\"version " << vi << "<br/>" << q(key_str(v->key)) << "\"}}\n";
+    os << "  call --> " << p << "in\n";
+    if (v->eager_only) {
+      os << "  " << p << "eager[\"eager: " << q(v->eager_reason) << "\"]\n";
+      os << "  " << p << "in --> " << p << "eager --> result\n";
+    } else if (v->lazy) {
+      os << "  " << p << "in -.- " << p << "note>\"host code reruns on every call\"]\n";
+      v->lazy->mermaid(os, p, p + "in", "result");
+    } else if (v->root) {
+      int n = 0;
+      std::function<std::string(const TreeNode*)> walk = [&](const TreeNode* t) {
+        const std::string id = str_cat(p, "t", n++);
+        os << "  " << id << "[\"" << (v->root.get() == t && t->leaf ? "graph" : "piece") << ": "
+           << t->nodes << " nodes\"]\n";
+        if (t->leaf) {
+          os << "  " << id << " --> result\n";
+          return id;
+        }
+        const std::string gid = id + "g";
+        os << "  " << gid << "{\"" << q(t->guard_what) << "() at " << q(t->guard_where) << "\"}\n";
+        os << "  " << id << " --> " << gid << "\n";
+        for (const auto& [val, child] : t->children) {
+          const std::string cid = walk(child.get());
+          os << "  " << gid << " -->|\"" << q(value_str(val)) << "\"| " << cid << "\n";
+        }
+        return id;
+      };
+      const std::string root = walk(v->root.get());
+      os << "  " << p << "in --> " << root << "\n";
+    }
+    if (v->with_grad)
+      os << "  " << p << "in -.- " << p << "bwd[/\"backward graph, "
+         << (v->saved_ok ? "fed saved activations" : "recomputing the forward") << "\"/]\n";
+    ++vi;
+  }
+  return os.str();
+}
+
 std::string Engine::explain() const {
   const Impl& m = *impl_;
   std::lock_guard<std::recursive_mutex> lk(m.mu);

@@ -88,6 +88,8 @@ class Engine {
   std::vector<Tensor> call(const std::vector<Arg>& args,
                            const std::function<std::vector<Tensor>(const std::vector<Arg>&)>& fn);
   std::string explain() const;
+  /// Mermaid flowchart of the versions, pieces, guards and branches.
+  std::string to_mermaid() const;
   /// Raises naming argument `i` when the caller passed `got` where fn's parameter is `want`
   /// (numbers and bools convert into each other as in C++; a runtime scalar may go to a Tensor
   /// parameter; otherwise tensors and numbers do not mix).
@@ -272,6 +274,10 @@ class JitFunction
   /// Pieces, graph breaks (reason and source line), recompiles (which guard failed), compile
   /// times, hits and misses.
   std::string explain() const { return engine_->explain(); }
+  /// The piecewise program as a Mermaid flowchart (as the lecture draws graphs): each version
+  /// with its guards; its pieces with their sizes; graph breaks as guard diamonds (kReplay) or
+  /// host-code edges (rerun), named by the user's file:line; the backward when there is one.
+  std::string to_mermaid() const { return engine_->to_mermaid(); }
   /// The guard check alone (no execution), for measuring its cost.
   template <typename... Args>
   bool guards_accept(const Args&... args) const {

@@ -108,6 +108,7 @@ struct Entry {
   // (op, output) values later pieces or the outputs read: fetched on every run.
   std::set<std::pair<int, int>> keep;
   std::string where;  // the host read that ends the piece ("" when it ends the function)
+  int index = 0;      // in LazyCache::Impl::order
   int compiles = 0;
   int64_t runs = 0;
   bool interpret = false;
@@ -127,6 +128,8 @@ struct LazyCache::Impl {
   std::unordered_map<size_t, std::vector<std::unique_ptr<Entry>>> by_hash;
   Stats stats;
   std::vector<const Entry*> order;  // insertion order, for explain()
+  // Piece to piece transitions seen (-1: the call's start, -2: its end), for the picture.
+  std::set<std::pair<int, int>> edges;
 };
 
 namespace {
@@ -137,6 +140,7 @@ struct LazyRun {
   Graph g;
   int cut = 0;  // nodes before it have run
   int reads = 0;
+  int last_piece = -1;           // the entry run last (-1: none yet), for LazyCache's transitions
   int recomputing = 0;           // depth of materialize() recomputing a value no piece kept
   std::vector<Tensor> fed;       // by node id: placeholders' argument values
   std::vector<TensorList> vals;  // by node id: op outputs computed so far
@@ -278,11 +282,16 @@ void run_piece(LazyRun& r, int lo, int hi, const std::vector<ValueRef>& want,
     for (const Node* k : d.consts) ne->baked.push_back(k->value);
     ne->where = where;
     ne->num_ops = static_cast<int64_t>(d.ops.size());
+    ne->index = static_cast<int>(c.order.size());
     e = ne.get();
     c.order.push_back(e);
     c.by_hash[d.hash].push_back(std::move(ne));
     ++c.stats.structures;
     fresh = true;
+  }
+  if (e) {
+    c.edges.insert({r.last_piece, e->index});
+    r.last_piece = e->index;
   }
   LazyRun::Ran ran{lo, hi, e, std::vector<int>(static_cast<size_t>(hi - lo), -1)};
   for (size_t i = 0; i < d.ops.size(); ++i)
@@ -465,6 +474,7 @@ LazyResult LazyCache::run(const Key& key, const std::vector<Arg>& args, const Tr
       }
     }
     for (auto& [slot, old] : r.state_writes) *slot = materialize(r, r.g.value_of(*slot)).detach();
+    impl_->edges.insert({r.last_piece, -2});
     ok = true;
   }
   res.complete = true;
@@ -491,6 +501,31 @@ void LazyCache::explain(std::ostream& os, const std::string& indent) const {
     if (fed) os << "; " << fed << " host value" << (fed == 1 ? "" : "s") << " fed as inputs";
     if (e->interpret) os << "; runs op by op (" << e->interpret_reason << ")";
     os << "\n";
+  }
+}
+
+void LazyCache::mermaid(std::ostream& os, const std::string& prefix, const std::string& entry,
+                        const std::string& exit) const {
+  auto q = [](std::string t) {
+    for (size_t i = 0; (i = t.find('"', i)) != std::string::npos; i += 6) t.replace(i, 1, "#quot;");
+    return t;
+  };
+  for (const Entry* e : impl_->order) {
+    int fed = 0;
+    for (char f : e->fed) fed += f;
+    os << "  " << prefix << "p" << e->index << "[\"piece " << e->index << ": " << e->num_ops
+       << " ops, compiled " << e->compiles << "x";
+    if (fed) os << "<br/>" << fed << " host value" << (fed == 1 ? "" : "s") << " fed";
+    if (e->interpret) os << "<br/>runs op by op";
+    os << "\"]\n";
+  }
+  for (auto [a, b] : impl_->edges) {
+    const std::string from = a < 0 ? entry : str_cat(prefix, "p", a);
+    const std::string to = b == -2 ? exit : str_cat(prefix, "p", b);
+    os << "  " << from << " --> ";
+    if (a >= 0 && !impl_->order[static_cast<size_t>(a)]->where.empty())
+      os << "|\"host code after " << q(impl_->order[static_cast<size_t>(a)]->where) << "\"| ";
+    os << to << "\n";
   }
 }
 

@@ -66,6 +66,11 @@ class LazyCache {
   int max_compiles_per_piece() const;
   /// One line per cached piece: where it ends, its size, compiles, runs, fed constants.
   void explain(std::ostream& os, const std::string& indent) const;
+  /// Mermaid lines: `entry` --> each piece a call started with, piece --> piece for each host
+  /// read seen between them (labelled with its file:line), piece --> `exit`. Node ids start
+  /// with `prefix`.
+  void mermaid(std::ostream& os, const std::string& prefix, const std::string& entry,
+               const std::string& exit) const;
 
   struct Impl;
 
