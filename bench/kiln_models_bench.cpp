@@ -2,7 +2,8 @@
 // docs/design.md section 10, each as a training step (W8: forward + backward) in eager, graph and
 // jit modes. The models are plain functions of a parameter list written in Kiln ops, so one
 // function serves all three modes. One workload per process, so that peak RSS is per workload:
-//   kiln_models_bench W5|W7|W8 THREADS [eager,graph,jit]
+//   kiln_models_bench W5|W7|W8 THREADS [eager,graph,jit | latency | jitfwd | jitfwd_peak_saved |
+//   jitfwd_peak_recompute]
 // JSON lines as kiln_bench (bench/bench_util.h).
 #include <cblas.h>
 
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include "bench/bench_util.h"
+#include "kiln/codegen/codegen.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 
@@ -95,7 +97,146 @@ void emit_plan(const std::string& w, const std::string& name, int threads, const
   emit(w, name, "kiln", "graph", threads, params, "planned_peak_MiB", st.arena_bytes / mib);
 }
 
+double ms_of(const std::function<void()>& f) {
+  const double t0 = now_s();
+  f();
+  return (now_s() - t0) * 1e3;
+}
+
+double median_ms(const std::function<void()>& f, int n) {
+  std::vector<double> t;
+  for (int i = 0; i < n; ++i) t.push_back(ms_of(f));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Mode "latency": what the first jitted step costs beside an eager step, in this process (run it
+// with an empty KILN_CACHE_DIR for a cold generated-code cache, again for a warm one, and with
+// KILN_CODEGEN_ASYNC=0 to see the stall background compiles avoid). Both steps are SGD steps;
+// the jitted one is the whole step (forward, grad(), update) as in run_train_bench.
+void latency_bench(const TrainBench& tb, int threads) {
+  // SGD on both sides, so that the two steps do the same work.
+  Params pe;
+  for (const auto& t : tb.init) pe.push_back(t.clone().requires_grad_());
+  auto opt = std::make_unique<optim::SGD>(pe, optim::SGDOptions{.lr = kSgdLr});
+  auto eager_step = [&] {
+    Tensor loss = tb.loss_fn(pe, tb.x, tb.y);
+    opt->zero_grad();
+    loss.backward();
+    opt->step();
+  };
+  const double eager_first = ms_of(eager_step);
+  const double eager_ms = median_ms(eager_step, 5);
+  LossFn lf = tb.loss_fn;
+  auto step = jit([lf](const Params& prm, const Tensor& xin, const Tensor& yin) {
+    Params q;
+    for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
+    Tensor l = lf(q, xin, yin);
+    Params gs = grad({l}, q);
+    Params out;
+    for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], kSgdLr)));
+    out.push_back(l.detach());
+    return out;
+  });
+  Params pj = tb.init;
+  auto jit_step = [&] {
+    Params r = step(pj, tb.x, tb.y);
+    for (size_t i = 0; i < pj.size(); ++i) pj[i] = r[i];
+  };
+  const auto cg0 = codegen::stats();
+  const double first = ms_of(jit_step);
+  // Trace + optimize + plan: the version's compile time as explain() reports it.
+  double trace_ms = 0;
+  {
+    const std::string e = step.explain();
+    const size_t at = e.find("compile time ");
+    if (at != std::string::npos) trace_ms = std::atof(e.c_str() + at + 13);
+  }
+  std::vector<double> next;
+  for (int i = 0; i < 5; ++i) next.push_back(ms_of(jit_step));
+  const double t_wait0 = now_s();
+  codegen::wait_idle();
+  const double waited_ms = (now_s() - t_wait0) * 1e3;
+  const auto cg1 = codegen::stats();
+  const double steady = median_ms(jit_step, 7);
+  const std::string p =
+      tb.params_json.substr(0, tb.params_json.size() - 1) +
+      ", \"step_opt\": \"sgd\", \"async\": " + (codegen::async() ? "true" : "false") +
+      ", \"kernels_compiled\": " + std::to_string(cg1.compiles - cg0.compiles) +
+      ", \"kernels_from_disk\": " + std::to_string(cg1.disk_hits - cg0.disk_hits) + "}";
+  const std::string n = tb.name;
+  emit(tb.workload, n, "kiln", "eager_first_step", threads, p, "ms", eager_first);
+  emit(tb.workload, n, "kiln", "eager_step", threads, p, "ms", eager_ms);
+  emit(tb.workload, n, "kiln", "jit_first_step", threads, p, "ms", first);
+  emit(tb.workload, n, "kiln", "jit_trace_optimize", threads, p, "ms", trace_ms);
+  emit(tb.workload, n, "kiln", "codegen_compile_cold", threads, p, "ms",
+       cg1.compile_ms - cg0.compile_ms);
+  emit(tb.workload, n, "kiln", "codegen_load_warm", threads, p, "ms", cg1.load_ms - cg0.load_ms);
+  emit(tb.workload, n, "kiln", "jit_steps_2_to_6_max", threads, p, "ms",
+       *std::max_element(next.begin(), next.end()));
+  emit(tb.workload, n, "kiln", "jit_wait_for_background", threads, p, "ms", waited_ms);
+  emit(tb.workload, n, "kiln", "jit_step", threads, p, "ms", steady);
+}
+
+// Mode "jitfwd": the loss's forward jitted, the backward through jit_call, the optimizer eager;
+// the backward fed saved activations vs recomputing the forward (JitOptions::save_activations),
+// steps/s interleaved. Modes "jitfwd_peak_saved" / "jitfwd_peak_recompute" run one of the two
+// alone (so no other mode's buffers count) and report the allocator's peak in use over 3 steps.
+void jit_forward_bench(const TrainBench& tb, int threads, int rounds, const std::string& mode) {
+  const bool adam = tb.opt == "adamw";
+  LossFn lf = tb.loss_fn;
+  auto fwd = [lf](const Params& prm, const Tensor& xin, const Tensor& yin) {
+    return lf(prm, xin, yin);
+  };
+  auto saving = jit(fwd);
+  auto recomputing = jit(fwd, JitOptions{.save_activations = false});
+  struct Run {
+    Params p;
+    std::unique_ptr<optim::Optimizer> opt;
+  };
+  auto make = [&] {
+    Run r;
+    for (const auto& t : tb.init) r.p.push_back(t.clone().requires_grad_());
+    if (adam)
+      r.opt = std::make_unique<optim::AdamW>(
+          r.p, optim::AdamOptions{
+                   .lr = kAdamLr, .beta1 = kB1, .beta2 = kB2, .eps = kEps, .weight_decay = kWd});
+    else
+      r.opt = std::make_unique<optim::SGD>(r.p, optim::SGDOptions{.lr = kSgdLr});
+    return r;
+  };
+  Run rs = make(), rr = make();
+  auto step_saved = [&] {
+    Tensor l = saving(rs.p, tb.x, tb.y);
+    rs.opt->zero_grad();
+    l.backward();
+    rs.opt->step();
+  };
+  auto step_recompute = [&] {
+    Tensor l = recomputing(rr.p, tb.x, tb.y);
+    rr.opt->zero_grad();
+    l.backward();
+    rr.opt->step();
+  };
+  if (mode != "jitfwd") {
+    const bool saved = mode == "jitfwd_peak_saved";
+    reset_peak_memory();
+    for (int i = 0; i < 3; ++i) saved ? step_saved() : step_recompute();
+    emit(tb.workload, tb.name, "kiln", saved ? "jit_fwd_saved" : "jit_fwd_recompute", threads,
+         tb.params_json, "peak_in_use_MiB",
+         double(allocator_stats().peak_in_use_bytes) / (1024.0 * 1024.0));
+    return;
+  }
+  std::vector<double> med = time_interleaved({step_saved, step_recompute}, rounds);
+  emit(tb.workload, tb.name, "kiln", "jit_fwd_saved", threads, tb.params_json, "steps/s",
+       1.0 / med[0]);
+  emit(tb.workload, tb.name, "kiln", "jit_fwd_recompute", threads, tb.params_json, "steps/s",
+       1.0 / med[1]);
+}
+
 void run_train_bench(const TrainBench& tb, int threads, const std::string& modes, int rounds) {
+  if (modes == "latency") return latency_bench(tb, threads);
+  if (modes.rfind("jitfwd", 0) == 0) return jit_forward_bench(tb, threads, rounds, modes);
   std::vector<std::function<void()>> fs;
   std::vector<std::string> names;
   const bool adam = tb.opt == "adamw";
@@ -432,7 +573,8 @@ void w8(int threads, const std::string& modes, int rounds) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: kiln_models_bench W5|W7|W8 THREADS [eager,graph,jit]\n";
+    std::cerr << "usage: kiln_models_bench W5|W7|W8 THREADS [eager,graph,jit | latency | jitfwd | "
+                 "jitfwd_peak_saved | jitfwd_peak_recompute]\n";
     return 2;
   }
   std::string w = argv[1];
