@@ -2,6 +2,7 @@
 # (as root: missing packages are installed with apt-get), then build and run.
 SHELL := /bin/bash
 BUILD_DEPS := cmake ninja-build g++ make libdnnl-dev libopenblas-dev libgtest-dev libgmock-dev \
+              libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata \
               libbenchmark-dev zlib1g-dev pkg-config
 DATA_DEPS := dataset-fashion-mnist fortunes
 BENCH_DEPS := python3-torch libtorch-dev

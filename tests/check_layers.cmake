@@ -16,7 +16,8 @@ set(KILN_LAYERS
   "passes"
   "exec"
   "nn;optim;io"
-  "jit")
+  "jit"
+  "onnx")
 # Headers kiln.h must not reach, directly or through other headers.
 set(KILN_INTERNAL_HEADERS
   "kiln/registry/.*" "kiln/kernels/.*" "kiln/passes/.*" "kiln/codegen/.*"

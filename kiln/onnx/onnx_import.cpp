@@ -1,0 +1,463 @@
+// The ONNX importer's driver: parses the ModelProto, checks and converts tensors, walks the
+// nodes in order and hands each to its converter (onnx_ops*.cpp), binding the results by name.
+#include "kiln/onnx/onnx_import.h"
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "kiln/onnx/onnx_internal.h"
+
+namespace kiln::onnx {
+namespace detail {
+
+namespace {
+
+// Subgraphs nest (If inside Loop ...); a hostile file could nest them thousands deep.
+constexpr int64_t kMaxDepth = 32;
+// Import-time folding may create values larger than the file (ConstantOfShape, Expand, Range):
+// it may create this many elements plus 16 per byte of the file in all, so a 100-byte file cannot
+// ask for gigabytes while real models, whose folded values are shapes and small tables, never
+// come near it.
+constexpr int64_t kFoldBaseElements = int64_t(1) << 24;
+
+template <typename T>
+Tensor from_values(const Shape& shape, DType dt, const T* v, int64_t n) {
+  Tensor t = empty(shape, dt);
+  KILN_DISPATCH_ALL(dt, kOp, [&] {
+    auto* out = t.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<scalar_t>(v[i]);
+  });
+  return t;
+}
+
+}  // namespace
+
+std::unordered_map<std::string, Converter>& converters() {
+  static std::unordered_map<std::string, Converter> m;
+  return m;
+}
+
+const Tensor* Ctx::lookup(const std::string& name) const {
+  for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
+    auto f = it->find(name);
+    if (f != it->end()) return &f->second;
+  }
+  return nullptr;
+}
+
+const Tensor& NodeIn::req(size_t k) const {
+  if (!has_input(k)) fail("input ", k, " is required but missing");
+  return in[k];
+}
+
+const ::onnx::AttributeProto* NodeIn::attr(const char* name) const {
+  for (const auto& a : proto.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+int64_t NodeIn::i(const char* name, int64_t def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() != ::onnx::AttributeProto::INT) fail("attribute '", name, "' must be an int");
+  return a->i();
+}
+int64_t NodeIn::req_i(const char* name) const {
+  if (!attr(name)) fail("attribute '", name, "' is required");
+  return i(name, 0);
+}
+double NodeIn::f(const char* name, double def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() != ::onnx::AttributeProto::FLOAT) fail("attribute '", name, "' must be a float");
+  return a->f();
+}
+std::string NodeIn::s(const char* name, const std::string& def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() != ::onnx::AttributeProto::STRING) fail("attribute '", name, "' must be a string");
+  return a->s();
+}
+std::vector<int64_t> NodeIn::ints(const char* name, std::vector<int64_t> def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() != ::onnx::AttributeProto::INTS) fail("attribute '", name, "' must be ints");
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+std::vector<double> NodeIn::floats(const char* name, std::vector<double> def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() != ::onnx::AttributeProto::FLOATS) fail("attribute '", name, "' must be floats");
+  return std::vector<double>(a->floats().begin(), a->floats().end());
+}
+Tensor NodeIn::t(const char* name) const {
+  const auto* a = attr(name);
+  if (!a) return Tensor();
+  if (a->type() != ::onnx::AttributeProto::TENSOR) fail("attribute '", name, "' must be a tensor");
+  return tensor_from_proto(a->t(), str_cat(type(), " attribute '", name, "'"));
+}
+
+DType dtype_from_onnx(int32_t et, const std::string& what) {
+  switch (et) {
+    case ::onnx::TensorProto::FLOAT:
+      return Float32;
+    case ::onnx::TensorProto::DOUBLE:
+      return Float64;
+    case ::onnx::TensorProto::INT64:
+      return Int64;
+    case ::onnx::TensorProto::INT32:
+      return Int32;
+    case ::onnx::TensorProto::BOOL:
+      return Bool;
+    default:
+      break;
+  }
+  const char* name =
+      ::onnx::TensorProto::DataType_IsValid(et)
+          ? ::onnx::TensorProto::DataType_Name(static_cast<::onnx::TensorProto::DataType>(et))
+                .c_str()
+          : "an unknown type";
+  fail(kOp, what, ": element type ", et, " (", std::string(name),
+       ") is not supported; Kiln has float32, float64, int64, int32 and bool");
+}
+
+int32_t onnx_from_dtype(DType dt) {
+  switch (dt) {
+    case Float32:
+      return ::onnx::TensorProto::FLOAT;
+    case Float64:
+      return ::onnx::TensorProto::DOUBLE;
+    case Int64:
+      return ::onnx::TensorProto::INT64;
+    case Int32:
+      return ::onnx::TensorProto::INT32;
+    case Bool:
+      return ::onnx::TensorProto::BOOL;
+  }
+  return 0;
+}
+
+Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& what) {
+  if (p.data_location() == ::onnx::TensorProto::EXTERNAL)
+    fail(kOp, what, " ('", p.name(), "'): external data is not supported");
+  if (p.has_segment()) fail(kOp, what, " ('", p.name(), "'): segmented tensors are not supported");
+  const DType dt = dtype_from_onnx(p.data_type(), str_cat(what, " '", p.name(), "'"));
+  Shape shape;
+  int64_t n = 1;
+  for (int64_t d : p.dims()) {
+    if (d < 0) fail(kOp, what, " '", p.name(), "': negative dim ", d);
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      fail(kOp, what, " '", p.name(), "': element count overflows");
+    n *= d;
+    shape.push_back(d);
+  }
+  const size_t esz = dtype_size(dt);
+  if (p.has_raw_data()) {
+    const std::string& raw = p.raw_data();
+    // The count is checked against the bytes present before anything is allocated.
+    if (static_cast<uint64_t>(n) > raw.size() / esz || raw.size() != static_cast<size_t>(n) * esz)
+      fail(kOp, what, " '", p.name(), "': raw data holds ", raw.size(), " bytes, ", shape, " of ",
+           dtype_name(dt), " needs ", static_cast<double>(n) * esz);
+    Tensor t = empty(shape, dt);
+    if (n > 0) std::memcpy(t.raw_data(), raw.data(), raw.size());
+    if (dt == Bool) {  // a byte other than 0/1 is not a valid C++ bool
+      auto* b = static_cast<uint8_t*>(t.raw_data());
+      for (int64_t k = 0; k < n; ++k) b[k] = b[k] != 0;
+    }
+    return t;
+  }
+  auto check_count = [&](int64_t have) {
+    if (have != n)
+      fail(kOp, what, " '", p.name(), "': holds ", have, " values, its shape ", shape, " needs ",
+           n);
+  };
+  switch (dt) {
+    case Float32:
+      check_count(p.float_data_size());
+      return from_values(shape, dt, p.float_data().data(), n);
+    case Float64:
+      check_count(p.double_data_size());
+      return from_values(shape, dt, p.double_data().data(), n);
+    case Int64:
+      check_count(p.int64_data_size());
+      return from_values(shape, dt, p.int64_data().data(), n);
+    case Int32:
+      check_count(p.int32_data_size());
+      return from_values(shape, dt, p.int32_data().data(), n);
+    case Bool: {
+      check_count(p.int32_data_size());
+      Tensor t = empty(shape, dt);
+      bool* out = t.data_ptr<bool>();
+      for (int64_t k = 0; k < n; ++k) out[k] = p.int32_data(static_cast<int>(k)) != 0;
+      return t;
+    }
+  }
+  fail(kOp, what, ": unreachable dtype");
+}
+
+std::vector<int64_t> const_ints(const NodeIn& n, size_t i, const char* what) {
+  const Tensor& t = n.req(i);
+  if (!t.is_concrete())
+    n.fail("input ", i, " (", what,
+           ") must be known at import (a constant or computed from static shapes); give the "
+           "model's inputs static shapes (ImportOptions::input_shapes)");
+  if (!is_integral(t.dtype())) n.fail("input ", i, " (", what, ") must be int32 or int64");
+  if (t.dim() > 1) n.fail("input ", i, " (", what, ") must be a scalar or 1-D, got ", t.shape());
+  return t.to_vector<int64_t>();
+}
+
+bool all_concrete(const std::vector<Tensor>& ts) {
+  for (const auto& t : ts)
+    if (t.defined() && !t.is_concrete()) return false;
+  return true;
+}
+
+void charge_fold(const NodeIn& n, int64_t numel) {
+  if (numel < 0 || numel > n.ctx.fold_budget)
+    n.fail("would create ", numel, " elements at import, more than the model's size justifies (",
+           n.ctx.fold_budget, " left)");
+  n.ctx.fold_budget -= numel;
+}
+
+namespace {
+
+Shape shape_from_value_info(const ::onnx::ValueInfoProto& v, const ImportOptions& opt) {
+  auto it = opt.input_shapes.find(v.name());
+  if (it != opt.input_shapes.end()) return it->second;
+  if (!v.type().has_tensor_type())
+    fail(kOp, "input '", v.name(),
+         "' is not a tensor (sequences, maps and optionals are not "
+         "supported)");
+  Shape s;
+  const auto& tt = v.type().tensor_type();
+  if (!tt.has_shape())
+    fail(kOp, "input '", v.name(), "' has no shape; give one in ImportOptions::input_shapes");
+  for (const auto& d : tt.shape().dim()) {
+    if (d.has_dim_value()) {
+      if (d.dim_value() < 0) fail(kOp, "input '", v.name(), "': negative dim ", d.dim_value());
+      s.push_back(d.dim_value());
+    } else {
+      s.push_back(Dim::any());
+    }
+  }
+  return s;
+}
+
+// Converts the nodes of `g` in order, in the innermost scope of ctx.
+void import_nodes(Ctx& ctx, const ::onnx::GraphProto& g, std::vector<std::string>* op_types) {
+  for (const auto& init : g.initializer())
+    ctx.bind(init.name(), tensor_from_proto(init, "initializer"));
+  for (const auto& node : g.node()) {
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      fail(kOp, node.op_type(), " (domain '", node.domain(),
+           "'): only the default ONNX domain is supported");
+    auto it = converters().find(node.op_type());
+    if (it == converters().end())
+      fail(kOp, "unsupported op ", node.op_type(), " (opset ", ctx.opset, ")");
+    if (op_types &&
+        std::find(op_types->begin(), op_types->end(), node.op_type()) == op_types->end())
+      op_types->push_back(node.op_type());
+    NodeIn n{node, {}, ctx.opset, ctx};
+    if (ctx.opset < 7 && n.has("broadcast"))
+      n.fail("the legacy broadcast attribute (opsets before 7) is not supported");
+    for (const auto& name : node.input()) {
+      if (name.empty()) {
+        n.in.emplace_back();
+        continue;
+      }
+      const Tensor* t = ctx.lookup(name);
+      if (!t) n.fail("input '", name, "' is not produced by any earlier node or input");
+      n.in.push_back(*t);
+    }
+    std::vector<Tensor> outs = it->second(n);
+    for (int k = 0; k < node.output_size(); ++k) {
+      if (node.output(k).empty()) continue;
+      if (static_cast<size_t>(k) >= outs.size() || !outs[k].defined())
+        n.fail("output ", k, " ('", node.output(k), "') is not supported");
+      ctx.bind(node.output(k), outs[k]);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> import_subgraph(Ctx& ctx, const ::onnx::GraphProto& g,
+                                    const std::vector<Tensor>& inputs, const std::string& what) {
+  if (ctx.depth >= kMaxDepth) fail(kOp, what, ": subgraphs nest deeper than ", kMaxDepth);
+  if (static_cast<size_t>(g.input_size()) != inputs.size())
+    fail(kOp, what, ": the subgraph takes ", g.input_size(), " inputs, ", inputs.size(), " given");
+  ++ctx.depth;
+  ctx.scopes.emplace_back();
+  std::vector<Tensor> outs;
+  try {
+    for (int k = 0; k < g.input_size(); ++k) ctx.bind(g.input(k).name(), inputs[k]);
+    import_nodes(ctx, g, nullptr);
+    for (const auto& o : g.output()) {
+      const Tensor* t = ctx.lookup(o.name());
+      if (!t) fail(kOp, what, ": output '", o.name(), "' is never computed");
+      outs.push_back(*t);
+    }
+  } catch (...) {
+    ctx.scopes.pop_back();
+    --ctx.depth;
+    throw;
+  }
+  ctx.scopes.pop_back();
+  --ctx.depth;
+  return outs;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
+ImportedModel import_impl(const void* data, size_t size, const ImportOptions& options,
+                          const std::string& what, bool nodes) {
+  if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
+    fail(kOp, what, ": ", size, " bytes, more than protobuf's 2 GiB limit");
+  ::onnx::ModelProto m;
+  {
+    google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data),
+                                              static_cast<int>(size));
+    // Deeply nested messages (subgraph in attribute in node ...) are bounded here first.
+    in.SetRecursionLimit(64);
+    if (!m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+      fail(kOp, what,
+           ": not a valid ONNX model (the protobuf does not parse; truncated or "
+           "corrupt?)");
+  }
+  if (!m.has_graph()) fail(kOp, what, ": the model has no graph");
+  ImportedModel out;
+  for (const auto& os : m.opset_import())
+    if (os.domain().empty() || os.domain() == "ai.onnx") out.opset = os.version();
+  if (out.opset == 0 && m.opset_import_size() == 0) out.opset = 1;  // IR v2 and older: opset 1
+  // Opsets 1-6 are accepted where an op's meaning did not change (converters check the rest:
+  // the legacy broadcast attributes, for one); the suite and the exporters use 7-17.
+  if (out.opset < 1 || out.opset > 17)
+    fail(kOp, what, ": opset ", out.opset, " of the default domain is not supported (1-17)");
+  Ctx ctx;
+  ctx.graph = out.graph;
+  ctx.opset = out.opset;
+  ctx.fold_budget = kFoldBaseElements + 16 * static_cast<int64_t>(size);
+  ctx.scopes.emplace_back();
+  const auto& g = m.graph();
+  std::unordered_map<std::string, bool> is_init;
+  for (const auto& init : g.initializer()) is_init[init.name()] = true;
+  for (const auto& v : g.input()) {
+    if (is_init.count(v.name())) continue;  // IR < 4 lists initializers as inputs too
+    if (!v.type().has_tensor_type())
+      fail(kOp, "input '", v.name(),
+           "' is not a tensor (sequences, maps and optionals are not "
+           "supported)");
+    const DType dt =
+        dtype_from_onnx(v.type().tensor_type().elem_type(), str_cat("input '", v.name(), "'"));
+    if (auto c = options.constant_inputs.find(v.name()); c != options.constant_inputs.end()) {
+      if (!c->second.is_concrete() || c->second.dtype() != dt)
+        fail(kOp, "constant_inputs['", v.name(), "'] must be a concrete ", dtype_name(dt),
+             " tensor");
+      ctx.bind(v.name(), c->second);
+      out.input_names.push_back(v.name());
+      out.inputs.push_back(c->second);
+      continue;
+    }
+    Tensor ph = out.graph.placeholder(v.name(), dt, shape_from_value_info(v, options));
+    ctx.bind(v.name(), ph);
+    out.input_names.push_back(v.name());
+    out.inputs.push_back(ph);
+  }
+  if (!nodes) return out;
+  import_nodes(ctx, g, &out.op_types);
+  for (const auto& o : g.output()) {
+    const Tensor* t = ctx.lookup(o.name());
+    if (!t) fail(kOp, "output '", o.name(), "' is never computed");
+    out.output_names.push_back(o.name());
+    out.outputs.push_back(*t);
+  }
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(kOp, "cannot open '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+ImportedModel import_model_bytes(const void* data, size_t size, const ImportOptions& options,
+                                 const std::string& what) {
+  return import_impl(data, size, options, what, true);
+}
+
+ImportedModel import_model(const std::string& path, const ImportOptions& options) {
+  const std::string bytes = read_file(path);
+  return import_impl(bytes.data(), bytes.size(), options, path, true);
+}
+
+ImportedModel import_model_inputs_only(const std::string& path) {
+  const std::string bytes = read_file(path);
+  return import_impl(bytes.data(), bytes.size(), {}, path, false);
+}
+
+std::vector<std::string> model_op_types(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  ::onnx::ModelProto m;
+  std::vector<std::string> ops;
+  if (!f || !m.ParseFromIstream(&f)) return ops;
+  for (const auto& node : m.graph().node())
+    if (std::find(ops.begin(), ops.end(), node.op_type()) == ops.end())
+      ops.push_back(node.op_type());
+  return ops;
+}
+
+std::vector<Tensor> ImportedModel::run(Session& sess, const std::vector<Tensor>& feeds) const {
+  if (feeds.size() != inputs.size())
+    fail(kOp, "run: the model takes ", inputs.size(), " inputs, ", feeds.size(), " given");
+  FeedDict fd;
+  for (size_t k = 0; k < feeds.size(); ++k)
+    if (inputs[k].is_symbolic()) fd.emplace_back(inputs[k], feeds[k]);
+  std::vector<Tensor> fetches;
+  std::vector<size_t> where;
+  std::vector<Tensor> res(outputs.size());
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (outputs[k].is_concrete()) {
+      res[k] = outputs[k];
+    } else {
+      bool fed = false;  // an output that is an input: the feed itself
+      for (size_t j = 0; j < inputs.size(); ++j)
+        if (outputs[k].is_same(inputs[j])) res[k] = feeds[j], fed = true;
+      if (!fed) fetches.push_back(outputs[k]), where.push_back(k);
+    }
+  }
+  if (!fetches.empty()) {
+    std::vector<Tensor> got = sess.run(fetches, fd);
+    for (size_t k = 0; k < got.size(); ++k) res[where[k]] = got[k];
+  }
+  return res;
+}
+
+Tensor parse_tensor_pb(const void* data, size_t size, const std::string& what) {
+  if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
+    fail(kOp, what, ": more than protobuf's 2 GiB limit");
+  ::onnx::TensorProto p;
+  if (!p.ParseFromArray(data, static_cast<int>(size))) fail(kOp, what, ": not a valid TensorProto");
+  return tensor_from_proto(p, what);
+}
+
+Tensor read_tensor_pb(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(kOp, "cannot open '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string bytes = ss.str();
+  return parse_tensor_pb(bytes.data(), bytes.size(), path);
+}
+
+}  // namespace kiln::onnx

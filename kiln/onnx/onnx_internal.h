@@ -1,0 +1,89 @@
+// Internals shared by the ONNX importer's driver (onnx_import.cpp) and its op converters
+// (onnx_ops*.cpp): the import context, a node's inputs and checked attribute reads.
+#pragma once
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/onnx/onnx_import.h"
+#include "kiln/ops/ops.h"
+#include "onnx/onnx_pb.h"
+
+namespace kiln::onnx::detail {
+
+/// The tag every importer error starts with.
+inline constexpr char kOp[] = "onnx_import";
+
+struct Ctx;
+
+/// One node being converted: its proto, its inputs (undefined for an omitted optional input)
+/// and the opset in force. Attribute reads check the attribute's type.
+struct NodeIn {
+  const ::onnx::NodeProto& proto;
+  std::vector<Tensor> in;
+  int64_t opset;
+  Ctx& ctx;
+
+  const std::string& type() const { return proto.op_type(); }
+  /// Input i, or an undefined tensor when absent.
+  Tensor input(size_t i) const { return i < in.size() ? in[i] : Tensor(); }
+  bool has_input(size_t i) const { return i < in.size() && in[i].defined(); }
+  /// Input i, which must be present.
+  const Tensor& req(size_t i) const;
+  const ::onnx::AttributeProto* attr(const char* name) const;
+  bool has(const char* name) const { return attr(name) != nullptr; }
+  int64_t i(const char* name, int64_t def) const;
+  double f(const char* name, double def) const;
+  std::string s(const char* name, const std::string& def) const;
+  std::vector<int64_t> ints(const char* name, std::vector<int64_t> def = {}) const;
+  std::vector<double> floats(const char* name, std::vector<double> def = {}) const;
+  Tensor t(const char* name) const;
+  /// An integer attribute that must be present.
+  int64_t req_i(const char* name) const;
+  /// Raises "[onnx_import] <Op> (opset N): ..." for this node.
+  template <typename... A>
+  [[noreturn]] void fail(const A&... a) const {
+    ::kiln::fail(kOp, type(), " (opset ", opset, ", node '", proto.name(), "'): ", a...);
+  }
+};
+
+using Converter = std::function<std::vector<Tensor>(NodeIn&)>;
+
+/// The converters by op type (default domain). Filled by the onnx_ops*.cpp files.
+std::unordered_map<std::string, Converter>& converters();
+struct RegisterConverter {
+  RegisterConverter(const char* op, Converter c) { converters().emplace(op, std::move(c)); }
+};
+
+/// Import state: the graph under construction and name -> value (concrete = known at import).
+struct Ctx {
+  Graph graph;
+  std::vector<std::unordered_map<std::string, Tensor>> scopes;  // innermost last
+  int64_t opset = 0;
+  int64_t depth = 0;        // subgraph nesting, bounded against hostile recursion
+  int64_t fold_budget = 0;  // elements import-time folding may still create
+
+  const Tensor* lookup(const std::string& name) const;
+  void bind(const std::string& name, const Tensor& t) { scopes.back()[name] = t; }
+};
+
+/// A TensorProto as a concrete tensor (sizes and data checked).
+Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& what);
+/// The Kiln dtype of an ONNX element type; fails naming it when Kiln has none.
+DType dtype_from_onnx(int32_t elem_type, const std::string& what);
+int32_t onnx_from_dtype(DType dt);
+
+/// Host integers of an input that must be known at import (shapes, axes, pads, ...).
+std::vector<int64_t> const_ints(const NodeIn& n, size_t i, const char* what);
+/// Whether every value is concrete (the node folds at import).
+bool all_concrete(const std::vector<Tensor>& ts);
+/// Refuses to fold a value of `numel` elements past the budget the file's size justifies.
+void charge_fold(const NodeIn& n, int64_t numel);
+
+/// Imports a subgraph (If branches, Loop bodies) with `inputs` bound to its inputs, in a new
+/// scope that sees the enclosing ones; returns its outputs.
+std::vector<Tensor> import_subgraph(Ctx& ctx, const ::onnx::GraphProto& g,
+                                    const std::vector<Tensor>& inputs, const std::string& what);
+
+}  // namespace kiln::onnx::detail
