@@ -15,6 +15,7 @@ namespace {
   std::vector<Tensor> conv_##NAME(NodeIn& n)
 
 using TL = std::vector<Tensor>;
+using Ints_ = std::vector<int64_t>;
 
 int64_t static_size(const NodeIn& n, const Tensor& x, int64_t d) {
   if (x.size(d) < 0) n.fail("needs the static size of dim ", d, " of ", x.shape());
@@ -445,6 +446,147 @@ KILN_ONNX_OP(NonZero) {
   if (!x.is_concrete()) n.fail("input must be known at import (the output size depends on it)");
   return TL{transpose(nonzero(x), 0, 1)};
 }
+
+}  // namespace
+}  // namespace kiln::onnx::detail
+
+namespace kiln::onnx::detail {
+namespace {
+
+KILN_ONNX_OP(Pad) {
+  Tensor x = n.req(0);
+  const std::string mode = n.s("mode", "constant");
+  Ints_ p;
+  double value = 0;
+  if (n.opset < 11) {
+    p = n.ints("pads");
+    value = n.f("value", 0.0);
+  } else {
+    p = const_ints(n, 1, "pads");
+    if (n.has_input(2)) {
+      const Tensor& v = n.in[2];
+      if (!v.is_concrete() || v.numel() != 1)
+        n.fail("constant_value must be a scalar known at import");
+      value = v.to_vector<double>()[0];
+    }
+  }
+  const int64_t r = x.dim();
+  if (static_cast<int64_t>(p.size()) != 2 * r)
+    n.fail("pads needs ", 2 * r, " values, got ", p.size());
+  if (mode == "constant") {
+    Ints_ tp;
+    for (int64_t d = r - 1; d >= 0; --d) tp.push_back(p[d]), tp.push_back(p[r + d]);
+    if (x.is_concrete()) {
+      int64_t total = 1;
+      for (int64_t d = 0; d < r; ++d) total *= std::max<int64_t>(0, x.size(d) + p[d] + p[r + d]);
+      charge_fold(n, total);
+    }
+    return TL{pad(x, tp, value)};
+  }
+  if (mode != "reflect" && mode != "edge") n.fail("unknown mode '", mode, "'");
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t b = p[d], e = p[r + d];
+    int64_t size = static_size(n, x, d);
+    if (b < 0) x = slice(x, d, -b, size), size += b, b = 0;
+    if (e < 0) x = slice(x, d, 0, size + e), size += e, e = 0;
+    if (b == 0 && e == 0) continue;
+    if (size <= 0) n.fail("cannot ", mode, "-pad an empty dim");
+    if (mode == "reflect" && (b >= size || e >= size))
+      n.fail("reflect pads must be smaller than the dim");
+    if (b > (int64_t(1) << 20) || e > (int64_t(1) << 20)) n.fail("pads too large");
+    std::vector<Tensor> parts;
+    auto edge = [&](int64_t at, int64_t count) {
+      Shape s = x.shape();
+      s[d] = count;
+      return contiguous(expand(slice(x, d, at, at + 1), s));
+    };
+    if (b > 0) parts.push_back(mode == "edge" ? edge(0, b) : flip(slice(x, d, 1, b + 1), {d}));
+    parts.push_back(x);
+    if (e > 0)
+      parts.push_back(mode == "edge" ? edge(size - 1, e)
+                                     : flip(slice(x, d, size - 1 - e, size - 1), {d}));
+    x = cat(parts, d);
+  }
+  return TL{x};
+}
+
+KILN_ONNX_OP(GatherND) {
+  const Tensor &x = n.req(0), &idx = n.req(1);
+  const int64_t bd = n.i("batch_dims", 0);
+  if (!idx.shape().is_static() || !x.shape().is_static()) n.fail("needs static shapes");
+  const int64_t q = idx.dim(), k = idx.size(q - 1);
+  if (q < 1 || bd < 0 || bd >= q || k < 1 || bd + k > x.dim())
+    n.fail("bad shapes ", x.shape(), " ", idx.shape());
+  // Flattened positions: batch index times the batch stride plus the indexed offset.
+  Ints_ strides(x.dim(), 1);
+  for (int64_t d = x.dim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * x.size(d + 1);
+  int64_t batch = 1;
+  for (int64_t d = 0; d < bd; ++d) batch *= x.size(d);
+  int64_t inner = 1;
+  for (int64_t d = bd + k; d < x.dim(); ++d) inner *= x.size(d);
+  Tensor i = cast(idx, Int64);
+  Tensor off = zeros(Shape{}, Int64);
+  for (int64_t j = 0; j < k; ++j) {
+    Tensor ij = squeeze(slice(i, q - 1, j, j + 1), q - 1);
+    ij = where(lt(ij, 0.0), add(ij, static_cast<double>(x.size(bd + j))), ij);
+    off = add(off, mul(ij, static_cast<double>(strides[bd + j] / inner)));
+  }
+  // off: [b..., rest...] in units of `inner`; add the batch offsets.
+  Shape bs;
+  for (int64_t d = 0; d < bd; ++d) bs.push_back(idx.size(d));
+  for (int64_t d = bd; d < q - 1; ++d) bs.push_back(1);
+  if (bd > 0) {
+    Tensor b = reshape(
+        mul(arange(0, static_cast<double>(batch)), static_cast<double>(strides[bd - 1] / inner)),
+        bs);
+    off = add(off, b);
+  }
+  Tensor rows = reshape(x, Shape{-1, inner});
+  Tensor g = index_select(rows, 0, reshape(off, Shape{-1}));
+  Shape out;
+  for (int64_t d = 0; d < q - 1; ++d) out.push_back(idx.size(d));
+  for (int64_t d = bd + k; d < x.dim(); ++d) out.push_back(x.size(d));
+  return TL{reshape(g, out)};
+}
+
+KILN_ONNX_OP(ReverseSequence) {
+  const Tensor &x = n.req(0), &lens = n.req(1);
+  const int64_t ba = n.i("batch_axis", 1), ta = n.i("time_axis", 0);
+  if (!lens.is_concrete()) n.fail("sequence_lens must be known at import");
+  if (x.dim() < 2 || (ba != 0 && ba != 1) || (ta != 0 && ta != 1) || ba == ta) n.fail("bad axes");
+  auto l = lens.to_vector<int64_t>();
+  const int64_t B = static_size(n, x, ba), T = static_size(n, x, ta);
+  if (static_cast<int64_t>(l.size()) != B) n.fail("sequence_lens needs ", B, " values");
+  std::vector<Tensor> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = std::clamp<int64_t>(l[b], 0, T);
+    Tensor r = slice(x, ba, b, b + 1);
+    std::vector<Tensor> parts;
+    if (len > 0) parts.push_back(flip(slice(r, ta, 0, len), {ta}));
+    if (len < T) parts.push_back(slice(r, ta, len, T));
+    rows.push_back(parts.size() == 1 ? parts[0] : cat(parts, ta));
+  }
+  return TL{cat(rows, ba)};
+}
+
+// The window functions (opset 17): periodic by default; a size known at import folds.
+TL window_fn(NodeIn& n, double a0, double a1, double a2) {
+  auto sz = const_ints(n, 0, "size");
+  if (sz.size() != 1 || sz[0] < 0) n.fail("size must be one non-negative value");
+  charge_fold(n, sz[0]);
+  const int64_t N = sz[0];
+  const double denom = n.i("periodic", 1) ? static_cast<double>(N) : static_cast<double>(N - 1);
+  Tensor t = empty(Shape{N}, Float64);
+  double* p = t.data_ptr<double>();
+  for (int64_t k = 0; k < N; ++k)
+    p[k] = a0 - a1 * std::cos(2 * M_PI * k / denom) + a2 * std::cos(4 * M_PI * k / denom);
+  const DType dt =
+      dtype_from_onnx(static_cast<int32_t>(n.i("output_datatype", 1)), "output_datatype");
+  return TL{cast(t, dt)};
+}
+KILN_ONNX_OP(HannWindow) { return window_fn(n, 0.5, 0.5, 0); }
+KILN_ONNX_OP(HammingWindow) { return window_fn(n, 25.0 / 46, 21.0 / 46, 0); }
+KILN_ONNX_OP(BlackmanWindow) { return window_fn(n, 0.42, 0.5, 0.08); }
 
 }  // namespace
 }  // namespace kiln::onnx::detail
