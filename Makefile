@@ -6,6 +6,8 @@ BUILD_DEPS := cmake ninja-build g++ make libdnnl-dev libopenblas-dev libgtest-de
               libbenchmark-dev zlib1g-dev pkg-config
 DATA_DEPS := dataset-fashion-mnist fortunes
 BENCH_DEPS := python3-torch libtorch-dev
+# The ONNX model tests export their models with PyTorch 1.13 and check them with onnx.checker.
+TEST_DEPS := python3-torch python3-onnx
 FORMAT_DEPS := clang-format
 JOBS ?= $(shell nproc)
 
@@ -41,6 +43,7 @@ demo: build
 	  --mermaid build/release/cnn.mmd --dot build/release/cnn.dot
 
 test: build
+	$(call apt_install,$(TEST_DEPS))
 	ctest --preset release -j $(JOBS)
 
 asan: deps
