@@ -23,7 +23,7 @@ set(KILN_INTERNAL_HEADERS
   "kiln/registry/.*" "kiln/kernels/.*" "kiln/passes/.*" "kiln/codegen/.*"
   "kiln/dispatch/dispatch\\.h" "kiln/graph/node\\.h" "kiln/autograd/grad_node\\.h"
   "kiln/ops/(op_util|handles|grad_ops|fused|elementwise_util|index_util)\\.h"
-  "kiln/jit/(version|guard_key)\\.h")
+  "kiln/jit/(version|guard_key)\\.h" "kiln/exec/while_body\\.h")
 
 set(layer_index 0)
 foreach(layer ${KILN_LAYERS})

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "kiln/exec/session.h"
+#include "kiln/exec/while_body.h"
 #include "kiln/graph/node.h"
 #include "kiln/ops/op_util.h"
 
@@ -456,6 +457,15 @@ std::vector<Tensor> build_while(
 }
 
 }  // namespace
+
+namespace detail {
+bool is_while_op(const OpDef* op) { return op == &kWhile; }
+bool is_while_grad_op(const OpDef* op) { return op == &kWhileGrad; }
+WhileBodyView while_body_of(const Attrs& a) {
+  WhileBody& b = body(a.i(0));
+  return WhileBodyView{b.sub, b.var_ph, b.cap_ph, b.cond_out, b.body_out, a.i(1)};
+}
+}  // namespace detail
 
 std::vector<Tensor> while_loop(
     const std::function<Tensor(const std::vector<Tensor>&)>& cond_fn,
