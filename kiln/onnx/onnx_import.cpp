@@ -451,6 +451,19 @@ Tensor parse_tensor_pb(const void* data, size_t size, const std::string& what) {
   return tensor_from_proto(p, what);
 }
 
+void write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name) {
+  if (!t.is_concrete()) fail(kOp, "write_tensor_pb: '", name, "' is not a concrete tensor");
+  Tensor c = t.is_contiguous() ? t : t.clone();
+  ::onnx::TensorProto p;
+  p.set_name(name);
+  p.set_data_type(onnx_from_dtype(c.dtype()));
+  for (int64_t d : c.shape()) p.add_dims(d);
+  p.set_raw_data(std::string(static_cast<const char*>(c.raw_data()),
+                             static_cast<size_t>(c.numel()) * dtype_size(c.dtype())));
+  std::ofstream f(path, std::ios::binary);
+  if (!f || !p.SerializeToOstream(&f)) fail(kOp, "cannot write '", path, "'");
+}
+
 Tensor read_tensor_pb(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(kOp, "cannot open '", path, "'");

@@ -55,5 +55,7 @@ std::vector<std::string> model_op_types(const std::string& path);
 /// A serialized TensorProto (the backend test suite's input_0.pb, output_0.pb) as a tensor.
 Tensor read_tensor_pb(const std::string& path);
 Tensor parse_tensor_pb(const void* data, size_t size, const std::string& what = "tensor");
+/// Writes a concrete tensor as a serialized TensorProto (raw data, little-endian).
+void write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name = "");
 
 }  // namespace kiln::onnx

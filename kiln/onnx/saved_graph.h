@@ -1,0 +1,48 @@
+// Saved graphs: a Kiln static Graph (placeholders, variables with their current values,
+// constants, every op including switch/merge, cond, while_loop and print) written to one ONNX
+// file and loaded in another process, where a Session gives the same results bit for bit. Every
+// node is kept as the Kiln op it is (domain ai.kiln, attributes by position), so the loaded
+// graph runs the same kernels; the container is ONNX so standard tools (onnx.checker, Netron)
+// open it. For standard ONNX ops that other engines run, see onnx_export.h.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/exec/session.h"
+#include "kiln/graph/graph.h"
+
+namespace kiln::onnx {
+
+/// The format version written; a file from a newer version is refused with a clear error.
+inline constexpr int64_t kSavedGraphVersion = 1;
+/// The ONNX domain of Kiln's ops in saved graphs.
+inline constexpr char kKilnDomain[] = "ai.kiln";
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+/// Writes the part of `g` that `outputs` (named symbolic tensors of g) need. Variables are
+/// saved with their values in `sess` when given (a trained model), else their initial values.
+/// A gradient through a while_loop is refused, naming it.
+void save_graph(const std::string& path, const Graph& g, const NamedTensors& outputs,
+                const Session* sess = nullptr);
+std::string save_graph_bytes(const Graph& g, const NamedTensors& outputs,
+                             const Session* sess = nullptr);
+
+struct LoadedGraph {
+  Graph graph;
+  NamedTensors inputs;   ///< placeholders, by name
+  NamedTensors outputs;  ///< the saved outputs, by name
+  /// A placeholder or an output by name (kiln::Error if there is none).
+  Tensor input(const std::string& name) const;
+  Tensor output(const std::string& name) const;
+};
+
+/// Loads a saved graph. A truncated, corrupt or hostile file, or one from a newer format
+/// version, gives a kiln::Error ("[load_graph] ..."), never a crash, and no allocation larger
+/// than the file's data justifies.
+LoadedGraph load_graph(const std::string& path);
+LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& what = "graph");
+
+}  // namespace kiln::onnx

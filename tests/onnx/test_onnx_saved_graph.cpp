@@ -1,0 +1,265 @@
+// Saved graphs across processes: a trained CNN, the lecture's Switch/Merge example (with a
+// print node) and a while_loop RNN are saved by this process, then this same binary is run again
+// as a child (--child DIR) that loads each file and checks its outputs equal the parent's bit
+// for bit. Also: a newer format version, truncated and bit-flipped files give kiln::Error.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "kiln/graph/node.h"
+#include "kiln/kiln.h"
+#include "kiln/onnx/onnx_import.h"
+#include "kiln/onnx/saved_graph.h"
+#include "kiln/optim/optim.h"
+#include "onnx/onnx_pb.h"
+
+namespace fs = std::filesystem;
+using namespace kiln;
+
+namespace {
+
+std::string g_self;
+
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  Tensor ca = contiguous(a), cb = contiguous(b);
+  return std::memcmp(ca.raw_data(), cb.raw_data(),
+                     static_cast<size_t>(ca.numel()) * dtype_size(ca.dtype())) == 0;
+}
+
+// A case directory: graph.onnx, feed_<placeholder>.pb, want_<output>.pb.
+void write_case(const fs::path& dir, const Graph& g, const kiln::onnx::NamedTensors& outputs,
+                const Session& sess, const FeedDict& feeds, const std::vector<Tensor>& want) {
+  fs::create_directories(dir);
+  kiln::onnx::save_graph((dir / "graph.onnx").string(), g, outputs, &sess);
+  for (const auto& [ph, v] : feeds) {
+    const std::string name = g.node_of(ph)->name;
+    kiln::onnx::write_tensor_pb((dir / ("feed_" + name + ".pb")).string(), v, name);
+  }
+  for (size_t k = 0; k < outputs.size(); ++k)
+    kiln::onnx::write_tensor_pb((dir / ("want_" + outputs[k].first + ".pb")).string(), want[k]);
+}
+
+// The child's side: load every case under `root` and compare; returns the number of failures.
+int run_child(const fs::path& root) {
+  int bad = 0;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (!e.is_directory()) continue;
+    try {
+      kiln::onnx::LoadedGraph lg = kiln::onnx::load_graph((e.path() / "graph.onnx").string());
+      FeedDict feeds;
+      for (const auto& [name, ph] : lg.inputs) {
+        const fs::path f = e.path() / ("feed_" + name + ".pb");
+        if (fs::exists(f)) feeds.emplace_back(ph, kiln::onnx::read_tensor_pb(f.string()));
+      }
+      Session sess(lg.graph);
+      std::vector<Tensor> fetches;
+      for (const auto& [name, t] : lg.outputs) fetches.push_back(t);
+      std::vector<Tensor> got = sess.run(fetches, feeds);
+      for (size_t k = 0; k < lg.outputs.size(); ++k) {
+        Tensor want = kiln::onnx::read_tensor_pb(
+            (e.path() / ("want_" + lg.outputs[k].first + ".pb")).string());
+        const bool eq = bit_equal(got[k], want);
+        std::cout << "child: " << e.path().filename().string() << " output '" << lg.outputs[k].first
+                  << "' " << got[k].shape() << (eq ? " equal bit for bit" : " DIFFERS") << " ("
+                  << lg.graph.nodes().size() << " nodes loaded)\n";
+        bad += !eq;
+      }
+    } catch (const std::exception& ex) {
+      std::cout << "child: " << e.path().filename().string() << ": " << ex.what() << "\n";
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("kiln_saved_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+int run_child_process(const fs::path& dir) {
+  const std::string cmd = "'" + g_self + "' --child '" + dir.string() + "'";
+  return std::system(cmd.c_str());
+}
+
+TEST(SavedGraph, TrainedCnnInAnotherProcess) {
+  manual_seed(3);
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 1, 12, 12});
+  Tensor y = g.placeholder("y", Int64, {Dim::any()});
+  Tensor w1 = g.variable("w1", mul(randn({4, 1, 3, 3}), 0.3));
+  Tensor b1 = g.variable("b1", zeros({4}));
+  Tensor w2 = g.variable("w2", mul(randn({10, 100}), 0.1));
+  Tensor b2 = g.variable("b2", zeros({10}));
+  Tensor h = max_pool2d(relu(conv2d(x, w1, b1)), {2, 2});  // [N, 4, 5, 5]
+  Tensor logits = linear(flatten(h, 1), w2, b2);
+  Tensor loss = cross_entropy(logits, y);
+  Tensor step = optim::SGD(0.1, 0.9).minimize(loss);
+  Session sess(g);
+  Tensor xs = randn({16, 1, 12, 12});
+  Tensor ys = randint(0, 10, {16});
+  const double l0 = sess.run(loss, {{x, xs}, {y, ys}}).item<double>();
+  for (int i = 0; i < 30; ++i) sess.run(step, {{x, xs}, {y, ys}});
+  const double l1 = sess.run(loss, {{x, xs}, {y, ys}}).item<double>();
+  EXPECT_LT(l1, l0) << "the CNN did not train";
+  Tensor xt = randn({5, 1, 12, 12});
+  Tensor yt = randint(0, 10, {5});
+  FeedDict feeds{{x, xt}, {y, yt}};
+  std::vector<Tensor> want = sess.run({logits, loss}, feeds);
+  fs::path dir = fresh_dir("cnn");
+  write_case(dir / "cnn", g, {{"logits", logits}, {"loss", loss}}, sess, feeds, want);
+  EXPECT_EQ(run_child_process(dir), 0);
+  fs::remove_all(dir);
+}
+
+TEST(SavedGraph, SwitchMergeInAnotherProcess) {
+  // The lecture's x < y ? x + z : y * y as Switch/Merge, with a print node on the result.
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {});
+  Tensor y = g.placeholder("y", Float32, {});
+  Tensor z = g.placeholder("z", Float32, {});
+  Tensor pred = lt(x, y);
+  auto sx = switch_(x, pred);
+  auto sy = switch_(y, pred);
+  auto sz = switch_(z, pred);
+  Tensor out = merge({mul(sy[0], sy[0]), add(sx[1], sz[1])})[0];
+  Tensor shown = print(out, "switch/merge result: ");
+  Session sess(g);
+  fs::path dir = fresh_dir("switch_merge");
+  int k = 0;
+  for (auto [xv, yv, zv] : {std::tuple{1.f, 2.f, 5.f}, std::tuple{3.f, 2.f, 5.f}}) {
+    FeedDict feeds{{x, scalar_tensor(xv)}, {y, scalar_tensor(yv)}, {z, scalar_tensor(zv)}};
+    std::vector<Tensor> want = sess.run({shown}, feeds);
+    EXPECT_EQ(want[0].item<float>(), xv < yv ? xv + zv : yv * yv);
+    write_case(dir / ("branch" + std::to_string(k++)), g, {{"out", shown}}, sess, feeds, want);
+  }
+  EXPECT_EQ(run_child_process(dir), 0);
+  fs::remove_all(dir);
+}
+
+TEST(SavedGraph, WhileLoopRnnInAnotherProcess) {
+  manual_seed(5);
+  const int64_t hidden = 8;
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), Dim::any(), 1});
+  Tensor len = g.placeholder("len", Int64, {});
+  Tensor wx = g.variable("wx", mul(randn({1, hidden}), 0.5));
+  Tensor wh = g.variable("wh", mul(randn({hidden, hidden}), 0.3));
+  Tensor b = g.variable("b", mul(randn({hidden}), 0.1));
+  Tensor wo = g.variable("wo", randn({hidden, 1}));
+  auto x_at = [&](const Tensor& t) { return squeeze(index_select(x, 0, reshape(t, {1})), 0); };
+  Tensor h0 = zeros_like(matmul(x_at(scalar_tensor(0, Int64)), wx));
+  auto fin = while_loop([&](const std::vector<Tensor>& v) { return lt(v[0], len); },
+                        [&](const std::vector<Tensor>& v) {
+                          Tensor h = tanh(add(add(matmul(x_at(v[0]), wx), matmul(v[1], wh)), b));
+                          return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), h};
+                        },
+                        {scalar_tensor(0, Int64), h0});
+  Tensor pred = matmul(fin[1], wo);
+  Session sess(g);
+  fs::path dir = fresh_dir("rnn");
+  int k = 0;
+  for (int64_t n : {3, 9}) {
+    FeedDict feeds{{x, randn({n, 4, 1})}, {len, scalar_tensor(double(n), Int64)}};
+    std::vector<Tensor> want = sess.run({pred, fin[1]}, feeds);
+    write_case(dir / ("len" + std::to_string(k++)), g, {{"pred", pred}, {"h", fin[1]}}, sess, feeds,
+               want);
+  }
+  EXPECT_EQ(run_child_process(dir), 0);
+  fs::remove_all(dir);
+}
+
+std::string saved_bytes() {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 3});
+  Tensor w = g.variable("w", ones({3, 2}));
+  Tensor y = relu(matmul(x, w));
+  return kiln::onnx::save_graph_bytes(g, {{"y", y}});
+}
+
+TEST(SavedGraph, NewerVersionIsRefused) {
+  ::onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(saved_bytes()));
+  for (auto& p : *m.mutable_metadata_props())
+    if (p.key() == "kiln.format_version") p.set_value("2");
+  const std::string b = m.SerializeAsString();
+  try {
+    kiln::onnx::load_graph_bytes(b.data(), b.size());
+    FAIL() << "a version-2 file loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("newer than this Kiln reads"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SavedGraph, TruncatedAndCorruptFilesGiveErrors) {
+  const std::string b = saved_bytes();
+  int errors = 0, loaded = 0;
+  for (size_t n = 0; n < b.size(); ++n) {  // every prefix
+    try {
+      kiln::onnx::load_graph_bytes(b.data(), n);
+      ++loaded;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("[", 0), 0u);
+      ++errors;
+    }
+  }
+  for (size_t i = 0; i < b.size(); ++i) {  // every byte with its bits flipped
+    std::string c = b;
+    c[i] = static_cast<char>(~c[i]);
+    try {
+      kiln::onnx::LoadedGraph lg = kiln::onnx::load_graph_bytes(c.data(), c.size());
+      ++loaded;
+    } catch (const Error&) {
+      ++errors;
+    }
+  }
+  std::cout << b.size() << "-byte file: " << errors << " truncations/corruptions refused, "
+            << loaded << " still loaded\n";
+  EXPECT_GT(errors, static_cast<int>(b.size()));
+  kiln::onnx::LoadedGraph ok = kiln::onnx::load_graph_bytes(b.data(), b.size());
+  Session sess(ok.graph);
+  Tensor r = sess.run(ok.output("y"), {{ok.input("x"), ones({2, 3})}});
+  EXPECT_EQ(r.to_vector<float>(), std::vector<float>(4, 3.f));
+}
+
+// Standard tools open saved graphs: onnx.checker accepts the container (Kiln's ops are in the
+// ai.kiln domain, which the checker leaves to its owner), here with a while loop and a switch.
+TEST(SavedGraph, OnnxCheckerAcceptsTheFile) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 3});
+  Tensor n = g.placeholder("n", Int64, {});
+  Tensor w = g.variable("w", ones({3, 3}));
+  auto fin = while_loop(
+      [&](const std::vector<Tensor>& v) { return lt(v[0], n); },
+      [&](const std::vector<Tensor>& v) {
+        return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), tanh(matmul(v[1], w))};
+      },
+      {scalar_tensor(0, Int64), x});
+  Tensor out = merge(switch_(fin[1], gt(n, 2.0)))[0];
+  fs::path dir = fresh_dir("checker");
+  const fs::path f = dir / "g.onnx";
+  kiln::onnx::save_graph(f.string(), g, {{"out", out}});
+  const std::string cmd = std::string(KILN_PYTHON) +
+                          " -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
+                          "full_check=True); print(\"onnx.checker: ok\")' '" +
+                          f.string() + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_self = fs::canonical("/proc/self/exe").string();
+  if (argc == 3 && std::string(argv[1]) == "--child") return run_child(argv[2]) == 0 ? 0 : 1;
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
