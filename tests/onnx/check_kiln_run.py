@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""kiln-run end to end (ctest, after the onnx_models fixture): feeds an exported model's input as
+.npy, writes .npz, and compares with PyTorch's output; then a Kiln saved graph written by the
+runner's own test path. Usage: check_kiln_run.py KILN_RUN MODELS_DIR"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+def pb(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def main():
+    kiln_run, models = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("resnet", "transformer", "lstm"):
+            d = os.path.join(models, name)
+            x = pb(os.path.join(d, "input_0.pb"))
+            want = pb(os.path.join(d, "output_0.pb"))
+            np.save(os.path.join(tmp, "x.npy"), x)
+            out = os.path.join(tmp, "out.npz")
+            r = subprocess.run([kiln_run, os.path.join(d, "model.onnx"),
+                                "--input", "input_0=" + os.path.join(tmp, "x.npy"),
+                                "--output", out, "--bench", "5"],
+                               capture_output=True, text=True, check=True)
+            print(r.stdout.strip())
+            got = np.load(out)["output_0"]
+            rel = np.abs(got - want).max() / np.abs(want).max()
+            print(f"{name}: kiln-run output {got.shape} vs PyTorch: max rel diff {rel:.2e}")
+            assert got.shape == want.shape and rel <= 1e-4, name
+            assert "p50" in r.stdout and "p99" in r.stdout
+        # A missing input names the model's inputs and fails cleanly.
+        r = subprocess.run([kiln_run, os.path.join(models, "resnet", "model.onnx")],
+                           capture_output=True, text=True)
+        assert r.returncode == 1 and "no --input for 'input_0'" in r.stderr, r.stderr
+        # A corrupt model file is a clean error, not a crash.
+        bad = os.path.join(tmp, "bad.onnx")
+        with open(os.path.join(models, "lstm", "model.onnx"), "rb") as f:
+            data = f.read()
+        with open(bad, "wb") as f:
+            f.write(data[: len(data) // 2])
+        r = subprocess.run([kiln_run, bad, "--input", "input_0=" + os.path.join(tmp, "x.npy")],
+                           capture_output=True, text=True)
+        assert r.returncode == 1 and "[" in r.stderr, r.stderr
+        print("kiln-run: ok")
+
+
+if __name__ == "__main__":
+    main()
