@@ -7,9 +7,17 @@ BUILD_DEPS := cmake ninja-build g++ make libdnnl-dev libopenblas-dev libgtest-de
 DATA_DEPS := dataset-fashion-mnist fortunes
 BENCH_DEPS := python3-torch libtorch-dev
 # The ONNX model tests export their models with PyTorch 1.13 and check them with onnx.checker.
-TEST_DEPS := python3-torch python3-onnx
+TEST_DEPS := python3-torch python3-onnx nodejs npm
 FORMAT_DEPS := clang-format
 JOBS ?= $(shell nproc)
+
+# onnxruntime-node from npm, the second engine the ONNX export tests and bench/run use; its
+# install script downloads extras (GPU providers), so scripts are skipped: the CPU library is in
+# the package. Installed into build/node (ignored by git), once.
+define ORT_NODE
+	@test -d build/node/node_modules/onnxruntime-node || \
+	  (mkdir -p build/node && cd build/node && npm install --no-save --ignore-scripts --silent onnxruntime-node)
+endef
 
 .PHONY: all deps bench-deps build demo test test-asan asan test-tsan tsan bench format \
         format-check clean
@@ -44,6 +52,7 @@ demo: build
 
 test: build
 	$(call apt_install,$(TEST_DEPS))
+	$(ORT_NODE)
 	ctest --preset release -j $(JOBS)
 
 asan: deps

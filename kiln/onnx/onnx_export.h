@@ -1,0 +1,19 @@
+// ONNX export: a Kiln static Graph written with standard ONNX ops (opset 17) so that other
+// engines (onnxruntime) run it. Ops with no standard equivalent (switch/merge, while) are
+// refused, naming the op; save_graph (saved_graph.h) keeps those in the Kiln domain.
+#pragma once
+#include <string>
+
+#include "kiln/onnx/saved_graph.h"
+
+namespace kiln::onnx {
+
+/// Writes the part of `g` that `outputs` need: placeholders become inputs (named as in the
+/// graph; dynamic dims symbolic), variables initializers with their values in `sess` when
+/// given. Raises kiln::Error naming the first Kiln op that has no standard ONNX form.
+void export_onnx(const std::string& path, const Graph& g, const NamedTensors& outputs,
+                 const Session* sess = nullptr);
+std::string export_onnx_bytes(const Graph& g, const NamedTensors& outputs,
+                              const Session* sess = nullptr);
+
+}  // namespace kiln::onnx
