@@ -34,11 +34,25 @@ struct Json {
   int64_t num = 0;
   std::vector<Json> arr;
   std::vector<std::pair<std::string, Json>> obj;
+  // Out of line: clang (16) instantiates the members' destructors at the closing brace, where
+  // pair<string, Json> is still incomplete (the fuzz targets build this file with clang).
+  Json();
+  ~Json();
+  Json(const Json&);
+  Json(Json&&) noexcept;
+  Json& operator=(const Json&);
+  Json& operator=(Json&&) noexcept;
   const char* kind_name() const {
     static const char* names[] = {"an object", "an array", "a string", "an integer"};
     return names[kind];
   }
 };
+Json::Json() = default;
+Json::~Json() = default;
+Json::Json(const Json&) = default;
+Json::Json(Json&&) noexcept = default;
+Json& Json::operator=(const Json&) = default;
+Json& Json::operator=(Json&&) noexcept = default;
 
 class JsonParser {
  public:
