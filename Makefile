@@ -9,6 +9,9 @@ BENCH_DEPS := python3-torch libtorch-dev
 # The ONNX model tests export their models with PyTorch 1.13 and check them with onnx.checker.
 TEST_DEPS := python3-torch python3-onnx nodejs npm
 FORMAT_DEPS := clang-format
+# libFuzzer targets (fuzz/): clang 16 and its fuzzer runtime.
+FUZZ_DEPS := clang-16 libclang-rt-16-dev
+FUZZ_SECONDS ?= 20
 JOBS ?= $(shell nproc)
 
 # onnxruntime-node from npm, the second engine the ONNX export tests and bench/run use; its
@@ -19,7 +22,7 @@ define ORT_NODE
 	  (mkdir -p build/node && cd build/node && npm install --no-save --ignore-scripts --silent onnxruntime-node)
 endef
 
-.PHONY: all deps bench-deps build demo test test-asan asan test-tsan tsan bench format \
+.PHONY: fuzz all deps bench-deps build demo test test-asan asan test-tsan tsan bench format \
         format-check clean
 
 all: build
@@ -91,7 +94,15 @@ test-tsan: tsan
 	  $(TSAN_ENV) ./build/tsan/tests/$$t --gtest_brief=1; \
 	done
 
+# The loaders' libFuzzer targets, FUZZ_SECONDS each on the seed corpus (CI: a short run).
+fuzz: build
+	$(call apt_install,$(FUZZ_DEPS))
+	fuzz/build.sh
+	fuzz/run.sh $(FUZZ_SECONDS)
+
 bench: bench-deps build
+	$(call apt_install,nodejs npm python3-onnx)
+	$(ORT_NODE)
 	bench/run
 
 format:

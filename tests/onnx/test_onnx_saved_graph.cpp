@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kiln/graph/node.h"
+#include "kiln/io/npy.h"
 #include "kiln/kiln.h"
 #include "kiln/onnx/onnx_import.h"
 #include "kiln/onnx/saved_graph.h"
@@ -255,11 +256,64 @@ TEST(SavedGraph, OnnxCheckerAcceptsTheFile) {
   fs::remove_all(dir);
 }
 
+// fuzz/corpus seeds (fuzz/make_seeds.sh): saved graphs with a while loop and a switch,
+// safetensors, .npy and IDX files, small.
+void write_seeds(const fs::path& root) {
+  manual_seed(9);
+  fs::create_directories(root / "saved_graph");
+  fs::create_directories(root / "safetensors");
+  fs::create_directories(root / "npy");
+  fs::create_directories(root / "idx");
+  {
+    Graph g;
+    Tensor x = g.placeholder("x", Float32, {2, 3});
+    Tensor w = g.variable("w", randn({3, 2}));
+    kiln::onnx::save_graph((root / "saved_graph" / "mlp.onnx").string(), g,
+                           {{"y", softmax(relu(matmul(x, w)), -1)}});
+  }
+  {
+    Graph g;
+    Tensor x = g.placeholder("x", Float32, {});
+    auto s = switch_(x, gt(x, 0.0));
+    kiln::onnx::save_graph((root / "saved_graph" / "switch_merge.onnx").string(), g,
+                           {{"out", print(merge({neg(s[0]), mul(s[1], 2.0)})[0], "m")}});
+  }
+  {
+    Graph g;
+    Tensor x = g.placeholder("x", Float32, {2, 2});
+    Tensor n = g.placeholder("n", Int64, {});
+    auto fin = while_loop(
+        [&](const std::vector<Tensor>& v) { return lt(v[0], n); },
+        [&](const std::vector<Tensor>& v) {
+          return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), tanh(matmul(v[1], x))};
+        },
+        {scalar_tensor(0, Int64), x});
+    kiln::onnx::save_graph((root / "saved_graph" / "while.onnx").string(), g, {{"h", fin[1]}});
+  }
+  io::save_safetensors((root / "safetensors" / "two.safetensors").string(),
+                       {{"a", randn({2, 3})}, {"b", randint(0, 5, {4})}}, {{"k", "v"}});
+  io::save_safetensors((root / "safetensors" / "bool.safetensors").string(),
+                       {{"m", gt(randn({3}), 0.0)}});
+  io::write_npy((root / "npy" / "f32.npy").string(), randn({2, 3}));
+  io::write_npy((root / "npy" / "i64.npy").string(), randint(0, 9, {4}));
+  // IDX: magic 0 0 0x08 (ubyte) 2 dims, 2 x 3, then 6 bytes.
+  const unsigned char idx[] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6};
+  std::ofstream(root / "idx" / "u8.idx", std::ios::binary)
+      .write(reinterpret_cast<const char*>(idx), sizeof idx);
+  const unsigned char idx1[] = {0, 0, 8, 1, 0, 0, 0, 4, 9, 8, 7, 6};
+  std::ofstream(root / "idx" / "labels.idx", std::ios::binary)
+      .write(reinterpret_cast<const char*>(idx1), sizeof idx1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   g_self = fs::canonical("/proc/self/exe").string();
   if (argc == 3 && std::string(argv[1]) == "--child") return run_child(argv[2]) == 0 ? 0 : 1;
+  if (argc == 3 && std::string(argv[1]) == "--write-seeds") {
+    write_seeds(argv[2]);
+    return 0;
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
