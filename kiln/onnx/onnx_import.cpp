@@ -224,6 +224,34 @@ void charge_fold(const NodeIn& n, int64_t numel) {
   n.ctx.fold_budget -= numel;
 }
 
+int64_t static_numel(const Shape& s) {
+  int64_t total = 1;
+  for (int64_t d : s) {
+    if (d < 0) return -1;
+    if (d != 0 && total > (int64_t(1) << 62) / d) return -1;
+    total *= d;
+  }
+  return total;
+}
+
+void check_result_size(const NodeIn& n, const Shape& result) {
+  constexpr int64_t kMax = int64_t(1) << 28;
+  int64_t total = 1;
+  for (int64_t d : result) {
+    if (d < 0) continue;  // a dynamic dim: the fed data decides
+    if (d != 0 && total > kMax / d) n.fail("its result ", result, " would exceed 2^28 elements");
+    total *= d;
+  }
+  if (total > kMax) n.fail("its result ", result, " would exceed 2^28 elements");
+}
+
+void charge_nodes(const NodeIn& n, int64_t nodes) {
+  if (nodes < 0 || nodes > n.ctx.node_budget)
+    n.fail("unrolling would add ", nodes, " nodes, more than the model's size justifies (",
+           n.ctx.node_budget, " left)");
+  n.ctx.node_budget -= nodes;
+}
+
 namespace {
 
 Shape shape_from_value_info(const ::onnx::ValueInfoProto& v, const ImportOptions& opt) {
@@ -345,6 +373,8 @@ ImportedModel import_impl(const void* data, size_t size, const ImportOptions& op
   ctx.graph = out.graph;
   ctx.opset = out.opset;
   ctx.fold_budget = kFoldBaseElements + 16 * static_cast<int64_t>(size);
+  // Unrolled Loops and RNNs: 2^18 nodes plus 8 per byte (the 12-step LSTM test model adds ~500).
+  ctx.node_budget = (int64_t(1) << 18) + 8 * static_cast<int64_t>(size);
   ctx.scopes.emplace_back();
   const auto& g = m.graph();
   std::unordered_map<std::string, bool> is_init;

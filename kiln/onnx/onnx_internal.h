@@ -63,6 +63,7 @@ struct Ctx {
   int64_t opset = 0;
   int64_t depth = 0;        // subgraph nesting, bounded against hostile recursion
   int64_t fold_budget = 0;  // elements import-time folding may still create
+  int64_t node_budget = 0;  // nodes unrolling (Loop, RNNs) may still create
 
   const Tensor* lookup(const std::string& name) const;
   void bind(const std::string& name, const Tensor& t) { scopes.back()[name] = t; }
@@ -80,6 +81,15 @@ std::vector<int64_t> const_ints(const NodeIn& n, size_t i, const char* what);
 bool all_concrete(const std::vector<Tensor>& ts);
 /// Refuses to fold a value of `numel` elements past the budget the file's size justifies.
 void charge_fold(const NodeIn& n, int64_t numel);
+/// The element count of a static shape (-1 when dynamic or past 2^62), for charge_fold.
+int64_t static_numel(const Shape& s);
+/// Refuses an op whose result the Session would allocate at run time past 2^28 elements (1 GiB
+/// of float32) when its size comes from attributes or constants rather than from the data fed,
+/// so that a small file cannot make a run allocate gigabytes (pads of 10^9, Expand to [10^6,
+/// 10^6], Resize by 10^4).
+void check_result_size(const NodeIn& n, const Shape& result);
+/// Refuses to unroll past the node budget the file's size justifies (nested Loops, long RNNs).
+void charge_nodes(const NodeIn& n, int64_t nodes);
 
 /// Imports a subgraph (If branches, Loop bodies) with `inputs` bound to its inputs, in a new
 /// scope that sees the enclosing ones; returns its outputs.

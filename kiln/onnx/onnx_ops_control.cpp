@@ -85,6 +85,8 @@ TL recurrent(NodeIn& n, const RnnSpec& spec) {
       R.size(1) != G * H || R.size(2) != H)
     n.fail("W ", W.shape(), " and R ", R.shape(), " do not match hidden_size ", H);
   if (T > kMaxUnroll) n.fail("sequence length ", T, " is more than ", kMaxUnroll, " steps");
+  charge_nodes(n, T * 40 * (dir == "bidirectional" ? 2 : 1));
+  charge_fold(n, 2 * static_numel(Shape{B, H}) * (dir == "bidirectional" ? 2 : 1));
   if (n.has_input(4)) {
     const Tensor& sl = n.in[4];
     if (!sl.is_concrete()) n.fail("sequence_lens must be known at import");
@@ -228,6 +230,7 @@ KILN_ONNX_OP(Loop) {
     int64_t it = 0;
     for (; go && (trips < 0 || it < trips); ++it) {
       if (it >= kMaxUnroll) n.fail("more than ", kMaxUnroll, " iterations to unroll");
+      charge_nodes(n, body.node_size() + 1);
       std::vector<Tensor> in{scalar_tensor(static_cast<double>(it), Int64),
                              scalar_tensor(1.0, Bool)};
       in.insert(in.end(), vars.begin(), vars.end());

@@ -326,6 +326,7 @@ KILN_ONNX_OP(LogSoftmax) {
 KILN_ONNX_OP(Hardmax) {
   return softmax_like(n, [](const Tensor& x, int64_t d) {
     if (x.size(d) < 0) fail(kOp, "Hardmax needs a static size along its axis");
+    if (x.size(d) > (int64_t(1) << 24)) fail(kOp, "Hardmax: axis of ", x.size(d), " elements");
     Tensor idx = argmax(x, d, true);
     Shape s(x.dim(), 1);
     s[d] = x.size(d);

@@ -74,8 +74,16 @@ Window window(const NodeIn& n, const Tensor& x, const Ints& kernel, bool lifted)
   } else if (ap != "VALID") {
     n.fail("unknown auto_pad '", ap, "'");
   }
-  for (int d = 0; d < 2; ++d)
+  for (int d = 0; d < 2; ++d) {
     if (w.pad_begin[d] < 0 || w.pad_end[d] < 0) n.fail("negative pads");
+    // A pad past the input plus the kernel's extent only adds windows that see nothing but
+    // padding; refused, so that pads of 10^9 cannot make a run allocate gigabytes (fuzzing).
+    const int64_t in = x.size(2 + d);
+    const int64_t limit = (in < 0 ? 0 : in) + (w.kernel[d] - 1) * w.dilation[d] + 1;
+    if (w.pad_begin[d] > limit || w.pad_end[d] > limit)
+      n.fail("pads ", w.pad_begin[d], "/", w.pad_end[d], " exceed the input plus the kernel (",
+             limit, ")");
+  }
   return w;
 }
 
@@ -151,7 +159,11 @@ KILN_ONNX_OP(ConvTranspose) {
   }
   // The full transposed convolution, then the crop (pads) and the zero rows output_padding adds
   // at the end (no input reaches them), then the bias on every position.
+  for (int d = 0; d < 2; ++d)
+    if (pb[d] < 0 || pe[d] < 0 || out_pad[d] < 0 || out_pad[d] > (int64_t(1) << 16))
+      n.fail("negative pads or output_padding, or output_padding too large");
   Tensor y = conv_transpose2d(x, w, Tensor(), stride, {0, 0}, {0, 0}, dil, group);
+  check_result_size(n, y.shape());
   y = pad(y, {-pb[1], out_pad[1] - pe[1], -pb[0], out_pad[0] - pe[0]}, 0.0);
   if (n.has_input(2)) y = add(y, reshape(n.in[2], Shape{1, -1, 1, 1}));
   return TL{unlift(y, lifted)};
@@ -207,6 +219,8 @@ KILN_ONNX_OP(AveragePool) {
   if (!include || ext != Ints{0, 0}) {
     if (!include && pb == Ints{0, 0} && pe == Ints{0, 0} && ext == Ints{0, 0})
       return TL{unlift(y, lifted)};
+    charge_fold(n, 2 * static_numel(Shape{x.size(2) + pb[0] + pe[0] + ext[0],
+                                          x.size(3) + pb[1] + pe[1] + ext[1]}));
     Tensor ones_hw = ones(Shape{1, 1, x.size(2), x.size(3)}, x.dtype());
     Tensor m = pad_hw(pad_hw(ones_hw, pb, pe, include ? 1.0 : 0.0), {0, 0}, ext, 0.0);
     y = div(y, avg_pool2d(m, w.kernel, w.stride, {0, 0}));
@@ -406,6 +420,11 @@ Tensor resize_axes(NodeIn& n, const Tensor& x, const ResizeSpec& s, const Ints& 
     const double lo = roi.empty() ? 0 : roi[d], hi = roi.empty() ? 1 : roi[r + d];
     if (out[d] == in && scales[d] == 1.0 && s.coord != "tf_crop_and_resize") continue;
     charge_fold(n, in * out[d]);
+    {
+      Shape rs = y.shape();
+      rs[d] = out[d];
+      check_result_size(n, rs);
+    }
     std::vector<double> bias;
     std::vector<double> m = resize_matrix(s, in, out[d], scales[d], lo, hi, bias);
     Tensor mt = empty(Shape{out[d], in}, Float64);

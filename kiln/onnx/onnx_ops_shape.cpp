@@ -248,6 +248,7 @@ KILN_ONNX_OP(Expand) {
   const Tensor& x = n.req(0);
   std::vector<int64_t> s = const_ints(n, 1, "shape");
   Shape out = broadcast_shapes(x.shape(), Shape(s), kOp);
+  check_result_size(n, out);
   if (x.is_concrete()) charge_fold(n, out.numel());
   return TL{contiguous(expand(x, out))};
 }
@@ -259,6 +260,15 @@ KILN_ONNX_OP(Tile) {
     n.fail("repeats ", ints_str(reps), " for ", x.shape());
   for (int64_t r : reps)
     if (r < 0) n.fail("negative repeat ", r);
+  {
+    Shape grown = x.shape();
+    for (size_t d = 0; d < reps.size(); ++d)
+      if (grown[d] >= 0) {
+        if (grown[d] != 0 && reps[d] > (int64_t(1) << 40) / grown[d]) n.fail("repeats too large");
+        grown[d] *= reps[d];
+      }
+    check_result_size(n, grown);
+  }
   if (x.is_concrete()) {
     int64_t total = x.numel();
     for (int64_t r : reps) total = r == 0 ? 0 : (total > (int64_t(1) << 40) / r ? -1 : total * r);
@@ -342,6 +352,7 @@ KILN_ONNX_OP(CumSum) {
     const int64_t d = static_size(n, x, axis);
     Shape zs = x.shape();
     zs[axis] = 1;
+    charge_fold(n, static_numel(zs));
     Tensor z = zeros(zs, x.dtype());
     c = rev ? cat({slice(c, axis, 1, d), z}, axis) : cat({z, slice(c, axis, 0, d - 1)}, axis);
   }
@@ -370,6 +381,7 @@ KILN_ONNX_OP(OneHot) {
   const double depth_d = dv.to_vector<double>()[0];
   if (!(depth_d >= 1 && depth_d < 1e9)) n.fail("depth ", depth_d);
   const auto depth = static_cast<int64_t>(depth_d);
+  charge_fold(n, depth);
   const int64_t axis = wrap_dim(n.i("axis", -1), ind.dim() + 1, kOp);
   Tensor i = cast(ind, Int64);
   i = where(lt(i, 0.0), add(i, static_cast<double>(depth)), i);
@@ -473,6 +485,12 @@ KILN_ONNX_OP(Pad) {
   const int64_t r = x.dim();
   if (static_cast<int64_t>(p.size()) != 2 * r)
     n.fail("pads needs ", 2 * r, " values, got ", p.size());
+  {
+    Shape grown = x.shape();
+    for (int64_t d = 0; d < r; ++d)
+      if (grown[d] >= 0) grown[d] = std::max<int64_t>(0, grown[d] + p[d] + p[r + d]);
+    check_result_size(n, grown);
+  }
   if (mode == "constant") {
     Ints_ tp;
     for (int64_t d = r - 1; d >= 0; --d) tp.push_back(p[d]), tp.push_back(p[r + d]);
@@ -505,6 +523,11 @@ KILN_ONNX_OP(Pad) {
     if (e > 0)
       parts.push_back(mode == "edge" ? edge(size - 1, e)
                                      : flip(slice(x, d, size - 1 - e, size - 1), {d}));
+    if (x.is_concrete()) {
+      Shape grown = x.shape();
+      grown[d] += b + e;
+      charge_fold(n, static_numel(grown));
+    }
     x = cat(parts, d);
   }
   return TL{x};
@@ -524,6 +547,7 @@ KILN_ONNX_OP(GatherND) {
   for (int64_t d = 0; d < bd; ++d) batch *= x.size(d);
   int64_t inner = 1;
   for (int64_t d = bd + k; d < x.dim(); ++d) inner *= x.size(d);
+  charge_fold(n, batch);
   Tensor i = cast(idx, Int64);
   Tensor off = zeros(Shape{}, Int64);
   for (int64_t j = 0; j < k; ++j) {
