@@ -136,16 +136,15 @@ KILN_ONNX_OP(ConvTranspose) {
       if (!out_shape.empty() && out_shape.size() != 2) n.fail("output_shape needs 2 values");
       const int64_t target = out_shape.empty() ? in * stride[d] : out_shape[d];
       const int64_t total = full + out_pad[d] - target;
-      if (ap == "SAME_UPPER" || (ap != "SAME_LOWER" && out_shape.empty())) {
-        pb[d] = total / 2;
-        pe[d] = total - total / 2;
-      } else {
-        pb[d] = total - total / 2;
-        pe[d] = total / 2;
-      }
-      if (ap == "NOTSET") {  // output_shape alone: ONNX puts the odd unit at the start
-        pb[d] = total - total / 2;
-        pe[d] = total / 2;
+      // ONNX's formulas use Python's floor division: with an output_shape past the natural
+      // size, total is negative and the negative pad extends the end with zeros.
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      if (ap == "SAME_UPPER") {
+        pb[d] = half;
+        pe[d] = total - half;
+      } else {  // SAME_LOWER, and output_shape alone
+        pb[d] = total - half;
+        pe[d] = half;
       }
     } else {
       Ints p = n.ints("pads");
@@ -160,8 +159,9 @@ KILN_ONNX_OP(ConvTranspose) {
   // The full transposed convolution, then the crop (pads) and the zero rows output_padding adds
   // at the end (no input reaches them), then the bias on every position.
   for (int d = 0; d < 2; ++d)
-    if (pb[d] < 0 || pe[d] < 0 || out_pad[d] < 0 || out_pad[d] > (int64_t(1) << 16))
-      n.fail("negative pads or output_padding, or output_padding too large");
+    if (std::abs(pb[d]) > (int64_t(1) << 16) || std::abs(pe[d]) > (int64_t(1) << 16) ||
+        out_pad[d] < 0 || out_pad[d] > (int64_t(1) << 16))
+      n.fail("pads or output_padding out of range");
   Tensor y = conv_transpose2d(x, w, Tensor(), stride, {0, 0}, {0, 0}, dil, group);
   check_result_size(n, y.shape());
   y = pad(y, {-pb[1], out_pad[1] - pe[1], -pb[0], out_pad[0] - pe[0]}, 0.0);
