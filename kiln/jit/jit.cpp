@@ -282,6 +282,11 @@ struct Engine::Impl {
   // it needs as placeholders; v.saved lists those values in the forward graph.
   static void build_saved_backward(Version& v, Graph& g, size_t n_fwd) {
     const auto& nodes = g.nodes();
+    // A forward with Switch/Merge may leave an output or a saved value dead, which a Session
+    // refuses to fetch; such a version keeps the recomputing backward, whose replay follows
+    // deadness.
+    for (size_t id = 0; id < n_fwd; ++id)
+      if (nodes[id]->kind == NodeKind::Op && nodes[id]->op->has(kControlFlow)) return;
     std::vector<char> need(nodes.size(), 0);
     std::vector<const Node*> stack;
     for (const auto& t : v.g_in_grads)
