@@ -2,12 +2,14 @@
 // the nodes reachable from the roots, gradients summed per output slot, leaves accumulated.
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <optional>
 #include <queue>
 #include <unordered_map>
 
 #include "kiln/autograd/autograd.h"
 #include "kiln/autograd/grad_node.h"
+#include "kiln/autograd/grad_ready.h"
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/handles.h"
 #include "kiln/ops/ops.h"
@@ -18,6 +20,13 @@ namespace kiln {
 namespace {
 
 std::atomic<uint64_t> g_seq{0};
+
+// Grad-ready hooks (grad_ready.h). Copied out under the lock once per backward, so a hook may
+// add or remove hooks.
+std::mutex g_hooks_mu;
+std::vector<std::pair<int, GradReadyHooks>> g_hooks;
+std::atomic<int> g_num_hooks{0};
+int g_next_hook_id = 1;
 
 AutogradMeta& meta(TensorImpl* t) {
   if (!t->autograd) t->autograd = std::make_unique<AutogradMeta>();
@@ -303,6 +312,35 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
     m.grad = ng2.impl_ptr();
   };
 
+  // Grad-ready hooks: only backward() (cap == nullptr) accumulates into leaves.
+  std::vector<GradReadyHooks> hooks;
+  if (!cap && g_num_hooks.load(std::memory_order_relaxed) > 0) {
+    std::lock_guard<std::mutex> lk(g_hooks_mu);
+    for (const auto& h : g_hooks) hooks.push_back(h.second);
+  }
+  // Edges still to deliver per leaf: a leaf is ready when its count reaches zero.
+  std::unordered_map<TensorImpl*, int> leaf_pending;
+  auto leaf_delivered = [&](const std::shared_ptr<TensorImpl>& leaf) {
+    if (hooks.empty()) return;
+    auto it = leaf_pending.find(leaf.get());
+    if (it == leaf_pending.end() || --it->second > 0) return;
+    for (const auto& h : hooks)
+      if (h.leaf_ready) h.leaf_ready(leaf);
+  };
+  struct EndHooks {  // end(false) when backward raises, so a hook's state never dangles
+    std::vector<GradReadyHooks>* hooks;
+    bool ok = false;
+    ~EndHooks() {
+      if (ok) return;
+      for (const auto& h : *hooks) try {
+          if (h.end) h.end(false);
+        } catch (...) {  // already unwinding from the first error, which is the one to report
+        }
+    }
+  } end_hooks{&hooks};
+  for (const auto& h : hooks)
+    if (h.begin) h.begin();
+
   // Discover nodes and count dependencies.
   std::unordered_map<GradNode*, int> deps;
   std::unordered_map<GradNode*, SmallVec<Tensor, 4>> buf;
@@ -319,6 +357,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
     GradNode* n = stack.back();
     stack.pop_back();
     for (const auto& e : n->next) {
+      if (e.leaf && !hooks.empty()) ++leaf_pending[e.leaf.get()];
       if (!e.fn) continue;
       auto it = deps.find(e.fn.get());
       if (it == deps.end()) {
@@ -339,7 +378,9 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       if (b.size() < m.grad_fn->out_impls.size()) b.resize(m.grad_fn->out_impls.size());
       b[m.output_nr] = accumulate(b[m.output_nr], root_grads[i]);
     } else {
+      if (!hooks.empty()) ++leaf_pending[roots[i].impl()];
       deliver_leaf(roots[i].impl_ptr(), root_grads[i]);
+      leaf_delivered(roots[i].impl_ptr());
     }
   }
 
@@ -451,6 +492,7 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       Tensor g = any_needed ? fit_to(gin[k], n->inputs[k]) : Tensor();
       if (e.leaf) {
         deliver_leaf(e.leaf, g);
+        leaf_delivered(e.leaf);
         continue;
       }
       auto& b = buf[e.fn.get()];
@@ -465,6 +507,9 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       n->released = true;
     }
   }
+  end_hooks.ok = true;  // end(true) may raise (a failed collective): outside the destructor
+  for (const auto& h : hooks)
+    if (h.end) h.end(true);
 }
 
 }  // namespace
@@ -472,6 +517,20 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               bool retain_graph, bool create_graph) {
   run_engine(outputs, grad_outputs, retain_graph || create_graph, create_graph, nullptr);
+}
+
+int detail::add_grad_ready_hooks(GradReadyHooks hooks) {
+  std::lock_guard<std::mutex> lk(g_hooks_mu);
+  int id = g_next_hook_id++;
+  g_hooks.emplace_back(id, std::move(hooks));
+  g_num_hooks.store(static_cast<int>(g_hooks.size()), std::memory_order_relaxed);
+  return id;
+}
+
+void detail::remove_grad_ready_hooks(int id) {
+  std::lock_guard<std::mutex> lk(g_hooks_mu);
+  std::erase_if(g_hooks, [id](const auto& h) { return h.first == id; });
+  g_num_hooks.store(static_cast<int>(g_hooks.size()), std::memory_order_relaxed);
 }
 
 namespace {
