@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 BUILD_DEPS := cmake ninja-build g++ make libdnnl-dev libopenblas-dev libgtest-dev libgmock-dev \
               libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata \
-              libbenchmark-dev zlib1g-dev pkg-config
+              libbenchmark-dev zlib1g-dev pkg-config libopenmpi-dev openmpi-bin
 DATA_DEPS := dataset-fashion-mnist fortunes
 BENCH_DEPS := python3-torch libtorch-dev
 # The ONNX model tests export their models with PyTorch 1.13 and check them with onnx.checker.

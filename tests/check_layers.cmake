@@ -17,7 +17,7 @@ set(KILN_LAYERS
   "exec"
   "nn;optim;io"
   "jit"
-  "onnx")
+  "onnx;dist")
 # Headers kiln.h must not reach, directly or through other headers.
 set(KILN_INTERNAL_HEADERS
   "kiln/registry/.*" "kiln/kernels/.*" "kiln/passes/.*" "kiln/codegen/.*"
