@@ -26,20 +26,27 @@ def main(path):
         impl = r["impl"] if r["impl"] != "pytorch" else "pytorch:" + r["params"].get("config", "?")
         groups[k][(impl, r["mode"])].append(r["value"])
         rss[(k, impl)].append(r["peak_rss_mib"])
-    print(f"{'workload':8} {'name':16} {'params':14} {'T':>2} {'impl/mode':24} {'value':>10} {'metric':8} {'vs best pytorch':>15}")
+    print(f"{'workload':8} {'name':16} {'params':14} {'T':>2} {'impl/mode':36} {'value':>10} {'metric':8} {'vs best pytorch':>21}")
     for k in sorted(groups):
         w, name, params, t, metric = k
         g = groups[k]
         lower = metric in LOWER_IS_BETTER
         torch_vals = [statistics.median(v) for (impl, _), v in g.items() if impl.startswith("pytorch")]
         best_torch = (min(torch_vals) if lower else max(torch_vals)) if torch_vals else None
+        # Rows without a PyTorch side (DIST, kiln_dist_bench) compare with their own reference
+        # in the same run: raw MPI_Allreduce, or one process on all the threads.
+        ref_vals = [statistics.median(v) for (impl, mode), v in g.items()
+                    if impl == "mpi" or mode.startswith("1proc")]
+        ref_mark = ""
+        if best_torch is None and ref_vals:
+            best_torch, ref_mark = ref_vals[0], " (ref)"
         for (impl, mode), v in sorted(g.items()):
             m = statistics.median(v)
             ratio = ""
             if best_torch and not impl.startswith("pytorch"):
-                ratio = f"{(best_torch / m) if lower else (m / best_torch):.2f}x"
+                ratio = f"{(best_torch / m) if lower else (m / best_torch):.2f}x{ref_mark}"
             short = params.replace('"', "").replace(" ", "")[:14]
-            print(f"{w:8} {name:16} {short:14} {t:>2} {impl + '/' + mode:24} {m:10.3f} {metric:8} {ratio:>15}")
+            print(f"{w:8} {name:16} {short:14} {t:>2} {impl + '/' + mode:36} {m:10.3f} {metric:8} {ratio:>21}")
 
 
 if __name__ == "__main__":

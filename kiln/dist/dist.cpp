@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "kiln/core/error.h"
+#include "kiln/dist/comm_thread.h"
 #include "kiln/ops/collective.h"
 
 namespace kiln::dist {
@@ -423,3 +424,12 @@ Work barrier_async() {
 void barrier() { barrier_async().wait(); }
 
 }  // namespace kiln::dist
+
+namespace kiln::detail {
+
+dist::Work run_on_comm_thread(std::function<void()> fn) {
+  if (!dist::world().launched) fail("run_on_comm_thread", "no launcher: MPI is not running");
+  return dist::submit("run_on_comm_thread", "a call on the communication thread", std::move(fn));
+}
+
+}  // namespace kiln::detail
