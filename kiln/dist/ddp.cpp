@@ -50,6 +50,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, DDPOptions 
   if (!(options_.bucket_cap_mb > 0))
     fail(kWho, "bucket_cap_mb must be positive, got ", options_.bucket_cap_mb);
   params_ = module_.parameters();
+  for (size_t k = 0; k < params_.size(); ++k) index_of_[params_[k].impl()] = k;
   check_replicas();
   {
     NoGradGuard ng;
@@ -130,14 +131,10 @@ void DistributedDataParallel::check_replicas() const {
 
 void DistributedDataParallel::on_leaf_ready(const std::shared_ptr<TensorImpl>& leaf) {
   if (no_sync_ || world_size() == 1) return;
-  size_t k = params_.size();
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].impl() == leaf.get()) {
-      k = i;
-      break;
-    }
-  if (k == params_.size()) return;  // not one of ours (another model's backward)
-  if (!active_) {                   // the first of our gradients in this pass
+  auto it = index_of_.find(leaf.get());
+  if (it == index_of_.end()) return;  // not one of ours (another model's backward)
+  const size_t k = it->second;
+  if (!active_) {  // the first of our gradients in this pass
     active_ = true;
     param_ready_.assign(params_.size(), 0);
     pending_.clear();

@@ -5,6 +5,7 @@
 // final, while backward computes the rest.
 #pragma once
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/core/tensor.h"
@@ -89,6 +90,7 @@ class DistributedDataParallel {
   nn::Module& module_;
   DDPOptions options_;
   std::vector<Tensor> params_;
+  std::unordered_map<const TensorImpl*, size_t> index_of_;  // the hook's leaf -> parameter
   std::vector<Bucket> buckets_;
   std::vector<std::vector<size_t>> bucket_params_;
   std::vector<size_t> bucket_of_;
