@@ -206,9 +206,10 @@ TEST(DistCollectives, GraphOpInSessionAndJit) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
   dist::init();
-  // Rank 0 prints gtest's progress; the others print their failures only.
+  // Rank 0 prints gtest's progress; the others print their failures only (the printer is
+  // chosen when gtest initializes).
   if (dist::rank() != 0) GTEST_FLAG_SET(brief, true);
+  ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
