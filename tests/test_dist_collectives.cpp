@@ -8,7 +8,9 @@
 #include <cmath>
 
 #include "kiln/dist/dist.h"
+#include "kiln/graph/node.h"
 #include "kiln/ops/collective.h"
+#include "kiln/passes/passes.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -201,6 +203,32 @@ TEST(DistCollectives, GraphOpInSessionAndJit) {
   Tensor out = detail::all_reduce_value(mul(p, R() + 1.0), "sum");
   out.sum().backward();
   EXPECT_DOUBLE_EQ(p.grad().to_vector<double>()[0], W() * (R() + 1.0));
+}
+
+// The optimizer keeps every collective: identical ones are not merged (cse), none is fused into
+// the elementwise group around it, and they stay in program order; by trait (kSideEffect), which
+// is what the passes read. (A collective of a concrete tensor runs when called, while the graph
+// is built, as every op on concrete inputs does.)
+TEST(DistCollectives, PassesKeepCollectivesAndTheirOrder) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float64, {4});
+  Tensor a = detail::all_reduce_value(add(x, 1.0), "sum");
+  Tensor b = detail::all_reduce_value(add(x, 1.0), "sum");  // the same node: cse must not merge
+  Tensor c = detail::all_reduce_value(mul(x, 2.0), "mean");
+  Tensor y = mul(add(a, b), c);
+  std::vector<detail::ValueRef> refs{g.value_of(y)};
+  detail::Program p = detail::prune(*g.impl(), refs);
+  detail::optimize(p);
+  std::vector<const detail::Node*> coll;
+  for (const auto& n : p.graph->nodes)
+    if (n->kind == detail::NodeKind::Op && n->op->has(detail::kSideEffect)) coll.push_back(n.get());
+  ASSERT_EQ(coll.size(), 3u) << g.to_text();
+  for (const auto* n : coll) EXPECT_EQ(n->op->name, "all_reduce");
+  // Program order: a's collective before b's before c's, as built (every rank alike).
+  EXPECT_EQ(coll[2]->attrs.s(0), "mean");
+  Session sess(g);
+  std::vector<double> v = sess.run(y, {{x, full({4}, 1.0, Float64)}}).to_vector<double>();
+  EXPECT_DOUBLE_EQ(v[0], 2.0 * W() * 2.0 * 2.0);  // (2W + 2W) * 2
 }
 
 }  // namespace
