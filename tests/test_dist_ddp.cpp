@@ -211,6 +211,52 @@ TEST(DdpJit, JittedStepWithCollectiveNodesEqualsWholeBatch) {
   }
 }
 
+// A weight used twice in one forward (its leaf gets two gradient contributions: the bucket must
+// wait for both) and a parameter no forward uses (no gradient anywhere: its bucket starts when
+// backward ends, with zeros).
+struct TiedAndUnused : nn::Layer {
+  nn::Linear lin{kIn, kIn};
+  nn::Linear head{kIn, kOut};
+  Tensor unused;
+  TiedAndUnused() {
+    register_module("lin", &lin);
+    register_module("head", &head);
+    unused = zeros({5});
+    register_parameter("unused", &unused);
+  }
+  Tensor forward(const Tensor& x) override { return head(tanh(lin(tanh(lin(x))))); }
+};
+
+TEST(DdpEager, WeightUsedTwiceAndUnusedParameter) {
+  for (DType dt : {Float64, Float32}) {
+    Data d = make_data(dt, kSteps);
+    auto train = [&](bool ddp_on, uint64_t seed) {
+      manual_seed(seed);
+      TiedAndUnused m;
+      m.to(dt);
+      std::unique_ptr<dist::DDP> ddp;
+      if (ddp_on) ddp = std::make_unique<dist::DDP>(m, dist::DDPOptions{.bucket_cap_mb = 0.0002});
+      optim::SGD opt(m.parameters(), kLr);
+      for (int64_t s = 0; s < kSteps; ++s) {
+        opt.zero_grad();
+        Tensor x = ddp_on ? shard(d.x[s]) : d.x[s], y = ddp_on ? shard(d.y[s]) : d.y[s];
+        mse(m.forward(x), y).backward();
+        if (ddp_on && dist::world_size() > 1) {
+          EXPECT_TRUE(m.unused.grad().defined());
+          EXPECT_EQ(abs(m.unused.grad()).sum().item<double>(), 0.0);
+        }
+        opt.step();
+      }
+      return snapshot(m);
+    };
+    std::vector<Tensor> want = train(false, 100);
+    std::vector<Tensor> got = train(true, 100 + static_cast<uint64_t>(dist::rank()));
+    double rel = max_rel(got, want);
+    report("eager, a weight used twice, an unused one", dt, rel);
+    EXPECT_LE(rel, tol(dt));
+  }
+}
+
 TEST(DdpConstruction, MismatchedModelsRaiseOnEveryRank) {
   if (dist::world_size() == 1) GTEST_SKIP() << "needs two ranks";
   nn::Sequential net;
