@@ -207,12 +207,24 @@ const OpDef& kJitCall =
                 [](std::span<const Tensor> in, const Attrs& a) {
                   Version& v = version_of(a);
                   TensorList out = v.saved_ok ? run_saving(v, in) : run_version_plain(v, in);
-                  for (size_t k = 0; k < out.size(); ++k) {
+                  // Saved activations (past the function's outputs) are never handed to the
+                  // caller: views of one buffer among them stay views, not copies.
+                  const size_t n_user = std::min(out.size(), v.g_outputs.size());
+                  for (size_t k = 0; k < n_user; ++k) {
                     bool aliased = false;
                     for (const Tensor& x : in) aliased = aliased || out[k].shares_storage(x);
                     for (size_t j = 0; j < k; ++j)
                       aliased = aliased || out[k].shares_storage(out[j]);
                     if (aliased) out[k] = out[k].clone();
+                  }
+                  // ... but each output is its own tensor: the recorder gives each its output
+                  // index, and a Session returns one tensor for a value fetched twice (an output
+                  // that is also saved).
+                  for (size_t k = n_user; k < out.size(); ++k) {
+                    bool same = false;
+                    for (const Tensor& x : in) same = same || out[k].impl() == x.impl();
+                    for (size_t j = 0; j < k; ++j) same = same || out[k].impl() == out[j].impl();
+                    if (same) out[k] = out[k].detach();
                   }
                   return out;
                 },
