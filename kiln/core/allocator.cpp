@@ -78,28 +78,43 @@ struct ThreadCache {
   uint32_t n[kThreadCacheClasses];
   uint64_t hits;
   uint64_t bytes;  // held here; counted in allocator_stats() for this thread only
-  bool armed;
 };
-thread_local ThreadCache t_cache KILN_TLS;
+// The cache itself lives on the heap, created by the thread's first cached_free: a 3.4 KiB
+// initial-exec thread_local made libkiln's static TLS 4.3 KiB, more than glibc keeps spare for
+// libraries loaded after start-up, so `import kiln` (which dlopens libkiln through the Python
+// extension) failed with "cannot allocate memory in static TLS block". The pointer costs the
+// hot path one load and a predictable branch.
+thread_local ThreadCache* t_cache KILN_TLS = nullptr;
 
 struct CacheFlusher {
   bool armed = false;
   ~CacheFlusher() {
     t_cache_alive = false;
+    ThreadCache* tc = t_cache;
+    if (!tc) return;
+    t_cache = nullptr;
     Pool& P = pool();
     std::lock_guard<std::mutex> lk(P.mu);
-    P.stats.hits += t_cache.hits;
+    P.stats.hits += tc->hits;
     for (int k = 0; k < kThreadCacheClasses; ++k) {
-      for (uint32_t i = 0; i < t_cache.n[k]; ++i) {
-        P.small[k].push_back(t_cache.small[k][i]);
+      for (uint32_t i = 0; i < tc->n[k]; ++i) {
+        P.small[k].push_back(tc->small[k][i]);
         P.stats.cached_bytes += size_t(64) << k;
       }
-      t_cache.n[k] = 0;
     }
-    t_cache.bytes = 0;
+    std::free(tc);
   }
 };
 thread_local CacheFlusher t_flusher;
+
+// This thread's cache, created (and its hand-back at thread exit arranged) on first use.
+ThreadCache* new_thread_cache() {
+  auto* tc = static_cast<ThreadCache*>(std::calloc(1, sizeof(ThreadCache)));
+  if (!tc) return nullptr;
+  t_flusher.armed = true;
+  t_cache = tc;
+  return tc;
+}
 
 void note_alloc(size_t cap) {
   int64_t now = g_in_use.fetch_add(static_cast<int64_t>(cap), std::memory_order_relaxed) +
@@ -123,11 +138,11 @@ void* cached_alloc(size_t nbytes, size_t* capacity) {
   *capacity = cap;
   note_alloc(cap);
   if (cls >= 0 && cap <= kThreadCacheBytes) {
-    ThreadCache& tc = t_cache;
-    if (tc.n[cls] > 0) {
-      ++tc.hits;
-      tc.bytes -= cap;
-      return tc.small[cls][--tc.n[cls]];
+    ThreadCache* tc = t_cache;
+    if (tc && tc->n[cls] > 0) {
+      ++tc->hits;
+      tc->bytes -= cap;
+      return tc->small[cls][--tc->n[cls]];
     }
   }
   {
@@ -168,15 +183,13 @@ void cached_free(void* p, size_t cap) {
   if (!p) return;
   g_in_use.fetch_sub(static_cast<int64_t>(cap), std::memory_order_relaxed);
   if (cap <= kThreadCacheBytes && t_cache_alive) {
-    ThreadCache& tc = t_cache;
+    ThreadCache* tc = t_cache;
+    if (!tc) [[unlikely]]
+      tc = new_thread_cache();
     const int cls = small_class(cap);
-    if (tc.n[cls] < kThreadCacheMax) {
-      if (!tc.armed) {  // first block kept by this thread: arrange the hand-back at its exit
-        tc.armed = true;
-        t_flusher.armed = true;
-      }
-      tc.small[cls][tc.n[cls]++] = p;
-      tc.bytes += cap;
+    if (tc && tc->n[cls] < kThreadCacheMax) {
+      tc->small[cls][tc->n[cls]++] = p;
+      tc->bytes += cap;
       return;
     }
   }
@@ -200,8 +213,10 @@ AllocatorStats allocator_stats() {
   s.in_use_bytes = static_cast<size_t>(g_in_use.load(std::memory_order_relaxed));
   s.peak_in_use_bytes = static_cast<size_t>(g_peak.load(std::memory_order_relaxed));
   // This thread's front cache; other threads' hits and blocks are added when they exit.
-  s.cached_bytes += t_cache.bytes;
-  s.hits += t_cache.hits;
+  if (const ThreadCache* tc = t_cache) {
+    s.cached_bytes += tc->bytes;
+    s.hits += tc->hits;
+  }
   return s;
 }
 
@@ -210,11 +225,13 @@ void reset_peak_memory() { g_peak.store(g_in_use.load(std::memory_order_relaxed)
 void empty_cache() {
   Pool& P = pool();
   std::lock_guard<std::mutex> lk(P.mu);
-  for (int k = 0; k < kThreadCacheClasses; ++k) {
-    for (uint32_t i = 0; i < t_cache.n[k]; ++i) system_free(t_cache.small[k][i], size_t(64) << k);
-    t_cache.n[k] = 0;
+  if (ThreadCache* tc = t_cache) {
+    for (int k = 0; k < kThreadCacheClasses; ++k) {
+      for (uint32_t i = 0; i < tc->n[k]; ++i) system_free(tc->small[k][i], size_t(64) << k);
+      tc->n[k] = 0;
+    }
+    tc->bytes = 0;
   }
-  t_cache.bytes = 0;
   for (int k = 0; k < 21; ++k) {
     for (void* p : P.small[k]) system_free(p, size_t(64) << k);
     P.small[k].clear();
