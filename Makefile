@@ -4,6 +4,8 @@ SHELL := /bin/bash
 BUILD_DEPS := cmake ninja-build g++ make libdnnl-dev libopenblas-dev libgtest-dev libgmock-dev \
               libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata \
               libbenchmark-dev zlib1g-dev pkg-config libopenmpi-dev openmpi-bin
+# The Python package (python/): pybind11 and Debian's python3 with NumPy and pytest.
+PYTHON_DEPS := pybind11-dev python3-dev python3-numpy python3-pytest
 DATA_DEPS := dataset-fashion-mnist fortunes
 BENCH_DEPS := python3-torch libtorch-dev
 # The ONNX model tests export their models with PyTorch 1.13 and check them with onnx.checker.
@@ -38,7 +40,7 @@ define apt_install
 endef
 
 deps:
-	$(call apt_install,$(BUILD_DEPS) $(DATA_DEPS))
+	$(call apt_install,$(BUILD_DEPS) $(PYTHON_DEPS) $(DATA_DEPS))
 
 bench-deps: deps
 	$(call apt_install,$(BENCH_DEPS))

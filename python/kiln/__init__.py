@@ -1,0 +1,114 @@
+"""Kiln from Python: tensors and ops (eager, with autograd), static graphs (Graph, Session.run
+with NumPy feeds) and @kiln.jit with guards and graph breaks on Python control flow.
+
+    import kiln
+    x = kiln.randn(4, 3)
+    w = kiln.randn(3, 2, requires_grad=True)
+    loss = kiln.relu(x @ w).sum()
+    loss.backward()
+    w.grad            # dloss/dw
+
+Every Kiln failure raises kiln.Error (a RuntimeError) with a message that starts with
+[op_name]; kiln.ValueError, kiln.TypeError and kiln.IndexError are kiln.Errors that are also
+the Python built-ins of those names.
+"""
+import functools as _functools
+
+from . import _C
+
+__version__ = "0.1.0"
+
+
+class no_grad:
+    """Context manager (and decorator) in which eager ops record no autograd history."""
+
+    def __enter__(self):
+        self._prev = _C.is_grad_enabled()
+        _C._set_grad_enabled(False)
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_grad_enabled(self._prev)
+        return False
+
+    def __call__(self, fn):
+        @_functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class enable_grad(no_grad):
+    """Context manager (and decorator) that turns autograd recording back on."""
+
+    def __enter__(self):
+        self._prev = _C.is_grad_enabled()
+        _C._set_grad_enabled(True)
+        return self
+
+
+class set_grad_enabled(no_grad):
+    """set_grad_enabled(mode): a context manager setting grad mode to `mode`."""
+
+    def __init__(self, mode):
+        self._mode = mode
+
+    def __enter__(self):
+        self._prev = _C.is_grad_enabled()
+        _C._set_grad_enabled(self._mode)
+        return self
+
+    def __call__(self, fn):
+        mode = self._mode
+
+        @_functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def jit(fn=None, *, name=None, max_recompiles=8, dynamic_dims=True, runtime_scalars=(),
+        donate=()):
+    """Compiles a Python function of tensors (and lists of tensors, numbers and bools) by
+    tracing it, as kiln::jit does in C++.
+
+    - Guards: per tensor its dtype, shape and requires_grad; per number or bool its value, so
+      each constant gets its own compiled version (the lecture's case 1) unless its position is
+      in `runtime_scalars` (then the function receives a 0-d tensor and one version serves all).
+    - A Python `if` on a traced tensor (bool(t), t.item(), float(t)) is a graph break: the piece
+      so far is compiled and run, its value becomes a guard, and tracing goes on (case 2).
+    - `f.explain()` lists versions, guards, pieces, graph breaks and recompiles; `f.stats`
+      counts hits, misses and compiles.
+    - `donate`: positions of tensor arguments whose buffers results may overwrite.
+
+    Use as @kiln.jit or @kiln.jit(name="step", donate=[0]).
+    """
+    def wrap(f):
+        return _C.JitFunction(f, name or getattr(f, "__name__", "fn"), max_recompiles,
+                              dynamic_dims, list(runtime_scalars), list(donate))
+    return wrap(fn) if fn is not None else wrap
+
+
+def is_tensor(obj):
+    """Whether obj is a kiln.Tensor."""
+    return isinstance(obj, _C.Tensor)
+
+
+def numel(t):
+    return t.numel()
+
+
+# Everything public in the extension becomes kiln.<name>. This shadows the built-ins bool,
+# float and int inside this module (kiln.bool is the dtype, as torch.bool), so it comes last.
+def _export(g):
+    for _name in dir(_C):
+        if not _name.startswith("_") and _name not in ("nn", "optim", "io"):
+            g[_name] = getattr(_C, _name)
+
+
+_export(globals())
+del _export
+
+from . import nn, optim, io  # noqa: E402  (they use the names above)

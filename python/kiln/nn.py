@@ -1,0 +1,471 @@
+"""kiln.nn: Module, subclassable in Python as torch.nn.Module is (write forward, assign
+parameters and submodules as attributes), and the layers, most of them Kiln's C++ modules
+wrapped so that they nest with Python ones.
+
+    class MLP(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = kiln.nn.Linear(784, 256)
+            self.fc2 = kiln.nn.Linear(256, 10)
+            self.scale = kiln.nn.Parameter(kiln.ones(10))   # a parameter by assignment
+        def forward(self, x):
+            return self.fc2(kiln.relu(self.fc1(x))) * self.scale
+"""
+from collections import OrderedDict
+
+from . import _C
+
+Tensor = _C.Tensor
+
+
+def Parameter(data, requires_grad=True):
+    """A leaf tensor that requires grad: assigned to a Module attribute it is a parameter."""
+    t = data.detach()
+    t.requires_grad_(requires_grad)
+    return t
+
+
+class Module:
+    """Base of every module. A tensor that requires grad assigned as an attribute is a parameter,
+    a Module a submodule; register_buffer adds non-trainable state saved in state_dict."""
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    # ---- attribute registration ----
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign before Module.__init__() call")
+        params, bufs, mods = self._parameters, self._buffers, self._modules
+        if isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
+            bufs.pop(name, None), mods.pop(name, None), self.__dict__.pop(name, None)
+            params[name] = value
+        elif isinstance(value, Module):
+            params.pop(name, None), bufs.pop(name, None), self.__dict__.pop(name, None)
+            mods[name] = value
+        elif name in bufs and (value is None or isinstance(value, Tensor)):
+            bufs[name] = value
+        elif name in params and value is None:
+            params[name] = None
+        else:
+            params.pop(name, None), bufs.pop(name, None), mods.pop(name, None)
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            if store in d and name in d[store]:
+                return d[store][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for store in (self._parameters, self._buffers, self._modules):
+            if name in store:
+                del store[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name, param):
+        if param is not None and not param.requires_grad:
+            param.requires_grad_(True)
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor):
+        self._buffers[name] = tensor
+
+    def add_module(self, name, module):
+        self._modules[name] = module
+
+    register_module = add_module
+
+    # ---- calling ----
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- traversal (torch's order: a module's own entries, then each child's) ----
+    def _local_parameters(self):
+        return self._parameters.items()
+
+    def _local_buffers(self):
+        return self._buffers.items()
+
+    def named_modules(self, prefix="", memo=None):
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(prefix + ("." if prefix else "") + name, memo)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        return iter((n, m) for n, m in self._modules.items() if m is not None)
+
+    def children(self):
+        return iter(m for _, m in self.named_children())
+
+    def named_parameters(self, prefix="", recurse=True):
+        """(dotted name, tensor) of every parameter; a tensor held twice is listed once."""
+        seen = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mp, m in mods:
+            for n, p in m._local_parameters():
+                if p is None or hash(p) in seen:
+                    continue
+                seen.add(hash(p))
+                yield (mp + "." if mp else "") + n, p
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True):
+        seen = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mp, m in mods:
+            for n, b in m._local_buffers():
+                if b is None or hash(b) in seen:
+                    continue
+                seen.add(hash(b))
+                yield (mp + "." if mp else "") + n, b
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def num_parameters(self):
+        return sum(p.numel() for p in self.parameters())
+
+    # ---- modes and state ----
+    def train(self, mode=True):
+        object.__setattr__(self, "training", bool(mode))
+        for m in self.children():
+            m.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            p.grad = None
+
+    def state_dict(self):
+        """OrderedDict of dotted names to tensors: each module's parameters and buffers, then its
+        children's (the tensors themselves, not copies, as in torch)."""
+        sd = OrderedDict()
+        for mp, m in self.named_modules():
+            pre = mp + "." if mp else ""
+            for n, p in m._local_parameters():
+                if p is not None:
+                    sd[pre + n] = p
+            for n, b in m._local_buffers():
+                if b is not None:
+                    sd[pre + n] = b
+        return sd
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies values in place by name. Checks every name, shape and dtype first and changes
+        nothing when any is wrong (strict: the names must match exactly)."""
+        own = self.state_dict()
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        if strict and (missing or unexpected):
+            raise _C.Error(f"[load_state_dict] missing keys {missing}, unexpected keys {unexpected}")
+        for k, v in state_dict.items():
+            if k in own:
+                v = v if isinstance(v, Tensor) else _C.tensor(v)
+                if tuple(own[k].shape) != tuple(v.shape):
+                    raise _C.ValueError(f"[load_state_dict] '{k}': shape {tuple(v.shape)} does not "
+                                        f"match {tuple(own[k].shape)}")
+        for k, v in state_dict.items():
+            if k in own:
+                v = v if isinstance(v, Tensor) else _C.tensor(v)
+                own[k].detach().copy_(v)
+        return missing, unexpected
+
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        for n, m in self._modules.items():
+            sub = repr(m).replace("\n", "\n  ")
+            lines.append(f"  ({n}): {sub}")
+        return lines[0] + ")" if len(lines) == 1 else "\n".join(lines) + "\n)"
+
+
+class _CppModule(Module):
+    """A Kiln C++ module inside a Python module tree: its parameters are the C++ module's own
+    tensors (the same memory, so optimizers and load_state_dict update both sides); buffers
+    are read from the C++ module each time, as its forward may give them new tensors."""
+
+    def __init__(self, cpp, extra=""):
+        super().__init__()
+        object.__setattr__(self, "_cpp", cpp)
+        object.__setattr__(self, "_extra", extra)
+        for n, p in cpp.named_parameters():
+            self._parameters[n] = p
+
+    def _local_buffers(self):
+        return self._cpp.named_buffers()
+
+    def __getattr__(self, name):
+        if name in ("_cpp", "_extra"):
+            raise AttributeError(name)
+        try:
+            return Module.__getattr__(self, name)
+        except AttributeError:
+            for n, b in self._cpp.named_buffers():
+                if n == name:
+                    return b
+            raise
+
+    def forward(self, x):
+        return self._cpp(x)
+
+    def __call__(self, x):
+        return self._cpp(x)
+
+    def train(self, mode=True):
+        self._cpp.train(bool(mode))
+        return Module.train(self, mode)
+
+    def extra_repr(self):
+        return self._extra
+
+
+def _cpp_class(name, doc):
+    cpp_cls = getattr(_C.nn, name)
+
+    def __init__(self, *args, **kwargs):
+        extra = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        _CppModule.__init__(self, cpp_cls(*args, **kwargs), extra)
+
+    return type(name, (_CppModule,), {"__init__": __init__, "__doc__": doc})
+
+
+Linear = _cpp_class("Linear", "y = x @ weight^T + bias; weight [out_features, in_features].")
+Conv2d = _cpp_class("Conv2d", "2-D convolution over [N, C, H, W]; weight [out, in/groups, kH, kW].")
+Conv1d = _cpp_class("Conv1d", "1-D convolution over [N, C, L].")
+MaxPool2d = _cpp_class("MaxPool2d", "Max pooling over [N, C, H, W]; stride defaults to the kernel.")
+AvgPool2d = _cpp_class("AvgPool2d", "Average pooling over [N, C, H, W].")
+AdaptiveAvgPool2d = _cpp_class("AdaptiveAvgPool2d", "Average pooling to a fixed output size.")
+BatchNorm1d = _cpp_class("BatchNorm1d", "Batch normalization over [N, C] or [N, C, L].")
+BatchNorm2d = _cpp_class("BatchNorm2d", "Batch normalization over [N, C, H, W].")
+LayerNorm = _cpp_class("LayerNorm", "Normalizes over the trailing normalized_shape dims.")
+GroupNorm = _cpp_class("GroupNorm", "Group normalization over [N, C, ...].")
+Embedding = _cpp_class("Embedding", "Rows of weight [num_embeddings, embedding_dim] by index.")
+
+
+class _RNN(_CppModule):
+    def __call__(self, x, state=None):
+        return self._cpp(x, state)
+
+    forward = __call__
+
+
+def _rnn_class(name, doc):
+    cpp_cls = getattr(_C.nn, name)
+
+    def __init__(self, *args, **kwargs):
+        _CppModule.__init__(self, cpp_cls(*args, **kwargs), ", ".join(repr(a) for a in args))
+
+    return type(name, (_RNN,), {"__init__": __init__, "__doc__": doc})
+
+
+RNN = _rnn_class("RNN", "Elman RNN; returns (output, h_n).")
+LSTM = _rnn_class("LSTM", "LSTM (PyTorch gate order); returns (output, (h_n, c_n)).")
+GRU = _rnn_class("GRU", "GRU; returns (output, h_n).")
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return _C.relu(x)
+
+
+class Tanh(Module):
+    def forward(self, x):
+        return _C.tanh(x)
+
+
+class Sigmoid(Module):
+    def forward(self, x):
+        return _C.sigmoid(x)
+
+
+class SiLU(Module):
+    def forward(self, x):
+        return _C.silu(x)
+
+
+class GELU(Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.approximate = approximate == "tanh" or approximate is True
+
+    def forward(self, x):
+        return _C.gelu(x, self.approximate)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope=0.01):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return _C.leaky_relu(x, self.negative_slope)
+
+
+class Softmax(Module):
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return _C.softmax(x, self.dim)
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)
+
+
+class Dropout(Module):
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return _C.dropout(x, self.p, self.training)
+
+
+class Identity(Module):
+    def forward(self, x):
+        return x
+
+
+class Sequential(Module):
+    """Modules applied in order."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            self.add_module(str(i), m)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+
+class ModuleList(Module):
+    def __init__(self, modules=()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, m):
+        self.add_module(str(len(self._modules)), m)
+        return self
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __len__(self):
+        return len(self._modules)
+
+
+class functional:
+    """torch.nn.functional's names for Kiln's ops."""
+    relu = staticmethod(_C.relu)
+    gelu = staticmethod(_C.gelu)
+    silu = staticmethod(_C.silu)
+    sigmoid = staticmethod(_C.sigmoid)
+    tanh = staticmethod(_C.tanh)
+    leaky_relu = staticmethod(_C.leaky_relu)
+    elu = staticmethod(_C.elu)
+    softplus = staticmethod(_C.softplus)
+    softmax = staticmethod(_C.softmax)
+    log_softmax = staticmethod(_C.log_softmax)
+    linear = staticmethod(_C.linear)
+    conv2d = staticmethod(_C.conv2d)
+    conv1d = staticmethod(_C.conv1d)
+    max_pool2d = staticmethod(_C.max_pool2d)
+    avg_pool2d = staticmethod(_C.avg_pool2d)
+    adaptive_avg_pool2d = staticmethod(_C.adaptive_avg_pool2d)
+    layer_norm = staticmethod(_C.layer_norm)
+    batch_norm = staticmethod(_C.batch_norm)
+    dropout = staticmethod(_C.dropout)
+    embedding = staticmethod(_C.embedding)
+    one_hot = staticmethod(_C.one_hot)
+    pad = staticmethod(_C.pad)
+    interpolate = staticmethod(_C.interpolate)
+    normalize = staticmethod(_C.normalize)
+    cosine_similarity = staticmethod(_C.cosine_similarity)
+    cross_entropy = staticmethod(_C.cross_entropy)
+    nll_loss = staticmethod(_C.nll_loss)
+    mse_loss = staticmethod(_C.mse_loss)
+    binary_cross_entropy_with_logits = staticmethod(_C.binary_cross_entropy_with_logits)
+    smooth_l1_loss = staticmethod(_C.smooth_l1_loss)
+    huber_loss = staticmethod(_C.huber_loss)
+    scaled_dot_product_attention = staticmethod(_C.scaled_dot_product_attention)
+
+
+def functional_call(module, params, *args, **kwargs):
+    """module(*args) run on `params` (in module.parameters() order) instead of its own
+    parameters (torch.func.functional_call): what a jitted training step needs, so that the
+    parameters are arguments of the compiled function rather than constants baked into it."""
+    params = list(params)
+    restore, swaps, i = [], [], 0
+    try:
+        for _, m in module.named_modules():
+            if isinstance(m, _CppModule):
+                n = len(m._parameters)
+                if n:
+                    swaps.append(_C.nn.ParameterSwap(m._cpp, params[i:i + n]))
+                    i += n
+            else:
+                for name, p in list(m._parameters.items()):
+                    if p is None:
+                        continue
+                    restore.append((m, name, p))
+                    m._parameters[name] = params[i]
+                    i += 1
+        if i != len(params):
+            raise _C.ValueError(f"[functional_call] {len(params)} tensors for {i} parameters")
+        return module(*args, **kwargs)
+    finally:
+        for s in swaps:
+            s.close()
+        for m, name, p in restore:
+            m._parameters[name] = p

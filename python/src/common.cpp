@@ -1,0 +1,373 @@
+// Conversions between Python objects and Kiln values, and the exception classes (kiln.Error and
+// its ValueError/TypeError/IndexError subclasses) with the translator that maps kiln::Error.
+#include "common.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace kiln::python {
+namespace {
+
+PyObject* g_error = nullptr;
+PyObject* g_value_error = nullptr;
+PyObject* g_type_error = nullptr;
+PyObject* g_index_error = nullptr;
+
+PyObject* new_error(py::module_& m, const char* name, PyObject* base2, const char* doc) {
+  std::string full = std::string("kiln.") + name;
+  PyObject* bases = base2 ? PyTuple_Pack(2, g_error, base2) : PyTuple_Pack(1, PyExc_RuntimeError);
+  PyObject* t = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases, nullptr);
+  Py_DECREF(bases);
+  if (!t) throw py::error_already_set();
+  m.attr(name) = py::handle(t);
+  return t;
+}
+
+// Element type of a buffer format ("f", "<d", "=q", ...); nullopt for types Kiln lacks.
+std::optional<DType> dtype_of_format(const std::string& fmt, py::ssize_t itemsize) {
+  std::string f = fmt;
+  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@' || f[0] == '!' || f[0] == '>')) {
+    if (f[0] == '>' || f[0] == '!') return std::nullopt;  // big-endian data
+    f = f.substr(1);
+  }
+  if (f.size() != 1) return std::nullopt;
+  switch (f[0]) {
+    case 'f':
+      return Float32;
+    case 'd':
+      return Float64;
+    case '?':
+      return Bool;
+    case 'q':
+    case 'l':
+    case 'i':
+    case 'n':
+      if (itemsize == 8) return Int64;
+      if (itemsize == 4) return Int32;
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+// Shape and dtype of nested lists; values flattened as doubles (ints kept exact as int64).
+struct Nested {
+  std::vector<int64_t> shape;
+  std::vector<double> f;
+  std::vector<int64_t> i;
+  bool any_float = false, all_bool = true;
+};
+
+void walk(py::handle h, size_t depth, Nested& n) {
+  if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
+    py::sequence s = py::reinterpret_borrow<py::sequence>(h);
+    int64_t len = static_cast<int64_t>(py::len(s));
+    if (depth == n.shape.size()) {
+      if (!n.f.empty() || !n.i.empty())
+        raise(value_error_type(), "[tensor] nested lists have inconsistent depth");
+      n.shape.push_back(len);
+    } else if (depth > n.shape.size() || n.shape[depth] != len) {
+      raise(value_error_type(), str_cat("[tensor] nested lists are ragged: expected length ",
+                                        depth < n.shape.size() ? n.shape[depth] : -1, " at depth ",
+                                        depth, ", got ", len));
+    }
+    for (py::handle e : s) walk(e, depth + 1, n);
+    return;
+  }
+  if (depth != n.shape.size())
+    raise(value_error_type(), "[tensor] nested lists are ragged: a number where a list belongs");
+  if (PyBool_Check(h.ptr())) {
+    n.i.push_back(h.ptr() == Py_True);
+    n.f.push_back(h.ptr() == Py_True);
+    return;
+  }
+  n.all_bool = false;
+  if (PyLong_Check(h.ptr())) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+    if (overflow) raise(value_error_type(), "[tensor] integer does not fit in int64");
+    n.i.push_back(v);
+    n.f.push_back(static_cast<double>(v));
+    return;
+  }
+  if (PyFloat_Check(h.ptr())) {
+    n.any_float = true;
+    double v = PyFloat_AS_DOUBLE(h.ptr());
+    n.f.push_back(v);
+    n.i.push_back(0);
+    return;
+  }
+  if (py::isinstance<Tensor>(h)) {
+    const Tensor& t = h.cast<const Tensor&>();
+    if (t.numel() != 1)
+      raise(value_error_type(), "[tensor] a list element is a tensor of more than one element");
+    if (is_floating(t.dtype())) n.any_float = true;
+    n.f.push_back(t.item<double>());
+    n.i.push_back(is_floating(t.dtype()) ? 0 : t.item<int64_t>());
+    return;
+  }
+  // NumPy scalars and other numbers.
+  if (PyIndex_Check(h.ptr())) {
+    n.i.push_back(py::int_(py::reinterpret_borrow<py::object>(h)).cast<int64_t>());
+    n.f.push_back(static_cast<double>(n.i.back()));
+    return;
+  }
+  if (PyNumber_Check(h.ptr())) {
+    n.any_float = true;
+    n.f.push_back(py::float_(py::reinterpret_borrow<py::object>(h)).cast<double>());
+    n.i.push_back(0);
+    return;
+  }
+  raise(type_error_type(),
+        str_cat("[tensor] cannot make a tensor element from ",
+                py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>()));
+}
+
+// Keeps the exporting object alive (and its buffer locked) while any tensor uses its memory.
+struct BufferOwner {
+  Py_buffer view;
+};
+void release_buffer(void*, void* ctx) {
+  auto* owner = static_cast<BufferOwner*>(ctx);
+  if (!Py_IsInitialized()) return;  // interpreter gone: the memory went with it
+  PyGILState_STATE st = PyGILState_Ensure();
+  PyBuffer_Release(&owner->view);
+  PyGILState_Release(st);
+  delete owner;
+}
+
+}  // namespace
+
+PyObject* error_type() { return g_error; }
+PyObject* value_error_type() { return g_value_error; }
+PyObject* type_error_type() { return g_type_error; }
+PyObject* index_error_type() { return g_index_error; }
+
+void raise(PyObject* type, const std::string& msg) {
+  PyErr_SetString(type, msg.c_str());
+  throw py::error_already_set();
+}
+
+void init_errors(py::module_& m) {
+  g_error = new_error(m, "Error", nullptr,
+                      "Every Kiln failure; the message starts with [op_name] and names the shapes "
+                      "and dtypes involved.");
+  g_value_error = new_error(m, "ValueError", PyExc_ValueError, "A bad value (kiln.Error).");
+  g_type_error = new_error(m, "TypeError", PyExc_TypeError, "A bad type or dtype (kiln.Error).");
+  g_index_error =
+      new_error(m, "IndexError", PyExc_IndexError, "An index out of range (kiln.Error).");
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const kiln::Error& e) {
+      PyErr_SetString(g_error, e.what());
+    }
+  });
+}
+
+DType dtype_from(py::handle h) {
+  if (py::isinstance<DType>(h)) return h.cast<DType>();
+  if (h.ptr() == reinterpret_cast<PyObject*>(&PyFloat_Type)) return Float32;
+  if (h.ptr() == reinterpret_cast<PyObject*>(&PyLong_Type)) return Int64;
+  if (h.ptr() == reinterpret_cast<PyObject*>(&PyBool_Type)) return Bool;
+  std::string name;
+  if (py::isinstance<py::str>(h)) {
+    name = h.cast<std::string>();
+  } else if (py::hasattr(h, "name") && !py::isinstance<py::type>(h)) {
+    name = py::str(h.attr("name")).cast<std::string>();  // a numpy.dtype
+  } else if (py::hasattr(h, "__name__")) {
+    name = py::str(h.attr("__name__")).cast<std::string>();  // numpy.float32 (a type)
+  }
+  if (name == "float32" || name == "float") return Float32;
+  if (name == "float64" || name == "double") return Float64;
+  if (name == "int64" || name == "long") return Int64;
+  if (name == "int32" || name == "int") return Int32;
+  if (name == "bool" || name == "bool_") return Bool;
+  raise(type_error_type(), str_cat("[dtype] not a Kiln dtype: ", py::repr(h).cast<std::string>(),
+                                   " (expected float32, float64, int64, int32 or bool)"));
+}
+
+std::vector<int64_t> ints_from(py::handle h, const char* what) {
+  std::vector<int64_t> out;
+  if (PyIndex_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
+    out.push_back(py::int_(py::reinterpret_borrow<py::object>(h)).cast<int64_t>());
+    return out;
+  }
+  if (!PySequence_Check(h.ptr()) || py::isinstance<py::str>(h))
+    raise(type_error_type(),
+          str_cat("[", what, "] expected an int or a sequence of ints, got ",
+                  py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>()));
+  for (py::handle e : py::reinterpret_borrow<py::sequence>(h)) {
+    if (!PyIndex_Check(e.ptr()) || PyBool_Check(e.ptr()))
+      raise(type_error_type(),
+            str_cat("[", what, "] expected ints, got ", py::repr(e).cast<std::string>()));
+    out.push_back(py::int_(py::reinterpret_borrow<py::object>(e)).cast<int64_t>());
+  }
+  return out;
+}
+
+Shape shape_from(py::handle h, bool allow_any, const char* what) {
+  if (py::isinstance<Tensor>(h)) h = py::tuple(h.attr("shape"));
+  Shape s;
+  if (PySequence_Check(h.ptr()) && !py::isinstance<py::str>(h)) {
+    for (py::handle e : py::reinterpret_borrow<py::sequence>(h)) {
+      if (allow_any && e.is_none()) {
+        s.push_back(Dim::any());
+        continue;
+      }
+      if (!PyIndex_Check(e.ptr()) || PyBool_Check(e.ptr()))
+        raise(type_error_type(),
+              str_cat("[", what, "] expected ints, got ", py::repr(e).cast<std::string>()));
+      int64_t d = py::int_(py::reinterpret_borrow<py::object>(e)).cast<int64_t>();
+      if (d < 0 && !(allow_any && d == -1))
+        raise(value_error_type(), str_cat("[", what, "] negative dimension ", d));
+      s.push_back(d);
+    }
+    return s;
+  }
+  std::vector<int64_t> v = ints_from(h, what);
+  if (v[0] < 0) raise(value_error_type(), str_cat("[", what, "] negative dimension ", v[0]));
+  return Shape(v);
+}
+
+Shape shape_from_args(const py::args& args, const char* what) {
+  if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) return shape_from(args[0], false, what);
+  return shape_from(args, false, what);
+}
+
+std::vector<int64_t> dims_from(py::handle h) {
+  if (h.is_none()) return {};
+  return ints_from(h, "dim");
+}
+
+Reduction reduction_from(const std::string& s) {
+  if (s == "mean") return Reduction::Mean;
+  if (s == "sum") return Reduction::Sum;
+  if (s == "none") return Reduction::None;
+  raise(value_error_type(), str_cat("[reduction] expected 'mean', 'sum' or 'none', got '", s, "'"));
+}
+
+Tensor tensor_from_buffer(py::handle h) {
+  auto owner = std::make_unique<BufferOwner>();
+  if (PyObject_GetBuffer(h.ptr(), &owner->view, PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();
+    raise(type_error_type(),
+          str_cat("[from_numpy] expected an array (an object with the buffer "
+                  "protocol), got ",
+                  py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>()));
+  }
+  Py_buffer& v = owner->view;
+  std::string fmt = v.format ? v.format : "B";
+  std::optional<DType> dt = dtype_of_format(fmt, v.itemsize);
+  if (!dt) {
+    PyBuffer_Release(&v);
+    raise(type_error_type(), str_cat("[from_numpy] unsupported element type '", fmt,
+                                     "' (Kiln has float32, float64, int64, int32 and bool)"));
+  }
+  Shape shape;
+  Strides strides;
+  int64_t lo = 0, hi = 0;  // byte span relative to buf
+  for (int d = 0; d < v.ndim; ++d) {
+    shape.push_back(v.shape[d]);
+    int64_t st = v.strides ? v.strides[d] : 0;
+    if (st % v.itemsize != 0 || st < 0) {
+      PyBuffer_Release(&v);
+      raise(value_error_type(),
+            "[from_numpy] negative or unaligned strides are not supported; "
+            "pass a copy (numpy.ascontiguousarray)");
+    }
+    strides.push_back(st / v.itemsize);
+    if (v.shape[d] == 0) lo = hi = 0;
+    hi += (v.shape[d] - 1) * st;
+  }
+  if (!v.strides) strides = contiguous_strides(shape);
+  size_t nbytes = shape.numel() == 0 ? 0 : static_cast<size_t>(hi - lo + v.itemsize);
+  void* data = v.buf;
+  BufferOwner* raw = owner.release();
+  auto storage = std::make_shared<Storage>(data, nbytes, release_buffer, raw);
+  auto impl = make_tensor_impl();
+  impl->storage = std::move(storage);
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->dtype = *dt;
+  impl->offset = 0;
+  impl->recompute_contiguous();
+  return Tensor(std::move(impl));
+}
+
+Tensor tensor_from_object(py::handle h, std::optional<DType> dtype) {
+  if (py::isinstance<Tensor>(h)) {
+    const Tensor& t = h.cast<const Tensor&>();
+    return dtype && *dtype != t.dtype() ? t.to(*dtype) : t;
+  }
+  if (PyBool_Check(h.ptr())) return scalar_tensor(h.ptr() == Py_True, dtype.value_or(Bool));
+  if (PyLong_Check(h.ptr())) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+    if (overflow) raise(value_error_type(), "[tensor] integer does not fit in int64");
+    DType dt = dtype.value_or(Int64);
+    if (dt == Int64) return tensor(std::vector<int64_t>{v}).reshape(Shape{});  // exact past 2^53
+    return scalar_tensor(static_cast<double>(v), dt);
+  }
+  if (PyFloat_Check(h.ptr()))
+    return scalar_tensor(PyFloat_AS_DOUBLE(h.ptr()), dtype.value_or(Float32));
+  if (PyObject_CheckBuffer(h.ptr()) && !PyBytes_Check(h.ptr())) {
+    Tensor shared = tensor_from_buffer(h);
+    Tensor copy = raw_contiguous_copy(shared);
+    return dtype && *dtype != copy.dtype() ? copy.to(*dtype) : copy;
+  }
+  if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
+    Nested n;
+    walk(h, 0, n);
+    Shape s(n.shape);
+    DType dt = dtype.value_or(n.any_float ? Float32 : (n.all_bool && !n.i.empty()) ? Bool : Int64);
+    if (n.f.empty() && !dtype) dt = Float32;  // torch.tensor([]) is float32
+    if (dt == Int64 && !n.any_float) return tensor(n.i, s);
+    Tensor t = tensor(n.f, s);  // float64, exact for float data and ints up to 2^53
+    return t.to(dt);
+  }
+  if (PyNumber_Check(h.ptr())) {
+    if (PyIndex_Check(h.ptr()))
+      return tensor_from_object(py::int_(py::reinterpret_borrow<py::object>(h)), dtype);
+    return tensor_from_object(py::float_(py::reinterpret_borrow<py::object>(h)), dtype);
+  }
+  raise(type_error_type(),
+        str_cat("[tensor] cannot make a tensor from ",
+                py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>()));
+}
+
+py::object item_of(const Tensor& t) {
+  switch (t.dtype()) {
+    case Float32:
+    case Float64:
+      return py::float_(t.item<double>());
+    case Int64:
+    case Int32:
+      return py::int_(t.item<int64_t>());
+    case Bool:
+      return py::bool_(t.item<bool>());
+  }
+  return py::none();
+}
+
+namespace {
+template <typename T, typename Make>
+py::object nest(const std::vector<T>& v, const Shape& s, size_t d, size_t& i, Make make) {
+  if (d == s.size()) return make(v[i++]);
+  py::list l(static_cast<size_t>(s[d]));
+  for (int64_t k = 0; k < s[d]; ++k) l[static_cast<size_t>(k)] = nest(v, s, d + 1, i, make);
+  return l;
+}
+}  // namespace
+
+py::object to_python(const Tensor& t) {
+  size_t i = 0;
+  const Shape& s = t.shape();
+  if (is_floating(t.dtype()))
+    return nest(t.to_vector<double>(), s, 0, i, [](double x) { return py::float_(x); });
+  if (t.dtype() == Bool)
+    return nest(t.to_vector<int64_t>(), s, 0, i, [](int64_t x) { return py::bool_(x != 0); });
+  return nest(t.to_vector<int64_t>(), s, 0, i, [](int64_t x) { return py::int_(x); });
+}
+
+}  // namespace kiln::python

@@ -1,0 +1,129 @@
+// Shared pieces of the kiln._C extension: argument conversion (shapes, dtypes, Python data to
+// tensors), the exception classes, and the rule for when a binding releases the GIL. Each
+// binding file registers its part of the module through one init_* function declared here.
+#pragma once
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace py = pybind11;
+
+namespace kiln::python {
+
+using TensorClass = py::class_<Tensor>;
+
+// ---- errors ---------------------------------------------------------------------------------
+/// kiln.Error (a RuntimeError) and its subclasses that are also ValueError, TypeError and
+/// IndexError, so `except IndexError` works where Python users expect it and `except kiln.Error`
+/// catches every Kiln failure.
+PyObject* error_type();
+PyObject* value_error_type();
+PyObject* type_error_type();
+PyObject* index_error_type();
+[[noreturn]] void raise(PyObject* type, const std::string& msg);
+
+// ---- conversions ----------------------------------------------------------------------------
+/// A dtype from a kiln.dtype, a name ("float32", "int64", ...), a Python type (float, int,
+/// bool) or a NumPy dtype (anything with a `.name`).
+DType dtype_from(py::handle h);
+/// A shape from a sequence of ints (None or -1: a dynamic dim, where `allow_any`) or an int.
+Shape shape_from(py::handle h, bool allow_any = false, const char* what = "shape");
+/// A shape given either as one sequence or as several ints (`zeros(2, 3)`, `zeros((2, 3))`).
+Shape shape_from_args(const py::args& args, const char* what);
+/// Ints from an int or a sequence of ints.
+std::vector<int64_t> ints_from(py::handle h, const char* what);
+/// A copy of Python data as a tensor: a Tensor (cast when dtype is given), a bool, int or
+/// float, a nested list or tuple, or anything with the buffer protocol (NumPy arrays).
+Tensor tensor_from_object(py::handle h, std::optional<DType> dtype = std::nullopt);
+/// A tensor sharing the memory of a buffer (NumPy array): kiln.from_numpy.
+Tensor tensor_from_buffer(py::handle h);
+/// Nested lists of the tensor's values (tolist) or a Python number for 0-d tensors.
+py::object to_python(const Tensor& t);
+/// The Python number of a one-element tensor (item).
+py::object item_of(const Tensor& t);
+
+/// Kernels on at least this many elements run with the GIL released, so other Python threads
+/// proceed; below it releasing and re-taking the GIL (~0.1 us) would be most of a small op's
+/// cost (W3's per-op budget is 0.5 us).
+constexpr int64_t kReleaseGilNumel = 1 << 14;
+inline bool big(const Tensor& t) { return t.is_concrete() && t.numel() >= kReleaseGilNumel; }
+
+/// Holds the GIL released for its lifetime when `release` is true.
+class MaybeNoGil {
+ public:
+  explicit MaybeNoGil(bool release) {
+    if (release) state_ = PyEval_SaveThread();
+  }
+  ~MaybeNoGil() {
+    if (state_) PyEval_RestoreThread(state_);
+  }
+  MaybeNoGil(const MaybeNoGil&) = delete;
+  MaybeNoGil& operator=(const MaybeNoGil&) = delete;
+
+ private:
+  PyThreadState* state_ = nullptr;
+};
+
+/// Dims of a reduction: None (all), an int or a sequence of ints.
+std::vector<int64_t> dims_from(py::handle h);
+/// "mean", "sum" or "none".
+Reduction reduction_from(const std::string& s);
+
+/// Defines `name` both as kiln.name(input, ...) and as the method Tensor.name(...).
+template <typename F, typename... A>
+void def_both(py::module_& m, TensorClass& cls, const char* name, const char* doc, F f,
+              const A&... rest) {
+  m.def(name, f, py::arg("input"), rest..., doc);
+  cls.def(name, f, rest..., doc);
+}
+
+/// A Tensor argument that also accepts Python numbers, lists and NumPy arrays (copied).
+struct TensorLike {
+  Tensor t;
+};
+
+// ---- the module's parts -----------------------------------------------------------------------
+void init_errors(py::module_& m);
+TensorClass init_tensor(py::module_& m);
+void init_indexing(TensorClass& cls);
+void init_interop(py::module_& m, TensorClass& cls);
+void init_ops_math(py::module_& m, TensorClass& cls);
+void init_ops_nn(py::module_& m, TensorClass& cls);
+void init_ops_shape(py::module_& m, TensorClass& cls);
+void init_autograd(py::module_& m, TensorClass& cls);
+void init_graph(py::module_& m);
+void init_nn(py::module_& m);
+void init_optim(py::module_& m);
+void init_io(py::module_& m);
+void init_jit(py::module_& m);
+
+}  // namespace kiln::python
+
+namespace pybind11::detail {
+template <>
+struct type_caster<kiln::python::TensorLike> {
+  PYBIND11_TYPE_CASTER(kiln::python::TensorLike, const_name("Tensor | ArrayLike"));
+  bool load(handle src, bool convert) {
+    make_caster<kiln::Tensor> c;
+    if (c.load(src, false)) {
+      value.t = cast_op<kiln::Tensor&>(c);
+      return true;
+    }
+    if (!convert || src.is_none()) return false;
+    try {
+      value.t = kiln::python::tensor_from_object(src);
+    } catch (const kiln::Error&) {
+      return false;
+    } catch (const error_already_set&) {
+      return false;
+    }
+    return true;
+  }
+};
+}  // namespace pybind11::detail

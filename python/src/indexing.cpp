@@ -1,0 +1,214 @@
+// Tensor.__getitem__ / __setitem__: NumPy indexing written with Kiln's differentiable ops (select,
+// slice, unsqueeze for basic indices; index_select on flattened dims for integer tensors and
+// lists; nonzero for bool masks), so gradients flow through every kind of index.
+#include "common.h"
+
+namespace kiln::python {
+namespace {
+
+struct Item {
+  enum Kind { kInt, kSlice, kNone, kEllipsis, kIndex } kind;
+  int64_t i = 0;
+  py::handle slice;
+  std::vector<Tensor> idx;  // kIndex: one int64 tensor per dim it consumes (a mask gives several)
+};
+
+[[noreturn]] void out_of_range(int64_t i, int64_t dim, int64_t size) {
+  raise(index_error_type(),
+        str_cat("[getitem] index ", i, " is out of range for dim ", dim, " of size ", size));
+}
+
+Tensor as_index_tensor(py::handle h) {
+  if (py::isinstance<Tensor>(h)) return h.cast<Tensor>();
+  return tensor_from_object(h);  // a list of ints or bools, a NumPy array
+}
+
+std::vector<Item> parse(py::handle key) {
+  std::vector<Item> items;
+  py::tuple tup =
+      PyTuple_Check(key.ptr()) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
+  for (py::handle h : tup) {
+    Item it{Item::kInt};
+    if (h.is_none()) {
+      it.kind = Item::kNone;
+    } else if (h.ptr() == Py_Ellipsis) {
+      it.kind = Item::kEllipsis;
+    } else if (PySlice_Check(h.ptr())) {
+      it.kind = Item::kSlice;
+      it.slice = h;
+    } else if (PyBool_Check(h.ptr())) {
+      raise(type_error_type(), "[getitem] a bool is not an index (use a bool tensor as a mask)");
+    } else if (PyLong_Check(h.ptr()) || (!py::isinstance<Tensor>(h) && PyIndex_Check(h.ptr()))) {
+      it.i = py::int_(py::reinterpret_borrow<py::object>(h)).cast<int64_t>();
+    } else if (py::isinstance<Tensor>(h) || PyList_Check(h.ptr()) ||
+               PyObject_CheckBuffer(h.ptr())) {
+      Tensor t = as_index_tensor(h);
+      it.kind = Item::kIndex;
+      if (t.dtype() == Bool) {
+        if (t.dim() == 0) raise(index_error_type(), "[getitem] a 0-d bool mask is not supported");
+        Tensor nz = nonzero(t);  // [n, k]
+        for (int64_t k = 0; k < t.dim(); ++k) it.idx.push_back(nz.select(1, k));
+      } else if (is_integral(t.dtype())) {
+        it.idx.push_back(t.to(Int64));
+      } else {
+        raise(index_error_type(), str_cat("[getitem] tensors used as indices must be integer or "
+                                          "bool, got ",
+                                          t.dtype()));
+      }
+    } else {
+      raise(type_error_type(),
+            str_cat("[getitem] unsupported index type ",
+                    py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>()));
+    }
+    items.push_back(std::move(it));
+  }
+  // Adjacent integer-tensor indices select together (a[i, j] pairs i[k] with j[k], as NumPy
+  // does); separated ones would move their dims to the front, which Kiln does not do.
+  std::vector<Item> merged;
+  bool seen_index = false;
+  for (Item& it : items) {
+    if (it.kind == Item::kIndex && !merged.empty() && merged.back().kind == Item::kIndex) {
+      for (Tensor& t : it.idx) merged.back().idx.push_back(std::move(t));
+      continue;
+    }
+    if (it.kind == Item::kIndex && seen_index)
+      raise(index_error_type(),
+            "[getitem] integer-tensor indices separated by a slice are not "
+            "supported; index in two steps");
+    seen_index = seen_index || it.kind == Item::kIndex;
+    merged.push_back(std::move(it));
+  }
+  return merged;
+}
+
+int64_t consumed(const Item& it) {
+  switch (it.kind) {
+    case Item::kInt:
+    case Item::kSlice:
+      return 1;
+    case Item::kIndex:
+      return static_cast<int64_t>(it.idx.size());
+    default:
+      return 0;
+  }
+}
+
+// Gathers with the integer index tensors `idx` (broadcast together) over dims d .. d+k-1 of r:
+// those dims are flattened into one and the broadcast index shape takes their place.
+Tensor advanced(const Tensor& r, int64_t d, const std::vector<Tensor>& idx) {
+  int64_t k = static_cast<int64_t>(idx.size());
+  Shape bshape = idx[0].shape();
+  for (int64_t j = 1; j < k; ++j) bshape = broadcast_shapes(bshape, idx[j].shape(), "getitem");
+  Tensor linear;
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t size = r.size(d + j);
+    Tensor ij = idx[j];
+    if (size >= 0 && ij.is_concrete() && ij.numel() > 0) {
+      int64_t hi = max(ij).item<int64_t>(), lo = min(ij).item<int64_t>();
+      if (hi >= size) out_of_range(hi, d + j, size);
+      if (lo < -size) out_of_range(lo, d + j, size);
+    }
+    ij = where(lt(ij, 0.0), add(ij, static_cast<double>(size)), ij).to(Int64);
+    linear = j == 0 ? ij : add(mul(linear, static_cast<double>(size)), ij).to(Int64);
+  }
+  linear = expand(linear, bshape).reshape(Shape{-1});
+  Tensor flat = k > 1 ? r.flatten(d, d + k - 1) : r;
+  Tensor g = index_select(flat, d, linear);
+  std::vector<int64_t> out;
+  for (int64_t j = 0; j < d; ++j) out.push_back(g.size(j));
+  for (int64_t s : bshape) out.push_back(s);
+  for (int64_t j = d + 1; j < g.dim(); ++j) out.push_back(g.size(j));
+  return g.reshape(Shape(out));
+}
+
+Tensor get(const Tensor& t, py::handle key) {
+  std::vector<Item> items = parse(key);
+  int64_t used = 0, ellipses = 0;
+  for (const Item& it : items) {
+    used += consumed(it);
+    ellipses += it.kind == Item::kEllipsis;
+  }
+  if (ellipses > 1) raise(index_error_type(), "[getitem] an index can only have one ellipsis");
+  if (used > t.dim())
+    raise(index_error_type(),
+          str_cat("[getitem] too many indices for a tensor of dimension ", t.dim()));
+  Tensor r = t;
+  int64_t d = 0;
+  for (const Item& it : items) {
+    switch (it.kind) {
+      case Item::kEllipsis:
+        d += t.dim() - used;
+        break;
+      case Item::kNone:
+        r = r.unsqueeze(d++);
+        break;
+      case Item::kInt: {
+        int64_t size = r.size(d);
+        if (size >= 0 && (it.i >= size || it.i < -size)) out_of_range(it.i, d, size);
+        r = r.select(d, it.i);
+        break;
+      }
+      case Item::kSlice: {
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(it.slice.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
+        if (step <= 0) raise(value_error_type(), "[getitem] slice step must be positive");
+        int64_t size = r.size(d);
+        if (size >= 0) {
+          Py_ssize_t n = PySlice_AdjustIndices(size, &start, &stop, step);
+          if (n == 0) stop = start;
+          r = r.slice(d, start, stop, step);
+        } else if (start != 0 || stop != PY_SSIZE_T_MAX || step != 1) {
+          r = r.slice(d, start, stop == PY_SSIZE_T_MAX ? INT64_MAX : stop, step);
+        }
+        ++d;
+        break;
+      }
+      case Item::kIndex: {
+        int64_t before = r.dim() - static_cast<int64_t>(it.idx.size());
+        r = advanced(r, d, it.idx);
+        d += r.dim() - before;  // the broadcast index's dims replace the ones it consumed
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+bool has_advanced(py::handle key) {
+  py::tuple tup =
+      PyTuple_Check(key.ptr()) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
+  for (py::handle h : tup)
+    if (py::isinstance<Tensor>(h) || PyList_Check(h.ptr()) || PyObject_CheckBuffer(h.ptr()))
+      return true;
+  return false;
+}
+
+}  // namespace
+
+void init_indexing(TensorClass& cls) {
+  cls.def("__getitem__", &get,
+          "NumPy indexing: ints, slices (positive steps), None, ..., integer tensors or lists "
+          "(gathered, differentiable) and bool masks.");
+  cls.def("__setitem__", [](Tensor& t, py::handle key, py::handle v) {
+    // A Python number takes the tensor's dtype (a float is not rounded to float32 first).
+    TensorLike value{py::isinstance<Tensor>(v) ? v.cast<Tensor>()
+                                               : tensor_from_object(v, t.dtype())};
+    if (has_advanced(key)) {
+      // A bool mask of the tensor's own shape: a where() written back in place.
+      if (py::isinstance<Tensor>(key)) {
+        const Tensor& mask = key.cast<const Tensor&>();
+        if (mask.dtype() == Bool && mask.shape() == t.shape()) {
+          t.copy_(where(mask, value.t.to(t.dtype()), t));
+          return;
+        }
+      }
+      raise(index_error_type(),
+            "[setitem] assignment through integer-tensor indices is not "
+            "supported; use index_add, scatter_add or where");
+    }
+    Tensor view = get(t, key);
+    view.copy_(value.t);
+  });
+}
+
+}  // namespace kiln::python

@@ -1,0 +1,173 @@
+// @kiln.jit on Python functions, through the C++ JIT engine (kiln/jit): arguments are flattened
+// into the engine's tensors, tensor lists, numbers and bools (numbers and bools are guarded by
+// value: one version per constant, the lecture's case 1), and the Python function is the trace
+// callback, called with the GIL held. A Python `if` on a traced tensor calls __bool__, whose
+// host read is the C++ graph break (case 2): the piece so far runs and its value is guarded.
+#include <memory>
+
+#include "common.h"
+
+namespace kiln::python {
+namespace {
+
+using detail::jit_engine::Arg;
+using detail::jit_engine::Engine;
+
+// How to rebuild the Python result from the flat outputs: a tensor, or a tuple/list of them.
+struct Structure {
+  enum Kind { kTensor, kTuple, kList } kind = kTensor;
+  size_t n = 1;
+};
+
+class PyJit {
+ public:
+  PyJit(py::function fn, JitOptions opts)
+      : fn_(std::move(fn)), engine_(std::make_shared<Engine>(std::move(opts))) {}
+
+  py::object call(const py::args& args, const py::kwargs& kwargs) {
+    if (kwargs.size() > 0)
+      raise(type_error_type(), "[jit] keyword arguments are not supported; pass them positionally");
+    std::vector<Arg> flat;
+    auto ints = std::make_shared<std::vector<bool>>();  // a number came as a Python int
+    for (size_t i = 0; i < args.size(); ++i) {
+      py::handle h = args[i];
+      ints->push_back(false);
+      if (py::isinstance<Tensor>(h)) {
+        flat.push_back(detail::jit_engine::to_arg(h.cast<Tensor>()));
+      } else if (PyBool_Check(h.ptr())) {
+        flat.push_back(detail::jit_engine::to_arg(h.ptr() == Py_True));
+      } else if (PyLong_Check(h.ptr())) {
+        (*ints)[i] = true;
+        flat.push_back(detail::jit_engine::to_arg(h.cast<int64_t>()));
+      } else if (PyFloat_Check(h.ptr())) {
+        flat.push_back(detail::jit_engine::to_arg(h.cast<double>()));
+      } else if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
+        std::vector<Tensor> ts;
+        for (py::handle e : py::reinterpret_borrow<py::sequence>(h)) {
+          if (!py::isinstance<Tensor>(e))
+            raise(type_error_type(),
+                  str_cat("[jit] argument ", i, ": a list must hold only tensors"));
+          ts.push_back(e.cast<Tensor>());
+        }
+        flat.push_back(detail::jit_engine::to_arg(ts));
+      } else {
+        raise(type_error_type(),
+              str_cat("[jit] argument ", i,
+                      ": expected a Tensor, a list of tensors, a number or a "
+                      "bool, got ",
+                      py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>(),
+                      " (capture other objects in the function instead)"));
+      }
+    }
+    // Captured by pointer: the engine may copy this callback with the GIL released, and a
+    // copied py::function would touch its reference count without the GIL.
+    Structure* structure = structure_.get();
+    const py::function* fn = &fn_;
+    auto trace = [fn, ints, structure](const std::vector<Arg>& a) {
+      py::gil_scoped_acquire gil;
+      py::tuple pargs(a.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        switch (a[i].kind) {
+          case Arg::kTensor:
+            pargs[i] = py::cast(a[i].t);
+            break;
+          case Arg::kTensorList: {
+            py::list l;
+            for (const Tensor& t : a[i].ts) l.append(py::cast(t));
+            pargs[i] = l;
+            break;
+          }
+          case Arg::kBool:
+            pargs[i] = py::bool_(a[i].v != 0);
+            break;
+          case Arg::kScalar:
+            if (a[i].t.defined())  // a runtime scalar: a 0-d tensor
+              pargs[i] = py::cast(a[i].t);
+            else if ((*ints)[i])
+              pargs[i] = py::int_(static_cast<int64_t>(a[i].v));
+            else
+              pargs[i] = py::float_(a[i].v);
+            break;
+        }
+      }
+      py::object r = (*fn)(*pargs);
+      std::vector<Tensor> out;
+      if (py::isinstance<Tensor>(r)) {
+        *structure = {Structure::kTensor, 1};
+        out.push_back(r.cast<Tensor>());
+      } else if (PyTuple_Check(r.ptr()) || PyList_Check(r.ptr())) {
+        *structure = {PyTuple_Check(r.ptr()) ? Structure::kTuple : Structure::kList, py::len(r)};
+        for (py::handle e : r) {
+          if (!py::isinstance<Tensor>(e))
+            raise(type_error_type(),
+                  "[jit] the function must return a tensor or a tuple/list of tensors");
+          out.push_back(e.cast<Tensor>());
+        }
+      } else {
+        raise(type_error_type(),
+              "[jit] the function must return a tensor or a tuple/list of tensors");
+      }
+      return out;
+    };
+    std::vector<Tensor> outs;
+    {
+      py::gil_scoped_release nogil;
+      outs = engine_->call(flat, trace);
+    }
+    if (structure_->kind == Structure::kTensor && outs.size() == 1) return py::cast(outs[0]);
+    py::tuple t(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) t[i] = py::cast(outs[i]);
+    if (structure_->kind == Structure::kList) return py::list(t);
+    return t;
+  }
+
+  std::string explain() const { return engine_->explain(); }
+  py::dict stats() const {
+    Engine::Stats s = engine_->stats();
+    py::dict d;
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["compiles"] = s.compiles;
+    d["graph_breaks"] = s.graph_breaks;
+    d["pieces"] = s.pieces;
+    d["eager_fallback"] = s.eager_fallback;
+    return d;
+  }
+  const py::function& fn() const { return fn_; }
+
+ private:
+  py::function fn_;
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<Structure> structure_ = std::make_shared<Structure>();
+};
+
+}  // namespace
+
+void init_jit(py::module_& m) {
+  py::class_<PyJit>(
+      m, "JitFunction",
+      "A jitted Python function: traced on a miss, replayed from compiled pieces on a "
+      "hit; see kiln.jit.")
+      .def(py::init([](py::function fn, const std::string& name, int max_recompiles,
+                       bool dynamic_dims, std::vector<int> runtime_scalars,
+                       std::vector<int> donate) {
+             JitOptions o;
+             o.name = name;
+             o.max_recompiles = max_recompiles;
+             o.dynamic_dims = dynamic_dims;
+             o.runtime_scalars = std::move(runtime_scalars);
+             o.donate = std::move(donate);
+             return std::make_unique<PyJit>(std::move(fn), std::move(o));
+           }),
+           py::arg("fn"), py::arg("name") = "fn", py::arg("max_recompiles") = 8,
+           py::arg("dynamic_dims") = true, py::arg("runtime_scalars") = std::vector<int>{},
+           py::arg("donate") = std::vector<int>{})
+      .def("__call__", &PyJit::call)
+      .def("explain", &PyJit::explain,
+           "Versions and their guards, pieces, graph breaks, recompiles with the failed guard, "
+           "compile times, hits and misses.")
+      .def_property_readonly("stats", &PyJit::stats)
+      .def_property_readonly("__wrapped__", &PyJit::fn);
+}
+
+}  // namespace kiln::python

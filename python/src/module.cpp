@@ -1,0 +1,21 @@
+// The kiln._C extension module: registers every part (tensors, ops, autograd, graphs, nn, optim,
+// io, jit) in dependency order. The pure-Python package python/kiln re-exports it.
+#include "common.h"
+
+PYBIND11_MODULE(_C, m) {
+  using namespace kiln::python;
+  m.doc() = "Kiln's C++ core (tensors, ops, autograd, graphs, jit); import kiln instead.";
+  init_errors(m);
+  TensorClass cls = init_tensor(m);
+  init_indexing(cls);
+  init_interop(m, cls);
+  init_ops_math(m, cls);
+  init_ops_nn(m, cls);
+  init_ops_shape(m, cls);
+  init_autograd(m, cls);
+  init_graph(m);
+  init_nn(m);
+  init_optim(m);
+  init_io(m);
+  init_jit(m);
+}

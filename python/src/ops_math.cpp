@@ -1,0 +1,275 @@
+// Elementwise ops, activations and reductions as kiln.<op>(...) and, where PyTorch has them,
+// as Tensor methods. Each releases the GIL when its operands are big (common.h).
+#include <cmath>
+
+#include "common.h"
+
+namespace kiln::python {
+namespace {
+
+#define KILN_PY_UNARY(fn) \
+  [](const Tensor& a) {   \
+    MaybeNoGil g(big(a)); \
+    return fn(a);         \
+  }
+#define KILN_PY_BINARY(fn)                   \
+  [](const Tensor& a, const TensorLike& b) { \
+    MaybeNoGil g(big(a) || big(b.t));        \
+    return fn(a, b.t);                       \
+  }
+
+double lo_of(py::handle h) { return h.is_none() ? -INFINITY : h.cast<double>(); }
+double hi_of(py::handle h) { return h.is_none() ? INFINITY : h.cast<double>(); }
+std::optional<int64_t> opt_dim(py::handle h) {
+  if (h.is_none()) return std::nullopt;
+  return h.cast<int64_t>();
+}
+
+}  // namespace
+
+void init_ops_math(py::module_& m, TensorClass& cls) {
+  // Arithmetic with a Python number on either side keeps the tensor's dtype (an int tensor and
+  // a float number give float32), as in PyTorch.
+  struct Arith {
+    const char* name;
+    Tensor (*tt)(const Tensor&, const Tensor&);
+    Tensor (*ts)(const Tensor&, double);
+    const char* doc;
+  };
+  static const Arith arith[] = {
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); },
+       [](const Tensor& a, double b) { return add(a, b); },
+       "a + b (NumPy broadcasting, promotion)"},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); },
+       [](const Tensor& a, double b) { return sub(a, b); }, "a - b"},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); },
+       [](const Tensor& a, double b) { return mul(a, b); }, "a * b"},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); },
+       [](const Tensor& a, double b) { return div(a, b); }, "a / b (true division)"},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
+       [](const Tensor& a, double b) { return pow(a, b); }, "a ** b"},
+      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); },
+       [](const Tensor& a, double b) { return lt(a, b); }, "a < b (bool)"},
+      {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); },
+       [](const Tensor& a, double b) { return le(a, b); }, "a <= b (bool)"},
+      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); },
+       [](const Tensor& a, double b) { return gt(a, b); }, "a > b (bool)"},
+      {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); },
+       [](const Tensor& a, double b) { return ge(a, b); }, "a >= b (bool)"},
+      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); },
+       [](const Tensor& a, double b) { return eq(a, b); }, "a == b (bool)"},
+      {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); },
+       [](const Tensor& a, double b) { return ne(a, b); }, "a != b (bool)"},
+  };
+  for (const Arith& op : arith) {
+    auto tt = op.tt;
+    auto ts = op.ts;
+    auto f_tt = [tt](const Tensor& a, const Tensor& b) {
+      MaybeNoGil g(big(a) || big(b));
+      return tt(a, b);
+    };
+    auto f_ts = [ts](const Tensor& a, double b) {
+      MaybeNoGil g(big(a));
+      return ts(a, b);
+    };
+    auto f_like = [tt](const TensorLike& a, const TensorLike& b) { return tt(a.t, b.t); };
+    m.def(op.name, f_tt, py::arg("input"), py::arg("other"), op.doc);
+    m.def(op.name, f_ts, py::arg("input"), py::arg("other"), op.doc);
+    m.def(op.name, f_like, py::arg("input"), py::arg("other"), op.doc);
+    cls.def(op.name, f_tt, py::arg("other"), op.doc);
+    cls.def(op.name, f_ts, py::arg("other"), op.doc);
+  }
+  m.attr("subtract") = m.attr("sub");
+  m.attr("multiply") = m.attr("mul");
+  m.attr("divide") = m.attr("div");
+  m.def(
+      "rsub", [](const Tensor& a, double b) { return sub(b, a); }, py::arg("input"),
+      py::arg("other"), "other - input");
+
+  def_both(m, cls, "maximum", "Elementwise max (NaN propagates).", KILN_PY_BINARY(maximum),
+           py::arg("other"));
+  def_both(m, cls, "minimum", "Elementwise min (NaN propagates).", KILN_PY_BINARY(minimum),
+           py::arg("other"));
+  def_both(m, cls, "logical_and", "a and b (bool).", KILN_PY_BINARY(logical_and), py::arg("other"));
+  def_both(m, cls, "logical_or", "a or b (bool).", KILN_PY_BINARY(logical_or), py::arg("other"));
+  m.def(
+      "where",
+      [](const Tensor& c, const TensorLike& a, const TensorLike& b) {
+        MaybeNoGil g(big(c));
+        return where(c, a.t, b.t);
+      },
+      py::arg("condition"), py::arg("input"), py::arg("other"),
+      "condition ? input : other, broadcasting all three; condition is bool.");
+  def_both(
+      m, cls, "masked_fill", "input with `value` where mask (bool) is true.",
+      [](const Tensor& a, const Tensor& mask, double v) { return masked_fill(a, mask, v); },
+      py::arg("mask"), py::arg("value"));
+
+  struct Unary {
+    const char* name;
+    Tensor (*f)(const Tensor&);
+    const char* doc;
+  };
+  static const Unary unary[] = {
+      {"neg", [](const Tensor& a) { return neg(a); }, "-x"},
+      {"exp", [](const Tensor& a) { return exp(a); }, "e^x"},
+      {"log", [](const Tensor& a) { return log(a); }, "natural logarithm"},
+      {"sqrt", [](const Tensor& a) { return sqrt(a); }, "square root"},
+      {"rsqrt", [](const Tensor& a) { return rsqrt(a); }, "1 / sqrt(x)"},
+      {"abs", [](const Tensor& a) { return abs(a); }, "|x|"},
+      {"sign", [](const Tensor& a) { return sign(a); }, "-1, 0 or 1"},
+      {"erf", [](const Tensor& a) { return erf(a); }, "the error function"},
+      {"sin", [](const Tensor& a) { return sin(a); }, "sine"},
+      {"cos", [](const Tensor& a) { return cos(a); }, "cosine"},
+      {"log1p", [](const Tensor& a) { return log1p(a); }, "log(1 + x), accurate for small x"},
+      {"expm1", [](const Tensor& a) { return expm1(a); }, "exp(x) - 1, accurate for small x"},
+      {"logical_not", [](const Tensor& a) { return logical_not(a); }, "not x (bool)"},
+      {"relu", [](const Tensor& a) { return relu(a); }, "max(x, 0)"},
+      {"sigmoid", [](const Tensor& a) { return sigmoid(a); }, "1 / (1 + e^-x)"},
+      {"tanh", [](const Tensor& a) { return tanh(a); }, "hyperbolic tangent"},
+      {"silu", [](const Tensor& a) { return silu(a); }, "x * sigmoid(x)"},
+  };
+  for (const Unary& op : unary) {
+    auto fn = op.f;
+    def_both(m, cls, op.name, op.doc, [fn](const Tensor& a) {
+      MaybeNoGil g(big(a));
+      return fn(a);
+    });
+  }
+  m.attr("negative") = m.attr("neg");
+  def_both(
+      m, cls, "clamp", "Clamps to [min, max]; None leaves a side open.",
+      [](const Tensor& a, py::object lo, py::object hi) { return clamp(a, lo_of(lo), hi_of(hi)); },
+      py::arg("min") = py::none(), py::arg("max") = py::none());
+  m.attr("clip") = m.attr("clamp");
+  def_both(
+      m, cls, "leaky_relu", "x for x > 0, negative_slope * x otherwise.",
+      [](const Tensor& a, double s) { return leaky_relu(a, s); }, py::arg("negative_slope") = 0.01);
+  def_both(
+      m, cls, "gelu", "x * Phi(x) (approximate: the tanh form).",
+      [](const Tensor& a, py::object approx) {
+        bool ap = py::isinstance<py::str>(approx) ? approx.cast<std::string>() == "tanh"
+                                                  : approx.cast<bool>();
+        MaybeNoGil g(big(a));
+        return gelu(a, ap);
+      },
+      py::arg("approximate") = false);
+  def_both(
+      m, cls, "softplus", "log(1 + exp(beta x)) / beta.",
+      [](const Tensor& a, double b, double t) { return softplus(a, b, t); }, py::arg("beta") = 1.0,
+      py::arg("threshold") = 20.0);
+  def_both(
+      m, cls, "elu", "x for x > 0, alpha (exp(x) - 1) otherwise.",
+      [](const Tensor& a, double al) { return elu(a, al); }, py::arg("alpha") = 1.0);
+
+  // ---- reductions ----
+  def_both(
+      m, cls, "sum", "Sum over dim (None: all).",
+      [](const Tensor& a, py::object dim, bool keepdim) {
+        std::vector<int64_t> d = dims_from(dim);
+        MaybeNoGil g(big(a));
+        return sum(a, d, keepdim);
+      },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "mean", "Mean over dim (None: all).",
+      [](const Tensor& a, py::object dim, bool keepdim) {
+        std::vector<int64_t> d = dims_from(dim);
+        MaybeNoGil g(big(a));
+        return mean(a, d, keepdim);
+      },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "max", "Max values over dim (None: all); indices: argmax.",
+      [](const Tensor& a, py::object dim, bool keepdim) { return max(a, dims_from(dim), keepdim); },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "min", "Min values over dim (None: all); indices: argmin.",
+      [](const Tensor& a, py::object dim, bool keepdim) { return min(a, dims_from(dim), keepdim); },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "amax", "Max values over dim.",
+      [](const Tensor& a, py::object dim, bool keepdim) { return max(a, dims_from(dim), keepdim); },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "amin", "Min values over dim.",
+      [](const Tensor& a, py::object dim, bool keepdim) { return min(a, dims_from(dim), keepdim); },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "var", "Variance (correction 1: Bessel's) over dim.",
+      [](const Tensor& a, py::object dim, bool keepdim, int64_t c) {
+        return var(a, dims_from(dim), keepdim, c);
+      },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("correction") = 1);
+  def_both(
+      m, cls, "std", "Standard deviation (correction 1) over dim.",
+      [](const Tensor& a, py::object dim, bool keepdim, int64_t c) {
+        return std_dev(a, dims_from(dim), keepdim, c);
+      },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("correction") = 1);
+  m.attr("std_dev") = m.attr("std");
+  def_both(
+      m, cls, "argmax", "Index of the max along dim (None: flattened), int64.",
+      [](const Tensor& a, py::object dim, bool keepdim) {
+        return argmax(a, opt_dim(dim), keepdim);
+      },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "argmin", "Index of the min along dim (None: flattened), int64.",
+      [](const Tensor& a, py::object dim, bool keepdim) {
+        return argmin(a, opt_dim(dim), keepdim);
+      },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "logsumexp", "log(sum(exp(x))) over dim, without overflow.",
+      [](const Tensor& a, py::object dim, bool keepdim) {
+        return logsumexp(a, dims_from(dim), keepdim);
+      },
+      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "cumsum", "Running sums along dim.",
+      [](const Tensor& a, int64_t dim, bool rev) { return cumsum(a, dim, rev); }, py::arg("dim"),
+      py::arg("reverse") = false);
+  def_both(
+      m, cls, "vector_norm", "(sum |x|^ord)^(1/ord) over dim (None: all).",
+      [](const Tensor& a, double ord, py::object dim, bool keepdim) {
+        return vector_norm(a, ord, dims_from(dim), keepdim);
+      },
+      py::arg("ord") = 2.0, py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(
+      m, cls, "norm", "The p-norm over dim (None: all).",
+      [](const Tensor& a, double p, py::object dim, bool keepdim) {
+        return vector_norm(a, p, dims_from(dim), keepdim);
+      },
+      py::arg("p") = 2.0, py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  m.def(
+      "normalize",
+      [](const Tensor& a, double p, int64_t dim, double eps) { return normalize(a, p, dim, eps); },
+      py::arg("input"), py::arg("p") = 2.0, py::arg("dim") = 1, py::arg("eps") = 1e-12,
+      "x / max(||x||_p over dim, eps).");
+  m.def(
+      "cosine_similarity",
+      [](const Tensor& a, const Tensor& b, int64_t dim, double eps) {
+        return cosine_similarity(a, b, dim, eps);
+      },
+      py::arg("x1"), py::arg("x2"), py::arg("dim") = 1, py::arg("eps") = 1e-8);
+  def_both(
+      m, cls, "softmax", "exp(x) / sum(exp(x)) along dim.",
+      [](const Tensor& a, int64_t dim) {
+        MaybeNoGil g(big(a));
+        return softmax(a, dim);
+      },
+      py::arg("dim") = -1);
+  def_both(
+      m, cls, "log_softmax", "log(softmax(x)) along dim, computed stably.",
+      [](const Tensor& a, int64_t dim) {
+        MaybeNoGil g(big(a));
+        return log_softmax(a, dim);
+      },
+      py::arg("dim") = -1);
+  m.def(
+      "sum_to", [](const Tensor& a, py::object s) { return sum_to(a, shape_from(s)); },
+      py::arg("input"), py::arg("shape"), "Sums a broadcast tensor back down to `shape`.");
+}
+
+}  // namespace kiln::python
