@@ -99,3 +99,12 @@ def test_lecture_tf_program_from_python():
     r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "test accuracy" in r.stdout and "graph LR" in r.stdout
+
+
+@pytest.mark.skipif(not have_fashion_mnist(), reason="dataset-fashion-mnist not installed")
+@pytest.mark.parametrize("mode", [[], ["--jit"]])
+def test_pytorch_style_twin(mode):
+    script = os.path.join(ROOT, "examples", "python", "pytorch_style_softmax_regression.py")
+    r = subprocess.run([sys.executable, script] + mode, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "test accuracy" in r.stdout

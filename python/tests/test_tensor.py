@@ -155,3 +155,16 @@ def test_bad_inputs_raise_python_exceptions():
 def test_nan_passes_through_ops():
     t = kiln.tensor([float("nan"), 1.0])
     assert math.isnan(kiln.exp(t)[0].item())
+
+
+def test_stubs_cover_the_extension():
+    # python/kiln/_C.pyi (python/tools/gen_stubs.py) names every public function and class.
+    import inspect
+    import os
+    import kiln._C as C
+    stub = open(os.path.join(os.path.dirname(kiln.__file__), "_C.pyi")).read()
+    compile(stub, "_C.pyi", "exec")
+    for n, v in vars(C).items():
+        if not n.startswith("_") and (inspect.isclass(v) or callable(v)):
+            assert f"def {n}(" in stub or f"class {n}" in stub, n
+    assert "torch.matmul" in kiln.matmul.__doc__
