@@ -102,6 +102,7 @@ void init_nn(py::module_& m);
 void init_optim(py::module_& m);
 void init_io(py::module_& m);
 void init_jit(py::module_& m);
+void init_fast_ops(py::module_& m, TensorClass& cls);
 
 }  // namespace kiln::python
 

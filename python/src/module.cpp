@@ -18,4 +18,5 @@ PYBIND11_MODULE(_C, m) {
   init_optim(m);
   init_io(m);
   init_jit(m);
+  init_fast_ops(m, cls);  // last: it wraps functions and methods defined above
 }

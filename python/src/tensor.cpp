@@ -372,6 +372,9 @@ TensorClass init_tensor(py::module_& m) {
       .def(
           "__ne__", [](const Tensor& a, double b) { return ne(a, b); }, py::is_operator());
 
+  // NumPy defers to Tensor's reflected operators (np.float64(2) * t is a Tensor, as in torch).
+  cls.attr("__array_priority__") = 1000;
+
   // ---- factories ----
   m.def(
       "tensor",

@@ -168,3 +168,21 @@ def test_stubs_cover_the_extension():
         if not n.startswith("_") and (inspect.isclass(v) or callable(v)):
             assert f"def {n}(" in stub or f"class {n}" in stub, n
     assert "torch.matmul" in kiln.matmul.__doc__
+
+
+def test_operator_fast_paths_and_fallbacks():
+    t = kiln.tensor([1.0, 2.0])
+    assert (t + 1).tolist() == [2.0, 3.0] and (3 - t).tolist() == [2.0, 1.0]
+    assert (2 * t).tolist() == [2.0, 4.0] and (2 / t).tolist() == [2.0, 1.0]
+    assert (t * np.float32(3)).tolist() == [3.0, 6.0]          # through the pybind11 overloads
+    r = np.float64(2.0) * t                                      # NumPy defers to Tensor
+    assert isinstance(r, kiln.Tensor) and r.tolist() == [2.0, 4.0]
+    assert kiln.add(t, 1).tolist() == [2.0, 3.0] and kiln.add(1.0, t).tolist() == [2.0, 3.0]
+    assert kiln.add(input=t, other=t).tolist() == [2.0, 4.0]     # keywords: the slow path
+    assert kiln.sub(t, [1.0, 1.0]).tolist() == [0.0, 1.0]        # a list: converted
+    with pytest.raises(kiln.Error):
+        t + kiln.ones(3)
+    with pytest.raises(TypeError):
+        t + "x"
+    i = kiln.tensor([1, 2])
+    assert (i + 1).dtype == kiln.int64 and (i + 0.5).dtype == kiln.float32
