@@ -264,6 +264,23 @@ def _cpp_class(name, doc):
 Linear = _cpp_class("Linear", "y = x @ weight^T + bias; weight [out_features, in_features].")
 Conv2d = _cpp_class("Conv2d", "2-D convolution over [N, C, H, W]; weight [out, in/groups, kH, kW].")
 Conv1d = _cpp_class("Conv1d", "1-D convolution over [N, C, L].")
+ConvTranspose2d = _cpp_class("ConvTranspose2d", "Transposed 2-D convolution; weight [in, out/groups, kH, kW].")
+TransformerBlock = _cpp_class("TransformerBlock", "Pre-LayerNorm GPT block (causal by default; MoE MLP "
+                              "with moe_experts > 0).")
+MoE = _cpp_class("MoE", "Mixture of experts with top-k routing; route(x) gives (y, aux_loss).")
+
+
+class MultiheadAttention(_CppModule):
+    """Multi-head attention; m(x) is self-attention, m(q, k, v, attn_mask=None) attends to k/v."""
+
+    def __init__(self, embed_dim, num_heads, causal=False, dropout=0.0, bias=True):
+        _CppModule.__init__(self, _C.nn.MultiheadAttention(embed_dim, num_heads, causal, dropout, bias),
+                            f"{embed_dim}, {num_heads}")
+
+    def __call__(self, query, key=None, value=None, attn_mask=None):
+        return self._cpp(query, key, value, attn_mask)
+
+    forward = __call__
 MaxPool2d = _cpp_class("MaxPool2d", "Max pooling over [N, C, H, W]; stride defaults to the kernel.")
 AvgPool2d = _cpp_class("AvgPool2d", "Average pooling over [N, C, H, W].")
 AdaptiveAvgPool2d = _cpp_class("AdaptiveAvgPool2d", "Average pooling to a fixed output size.")

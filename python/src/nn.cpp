@@ -86,6 +86,65 @@ void init_nn(py::module_& parent) {
            py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"),
            py::arg("stride") = 1, py::arg("padding") = 0, py::arg("dilation") = 1,
            py::arg("groups") = 1, py::arg("bias") = true);
+  py::class_<nn::ConvTranspose2d, Layer, std::shared_ptr<nn::ConvTranspose2d>>(m, "ConvTranspose2d")
+      .def(py::init([](int64_t in, int64_t out, py::object k, py::object s, py::object p,
+                       py::object op, int64_t groups, bool bias, py::object d) {
+             auto two = [](py::object h) {
+               std::vector<int64_t> v = ints_from(h, "ConvTranspose2d");
+               if (v.size() == 1) v.push_back(v[0]);
+               return v;
+             };
+             return std::make_shared<nn::ConvTranspose2d>(
+                 in, out, two(k),
+                 nn::ConvTranspose2dOptions{two(s), two(p), two(op), two(d), groups, bias});
+           }),
+           py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"),
+           py::arg("stride") = 1, py::arg("padding") = 0, py::arg("output_padding") = 0,
+           py::arg("groups") = 1, py::arg("bias") = true, py::arg("dilation") = 1);
+  py::class_<nn::MultiheadAttention, Layer, std::shared_ptr<nn::MultiheadAttention>>(
+      m, "MultiheadAttention")
+      .def(py::init([](int64_t d, int64_t heads, bool causal, double dropout, bool bias) {
+             return std::make_shared<nn::MultiheadAttention>(
+                 nn::MultiheadAttentionOptions{d, heads, causal, dropout, bias});
+           }),
+           py::arg("embed_dim"), py::arg("num_heads"), py::arg("causal") = false,
+           py::arg("dropout") = 0.0, py::arg("bias") = true)
+      .def(
+          "__call__",
+          [](nn::MultiheadAttention& a, const Tensor& q, py::object k, py::object v,
+             py::object mask) {
+            Tensor kt = k.is_none() ? q : k.cast<Tensor>(),
+                   vt = v.is_none() ? kt : v.cast<Tensor>();
+            Tensor mt = mask.is_none() ? Tensor() : mask.cast<Tensor>();
+            MaybeNoGil g(q.is_concrete());
+            return a.forward(q, kt, vt, mt);
+          },
+          py::arg("query"), py::arg("key") = py::none(), py::arg("value") = py::none(),
+          py::arg("attn_mask") = py::none(),
+          "Self-attention on query [B, T, D], or attention to key/value.");
+  py::class_<nn::TransformerBlock, Layer, std::shared_ptr<nn::TransformerBlock>>(m,
+                                                                                 "TransformerBlock")
+      .def(py::init([](int64_t d, int64_t heads, bool causal, double dropout, int64_t ratio,
+                       int64_t experts, int64_t top_k, double cap) {
+             return std::make_shared<nn::TransformerBlock>(nn::TransformerBlockOptions{
+                 d, heads, causal, dropout, ratio, experts, top_k, cap});
+           }),
+           py::arg("d_model"), py::arg("num_heads"), py::arg("causal") = true,
+           py::arg("dropout") = 0.0, py::arg("mlp_ratio") = 4, py::arg("moe_experts") = 0,
+           py::arg("moe_top_k") = 2, py::arg("moe_capacity_factor") = 1.25);
+  py::class_<nn::MoE, Layer, std::shared_ptr<nn::MoE>>(m, "MoE")
+      .def(py::init([](int64_t d, int64_t hidden, int64_t experts, int64_t top_k, double cap) {
+             return std::make_shared<nn::MoE>(nn::MoEOptions{d, hidden, experts, top_k, cap});
+           }),
+           py::arg("d_model"), py::arg("d_hidden"), py::arg("num_experts"), py::arg("top_k") = 1,
+           py::arg("capacity_factor") = 1.25)
+      .def(
+          "route",
+          [](nn::MoE& moe, const Tensor& x) {
+            nn::MoEOutput o = moe.route(x);
+            return py::make_tuple(o.y, o.aux_loss);
+          },
+          py::arg("input"), "(output, load-balancing aux loss).");
   py::class_<nn::Conv1d, Layer, std::shared_ptr<nn::Conv1d>>(m, "Conv1d")
       .def(py::init([](int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d,
                        int64_t groups, bool bias) {

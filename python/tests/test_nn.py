@@ -140,3 +140,22 @@ def test_dataloader_and_safetensors(tmp_path):
         kiln.io.load_file(str(tmp_path / "bad.safetensors"))
     with pytest.raises(kiln.Error):
         kiln.io.load_file(str(tmp_path / "missing.safetensors"))
+
+
+def test_attention_transformer_moe_and_conv_transpose():
+    mha = nn.MultiheadAttention(16, 4)
+    x = kiln.randn(2, 5, 16)
+    assert mha(x).shape == (2, 5, 16)
+    assert mha(x, kiln.randn(2, 7, 16), kiln.randn(2, 7, 16)).shape == (2, 5, 16)
+    names = [n for n, _ in mha.named_parameters()]
+    assert len(names) == 4
+    block = nn.TransformerBlock(16, 4)
+    y = block(x)
+    assert y.shape == (2, 5, 16)
+    y.sum().backward()
+    assert all(p.grad is not None for p in block.parameters())
+    moe = nn.MoE(16, 32, num_experts=4, top_k=2)
+    out, aux = moe._cpp.route(x)
+    assert out.shape == x.shape and aux.numel() == 1
+    ct = nn.ConvTranspose2d(3, 2, 3, stride=2)
+    assert ct(kiln.randn(1, 3, 4, 4)).shape == (1, 2, 9, 9)
