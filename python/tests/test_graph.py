@@ -102,9 +102,12 @@ def test_lecture_tf_program_from_python():
 
 
 @pytest.mark.skipif(not have_fashion_mnist(), reason="dataset-fashion-mnist not installed")
-@pytest.mark.parametrize("mode", [[], ["--jit"]])
-def test_pytorch_style_twin(mode):
+def test_pytorch_style_twin_eager_and_jit():
     script = os.path.join(ROOT, "examples", "python", "pytorch_style_softmax_regression.py")
-    r = subprocess.run([sys.executable, script] + mode, capture_output=True, text=True, timeout=240)
+    # A third of an epoch in each mode keeps the suite short (loading the data set is most of
+    # it); the full epoch reaches 81.42% both ways.
+    r = subprocess.run([sys.executable, script, "--mode", "both", "--steps", "200",
+                        "--min-accuracy", "0.7"], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "test accuracy" in r.stdout
+    assert "[eager] 200 steps" in r.stdout and "[jit] 200 steps" in r.stdout
+    assert "1 compiles" in r.stdout
