@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
@@ -64,6 +65,18 @@ TEST(Errors, IntegerDivisionByZero) {
 }
 
 // ---- reshape / view ---------------------------------------------------------------------------
+
+// INT64_MIN / -1 overflows; the hardware division traps (SIGFPE) where it is not avoided.
+TEST(Errors, IntegerDivisionOverflowWrapsInsteadOfTrapping) {
+  const int64_t lo = std::numeric_limits<int64_t>::min();
+  Tensor a = tensor(std::vector<int64_t>{lo, 7});
+  EXPECT_EQ(div(a, -1.0).to_vector<int64_t>(), (std::vector<int64_t>{lo, -7}));
+  EXPECT_EQ(div(a, tensor(std::vector<int64_t>{-1, -1})).to_vector<int64_t>(),
+            (std::vector<int64_t>{lo, -7}));
+  Tensor b = tensor(std::vector<int32_t>{std::numeric_limits<int32_t>::min()});
+  EXPECT_EQ(div(b, tensor(std::vector<int32_t>{-1})).item<int64_t>(),
+            std::numeric_limits<int32_t>::min());
+}
 
 TEST(Errors, ReshapeWrongNumel) {
   expect_error([] { f32({2, 3}).reshape({4, 2}); }, "reshape", {"[2, 3]", "[4, 2]"});

@@ -42,7 +42,11 @@ struct DivF {
   template <class T>
   T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) {
-      return b == 0 ? T(0) : a / b;  // checked in the op: integer division by zero raises
+      if (b == 0) return T(0);  // checked in the op: integer division by zero raises
+      // INT_MIN / -1 overflows, and x86's idiv traps on it (SIGFPE killed the process); it wraps
+      // to INT_MIN instead, as NumPy's result (unsigned negation is defined for every value).
+      if (b == T(-1)) return static_cast<T>(T(0) - static_cast<std::make_unsigned_t<T>>(a));
+      return a / b;
     } else {
       return a / b;
     }
