@@ -207,7 +207,11 @@ std::vector<int64_t> ints_from(py::handle h, const char* what) {
 }
 
 Shape shape_from(py::handle h, bool allow_any, const char* what) {
-  if (py::isinstance<Tensor>(h)) h = py::tuple(h.attr("shape"));
+  py::object held;  // keeps a tensor's shape tuple alive while h points at it
+  if (py::isinstance<Tensor>(h)) {
+    held = py::tuple(h.attr("shape"));
+    h = held;
+  }
   Shape s;
   if (PySequence_Check(h.ptr()) && !py::isinstance<py::str>(h)) {
     for (py::handle e : py::reinterpret_borrow<py::sequence>(h)) {
