@@ -56,6 +56,35 @@ CHILD = textwrap.dedent("""
                 except Exception:
                     pass
                 calls += 1
+    # Constructors of the classes (modules, optimizers, schedules, loaders, graphs) and the
+    # graph and session methods.
+    classes = [getattr(m, n) for m in (C, C.nn, C.optim, C.io) for n in dir(m)
+               if inspect.isclass(getattr(m, n)) and not issubclass(getattr(m, n), BaseException)
+               and n not in ("Tensor", "dtype")]
+    for cls in classes:
+        for k in (0, 1, 2):
+            for args in itertools.product(pool, repeat=k):
+                try:
+                    cls(*args)
+                except Exception:
+                    pass
+                calls += 1
+    g = C.Graph()
+    x = g.placeholder(kiln.float32, [None, 3], "x")
+    sess = C.Session(g)
+    for meth in (g.placeholder, g.variable, g.constant, sess.run, sess.variable, sess.set_variable):
+        for k in (1, 2, 3):
+            for args in itertools.product(pool[:8], repeat=k):
+                try:
+                    meth(*args)
+                except Exception:
+                    pass
+                calls += 1
+    for feed in pool:
+        try:
+            sess.run(x * 2.0, {x: feed})
+        except Exception:
+            pass
     print("calls", calls)
 """)
 
