@@ -3,6 +3,7 @@
 // value: one version per constant, the lecture's case 1), and the Python function is the trace
 // callback, called with the GIL held. A Python `if` on a traced tensor calls __bool__, whose
 // host read is the C++ graph break (case 2): the piece so far runs and its value is guarded.
+#include <map>
 #include <memory>
 
 #include "common.h"
@@ -61,9 +62,9 @@ class PyJit {
     }
     // Captured by pointer: the engine may copy this callback with the GIL released, and a
     // copied py::function would touch its reference count without the GIL.
-    Structure* structure = structure_.get();
+    auto* structures = structures_.get();
     const py::function* fn = &fn_;
-    auto trace = [fn, ints, structure](const std::vector<Arg>& a) {
+    auto trace = [fn, ints, structures](const std::vector<Arg>& a) {
       py::gil_scoped_acquire gil;
       py::tuple pargs(a.size());
       for (size_t i = 0; i < a.size(); ++i) {
@@ -93,10 +94,11 @@ class PyJit {
       py::object r = (*fn)(*pargs);
       std::vector<Tensor> out;
       if (py::isinstance<Tensor>(r)) {
-        *structure = {Structure::kTensor, 1};
+        (*structures)[1] = {Structure::kTensor, 1};
         out.push_back(r.cast<Tensor>());
       } else if (PyTuple_Check(r.ptr()) || PyList_Check(r.ptr())) {
-        *structure = {PyTuple_Check(r.ptr()) ? Structure::kTuple : Structure::kList, py::len(r)};
+        size_t n = py::len(r);
+        (*structures)[n] = {PyTuple_Check(r.ptr()) ? Structure::kTuple : Structure::kList, n};
         for (py::handle e : r) {
           if (!py::isinstance<Tensor>(e))
             raise(type_error_type(),
@@ -114,10 +116,15 @@ class PyJit {
       py::gil_scoped_release nogil;
       outs = engine_->call(flat, trace);
     }
-    if (structure_->kind == Structure::kTensor && outs.size() == 1) return py::cast(outs[0]);
+    // The structure traced with this many outputs (versions that return differently shaped
+    // results are told apart by their output count; a tuple when none matches).
+    Structure st{Structure::kTuple, outs.size()};
+    auto it = structures_->find(outs.size());
+    if (it != structures_->end()) st = it->second;
+    if (st.kind == Structure::kTensor && outs.size() == 1) return py::cast(outs[0]);
     py::tuple t(outs.size());
     for (size_t i = 0; i < outs.size(); ++i) t[i] = py::cast(outs[i]);
-    if (structure_->kind == Structure::kList) return py::list(t);
+    if (st.kind == Structure::kList) return py::list(t);
     return t;
   }
 
@@ -138,7 +145,9 @@ class PyJit {
  private:
   py::function fn_;
   std::shared_ptr<Engine> engine_;
-  std::shared_ptr<Structure> structure_ = std::make_shared<Structure>();
+  // Written by the trace callback (GIL held), read after each call.
+  std::shared_ptr<std::map<size_t, Structure>> structures_ =
+      std::make_shared<std::map<size_t, Structure>>();
 };
 
 }  // namespace

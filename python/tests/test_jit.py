@@ -134,3 +134,18 @@ def test_case2_host_code_reruns_and_host_values_are_inputs():
         assert out.item() == pytest.approx(3.0 * v)
     assert len(log) == 20
     assert f.stats["compiles"] <= 2
+
+
+def test_versions_with_different_result_structures():
+    @kiln.jit
+    def f(x, k):
+        if k == 1:
+            return x * 2.0
+        return [x + 1.0, x - 1.0]
+
+    x = kiln.tensor([1.0])
+    assert f(x, 1).tolist() == [2.0]
+    a, b = f(x, 2)
+    assert a.tolist() == [2.0] and b.tolist() == [0.0]
+    assert isinstance(f(x, 2), list)
+    assert isinstance(f(x, 1), kiln.Tensor)          # replayed: still a single tensor
