@@ -164,18 +164,62 @@ const char* buffer_format(DType d) {
   return "B";
 }
 
+// What a Py_buffer of a tensor points into: the shape and byte strides it reports.
+struct BufferView {
+  std::vector<Py_ssize_t> shape, strides;
+};
+
+int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
+  view->obj = nullptr;
+  try {
+    const Tensor& t = py::handle(obj).cast<const Tensor&>();
+    if (!t.is_concrete()) {
+      PyErr_SetString(value_error_type(),
+                      t.is_dead()
+                          ? "[buffer] a dead tensor (the untaken side of a switch) has no memory"
+                          : "[buffer] only concrete tensors have memory to share");
+      return -1;
+    }
+    if (!(flags & PyBUF_STRIDES) && !t.is_contiguous()) {
+      PyErr_SetString(PyExc_BufferError, "[buffer] the tensor is not contiguous; ask for strides");
+      return -1;
+    }
+    auto* bv = new BufferView;
+    auto item = static_cast<Py_ssize_t>(t.element_size());
+    for (int64_t d : t.shape()) bv->shape.push_back(d);
+    for (int64_t s : t.strides()) bv->strides.push_back(s * item);
+    view->buf = t.raw_data();
+    view->obj = obj;
+    Py_INCREF(obj);
+    view->len = static_cast<Py_ssize_t>(t.numel()) * item;
+    view->readonly = 0;
+    view->itemsize = item;
+    view->format = (flags & PyBUF_FORMAT) ? const_cast<char*>(buffer_format(t.dtype())) : nullptr;
+    view->ndim = static_cast<int>(t.dim());
+    view->shape = (flags & PyBUF_ND) ? bv->shape.data() : nullptr;
+    view->strides = (flags & PyBUF_STRIDES) ? bv->strides.data() : nullptr;
+    view->suboffsets = nullptr;
+    view->internal = bv;
+    return 0;
+  } catch (const std::exception& e) {
+    PyErr_SetString(error_type(), e.what());
+    return -1;
+  }
+}
+
+void tensor_releasebuffer(PyObject*, Py_buffer* view) {
+  delete static_cast<BufferView*>(view->internal);
+}
+
 }  // namespace
 
 void init_interop(py::module_& m, TensorClass& cls) {
-  cls.def_buffer([](const Tensor& t) {
-    if (!t.is_concrete())
-      raise(value_error_type(), "[buffer] only concrete tensors have memory to share");
-    std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-    std::vector<py::ssize_t> strides;
-    for (int64_t s : t.strides()) strides.push_back(s * static_cast<py::ssize_t>(t.element_size()));
-    return py::buffer_info(t.raw_data(), static_cast<py::ssize_t>(t.element_size()),
-                           buffer_format(t.dtype()), t.dim(), shape, strides);
-  });
+  // The buffer protocol by hand rather than with def_buffer: pybind11's getbuffer does not
+  // catch a C++ exception from the callback, so refusing a dead or symbolic tensor there ended
+  // the process (std::terminate) instead of raising.
+  auto* tp = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  tp->tp_as_buffer->bf_getbuffer = tensor_getbuffer;
+  tp->tp_as_buffer->bf_releasebuffer = tensor_releasebuffer;
   cls.def(
       "numpy", [](py::object self) { return py::module_::import("numpy").attr("asarray")(self); },
       "A NumPy array sharing this tensor's memory.");

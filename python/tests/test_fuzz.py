@@ -80,6 +80,17 @@ CHILD = textwrap.dedent("""
                 except Exception:
                     pass
                 calls += 1
+    # The buffer protocol and DLPack on tensors without memory (dead, symbolic) raise or give
+    # NumPy's object fallback, never abort.
+    import numpy as np
+    dead = kiln.switch_(kiln.tensor([1.0]), kiln.tensor(True))[0]
+    for t in pool + [dead, x, kiln.randn(3, 4).T]:
+        for conv in (np.asarray, memoryview, lambda v: v.__dlpack__(), kiln.from_numpy,
+                     kiln.from_dlpack):
+            try:
+                conv(t)
+            except Exception:
+                pass
     for feed in pool:
         try:
             sess.run(x * 2.0, {x: feed})

@@ -22,6 +22,17 @@ def test_numpy_views_tensor_memory():
     assert np.asarray(kiln.arange(3)).dtype == np.int64
 
 
+def test_buffer_of_tensors_without_memory_raises():
+    dead = kiln.switch_(kiln.tensor([1.0]), kiln.tensor(True))[0]
+    g = kiln.Graph()
+    sym = g.placeholder(kiln.float32, [2], name="x")
+    for t in (dead, sym):
+        with pytest.raises(ValueError):
+            memoryview(t)
+    m = memoryview(kiln.arange(6.0).reshape(2, 3))
+    assert m.format == "f" and m.shape == (2, 3) and m.strides == (12, 4) and not m.readonly
+
+
 def test_from_numpy_shares_and_keeps_array_alive():
     a = np.arange(6, dtype=np.float64).reshape(2, 3)
     t = kiln.from_numpy(a)
