@@ -15,7 +15,10 @@ PyTypeObject* g_tensor_type = nullptr;
 const Tensor* tensor_of(PyObject* o) {
   if (Py_TYPE(o) != g_tensor_type) return nullptr;
   auto* inst = reinterpret_cast<py::detail::instance*>(o);
-  return static_cast<const Tensor*>(inst->get_value_and_holder().value_ptr());
+  py::detail::value_and_holder vh = inst->get_value_and_holder();
+  // Tensor.__new__ without __init__ leaves no value: the pybind11 path then raises.
+  if (!vh.holder_constructed()) return nullptr;
+  return static_cast<const Tensor*>(vh.value_ptr());
 }
 
 bool number_of(PyObject* o, double* v) {
