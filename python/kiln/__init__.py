@@ -78,7 +78,10 @@ def jit(fn=None, *, name=None, max_recompiles=8, dynamic_dims=True, runtime_scal
       each constant gets its own compiled version (the lecture's case 1) unless its position is
       in `runtime_scalars` (then the function receives a 0-d tensor and one version serves all).
     - A Python `if` on a traced tensor (bool(t), t.item(), float(t)) is a graph break: the piece
-      so far is compiled and run, its value becomes a guard, and tracing goes on (case 2).
+      so far is compiled and run, and the function goes on with the value (case 2). From then on
+      the function reruns on every call (its Python code between pieces runs each time), each
+      piece is compiled once per structure, and a host value fed back into ops becomes an input
+      of the next piece once it changes (at most two compiles per piece).
     - `f.explain()` lists versions, guards, pieces, graph breaks and recompiles; `f.stats`
       counts hits, misses and compiles.
     - `donate`: positions of tensor arguments whose buffers results may overwrite.

@@ -138,6 +138,9 @@ class PyJit {
     d["graph_breaks"] = s.graph_breaks;
     d["pieces"] = s.pieces;
     d["eager_fallback"] = s.eager_fallback;
+    d["reruns"] = s.reruns;
+    d["piece_compiles"] = s.piece_compiles;
+    d["max_piece_compiles"] = s.max_piece_compiles;
     return d;
   }
   const py::function& fn() const { return fn_; }
