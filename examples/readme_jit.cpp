@@ -7,14 +7,14 @@ int main() {
   auto f = jit(
       [](const Tensor& x, int k) {
         Tensor h = tanh(x * static_cast<double>(k));
-        if ((h.sum() > 0).item<bool>())  // host read: a graph break and a guard
+        if ((h.sum() > 0).item<bool>())  // host read: a graph break; this line runs every call
           return h + 1.0;
         return h * h;
       },
       JitOptions{.name = "f"});
   std::cout << f(tensor({1.f, 2.f}), 2) << "\n";    // traced, compiled
-  std::cout << f(tensor({3.f, 4.f}), 2) << "\n";    // replayed: no tracing
-  std::cout << f(tensor({-1.f, -2.f}), 2) << "\n";  // other side of the guard: new branch
+  std::cout << f(tensor({3.f, 4.f}), 2) << "\n";    // compiled pieces, no compile
+  std::cout << f(tensor({-1.f, -2.f}), 2) << "\n";  // other branch: one new piece
   std::cout << f(tensor({1.f, 2.f}), 3) << "\n";    // new constant: new version
   std::cout << f.explain();
 }
