@@ -97,6 +97,27 @@ void emit_plan(const std::string& w, const std::string& name, int threads, const
   emit(w, name, "kiln", "graph", threads, params, "planned_peak_MiB", st.arena_bytes / mib);
 }
 
+// One SGD step written with grad() (the jitted steps' body): the new parameters, then the loss.
+Params sgd_update(LossFn lf, const Params& prm, const Tensor& xin, const Tensor& yin) {
+  Params q;
+  for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
+  Tensor l = lf(q, xin, yin);
+  Params gs = grad({l}, q);
+  Params out;
+  for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], kSgdLr)));
+  out.push_back(l.detach());
+  return out;
+}
+
+// The eager optimizer of a TrainBench: AdamW or SGD with the constants above.
+std::unique_ptr<optim::Optimizer> make_optimizer(const Params& p, bool adam) {
+  if (adam)
+    return std::make_unique<optim::AdamW>(
+        p, optim::AdamOptions{
+               .lr = kAdamLr, .beta1 = kB1, .beta2 = kB2, .eps = kEps, .weight_decay = kWd});
+  return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = kSgdLr});
+}
+
 double ms_of(const std::function<void()>& f) {
   const double t0 = now_s();
   f();
@@ -129,14 +150,7 @@ void latency_bench(const TrainBench& tb, int threads) {
   const double eager_ms = median_ms(eager_step, 5);
   LossFn lf = tb.loss_fn;
   auto step = jit([lf](const Params& prm, const Tensor& xin, const Tensor& yin) {
-    Params q;
-    for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
-    Tensor l = lf(q, xin, yin);
-    Params gs = grad({l}, q);
-    Params out;
-    for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], kSgdLr)));
-    out.push_back(l.detach());
-    return out;
+    return sgd_update(lf, prm, xin, yin);
   });
   Params pj = tb.init;
   auto jit_step = [&] {
@@ -197,12 +211,7 @@ void jit_forward_bench(const TrainBench& tb, int threads, int rounds, const std:
   auto make = [&] {
     Run r;
     for (const auto& t : tb.init) r.p.push_back(t.clone().requires_grad_());
-    if (adam)
-      r.opt = std::make_unique<optim::AdamW>(
-          r.p, optim::AdamOptions{
-                   .lr = kAdamLr, .beta1 = kB1, .beta2 = kB2, .eps = kEps, .weight_decay = kWd});
-    else
-      r.opt = std::make_unique<optim::SGD>(r.p, optim::SGDOptions{.lr = kSgdLr});
+    r.opt = make_optimizer(r.p, adam);
     return r;
   };
   Run rs = make(), rr = make();
@@ -245,13 +254,7 @@ void run_train_bench(const TrainBench& tb, int threads, const std::string& modes
   // Eager: autograd tape + torch.optim-style optimizer.
   Params pe;
   for (const auto& t : tb.init) pe.push_back(t.clone().requires_grad_());
-  std::unique_ptr<optim::Optimizer> opt;
-  if (adam)
-    opt = std::make_unique<optim::AdamW>(
-        pe, optim::AdamOptions{
-                .lr = kAdamLr, .beta1 = kB1, .beta2 = kB2, .eps = kEps, .weight_decay = kWd});
-  else
-    opt = std::make_unique<optim::SGD>(pe, optim::SGDOptions{.lr = kSgdLr});
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(pe, adam);
   if (want(modes, "eager")) {
     fs.push_back([&] {
       Tensor loss = tb.loss_fn(pe, tb.x, tb.y);
@@ -294,14 +297,7 @@ void run_train_bench(const TrainBench& tb, int threads, const std::string& modes
   // replays the same compiled version.
   LossFn lf = tb.loss_fn;
   auto sgd_step = jit([lf](const Params& prm, const Tensor& xin, const Tensor& yin) {
-    Params q;
-    for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
-    Tensor l = lf(q, xin, yin);
-    Params gs = grad({l}, q);
-    Params out;
-    for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], kSgdLr)));
-    out.push_back(l.detach());
-    return out;
+    return sgd_update(lf, prm, xin, yin);
   });
   auto adam_step = jit([lf](const Params& prm, const Params& m, const Params& v, const Tensor& xin,
                             const Tensor& yin, const Tensor& bc1, const Tensor& bc2) {
