@@ -9,7 +9,10 @@ PYTHON_DEPS := pybind11-dev python3-dev python3-numpy python3-pytest
 DATA_DEPS := dataset-fashion-mnist fortunes
 BENCH_DEPS := python3-torch libtorch-dev
 # The ONNX model tests export their models with PyTorch 1.13 and check them with onnx.checker.
-TEST_DEPS := python3-torch python3-onnx nodejs npm
+TEST_DEPS := python3-torch python3-onnx
+# Node.js and npm for onnxruntime-node, from Debian only where no npm is there: a NodeSource
+# nodejs (which carries its own npm) conflicts with Debian's npm package.
+NODE_DEPS := nodejs npm
 FORMAT_DEPS := clang-format
 # libFuzzer targets (fuzz/): clang 16 and its fuzzer runtime.
 FUZZ_DEPS := clang-16 libclang-rt-16-dev
@@ -20,11 +23,12 @@ JOBS ?= $(shell nproc)
 # install script downloads extras (GPU providers), so scripts are skipped: the CPU library is in
 # the package. Installed into build/node (ignored by git), once.
 define ORT_NODE
+	@command -v npm >/dev/null || $(MAKE) --no-print-directory node-deps
 	@test -d build/node/node_modules/onnxruntime-node || \
 	  (mkdir -p build/node && cd build/node && npm install --no-save --ignore-scripts --silent onnxruntime-node)
 endef
 
-.PHONY: fuzz all deps bench-deps build demo test test-asan asan test-tsan tsan bench format \
+.PHONY: fuzz node-deps all deps bench-deps build demo test test-asan asan test-tsan tsan bench format \
         format-check clean
 
 all: build
@@ -38,6 +42,9 @@ define apt_install
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 endef
+
+node-deps:
+	$(call apt_install,$(NODE_DEPS))
 
 deps:
 	$(call apt_install,$(BUILD_DEPS) $(PYTHON_DEPS) $(DATA_DEPS))
