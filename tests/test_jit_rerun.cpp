@@ -176,7 +176,7 @@ TEST(JitRerun, ReplayModeKeepsTheTraceTree) {
         ++host;
         return (x.sum() > 0).item<bool>() ? add(x, 1.0) : sub(x, 1.0);
       },
-      JitOptions{.host_code = JitOptions::HostCode::kReplay});
+      JitOptions{.host_code = JitOptions::HostCode::kReplay, .heal_breaks = false});
   Tensor pos = tensor({1.f}), neg = tensor({-1.f});
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(f(pos).to_vector<float>(), (std::vector<float>{2.f}));
@@ -249,7 +249,7 @@ TEST(JitPicture, MermaidShowsPiecesBreaksAndGuards) {
         if ((s.sum() > 0).item<bool>()) return add(s, 1.0);
         return sub(mul(s, s), 1.0);
       },
-      JitOptions{.name = "tree", .host_code = JitOptions::HostCode::kReplay});
+      JitOptions{.name = "tree", .host_code = JitOptions::HostCode::kReplay, .heal_breaks = false});
   for (const Tensor& x : {tensor({1.f}), tensor({-1.f})}) {
     rerun(x);
     tree(x);

@@ -226,19 +226,28 @@ struct Engine::Impl {
     for (const auto& ak : v.key)
       for (bool gr : ak.grads) any_grad = any_grad || gr;
     if (any_grad) {
-      if (!ctx.breaks.empty()) {
+      if (ctx.breaks.empty()) {
+        build_grad(v, g, placeholders, outs);
+      } else if (opts.heal_breaks) {
+        // The tree is kept to be healed; until then calls run eagerly.
+        if (!v.grad_tree && !v.root)
+          break_log.push_back(
+              "graph break under autograd: eager until its bool breaks are traced both ways "
+              "and healed");
+        v.grad_tree = true;
+      } else {
         v.eager_only = true;
         v.eager_reason = "graph break under autograd";
         break_log.push_back("graph break under autograd: this version runs eagerly");
-      } else {
-        build_grad(v, g, placeholders, outs);
       }
     }
     if (!v.eager_only) {
-      if (ctx.breaks.empty() && !v.root)
+      if (ctx.breaks.empty() && !v.root) {
         add_single(v, g, placeholders, outs);
-      else
+      } else {
         add_path(v, g, ctx, placeholders, outs);
+        if (opts.heal_breaks) heal(v);
+      }
     }
     v.compile_ms += now_ms() - t0;
     ++stats.compiles;
@@ -536,9 +545,109 @@ struct Engine::Impl {
     }
   }
 
-  // Replays `v`; returns false (and the reason) when a break guard has no traced branch.
+  // ---- healing: a trace tree of bool breaks joined into one graph with Switch/Merge ----------
+
+  // Every guard a bool read traced both ways, down to the leaves.
+  static bool healable(const TreeNode& t) {
+    if (t.leaf) return true;
+    if (t.children.size() != 2) return false;
+    bool seen[2] = {false, false};
+    for (const auto& [val, child] : t.children) {
+      if (val.dtype() != Bool || val.numel() != 1) return false;
+      seen[val.item<bool>() ? 1 : 0] = true;
+      if (!healable(*child)) return false;
+    }
+    return seen[0] && seen[1];
+  }
+
+  // The piece's steps recorded into the graph being built (s: slot -> value in it); at a guard,
+  // cond() on the predicate, each branch built from its child on a copy of the slots, so a value
+  // the branch reads from the prefix is captured through a Switch.
+  static std::vector<Tensor> build_healed(Graph& h, const TreeNode& t, std::vector<Tensor> s,
+                                          std::vector<std::string>& healed) {
+    for (const auto& [slot, val] : t.constants) s[static_cast<size_t>(slot)] = h.constant(val);
+    TensorList ins;
+    for (const auto& st : t.steps) {
+      ins.clear();
+      for (int x : st.in) ins.push_back(s[static_cast<size_t>(x)]);
+      TensorList o =
+          kiln::detail::call(*st.op, std::span<const Tensor>(ins.data(), ins.size()), st.attrs);
+      for (size_t k = 0; k < st.out.size() && k < o.size(); ++k)
+        s[static_cast<size_t>(st.out[k])] = o[k];
+    }
+    if (t.leaf) {
+      std::vector<Tensor> outs;
+      for (int x : t.out_slots) outs.push_back(s[static_cast<size_t>(x)]);
+      return outs;
+    }
+    const TreeNode* branch[2] = {nullptr, nullptr};
+    for (const auto& [val, child] : t.children) branch[val.item<bool>() ? 1 : 0] = child.get();
+    healed.push_back(str_cat(t.guard_what, "() at ", t.guard_where));
+    return cond(
+        s[static_cast<size_t>(t.guard_slot)],
+        [&] { return build_healed(h, *branch[1], s, healed); },
+        [&] { return build_healed(h, *branch[0], s, healed); });
+  }
+
+  // Replaces a healable trace tree by one graph (a single piece with Switch/Merge), compiled as a
+  // trace without breaks is, with the compiled backward when the version records gradients.
+  // Leaves the tree as it is when a guard is not healable or cond refuses the branches (results
+  // that differ in dtype or rank).
+  void heal(Version& v) {
+    if (!v.root || v.root->leaf || !healable(*v.root)) return;
+    Graph h;
+    std::vector<Tensor> phs;
+    std::vector<Tensor> s(static_cast<size_t>(v.num_slots));
+    for (size_t i = 0; i < v.key.size(); ++i) {
+      const ArgKey& ak = v.key[i];
+      size_t n = ak.kind == Arg::kTensor || ak.kind == Arg::kTensorList ? ak.shapes.size() : 0;
+      if ((ak.kind == Arg::kScalar || ak.kind == Arg::kBool) && ak.runtime) n = 1;
+      for (size_t t = 0; t < n; ++t) {
+        Tensor ph = ak.runtime
+                        ? h.placeholder(str_cat("arg", phs.size()), Float32, Shape{})
+                        : h.placeholder(str_cat("arg", phs.size()), ak.dtypes[t], ak.shapes[t]);
+        phs.push_back(ph);
+        const int slot = t < v.arg_slots[i].size() ? v.arg_slots[i][t] : -1;
+        if (slot >= 0) s[static_cast<size_t>(slot)] = ph;
+      }
+    }
+    std::vector<std::string> healed;
+    std::vector<Tensor> outs;
+    try {
+      outs = build_healed(h, *v.root, s, healed);
+      for (auto& o : outs)
+        if (!o.is_symbolic()) o = h.constant(o);
+    } catch (const Error& e) {
+      break_log.push_back(str_cat("not healed (", e.what(), "): the trace tree stays"));
+      return;
+    }
+    if (v.grad_tree) {
+      build_grad(v, h, phs, outs);
+      v.grad_tree = false;
+    }
+    v.root.reset();
+    stats.pieces += 1;
+    add_single(v, h, phs, outs);
+    stats.healed += static_cast<int64_t>(healed.size());
+    for (auto& w : healed) {
+      break_log.push_back(str_cat(w, ": traced both ways -> healed into Switch/Merge"));
+      if (log_breaks) std::cerr << "[jit] " << opts.name << ": healed " << w << "\n";
+    }
+    v.healed = std::move(healed);
+  }
+
+  // Whether a call of a version under autograd (a tree kept to heal) follows branches already
+  // traced: the pieces up to each guard run compiled, without gradients; leaves do not run.
+  bool path_traced(Version& v, const std::vector<Arg>& args) {
+    std::vector<Tensor> outs;
+    std::string why;
+    return replay(v, args, outs, &why, /*donate=*/false, /*probe=*/true);
+  }
+
+  // Replays `v`; returns false (and the reason) when a break guard has no traced branch. A probe
+  // stops at the leaf without running it.
   bool replay(Version& v, const std::vector<Arg>& args, std::vector<Tensor>& outs, std::string* why,
-              bool donate = false) {
+              bool donate = false, bool probe = false) {
     if (v.fwd_session) {
       donate = donate && !opts.donate.empty();
       if (donate != v.fwd_donating) {
@@ -606,6 +715,7 @@ struct Engine::Impl {
     TensorList ins;
     bool ok = true;
     while (cur) {
+      if (probe && cur->leaf) break;
       for (auto& [s, val] : cur->constants) slots[static_cast<size_t>(s)] = val;
       for (auto& st : cur->steps) {
         ins.clear();
@@ -744,6 +854,7 @@ struct Engine::Impl {
       ++stats.hits;
       return hit->lazy->run(hit->key, args, fn, /*stop_if_no_reads=*/false).outs;
     }
+    if (hit && hit->grad_tree) return call_grad_tree(*hit, args, fn);
     if (hit) {
       std::vector<Tensor> outs;
       bool replayed = false;
@@ -865,7 +976,7 @@ struct Engine::Impl {
         return outs;
       }
       if (!lazy) trace(*v, args, fn);
-      if (!v->eager_only) {
+      if (!v->eager_only && !v->grad_tree) {
         if (v->with_grad) {
           outs = call_with_grad(*v, args);
         } else {
@@ -888,9 +999,36 @@ struct Engine::Impl {
     }
     Version& ref = *v;
     versions.insert(versions.begin(), std::move(v));
-    if (ref.eager_only) return run_eager(args, fn);
+    if (ref.eager_only || ref.grad_tree) return run_eager(args, fn);
     finish(ref, outs);
     if (verify) verify_outputs(args, fn, outs);
+    return outs;
+  }
+
+  // A call under autograd of a version whose tree waits to heal: eager, and a call along a
+  // branch not traced yet traces it (which heals the tree once every bool break has both).
+  std::vector<Tensor> call_grad_tree(Version& v, const std::vector<Arg>& args, const Fn& fn) {
+    bool traced = true;
+    try {
+      traced = path_traced(v, args);
+    } catch (const Error&) {
+      return run_eager(args, fn);  // raises what eager raises, or gives eager's result
+    }
+    if (traced || !budget_ok("a branch not traced yet under autograd")) {
+      ++stats.hits;
+      return run_eager(args, fn);
+    }
+    ++stats.misses;
+    log_recompile("a branch not traced yet under autograd -> tracing it");
+    try {
+      trace(v, args, fn);
+    } catch (const Error& e) {
+      log_recompile(str_cat("trace of the new branch failed (", e.what(), ") -> eager call"));
+      return run_eager(args, fn);
+    }
+    if (!v.with_grad) return run_eager(args, fn);
+    std::vector<Tensor> outs = call_with_grad(v, args);
+    finish(v, outs);
     return outs;
   }
 
@@ -1061,6 +1199,18 @@ std::string Engine::to_mermaid() const {
       };
       const std::string root = walk(v->root.get());
       os << "  " << p << "in --> " << root << "\n";
+      // The healed breaks inside that graph, in trace order: each a Switch on its predicate
+      // whose two sides meet again in a Merge.
+      std::string prev = root;
+      for (size_t h = 0; h < v->healed.size(); ++h) {
+        const std::string id = str_cat(p, "h", h);
+        os << "  " << id << "s{\"Switch on " << q(v->healed[h]) << "\"}\n";
+        os << "  " << id << "m((\"Merge\"))\n";
+        os << "  " << prev << " -.- " << id << "s\n";
+        os << "  " << id << "s -->|\"true\"| " << id << "m\n";
+        os << "  " << id << "s -->|\"false\"| " << id << "m\n";
+        prev = id + "m";
+      }
     }
     if (v->with_grad)
       os << "  " << p << "in -.- " << p << "bwd[/\"backward graph, "
@@ -1076,7 +1226,8 @@ std::string Engine::explain() const {
   std::ostringstream os;
   os << "jit '" << m.opts.name << "': " << (m.stats.hits + m.stats.misses) << " calls, "
      << m.stats.hits << " hits, " << m.stats.misses << " misses, " << m.stats.compiles
-     << " compiles, " << m.stats.graph_breaks << " graph breaks traced\n";
+     << " compiles, " << m.stats.graph_breaks << " graph breaks traced, " << m.stats.healed
+     << " healed\n";
   if (m.stats.eager_fallback)
     os << "  running eagerly: recompile budget (" << m.opts.max_recompiles
        << ") exhausted; last reason: " << m.fallback_reason << "\n";
@@ -1097,7 +1248,10 @@ std::string Engine::explain() const {
     if (v->with_grad)
       os << (v->saved_ok ? "; compiled backward graph fed the saved activations"
                          : "; compiled backward graph (forward recomputed in it)");
+    if (v->grad_tree) os << "; runs eagerly under autograd until its breaks heal";
     os << "\n";
+    for (const auto& w : v->healed)
+      os << "     healed: " << w << " -> Switch/Merge (no host read)\n";
     std::function<void(const TreeNode*, int, const std::string&)> walk =
         [&](const TreeNode* t, int depth, const std::string& via) {
           os << "     " << std::string(static_cast<size_t>(depth) * 2, ' ') << "piece" << via

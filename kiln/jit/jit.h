@@ -21,7 +21,16 @@
 //  - kReplay: the trace tree: host code runs only while tracing; each host-read value is a guard
 //    with one traced branch per value. No host code per call (the cheapest replay), but a value
 //    that changes on every call recompiles until the budget sends the function eager.
-// Calls that record gradients trace (kReplay); one with host reads runs eagerly.
+// Calls that record gradients trace (kReplay); one with host reads runs eagerly until its
+// breaks are healed.
+//
+// Healing (JitOptions::heal_breaks, on by default): in a trace tree (kReplay, and calls that
+// record gradients), once every guard is a bool read that has been traced both ways and every
+// continuation is graph code (no further unhealed break), the tree is joined into one graph:
+// each such guard becomes cond() on the predicate tensor (Switch on what the branches read,
+// Merge on their results), so a replay makes no host read there and gradients flow through it
+// as through cond. A guard on a number (item<float>()) or a value seen one way only stays a
+// break. explain() lists the healed breaks; to_mermaid() draws their Switch/Merge.
 //
 // Thread safety: a jitted function (and its copies, which share its compiled versions) may be
 // called from several threads at once. Calls with concrete arguments take turns on one lock per
@@ -66,6 +75,9 @@ struct JitOptions {
   /// autograd does) instead of the backward recomputing the forward. False trades that memory
   /// for the recompute.
   bool save_activations = true;
+  /// Join bool graph breaks traced both ways into Switch/Merge (see the file comment). False
+  /// keeps the trace tree: a host read at each break on every call.
+  bool heal_breaks = true;
 };
 
 namespace detail::jit_engine {
@@ -104,6 +116,8 @@ class Engine {
     /// compiles any one piece structure took.
     int64_t reruns = 0, rerun_pieces = 0, piece_compiles = 0;
     int max_piece_compiles = 0;
+    /// Bool breaks joined into Switch/Merge (JitOptions::heal_breaks).
+    int64_t healed = 0;
   };
   Stats stats() const;
   struct Impl;

@@ -79,6 +79,11 @@ struct Version {
   // Host code reruns on every call (JitOptions::host_code): the compiled pieces by structure.
   std::unique_ptr<LazyCache> lazy;
   bool eager_only = false;  // runs fn eagerly (why: eager_reason)
+  // A trace tree recorded under autograd, kept only until it heals (JitOptions::heal_breaks):
+  // calls run fn eagerly meanwhile, and a call along an untraced branch traces it.
+  bool grad_tree = false;
+  // The breaks joined into Switch/Merge: "what() at where", for explain() and to_mermaid().
+  std::vector<std::string> healed;
   std::string eager_reason;
   ~Version();
 };
