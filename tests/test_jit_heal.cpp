@@ -120,11 +120,39 @@ TEST(JitHeal, GradientsThroughTheHealedBranchEqualEager) {
   EXPECT_EQ(st.healed, 1) << healed.explain();
   EXPECT_EQ(st.compiles, 2) << healed.explain();
   const std::string e = healed.explain();
-  EXPECT_TRUE(has(e, "compiled backward graph")) << e;
+  EXPECT_TRUE(has(e, "compiled backward graph fed the saved activations")) << e;
   EXPECT_FALSE(has(e, "until its breaks heal")) << e;
   EXPECT_EQ(unhealed.stats().healed, 0);
   EXPECT_TRUE(has(unhealed.explain(), "runs eagerly (graph break under autograd)"))
       << unhealed.explain();
+}
+
+TEST(JitHeal, WeightReadByOneBranchGetsAZeroGradientOnTheOther) {
+  // w_pos is read only on the true side, w_neg only on the false side: in the healed graph the
+  // untaken side's saved values and gradient are dead, and the gradient is zero (eager leaves
+  // it undefined: the weight was not used).
+  auto loss_fn = [](const Tensor& x, const Tensor& w_pos, const Tensor& w_neg) {
+    if ((x.sum() > 0).item<bool>()) return sigmoid(matmul(x, w_pos)).sum();
+    return (tanh(matmul(x, w_neg)) * 3.0).sum();
+  };
+  auto f = jit(loss_fn);
+  Tensor wp0 = randn({3, 2}), wn0 = randn({3, 2});
+  auto run = [&](auto& fn, const Tensor& x) {
+    Tensor wp = wp0.clone().requires_grad_(true), wn = wn0.clone().requires_grad_(true);
+    Tensor l = fn(x, wp, wn);
+    l.backward();
+    auto g = [](const Tensor& w) { return w.grad().defined() ? w.grad() : zeros_like(w); };
+    return std::vector<Tensor>{l.detach(), g(wp), g(wn)};
+  };
+  Tensor pos = full({4, 3}, 0.5), neg = full({4, 3}, -0.5);
+  for (int round = 0; round < 3; ++round)
+    for (const Tensor& x : {pos, neg}) {
+      auto r = run(loss_fn, x);
+      auto j = run(f, x);
+      for (size_t k = 0; k < 3; ++k) EXPECT_LT(max_diff(j[k], r[k]), 1e-5) << round << " " << k;
+    }
+  EXPECT_EQ(f.stats().healed, 1) << f.explain();
+  EXPECT_TRUE(has(f.explain(), "fed the saved activations")) << f.explain();
 }
 
 TEST(JitHeal, NestedBoolBreaksHealOnceEveryBranchIsSeen) {

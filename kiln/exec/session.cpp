@@ -232,9 +232,11 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
     Node* n = graph_.node_of(k, "Session::run");
     if (n->kind != NodeKind::Placeholder)
       fail("Session::run", "feed key %", n->id, " (", n->label(), ") is not a placeholder");
-    if (v.is_dead())
+    if (v.is_dead()) {
+      if (dead_passthrough_) continue;
       fail("Session::run", "feed for placeholder '", n->name,
            "' is dead (an eager value on the untaken side of a switch_): it has no value to feed");
+    }
     if (!v.defined() || !v.is_concrete())
       fail("Session::run", "feed for placeholder '", n->name, "' must be a concrete tensor");
     const TensorMeta& m = n->outputs[0];
@@ -262,8 +264,10 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
       fail("Session::run", "placeholder '", node->name, "' (", dtype_name(node->outputs[0].dtype),
            node->outputs[0].shape, ") must be fed");
   }
+  bool dead_feed = false;
+  for (const Tensor* f : feed_of_) dead_feed = dead_feed || f->is_dead();
   std::vector<Tensor>* slots_ptr;
-  if (p.bound.ok && feeds_match(p)) {
+  if (p.bound.ok && !dead_feed && feeds_match(p)) {
     run_bound(p);
     slots_ptr = &p.bound.slots;
   } else {
@@ -291,6 +295,11 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
     Tensor t = slots[static_cast<size_t>(p.fetch_slots[i])];
     if (!t.defined()) {
       const ValueRef& f = p.program.fetches[i];
+      if (dead_passthrough_) {
+        const TensorMeta& m = f.node->outputs[static_cast<size_t>(f.index)];
+        out.push_back(dead_tensor(m.shape, m.dtype));
+        continue;
+      }
       fail(
           "Session::run", "fetch ", i, " (", f.node->label(), " output ", f.index,
           ") is dead: it lies on the untaken side of a switch, so it was not computed in this run");
@@ -379,6 +388,10 @@ void Session::run_generic(Plan& p) {
     record(s, it->second);
   }
   for (size_t i = 0; i < p.placeholders.size(); ++i) {
+    if (feed_of_[i]->is_dead()) {  // set_dead_passthrough: the placeholder is dead in this run
+      slots[static_cast<size_t>(p.placeholders[i].first)] = Tensor();
+      continue;
+    }
     slots[static_cast<size_t>(p.placeholders[i].first)] = *feed_of_[i];
     record(p.placeholders[i].first, *feed_of_[i]);
   }

@@ -56,6 +56,11 @@ class Session {
   /// variable. The caller must not rely on a donated tensor's contents after a run. An empty
   /// list donates nothing (the default).
   void set_donated(const std::vector<Tensor>& placeholders);
+  /// Dead values cross the run's boundary instead of raising: a fetch on the untaken side of a
+  /// Switch comes back as a dead tensor (Tensor::is_dead(), with the value's dtype and shape),
+  /// and a dead tensor fed to a placeholder makes it dead in the run. The JIT's backward that is
+  /// fed saved activations of a forward with Switch/Merge relies on it. Off by default.
+  void set_dead_passthrough(bool on) { dead_passthrough_ = on; }
   /// Current value of a variable (a copy).
   Tensor variable(const std::string& name) const;
   /// Overwrites a variable's value (shape and dtype must match).
@@ -85,7 +90,8 @@ class Session {
   std::vector<Tensor> generic_slots_;
   std::map<std::string, Tensor> vars_;
   std::vector<std::string> donated_;  // placeholder names (set_donated)
-  int64_t donated_gen_ = 0;           // bumped by set_donated; plans recheck their mask
+  bool dead_passthrough_ = false;
+  int64_t donated_gen_ = 0;  // bumped by set_donated; plans recheck their mask
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   RunStats stats_;
 };

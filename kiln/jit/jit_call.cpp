@@ -122,7 +122,10 @@ TensorList saved_vjp(Version& v, const GradCtx& c) {
   out.resize(c.inputs.size());
   if (fetch.empty()) return out;
   std::vector<Tensor> r = v.bwd_saved_session->run(fetch, feeds);
-  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
+  // An input read only by the untaken side of a Switch gets a dead gradient: it did not affect
+  // this call's outputs, so its gradient is zero.
+  for (size_t j = 0; j < which.size(); ++j)
+    out[which[j]] = r[j].is_dead() ? zeros(c.in(which[j]).shape(), c.in(which[j]).dtype()) : r[j];
   return out;
 }
 

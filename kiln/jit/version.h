@@ -82,6 +82,7 @@ struct Version {
   // A trace tree recorded under autograd, kept only until it heals (JitOptions::heal_breaks):
   // calls run fn eagerly meanwhile, and a call along an untraced branch traces it.
   bool grad_tree = false;
+  int64_t grad_tree_calls = 0;  // calls since, to space out the checks for an untraced branch
   // The breaks joined into Switch/Merge: "what() at where", for explain() and to_mermaid().
   std::vector<std::string> healed;
   std::string eager_reason;
