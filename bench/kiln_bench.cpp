@@ -1,8 +1,8 @@
 // Kiln's side of the workload suite (docs/design.md section 10), eager mode: W1 matmul beside raw
 // oneDNN and raw OpenBLAS in the same process, W2 gelu(x*a+b) and layer_norm beside a
 // memory-bandwidth copy loop, W3 dependent small adds (eager and graph), W4 MLP training step
-// (eager and graph). One workload per process so that peak
-// RSS is per workload: kiln_bench WORKLOAD THREADS.
+// (eager and graph), HEAL graph breaks healed into Switch/Merge. One workload per process so that
+// peak RSS is per workload: kiln_bench WORKLOAD THREADS.
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -345,9 +345,86 @@ void w6(int threads, const std::string& modes) {
 
 }  // namespace
 
+// HEAL: a function with a data-dependent bool branch (the lecture's case 2), called with inputs
+// that alternate between the branches. Per call without gradients: eager, kAuto's rerun (host
+// code on every call), kReplay's trace tree (a guard read per call) and the tree healed into
+// Switch/Merge. Per training step (forward + backward): eager against the healed graph's
+// compiled backward fed saved activations (unhealed, such calls run eagerly). Interleaved
+// rounds, medians.
+void heal(int threads) {
+  auto small = [](const Tensor& x) {
+    Tensor h = tanh(x) * 2.0 + 1.0;
+    if ((h.sum() > 0).item<bool>()) return relu(h) * 3.0;
+    return h * h - 1.0;
+  };
+  using HC = JitOptions::HostCode;
+  auto rerun = jit(small, JitOptions{.name = "rerun"});
+  auto tree =
+      jit(small, JitOptions{.name = "tree", .host_code = HC::kReplay, .heal_breaks = false});
+  auto healed = jit(small, JitOptions{.name = "healed", .host_code = HC::kReplay});
+  Tensor a = full({64}, 0.5), b = full({64}, -3.0);
+  int k = 0;
+  auto calls = [&](auto& f) {
+    return [&] {
+      for (int i = 0; i < 100; ++i) f((++k & 1) ? a : b);
+    };
+  };
+  auto fe = calls(small);
+  auto fr = calls(rerun);
+  auto ft = calls(tree);
+  auto fh = calls(healed);
+  std::vector<double> te, tr, tt, th;
+  for (int r = 0; r < 9; ++r) {
+    te.push_back(median_time(fe, 1, 5, r == 0 ? 3 : 0));
+    tr.push_back(median_time(fr, 1, 5, r == 0 ? 3 : 0));
+    tt.push_back(median_time(ft, 1, 5, r == 0 ? 3 : 0));
+    th.push_back(median_time(fh, 1, 5, r == 0 ? 3 : 0));
+  }
+  if (healed.stats().healed != 1) std::cerr << "HEAL: not healed\n" << healed.explain();
+  for (auto* v : {&te, &tr, &tt, &th}) std::sort(v->begin(), v->end());
+  const std::string p = "{\"numel\": 64, \"ops\": 8}";
+  emit("HEAL", "branch_call", "kiln", "eager", threads, p, "us/call", te[4] / 100 * 1e6);
+  emit("HEAL", "branch_call", "kiln", "jit_rerun", threads, p, "us/call", tr[4] / 100 * 1e6);
+  emit("HEAL", "branch_call", "kiln", "jit_tree", threads, p, "us/call", tt[4] / 100 * 1e6);
+  emit("HEAL", "branch_call", "kiln", "jit_healed", threads, p, "us/call", th[4] / 100 * 1e6);
+
+  auto loss = [](const Tensor& x, const Tensor& w1, const Tensor& w2) {
+    Tensor h = gelu(matmul(x, w1));
+    if ((x.mean() > 0).item<bool>()) return tanh(matmul(h, w2) * 2.0).sum();
+    return relu(matmul(h, w2)).sum();
+  };
+  auto jloss = jit(loss, JitOptions{.name = "healed_step"});
+  Tensor w1 = (randn({256, 256}) * 0.05).requires_grad_(true);
+  Tensor w2 = (randn({256, 256}) * 0.05).requires_grad_(true);
+  Tensor xa = randn({64, 256}) + 2.0, xb = randn({64, 256}) - 2.0;
+  auto steps = [&](auto& f) {
+    return [&] {
+      for (int i = 0; i < 10; ++i) {
+        Tensor l = f((++k & 1) ? xa : xb, w1, w2);
+        l.backward();
+        w1.zero_grad();
+        w2.zero_grad();
+      }
+    };
+  };
+  auto se = steps(loss);
+  auto sh = steps(jloss);
+  std::vector<double> ue, uh;
+  for (int r = 0; r < 9; ++r) {
+    ue.push_back(median_time(se, 1, 3, r == 0 ? 2 : 0));
+    uh.push_back(median_time(sh, 1, 3, r == 0 ? 2 : 0));
+  }
+  if (jloss.stats().healed != 1) std::cerr << "HEAL: step not healed\n" << jloss.explain();
+  std::sort(ue.begin(), ue.end());
+  std::sort(uh.begin(), uh.end());
+  const std::string q = "{\"batch\": 64, \"d\": 256}";
+  emit("HEAL", "branch_grad_step", "kiln", "eager", threads, q, "us/step", ue[4] / 10 * 1e6);
+  emit("HEAL", "branch_grad_step", "kiln", "jit_healed", threads, q, "us/step", uh[4] / 10 * 1e6);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: kiln_bench W1|W2|W3|W4|W6 THREADS [eager,graph,jit]\n";
+    std::cerr << "usage: kiln_bench W1|W2|W3|W4|W6|HEAL THREADS [eager,graph,jit]\n";
     return 2;
   }
   std::string w = argv[1];
@@ -376,6 +453,8 @@ int main(int argc, char** argv) {
     w4(threads, modes);
   else if (w == "W6")
     w6(threads, modes);
+  else if (w == "HEAL")
+    heal(threads);
   else {
     std::cerr << "unknown workload " << w << "\n";
     return 2;

@@ -7,7 +7,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-LOWER_IS_BETTER = {"us/op", "ms", "s"}
+LOWER_IS_BETTER = {"us/op", "us/call", "us/step", "ms", "s"}
 
 
 def key_params(p):
@@ -33,10 +33,10 @@ def main(path):
         lower = metric in LOWER_IS_BETTER
         torch_vals = [statistics.median(v) for (impl, _), v in g.items() if impl.startswith("pytorch")]
         best_torch = (min(torch_vals) if lower else max(torch_vals)) if torch_vals else None
-        # Rows without a PyTorch side (DIST, kiln_dist_bench) compare with their own reference
-        # in the same run: raw MPI_Allreduce, or one process on all the threads.
+        # Rows without a PyTorch side (DIST, kiln_dist_bench; HEAL) compare with their own
+        # reference in the same run: raw MPI_Allreduce, one process on all the threads, or eager.
         ref_vals = [statistics.median(v) for (impl, mode), v in g.items()
-                    if impl == "mpi" or mode.startswith("1proc")]
+                    if impl == "mpi" or mode.startswith("1proc") or (w == "HEAL" and mode == "eager")]
         ref_mark = ""
         if best_torch is None and ref_vals:
             best_torch, ref_mark = ref_vals[0], " (ref)"
