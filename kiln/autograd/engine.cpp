@@ -444,7 +444,8 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       for (size_t k = 0; k < n->outputs.size(); ++k) {
         const Tensor& o = n->outputs[k];
         flows.push_back(gout[k].defined());
-        if (!gout[k].defined() && is_floating(o.dtype())) gout[k] = zeros(o.shape(), o.dtype());
+        if (!gout[k].defined() && is_floating(o.dtype()) && !n->op->has(kUndefinedGradOutputs))
+          gout[k] = zeros(o.shape(), o.dtype());
         if (create_graph && is_floating(o.dtype())) {
           if (!self) {
             auto impl = n->out_impls[k].lock();

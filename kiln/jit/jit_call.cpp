@@ -77,12 +77,19 @@ class RngReplay {
   std::vector<uint64_t> saved_;
 };
 
+// The gradient of output k (kUndefinedGradOutputs: an output no gradient reached comes
+// undefined; the backward graphs take zeros there).
+Tensor out_grad(const GradCtx& c, size_t k) {
+  if (c.g(k).defined()) return c.g(k).detach();
+  return zeros(c.out(k).shape(), c.out(k).dtype());
+}
+
 // The compiled backward graph, fed with jit_call's inputs and output gradients.
 TensorList compiled_vjp(Version& v, const GradCtx& c) {
   FeedDict feeds;
   for (size_t k = 0; k < v.g_inputs.size(); ++k) feeds.push_back({v.g_inputs[k], c.in(k).detach()});
   for (size_t k = 0; k < v.g_out_grads.size(); ++k)
-    if (v.g_out_grads[k].defined()) feeds.push_back({v.g_out_grads[k], c.g(k).detach()});
+    if (v.g_out_grads[k].defined()) feeds.push_back({v.g_out_grads[k], out_grad(c, k)});
   std::vector<Tensor> fetch;
   std::vector<size_t> which;
   for (size_t k = 0; k < v.g_in_grads.size(); ++k)
@@ -104,7 +111,7 @@ TensorList saved_vjp(Version& v, const GradCtx& c) {
   FeedDict feeds;
   for (size_t k = 0; k < v.s_inputs.size(); ++k) feeds.push_back({v.s_inputs[k], c.in(k).detach()});
   for (size_t k = 0; k < v.s_out_grads.size(); ++k)
-    if (v.s_out_grads[k].defined()) feeds.push_back({v.s_out_grads[k], c.g(k).detach()});
+    if (v.s_out_grads[k].defined()) feeds.push_back({v.s_out_grads[k], out_grad(c, k)});
   const size_t n_out = v.g_outputs.size();
   if (c.outputs.size() != n_out + v.s_saved.size())
     fail("jit_call", "internal: ", c.outputs.size(), " outputs, expected ", n_out, " + ",
@@ -193,6 +200,7 @@ const OpDef& kJitCall =
     def_op({.name = "jit_call",
             .num_inputs = -1,
             .attr_names = {"version", "rng_state"},
+            .traits = kUndefinedGradOutputs,
             .infer =
                 [](std::span<const Tensor>, const Attrs& a) {
                   Version* v = &version_of(a);

@@ -105,6 +105,10 @@ enum OpTrait : uint32_t {
   kAccumulates = 1u << 11,
   /// Writes a variable (assign): a Session schedules it after the other reads of that variable.
   kWritesVariable = 1u << 12,
+  /// Its gradient rule takes the gradient of an output no gradient reached as undefined
+  /// (GradCtx::flows false) instead of zeros, so autograd does not materialize them: jit_call,
+  /// whose hidden outputs (saved activations) never get one.
+  kUndefinedGradOutputs = 1u << 13,
 };
 
 using InferFn = MetaList (*)(std::span<const Tensor> in, const Attrs& attrs);
