@@ -276,6 +276,8 @@ struct Engine::Impl {
     v.g_in_grads =
         diff_outs.empty() ? std::vector<Tensor>(phs.size()) : gradients(diff_outs, xs, gys);
     v.bwd_session = std::make_unique<Session>(g);
+    // A dead output (on the untaken side of a Switch) feeds a dead gradient (jit_call.cpp).
+    v.bwd_session->set_dead_passthrough(true);
     for (const auto& n : g.nodes())
       if (n->kind == NodeKind::Op && n->op->has(kRandom)) v.has_random = true;
     if (opts.save_activations) {
@@ -378,7 +380,7 @@ struct Engine::Impl {
     v.bwd_graph = bg;
     v.bwd_saved_session = std::make_unique<Session>(bg);
     v.fwd_saved_session = std::make_unique<Session>(g);
-    v.bwd_saved_session->set_dead_passthrough(control);
+    v.bwd_saved_session->set_dead_passthrough(true);
     v.fwd_saved_session->set_dead_passthrough(control);
     v.saved_ok = true;
   }

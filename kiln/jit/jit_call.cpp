@@ -78,10 +78,18 @@ class RngReplay {
 };
 
 // The gradient of output k (kUndefinedGradOutputs: an output no gradient reached comes
-// undefined; the backward graphs take zeros there).
+// undefined; the backward graphs take zeros there). An output that is dead (it lies on the
+// untaken side of a Switch) feeds a dead gradient, which the backward's Switch/Merge route
+// around; its shape may hold dynamic dims, so no zeros can be made for it.
 Tensor out_grad(const GradCtx& c, size_t k) {
   if (c.g(k).defined()) return c.g(k).detach();
+  if (c.out(k).is_dead()) return c.out(k);
   return zeros(c.out(k).shape(), c.out(k).dtype());
+}
+
+// A dead input gradient (the input is read only on an untaken side) is zero.
+Tensor live_grad(const Tensor& g, const Tensor& in) {
+  return g.is_dead() ? zeros(in.shape(), in.dtype()) : g;
 }
 
 // The compiled backward graph, fed with jit_call's inputs and output gradients.
@@ -101,7 +109,7 @@ TensorList compiled_vjp(Version& v, const GradCtx& c) {
   out.resize(c.inputs.size());
   if (fetch.empty()) return out;
   std::vector<Tensor> r = v.bwd_session->run(fetch, feeds);
-  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = r[j];
+  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = live_grad(r[j], c.in(which[j]));
   return out;
 }
 
@@ -131,8 +139,7 @@ TensorList saved_vjp(Version& v, const GradCtx& c) {
   std::vector<Tensor> r = v.bwd_saved_session->run(fetch, feeds);
   // An input read only by the untaken side of a Switch gets a dead gradient: it did not affect
   // this call's outputs, so its gradient is zero.
-  for (size_t j = 0; j < which.size(); ++j)
-    out[which[j]] = r[j].is_dead() ? zeros(c.in(which[j]).shape(), c.in(which[j]).dtype()) : r[j];
+  for (size_t j = 0; j < which.size(); ++j) out[which[j]] = live_grad(r[j], c.in(which[j]));
   return out;
 }
 
