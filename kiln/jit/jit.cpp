@@ -480,6 +480,9 @@ struct Engine::Impl {
         tn->steps[static_cast<size_t>(last[static_cast<size_t>(s)])].free_after.push_back(s);
     v.root = std::move(tn);
     stats.pieces += 1;
+    v.traced_graph = g;
+    v.traced_phs = phs;
+    v.traced_outs = outs;
   }
 
   void add_path(Version& v, Graph& g, TraceCtx& ctx, const std::vector<Tensor>& phs,
@@ -1286,6 +1289,51 @@ std::string Engine::explain() const {
   }
   if (m.verify) os << "verify: " << m.stats.verify_mismatches << " mismatches\n";
   return os.str();
+}
+
+}  // namespace kiln::detail::jit_engine
+
+namespace kiln::detail::jit_engine {
+
+// For kiln::onnx::save_jit: a version stands alone only as one traced graph without host code.
+TracedVersion Engine::traced_version(const std::vector<Arg>& args) const {
+  std::lock_guard<std::recursive_mutex> lk(impl_->mu);
+  TracedVersion r;
+  r.name = impl_->opts.name;
+  std::vector<Arg> ext = args;
+  for (Tensor* slot : impl_->state_slots) ext.push_back(to_arg(*slot));
+  const Key k = key_of(ext, impl_->opts.runtime_scalars);
+  const Version* v = nullptr;
+  for (const auto& cand : impl_->versions)
+    if (mismatch(cand->key, k).empty()) {
+      v = cand.get();
+      break;
+    }
+  if (!v) {
+    r.refusal = str_cat("no compiled version accepts these arguments (", key_str(k),
+                        "); call the function with them first");
+    return r;
+  }
+  r.key = v->key;
+  if (v->eager_only) {
+    r.refusal = str_cat("the version runs eagerly (", v->eager_reason, ")");
+  } else if (v->lazy) {
+    r.refusal = "the version has graph breaks whose host code reruns on every call";
+  } else if (!v->root || !v->root->leaf) {
+    r.refusal = v->root ? str_cat("the version has a graph break at ", v->root->guard_where, ": ",
+                                  v->root->guard_what, "() of a traced value (a trace tree)")
+                        : "the version has no compiled trace";
+  } else if (!v->state_slots.empty() || v->traced_outs.size() != v->num_user_outputs) {
+    r.refusal =
+        "the function assigns module buffers (nn::assign_buffer), state a file cannot carry";
+  } else if (v->traced_outs.empty()) {
+    r.refusal = "the version keeps no traced graph";
+  } else {
+    r.graph = v->traced_graph;
+    r.placeholders = v->traced_phs;
+    r.outputs = v->traced_outs;
+  }
+  return r;
 }
 
 }  // namespace kiln::detail::jit_engine

@@ -82,6 +82,8 @@ struct JitOptions {
 
 namespace detail::jit_engine {
 
+struct TracedVersion;  // version.h: what kiln::onnx saves of a compiled version
+
 /// One flattened argument.
 struct Arg {
   enum Kind { kTensor, kTensorList, kScalar, kBool } kind = kTensor;
@@ -108,6 +110,10 @@ class Engine {
   void check_arg(size_t i, Arg::Kind got, Arg::Kind want) const;
   /// Runs only the guard check: whether some compiled version accepts `args` (for benchmarks).
   bool guards_accept(const std::vector<Arg>& args) const;
+  /// The version whose guards accept `args` as saved by kiln::onnx (save_jit): its traced graph,
+  /// placeholders, outputs and guards, or in `refusal` why it cannot stand alone (graph breaks,
+  /// host code that reruns, an eager fallback, module buffers it assigns).
+  TracedVersion traced_version(const std::vector<Arg>& args) const;
   struct Stats {
     int64_t hits = 0, misses = 0, compiles = 0, graph_breaks = 0, pieces = 0;
     int64_t verify_mismatches = 0;
@@ -299,6 +305,8 @@ class JitFunction
     return engine_->guards_accept(flat);
   }
   detail::jit_engine::Engine::Stats stats() const { return engine_->stats(); }
+  /// The engine behind the function (internal: kiln::onnx's save_jit reads its versions).
+  const detail::jit_engine::Engine& engine() const { return *engine_; }
 
  private:
   template <std::size_t... I>

@@ -86,7 +86,21 @@ struct Version {
   // The breaks joined into Switch/Merge: "what() at where", for explain() and to_mermaid().
   std::vector<std::string> healed;
   std::string eager_reason;
+  // The trace of a single-piece version as traced (before optimization), for save_jit.
+  Graph traced_graph;
+  std::vector<Tensor> traced_phs, traced_outs;
   ~Version();
+};
+
+/// A compiled version as kiln::onnx saves it (Engine::traced_version): the traced graph before
+/// optimization, its placeholders in argument order (per tensor, per list element, per runtime
+/// scalar), the function's outputs, and the guard key; or `refusal`, why it cannot be saved.
+struct TracedVersion {
+  std::string name;  ///< JitOptions::name
+  Graph graph;
+  std::vector<Tensor> placeholders, outputs;
+  Key key;
+  std::string refusal;
 };
 
 /// Makes `v` reachable from jit_call nodes; returns its id (the node's "version" attribute).
