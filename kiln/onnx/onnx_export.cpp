@@ -345,7 +345,9 @@ class Exporter {
 
 }  // namespace
 
-std::string export_onnx_bytes(const Graph& g, const NamedTensors& outputs, const Session* sess) {
+namespace {
+
+::onnx::ModelProto export_model(const Graph& g, const NamedTensors& outputs, const Session* sess) {
   if (outputs.empty()) fail(kExp, "no outputs to export");
   ::onnx::ModelProto m;
   m.set_ir_version(8);
@@ -360,17 +362,22 @@ std::string export_onnx_bytes(const Graph& g, const NamedTensors& outputs, const
     if (!t.is_symbolic()) fail(kExp, "output '", name, "' is not a symbolic tensor of the graph");
   Exporter e(gp, sess);
   e.run(g, outputs);
+  return m;
+}
+
+}  // namespace
+
+std::string export_onnx_bytes(const Graph& g, const NamedTensors& outputs, const Session* sess) {
+  ::onnx::ModelProto m = export_model(g, outputs, sess);
   std::string bytes;
   if (!m.SerializeToString(&bytes)) fail(kExp, "the model does not serialize (over 2 GiB?)");
   return bytes;
 }
 
 void export_onnx(const std::string& path, const Graph& g, const NamedTensors& outputs,
-                 const Session* sess) {
-  const std::string bytes = export_onnx_bytes(g, outputs, sess);
-  std::ofstream f(path, std::ios::binary);
-  if (!f || !f.write(bytes.data(), static_cast<std::streamsize>(bytes.size())))
-    fail(kExp, "cannot write '", path, "'");
+                 const Session* sess, const SaveOptions& options) {
+  ::onnx::ModelProto m = export_model(g, outputs, sess);
+  od::write_model(m, path, options, kExp);
 }
 
 }  // namespace kiln::onnx

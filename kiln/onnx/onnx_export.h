@@ -11,8 +11,10 @@ namespace kiln::onnx {
 /// Writes the part of `g` that `outputs` need: placeholders become inputs (named as in the
 /// graph; dynamic dims symbolic), variables initializers with their values in `sess` when
 /// given. Raises kiln::Error naming the first Kiln op that has no standard ONNX form.
+/// With SaveOptions::external_data the initializers go to a safetensors file beside it, as
+/// ONNX external data (onnxruntime and onnx.load read it).
 void export_onnx(const std::string& path, const Graph& g, const NamedTensors& outputs,
-                 const Session* sess = nullptr);
+                 const Session* sess = nullptr, const SaveOptions& options = {});
 std::string export_onnx_bytes(const Graph& g, const NamedTensors& outputs,
                               const Session* sess = nullptr);
 

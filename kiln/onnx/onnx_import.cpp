@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 
+#include "kiln/onnx/external_data.h"
 #include "kiln/onnx/onnx_internal.h"
 
 namespace kiln::onnx {
@@ -346,7 +347,7 @@ using namespace detail;
 
 namespace {
 ImportedModel import_impl(const void* data, size_t size, const ImportOptions& options,
-                          const std::string& what, bool nodes) {
+                          const std::string& what, bool nodes, const std::string& path = "") {
   if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
     fail(kOp, what, ": ", size, " bytes, more than protobuf's 2 GiB limit");
   ::onnx::ModelProto m;
@@ -361,6 +362,9 @@ ImportedModel import_impl(const void* data, size_t size, const ImportOptions& op
            "corrupt?)");
   }
   if (!m.has_graph()) fail(kOp, what, ": the model has no graph");
+  // External initializers, read and checked beside the model file (a model from bytes keeps
+  // them and tensor_from_proto refuses them).
+  if (nodes && !path.empty()) read_external_data(m, path, kOp);
   ImportedModel out;
   for (const auto& os : m.opset_import())
     if (os.domain().empty() || os.domain() == "ai.onnx") out.opset = os.version();
@@ -428,7 +432,7 @@ ImportedModel import_model_bytes(const void* data, size_t size, const ImportOpti
 
 ImportedModel import_model(const std::string& path, const ImportOptions& options) {
   const std::string bytes = read_file(path);
-  return import_impl(bytes.data(), bytes.size(), options, path, true);
+  return import_impl(bytes.data(), bytes.size(), options, path, true, path);
 }
 
 ImportedModel import_model_inputs_only(const std::string& path) {

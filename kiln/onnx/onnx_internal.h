@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/onnx/onnx_import.h"
+#include "kiln/onnx/saved_graph.h"
 #include "kiln/ops/ops.h"
 #include "onnx/onnx_pb.h"
 
@@ -95,5 +96,22 @@ void charge_nodes(const NodeIn& n, int64_t nodes);
 /// scope that sees the enclosing ones; returns its outputs.
 std::vector<Tensor> import_subgraph(Ctx& ctx, const ::onnx::GraphProto& g,
                                     const std::vector<Tensor>& inputs, const std::string& what);
+
+/// The saved-graph writer's model, and the loader from a parsed model (external data resolved
+/// or refused before), shared with saved_jit.cpp.
+::onnx::ModelProto saved_graph_model(const Graph& g, const NamedTensors& outputs,
+                                     const Session* sess);
+LoadedGraph load_graph_model(const ::onnx::ModelProto& m, const std::string& what);
+/// Raises unless `m` is a saved graph of a format version this Kiln reads.
+void check_version(const ::onnx::ModelProto& m, const std::string& what);
+/// Parses a model (at most protobuf's 2 GiB, nesting bounded); raises "[op] what: ..." if the
+/// bytes are not one.
+::onnx::ModelProto parse_model(const void* data, size_t size, const std::string& what,
+                               const char* op);
+/// The whole file at `path` ("[op] cannot open ..." if it cannot be read).
+std::string read_whole_file(const std::string& path, const char* op);
+/// Serializes `m` (external data first when `opts` asks) and writes it to `path`.
+void write_model(::onnx::ModelProto& m, const std::string& path, const SaveOptions& opts,
+                 const char* op);
 
 }  // namespace kiln::onnx::detail

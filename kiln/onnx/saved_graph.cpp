@@ -7,6 +7,7 @@
 #include <google/protobuf/io/coded_stream.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -17,6 +18,7 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/exec/while_body.h"
 #include "kiln/graph/node.h"
+#include "kiln/onnx/external_data.h"
 #include "kiln/onnx/onnx_internal.h"
 
 namespace kiln::onnx {
@@ -211,7 +213,10 @@ class Writer {
 
 }  // namespace
 
-std::string save_graph_bytes(const Graph& g, const NamedTensors& outputs, const Session* sess) {
+namespace detail {
+
+::onnx::ModelProto saved_graph_model(const Graph& g, const NamedTensors& outputs,
+                                     const Session* sess) {
   if (outputs.empty()) fail(kSave, "no outputs to save");
   ::onnx::ModelProto m;
   m.set_ir_version(8);
@@ -248,18 +253,61 @@ std::string save_graph_bytes(const Graph& g, const NamedTensors& outputs, const 
     const ValueRef v = g.value_of(t, kSave);
     fill_type(gp->add_output(), name, n->outputs[v.index].dtype, n->outputs[v.index].shape);
   }
+  return m;
+}
+
+void write_model(::onnx::ModelProto& m, const std::string& path, const SaveOptions& opts,
+                 const char* op) {
+  if (opts.external_data) {
+    std::string file = opts.external_file;
+    if (file.empty())
+      file = std::filesystem::path(path).filename().replace_extension(".safetensors").string();
+    write_external_data(m, path, file, opts.external_min_bytes, op);
+  }
+  std::string bytes;
+  if (!m.SerializeToString(&bytes)) fail(op, "the model does not serialize (over 2 GiB?)");
+  std::ofstream f(path, std::ios::binary);
+  if (!f) fail(op, "cannot write '", path, "'");
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!f) fail(op, "writing '", path, "' failed");
+}
+
+::onnx::ModelProto parse_model(const void* data, size_t size, const std::string& what,
+                               const char* op) {
+  if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
+    fail(op, what, ": more than protobuf's 2 GiB limit");
+  ::onnx::ModelProto m;
+  google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data),
+                                            static_cast<int>(size));
+  in.SetRecursionLimit(64);
+  if (!m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    fail(op, what, ": not a valid ONNX file (truncated or corrupt?)");
+  return m;
+}
+
+std::string read_whole_file(const std::string& path, const char* op) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) fail(op, "cannot open '", path, "'");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(op, "cannot open '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace detail
+
+std::string save_graph_bytes(const Graph& g, const NamedTensors& outputs, const Session* sess) {
+  ::onnx::ModelProto m = od::saved_graph_model(g, outputs, sess);
   std::string bytes;
   if (!m.SerializeToString(&bytes)) fail(kSave, "the model does not serialize (over 2 GiB?)");
   return bytes;
 }
 
 void save_graph(const std::string& path, const Graph& g, const NamedTensors& outputs,
-                const Session* sess) {
-  const std::string bytes = save_graph_bytes(g, outputs, sess);
-  std::ofstream f(path, std::ios::binary);
-  if (!f) fail(kSave, "cannot write '", path, "'");
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!f) fail(kSave, "writing '", path, "' failed");
+                const Session* sess, const SaveOptions& options) {
+  ::onnx::ModelProto m = od::saved_graph_model(g, outputs, sess);
+  od::write_model(m, path, options, kSave);
 }
 
 // ---- loading ---------------------------------------------------------------------------------
@@ -434,15 +482,11 @@ class Loader {
 
 }  // namespace
 
-LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& what) {
-  if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
-    fail(kLoad, what, ": more than protobuf's 2 GiB limit");
-  ::onnx::ModelProto m;
-  google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data),
-                                            static_cast<int>(size));
-  in.SetRecursionLimit(64);
-  if (!m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
-    fail(kLoad, what, ": not a valid ONNX file (truncated or corrupt?)");
+namespace detail {
+
+// The format version, checked before anything else is read (external data included): a
+// standard ONNX file is told to use import_model.
+void check_version(const ::onnx::ModelProto& m, const std::string& what) {
   int64_t version = -1;
   for (const auto& p : m.metadata_props())
     if (p.key() == kVersionKey) {
@@ -457,6 +501,10 @@ LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& w
   if (version > kSavedGraphVersion)
     fail(kLoad, what, ": written in saved-graph format version ", version,
          ", newer than this Kiln reads (", kSavedGraphVersion, "); upgrade Kiln");
+}
+
+LoadedGraph load_graph_model(const ::onnx::ModelProto& m, const std::string& what) {
+  check_version(m, what);
   LoadedGraph out;
   Loader l(out.graph);
   std::vector<Tensor> res = l.load(m.graph(), nullptr, 0, &out.inputs);
@@ -465,13 +513,21 @@ LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& w
   return out;
 }
 
+}  // namespace detail
+
+LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& what) {
+  ::onnx::ModelProto m = od::parse_model(data, size, what, kLoad);
+  od::check_version(m, what);
+  od::read_external_data(m, "", kLoad);
+  return od::load_graph_model(m, what);
+}
+
 LoadedGraph load_graph(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(kLoad, "cannot open '", path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string bytes = ss.str();
-  return load_graph_bytes(bytes.data(), bytes.size(), path);
+  const std::string bytes = od::read_whole_file(path, kLoad);
+  ::onnx::ModelProto m = od::parse_model(bytes.data(), bytes.size(), path, kLoad);
+  od::check_version(m, path);
+  od::read_external_data(m, path, kLoad);
+  return od::load_graph_model(m, path);
 }
 
 Tensor LoadedGraph::input(const std::string& name) const {

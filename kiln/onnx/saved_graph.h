@@ -22,11 +22,24 @@ inline constexpr char kKilnDomain[] = "ai.kiln";
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+/// Options of the savers that write a file (save_graph, save_jit, export_onnx).
+struct SaveOptions {
+  /// Initializers (variables, constants) go to a safetensors file beside the model instead of
+  /// into it, pointed at with ONNX's external-data fields (onnxruntime reads them too): for
+  /// models near protobuf's 2 GiB limit, and weights other tools can map.
+  bool external_data = false;
+  /// That file, relative to the model's directory (no ".."); empty: the model's file name with
+  /// the extension .safetensors.
+  std::string external_file;
+  /// Initializers smaller than this stay inside the model.
+  int64_t external_min_bytes = 0;
+};
+
 /// Writes the part of `g` that `outputs` (named symbolic tensors of g) need. Variables are
 /// saved with their values in `sess` when given (a trained model), else their initial values.
 /// A gradient through a while_loop is refused, naming it.
 void save_graph(const std::string& path, const Graph& g, const NamedTensors& outputs,
-                const Session* sess = nullptr);
+                const Session* sess = nullptr, const SaveOptions& options = {});
 std::string save_graph_bytes(const Graph& g, const NamedTensors& outputs,
                              const Session* sess = nullptr);
 
@@ -41,7 +54,8 @@ struct LoadedGraph {
 
 /// Loads a saved graph. A truncated, corrupt or hostile file, or one from a newer format
 /// version, gives a kiln::Error ("[load_graph] ..."), never a crash, and no allocation larger
-/// than the file's data justifies.
+/// than the file's data justifies. External data (SaveOptions::external_data) is read from the
+/// model's directory, checked as external_data.h says; load_graph_bytes refuses it.
 LoadedGraph load_graph(const std::string& path);
 LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& what = "graph");
 

@@ -22,10 +22,11 @@ namespace {
 // model.onnx, input_<name>.npy, want_<output>.npy under KILN_ONNX_EXPORT_DIR/<name>; and the
 // file imported back by Kiln gives the same outputs (relative 1e-6).
 void export_case(const std::string& name, const Graph& g, const kiln::onnx::NamedTensors& outs,
-                 const Session& sess, const FeedDict& feeds) {
+                 const Session& sess, const FeedDict& feeds,
+                 const kiln::onnx::SaveOptions& opts = {}) {
   const fs::path dir = fs::path(KILN_ONNX_EXPORT_DIR) / name;
   fs::create_directories(dir);
-  kiln::onnx::export_onnx((dir / "model.onnx").string(), g, outs, &sess);
+  kiln::onnx::export_onnx((dir / "model.onnx").string(), g, outs, &sess, opts);
   std::vector<Tensor> fetches;
   for (const auto& [n, t] : outs) fetches.push_back(t);
   Session& s = const_cast<Session&>(sess);
@@ -78,7 +79,13 @@ TEST(OnnxExport, TrainedCnn) {
   Tensor xs = randn({16, 1, 12, 12});
   Tensor ys = randint(0, 10, {16});
   for (int i = 0; i < 20; ++i) sess.run(step, {{x, xs}, {y, ys}});
-  export_case("cnn", g, {{"logits", logits}, {"probs", probs}}, sess, {{x, randn({3, 1, 12, 12})}});
+  Tensor xt = randn({3, 1, 12, 12});
+  export_case("cnn", g, {{"logits", logits}, {"probs", probs}}, sess, {{x, xt}});
+  // The same with its weights as ONNX external data in a safetensors file: onnx.checker and
+  // onnxruntime read it from there, and so does Kiln's importer.
+  export_case("cnn_external", g, {{"logits", logits}, {"probs", probs}}, sess, {{x, xt}},
+              {.external_data = true, .external_min_bytes = 64});
+  EXPECT_TRUE(fs::exists(fs::path(KILN_ONNX_EXPORT_DIR) / "cnn_external" / "model.safetensors"));
 }
 
 TEST(OnnxExport, TransformerMlpBlock) {

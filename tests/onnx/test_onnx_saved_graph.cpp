@@ -12,6 +12,7 @@
 
 #include "kiln/graph/node.h"
 #include "kiln/io/npy.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/kiln.h"
 #include "kiln/onnx/onnx_import.h"
 #include "kiln/onnx/saved_graph.h"
@@ -34,9 +35,10 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
 
 // A case directory: graph.onnx, feed_<placeholder>.pb, want_<output>.pb.
 void write_case(const fs::path& dir, const Graph& g, const kiln::onnx::NamedTensors& outputs,
-                const Session& sess, const FeedDict& feeds, const std::vector<Tensor>& want) {
+                const Session& sess, const FeedDict& feeds, const std::vector<Tensor>& want,
+                const kiln::onnx::SaveOptions& opts = {}) {
   fs::create_directories(dir);
-  kiln::onnx::save_graph((dir / "graph.onnx").string(), g, outputs, &sess);
+  kiln::onnx::save_graph((dir / "graph.onnx").string(), g, outputs, &sess, opts);
   for (const auto& [ph, v] : feeds) {
     const std::string name = g.node_of(ph)->name;
     kiln::onnx::write_tensor_pb((dir / ("feed_" + name + ".pb")).string(), v, name);
@@ -116,6 +118,12 @@ TEST(SavedGraph, TrainedCnnInAnotherProcess) {
   std::vector<Tensor> want = sess.run({logits, loss}, feeds);
   fs::path dir = fresh_dir("cnn");
   write_case(dir / "cnn", g, {{"logits", logits}, {"loss", loss}}, sess, feeds, want);
+  // The same with the weights in a safetensors file beside the model.
+  write_case(dir / "cnn_external", g, {{"logits", logits}, {"loss", loss}}, sess, feeds, want,
+             {.external_data = true});
+  EXPECT_TRUE(fs::exists(dir / "cnn_external" / "graph.safetensors"));
+  EXPECT_LT(fs::file_size(dir / "cnn_external" / "graph.onnx"),
+            fs::file_size(dir / "cnn" / "graph.onnx") / 3);
   EXPECT_EQ(run_child_process(dir), 0);
   fs::remove_all(dir);
 }
@@ -229,6 +237,156 @@ TEST(SavedGraph, TruncatedAndCorruptFilesGiveErrors) {
   Session sess(ok.graph);
   Tensor r = sess.run(ok.output("y"), {{ok.input("x"), ones({2, 3})}});
   EXPECT_EQ(r.to_vector<float>(), std::vector<float>(4, 3.f));
+}
+
+// External weights (SaveOptions::external_data): hostile and inconsistent files beside the model
+// raise "[load_graph] ..." naming the problem, before anything is sized from them.
+struct ExternalCase {
+  fs::path dir, model, data;
+  ::onnx::ModelProto m;
+};
+
+ExternalCase external_case(const std::string& name) {
+  ExternalCase c;
+  c.dir = fresh_dir("ext_" + name);
+  c.model = c.dir / "model.onnx";
+  c.data = c.dir / "model.safetensors";
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 3});
+  Tensor w = g.variable("w", ones({3, 2}));
+  Tensor b = g.variable("b", full({2}, 0.5));
+  kiln::onnx::save_graph(c.model.string(), g, {{"y", add(matmul(x, w), b)}}, nullptr,
+                         {.external_data = true});
+  std::ifstream f(c.model, std::ios::binary);
+  EXPECT_TRUE(c.m.ParseFromIstream(&f));
+  return c;
+}
+
+::onnx::TensorProto* init_named(::onnx::ModelProto& m, const std::string& name) {
+  for (auto& t : *m.mutable_graph()->mutable_initializer())
+    if (t.name() == name) return &t;
+  return nullptr;
+}
+
+void set_ext(::onnx::TensorProto* t, const std::string& key, const std::string& v) {
+  for (auto& e : *t->mutable_external_data())
+    if (e.key() == key) e.set_value(v);
+}
+
+void expect_load_error(const ExternalCase& c, const std::string& part) {
+  std::ofstream(c.model, std::ios::binary | std::ios::trunc) << c.m.SerializeAsString();
+  try {
+    kiln::onnx::load_graph(c.model.string());
+    ADD_FAILURE() << "loaded; expected an error containing '" << part << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[load_graph]", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    std::cout << "refused: " << e.what() << "\n";
+  }
+}
+
+TEST(SavedGraphExternal, RoundTripBitForBit) {
+  ExternalCase c = external_case("ok");
+  ::onnx::TensorProto* w = init_named(c.m, "kiln_var_w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->data_location(), ::onnx::TensorProto::EXTERNAL);
+  EXPECT_FALSE(w->has_raw_data());
+  // safetensors readers see the same tensors.
+  auto st = io::load_safetensors(c.data.string());
+  ASSERT_EQ(st.size(), 2u);
+  kiln::onnx::LoadedGraph lg = kiln::onnx::load_graph(c.model.string());
+  Session s(lg.graph);
+  Tensor r = s.run(lg.output("y"), {{lg.input("x"), ones({2, 3})}});
+  EXPECT_EQ(r.to_vector<float>(), std::vector<float>(4, 3.5f));
+  // From bytes there is no directory to read it from.
+  const std::string b = c.m.SerializeAsString();
+  EXPECT_THROW(kiln::onnx::load_graph_bytes(b.data(), b.size()), Error);
+  // A directory of its own (the model loaded from elsewhere resolves beside the model).
+  const fs::path sub = c.dir / "moved";
+  fs::create_directories(sub);
+  fs::copy_file(c.model, sub / "model.onnx");
+  fs::copy_file(c.data, sub / "model.safetensors");
+  EXPECT_NO_THROW(kiln::onnx::load_graph((sub / "model.onnx").string()));
+  fs::remove_all(c.dir);
+}
+
+TEST(SavedGraphExternal, MissingFile) {
+  ExternalCase c = external_case("missing");
+  fs::remove(c.data);
+  expect_load_error(c, "does not exist");
+  fs::remove_all(c.dir);
+}
+
+TEST(SavedGraphExternal, TruncatedData) {
+  ExternalCase c = external_case("truncated");
+  fs::resize_file(c.data, fs::file_size(c.data) - 4);
+  expect_load_error(c, "truncated");
+  fs::remove_all(c.dir);
+}
+
+TEST(SavedGraphExternal, WrongDtypeAndShape) {
+  ExternalCase c = external_case("dtype");
+  ::onnx::TensorProto* w = init_named(c.m, "kiln_var_w");
+  w->set_data_type(::onnx::TensorProto::INT32);  // same byte count, another dtype
+  expect_load_error(c, "the header of 'model.safetensors' says float32");
+  w->set_data_type(::onnx::TensorProto::DOUBLE);
+  expect_load_error(c, "external length 24 but float64[3, 2] needs 48 bytes");
+  w->set_data_type(::onnx::TensorProto::FLOAT);
+  w->set_dims(0, 2);
+  w->set_dims(1, 3);
+  expect_load_error(c, "says float32[3, 2]");
+  fs::remove_all(c.dir);
+}
+
+TEST(SavedGraphExternal, BadOffsetsAndLengths) {
+  ExternalCase c = external_case("offsets");
+  ::onnx::TensorProto* w = init_named(c.m, "kiln_var_w");
+  set_ext(w, "offset", "0");
+  expect_load_error(c, "lies in the header");
+  set_ext(w, "offset", "99999999999999");
+  expect_load_error(c, "run past the end");
+  set_ext(w, "offset", "-8");
+  expect_load_error(c, "is not a byte count");
+  // The bias's bytes under the weight's name: inside the data section, but not its bytes.
+  ::onnx::TensorProto* b = init_named(c.m, "kiln_var_b");
+  std::string boff;
+  for (const auto& e : b->external_data())
+    if (e.key() == "offset") boff = e.value();
+  set_ext(w, "offset", std::to_string(std::stoll(boff) - 16));
+  expect_load_error(c, "does not point at the bytes");
+  fs::remove_all(c.dir);
+}
+
+TEST(SavedGraphExternal, PathEscapes) {
+  ExternalCase c = external_case("escape");
+  ::onnx::TensorProto* w = init_named(c.m, "kiln_var_w");
+  // A file outside the model's directory, reached four ways.
+  const fs::path outside = c.dir.parent_path() / ("kiln_outside_" + std::to_string(getpid()));
+  fs::copy_file(c.data, outside, fs::copy_options::overwrite_existing);
+  set_ext(w, "location", "../" + outside.filename().string());
+  expect_load_error(c, "no '..'");
+  set_ext(w, "location", outside.string());
+  expect_load_error(c, "no absolute path");
+  set_ext(w, "location", "sub/../../" + outside.filename().string());
+  expect_load_error(c, "no '..'");
+  fs::create_symlink(outside, c.dir / "link.safetensors");
+  set_ext(w, "location", "link.safetensors");
+  expect_load_error(c, "outside the model's directory");
+  set_ext(w, "location", ".");
+  expect_load_error(c, "not a regular file");
+  fs::remove(outside);
+  fs::remove_all(c.dir);
+}
+
+TEST(SavedGraphExternal, CorruptSafetensorsHeader) {
+  ExternalCase c = external_case("header");
+  {
+    std::fstream f(c.data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(7);
+    f.put(static_cast<char>(0x7f));  // a header length of 2^63 and more
+  }
+  expect_load_error(c, "is not a valid safetensors file");
+  fs::remove_all(c.dir);
 }
 
 // Standard tools open saved graphs: onnx.checker accepts the container (Kiln's ops are in the
