@@ -26,7 +26,7 @@ for src in kiln/onnx/*.cpp kiln/io/safetensors.cpp kiln/io/idx.cpp kiln/io/npy.c
   fi
 done
 wait
-onnx_objs=("$out"/obj/onnx_*.o "$out"/obj/saved_graph.o "$out"/obj/external_data.o)
+onnx_objs=("$out"/obj/onnx_*.o "$out"/obj/saved_graph.o "$out"/obj/saved_jit.o "$out"/obj/external_data.o)
 link() {  # name, sources and objects...
   local name=$1; shift
   echo "fuzz/build.sh: $name"

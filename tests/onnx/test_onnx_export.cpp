@@ -12,6 +12,7 @@
 #include "kiln/kiln.h"
 #include "kiln/onnx/onnx_export.h"
 #include "kiln/onnx/onnx_import.h"
+#include "kiln/onnx/saved_jit.h"
 #include "kiln/optim/optim.h"
 
 namespace fs = std::filesystem;
@@ -104,6 +105,26 @@ TEST(OnnxExport, TransformerMlpBlock) {
   Session sess(g);
   export_case("mlp_block", g, {{"out", o}, {"pooled", sum(o, {1})}}, sess,
               {{x, randn({2, 6, 16})}});
+}
+
+// A jitted function (saved_jit.h): its version with a dynamic batch dim, exported as standard
+// ONNX; onnx.checker and onnxruntime check it with the other exports.
+TEST(OnnxExport, JittedFunctionWithDynamicBatch) {
+  manual_seed(5);
+  Tensor w = mul(randn({10, 6}), 0.3), b = mul(randn({6}), 0.1);
+  auto f = jit([&](const Tensor& x, double scale) {
+    return std::make_pair(softmax(mul(add(matmul(tanh(x), w), b), scale), -1), sum(x, {1}));
+  });
+  Tensor x2 = randn({2, 10}), x5 = randn({5, 10});
+  f(x2, 2.0);
+  auto [p, s] = f(x5, 2.0);
+  ASSERT_EQ(f.stats().compiles, 2);
+  const fs::path dir = fs::path(KILN_ONNX_EXPORT_DIR) / "jit_mlp";
+  fs::create_directories(dir);
+  kiln::onnx::export_jit_onnx((dir / "model.onnx").string(), f, x5, 2.0);
+  io::write_npy((dir / "input_arg0.npy").string(), x5);
+  io::write_npy((dir / "want_out0.npy").string(), p);
+  io::write_npy((dir / "want_out1.npy").string(), s);
 }
 
 TEST(OnnxExport, RefusesWhatOnnxCannotSay) {
