@@ -1,6 +1,7 @@
 // ONNX export: a Kiln static Graph written with standard ONNX ops (opset 17) so that other
-// engines (onnxruntime) run it. Ops with no standard equivalent (switch/merge, while) are
-// refused, naming the op; save_graph (saved_graph.h) keeps those in the Kiln domain.
+// engines (onnxruntime) run it; cond's Switch/Merge becomes If, while_loop becomes Loop. What
+// has no standard form (a Switch no cond-shaped Merge gates, ops without an ONNX equivalent) is
+// refused, naming the node; save_graph (saved_graph.h) keeps those in the Kiln domain.
 #pragma once
 #include <string>
 

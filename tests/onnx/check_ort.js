@@ -45,8 +45,9 @@ function readNpy(file) {
       const got = out[o];
       let md = 0, mr = 1e-30;
       for (let i = 0; i < want.data.length; i++) {
-        md = Math.max(md, Math.abs(got.data[i] - want.data[i]));
-        mr = Math.max(mr, Math.abs(want.data[i]));
+        // Number(): int64 outputs come as BigInt
+        md = Math.max(md, Math.abs(Number(got.data[i]) - Number(want.data[i])));
+        mr = Math.max(mr, Math.abs(Number(want.data[i])));
       }
       const ok = got.data.length === want.data.length && md / mr <= 1e-5;
       console.log(`${name} '${o}': onnxruntime ${got.dims} vs Kiln: max rel diff ` +

@@ -14,6 +14,7 @@
 #include "kiln/onnx/onnx_import.h"
 #include "kiln/onnx/saved_jit.h"
 #include "kiln/optim/optim.h"
+#include "onnx/onnx_pb.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -127,16 +128,78 @@ TEST(OnnxExport, JittedFunctionWithDynamicBatch) {
   io::write_npy((dir / "want_out1.npy").string(), s);
 }
 
+// kiln::cond (Switch/Merge) as ONNX If, nested inside a branch too, fed inputs that take each
+// branch; checked by onnx.checker, onnxruntime and Kiln's importer like the other exports.
+TEST(OnnxExport, CondAsIf) {
+  manual_seed(6);
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 4});
+  Tensor w = g.variable("w", mul(randn({4, 3}), 0.5));
+  Tensor h = matmul(x, w);
+  auto outs = cond(
+      gt(sum(x), 0.0),
+      [&] {
+        // An inner cond on a value computed in the branch.
+        Tensor t = tanh(h);
+        Tensor inner = cond(
+            gt(mean(t), 0.1), [&] { return mul(t, 2.0); }, [&] { return exp(t); });
+        return std::vector<Tensor>{inner, sum(t, {1})};
+      },
+      [&] {
+        return std::vector<Tensor>{neg(relu(h)), full({1}, 7.0)};
+      });
+  Tensor out = add(outs[0], 1.0);  // a consumer after the If
+  Session sess(g);
+  const std::string ok = kiln::onnx::export_onnx_bytes(g, {{"out", out}, {"r", outs[1]}}, &sess);
+  ::onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(ok));
+  int ifs = 0;
+  for (const auto& n : m.graph().node()) ifs += n.op_type() == "If";
+  EXPECT_EQ(ifs, 1);  // one If with two outputs (and a nested If in its then branch)
+  export_case("cond_then", g, {{"out", out}, {"r", outs[1]}}, sess, {{x, abs(randn({3, 4}))}});
+  export_case("cond_else", g, {{"out", out}, {"r", outs[1]}}, sess, {{x, neg(abs(randn({3, 4})))}});
+}
+
+// while_loop as ONNX Loop: an RNN over a fed length, its weights captured from outside.
+TEST(OnnxExport, WhileLoopAsLoop) {
+  manual_seed(7);
+  const int64_t hidden = 5;
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 2, 3});
+  Tensor len = g.placeholder("len", Int64, {});
+  Tensor wx = g.variable("wx", mul(randn({3, hidden}), 0.5));
+  Tensor wh = g.variable("wh", mul(randn({hidden, hidden}), 0.3));
+  auto x_at = [&](const Tensor& t) { return squeeze(index_select(x, 0, reshape(t, {1})), 0); };
+  Tensor h0 = zeros_like(matmul(x_at(scalar_tensor(0, Int64)), wx));
+  auto fin = while_loop([&](const std::vector<Tensor>& v) { return lt(v[0], len); },
+                        [&](const std::vector<Tensor>& v) {
+                          Tensor h = tanh(add(matmul(x_at(v[0]), wx), matmul(v[1], wh)));
+                          return std::vector<Tensor>{add(v[0], scalar_tensor(1, Int64)), h};
+                        },
+                        {scalar_tensor(0, Int64), h0});
+  Tensor pred = sum(fin[1], {1});
+  Session sess(g);
+  export_case("while_rnn", g, {{"pred", pred}, {"steps", fin[0]}}, sess,
+              {{x, randn({6, 2, 3})}, {len, scalar_tensor(4.0, Int64)}});
+}
+
 TEST(OnnxExport, RefusesWhatOnnxCannotSay) {
   Graph g;
   Tensor x = g.placeholder("x", Float32, {});
   auto s = switch_(x, gt(x, 0.0));
-  Tensor out = merge({neg(s[0]), s[1]})[0];
+  // A switch output that no merge gates: the value is dead on one side.
   try {
-    kiln::onnx::export_onnx_bytes(g, {{"out", out}});
-    FAIL() << "switch exported";
+    kiln::onnx::export_onnx_bytes(g, {{"out", neg(s[1])}});
+    FAIL() << "a lone switch exported";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'switch'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is used outside a cond"), std::string::npos) << e.what();
+  }
+  // A merge of values no switch gates.
+  try {
+    kiln::onnx::export_onnx_bytes(g, {{"out", merge({neg(x), x})[0]}});
+    FAIL() << "a merge of live values exported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a cond's merge"), std::string::npos) << e.what();
   }
 }
 
