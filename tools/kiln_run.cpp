@@ -40,15 +40,12 @@ struct Model {
   std::string kind;
 };
 
+// From the path, not from bytes: external weights (SaveOptions::external_data, or a standard
+// ONNX file's external data) are read beside the model.
 Model load(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& feeds) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("kiln-run", "cannot open '", path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string bytes = ss.str();
   Model m;
   try {
-    onnx::LoadedGraph lg = onnx::load_graph_bytes(bytes.data(), bytes.size(), path);
+    onnx::LoadedGraph lg = onnx::load_graph(path);
     m.graph = lg.graph;
     for (auto& [n, t] : lg.inputs) m.input_names.push_back(n), m.inputs.push_back(t);
     for (auto& [n, t] : lg.outputs) m.output_names.push_back(n), m.outputs.push_back(t);
@@ -60,7 +57,7 @@ Model load(const std::string& path, const std::vector<std::pair<std::string, Ten
   // Standard ONNX: the fed arrays' shapes fix the model's symbolic dims.
   onnx::ImportOptions opt;
   for (const auto& [n, t] : feeds) opt.input_shapes[n] = t.shape();
-  onnx::ImportedModel im = onnx::import_model_bytes(bytes.data(), bytes.size(), opt, path);
+  onnx::ImportedModel im = onnx::import_model(path, opt);
   m.graph = im.graph;
   m.input_names = im.input_names;
   m.inputs = im.inputs;

@@ -38,6 +38,31 @@ def main():
             print(f"{name}: kiln-run output {got.shape} vs PyTorch: max rel diff {rel:.2e}")
             assert got.shape == want.shape and rel <= 1e-4, name
             assert "p50" in r.stdout and "p99" in r.stdout
+        # The ResNet with its weights as ONNX external data (onnx's own raw file, beside it).
+        ext = os.path.join(tmp, "ext")
+        os.makedirs(ext)
+        m = onnx.load(os.path.join(models, "resnet", "model.onnx"))
+        onnx.save_model(m, os.path.join(ext, "model.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="weights.bin", size_threshold=256)
+        assert os.path.getsize(os.path.join(ext, "model.onnx")) < 100000
+        np.save(os.path.join(tmp, "x.npy"), pb(os.path.join(models, "resnet", "input_0.pb")))
+        out = os.path.join(tmp, "out.npz")
+        r = subprocess.run([kiln_run, os.path.join(ext, "model.onnx"),
+                            "--input", "input_0=" + os.path.join(tmp, "x.npy"), "--output", out],
+                           capture_output=True, text=True, check=True)
+        want = pb(os.path.join(models, "resnet", "output_0.pb"))
+        got = np.load(out)["output_0"]
+        rel = np.abs(got - want).max() / np.abs(want).max()
+        print(f"resnet with external data: kiln-run vs PyTorch: max rel diff {rel:.2e}")
+        assert rel <= 1e-4
+        # Its weights file truncated: a clean error naming the initializer.
+        with open(os.path.join(ext, "weights.bin"), "r+b") as f:
+            f.truncate(1000)
+        r = subprocess.run([kiln_run, os.path.join(ext, "model.onnx"),
+                            "--input", "input_0=" + os.path.join(tmp, "x.npy")],
+                           capture_output=True, text=True)
+        assert r.returncode == 1 and "run past the end" in r.stderr, r.stderr
+        print(r.stderr.strip())
         # A missing input names the model's inputs and fails cleanly.
         r = subprocess.run([kiln_run, os.path.join(models, "resnet", "model.onnx")],
                            capture_output=True, text=True)
