@@ -356,3 +356,25 @@ TEST(GraphSession, DonationLeavesSharedLaterReadAndFetchedFeedsAlone) {
 }
 
 }  // namespace
+
+TEST(GraphSession, ARunThatRaisesHalfWayLeavesNoStaleBoundPlan) {
+  // A bound plan for x of 4 elements; then a run with 8 raises in a kernel after the run had
+  // recorded the new feed layout. The next run with 8 elements must not replay the bound plan
+  // built for 4 (its arena and prebuilt tensors have the old shapes).
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any()});
+  Tensor idx = g.placeholder("idx", Int64, {1});
+  Tensor h = relu(mul(x, 2.0));
+  Tensor picked = index_select(h, 0, idx);
+  Tensor out = add(mul(h, 3.0), picked);
+  Session sess(g);
+  for (int i = 0; i < 3; ++i)  // generic, then bound
+    EXPECT_EQ(
+        sess.run(out, {{x, tensor({1.f, 2.f, 3.f, 4.f})}, {idx, tensor(std::vector<int64_t>{0})}})
+            .to_vector<float>(),
+        (std::vector<float>{8.f, 14.f, 20.f, 26.f}));
+  Tensor x8 = tensor({1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f});
+  EXPECT_THROW(sess.run(out, {{x, x8}, {idx, tensor(std::vector<int64_t>{99})}}), Error);
+  Tensor r = sess.run(out, {{x, x8}, {idx, tensor(std::vector<int64_t>{1})}});
+  EXPECT_EQ(r.to_vector<float>(), std::vector<float>(8, 8.f));
+}

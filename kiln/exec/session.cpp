@@ -267,16 +267,34 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
   bool dead_feed = false;
   for (const Tensor* f : feed_of_) dead_feed = dead_feed || f->is_dead();
   std::vector<Tensor>* slots_ptr;
-  if (p.bound.ok && !dead_feed && feeds_match(p)) {
-    run_bound(p);
+  const bool bound = p.bound.ok && !dead_feed && feeds_match(p);
+  try {
+    if (bound) {
+      run_bound(p);
+    } else {
+      // run_generic records this run's feeds in p.info, which the bound form was not built
+      // for: drop that form first. Kept, it was replayed for the next run with these feeds
+      // (after the rebinds below were used up, or after this run raised half-way), writing
+      // results of this run's shapes into arena buffers planned for others.
+      p.bound = Plan::Bound();
+      run_generic(p);
+    }
+  } catch (...) {
+    // A kernel raised or the run was interrupted: hold no feed or intermediate until the next
+    // run (which reassigns every slot it reads before reading it).
+    if (bound) {
+      for (size_t s = 0; s < p.bound.slots.size(); ++s)
+        if (p.bound.fresh[s] && !p.bound.is_view[s]) p.bound.slots[s] = Tensor();
+      for (auto& [sl, node] : p.placeholders) p.bound.slots[static_cast<size_t>(sl)] = Tensor();
+    } else {
+      for (auto& t : generic_slots_) t = Tensor();
+    }
+    throw;
+  }
+  if (bound) {
     slots_ptr = &p.bound.slots;
   } else {
-    run_generic(p);
     slots_ptr = &generic_slots_;
-    // p.info now describes this run's feeds, not those the bound form was built for: drop that
-    // form. Kept, it was replayed for the next run with these feeds once the rebinds below were
-    // used up, writing results of this run's shapes into arena buffers planned for others.
-    p.bound = Plan::Bound();
     // Feeds whose shapes keep changing would rebind every run: after a few, stay generic.
     if (!p.has_control_flow && p.binds < 4 && pass_enabled("plan_memory")) {
       ++p.binds;
