@@ -1,11 +1,12 @@
 // The public API: everything a Kiln program is written with. Tensors and ops, autograd,
-// Graph/Session with cond and while_loop, jit, nn, optim and io. Internals (the dispatcher, the
-// op registry, graph nodes, passes, kernels) live in kiln::detail, behind headers this one does
-// not include.
+// Graph/Session with cond and while_loop (request_interrupt stops a long run), jit, nn, optim
+// and io. Internals (the dispatcher, the op registry, graph nodes, passes, kernels) live in
+// kiln::detail, behind headers this one does not include.
 #pragma once
 #include <iostream>  // tensors print with operator<<
 
 #include "kiln/autograd/autograd.h"
+#include "kiln/core/interrupt.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/threads.h"
 #include "kiln/dispatch/grad_mode.h"

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 
+#include "kiln/core/interrupt.h"
 #include "kiln/exec/session.h"
 #include "kiln/exec/while_body.h"
 #include "kiln/graph/node.h"
@@ -243,6 +244,7 @@ TensorList while_run(std::span<const Tensor> in, const Attrs& a) {
   for (size_t j = 0; j < b.cap_ph.size(); ++j) feeds.push_back({b.cap_ph[j], in[n + j]});
   std::vector<std::vector<Tensor>> hist(n);
   for (int64_t it = 0; max_iter < 0 || it < max_iter; ++it) {
+    interruption_point("while");  // also where the body has no step of its own to poll
     Tensor c = s.run(b.cond_out, feeds);
     if (c.numel() != 1) fail("while", "cond must give one bool element, got shape ", c.shape());
     if (!c.item<bool>()) break;
@@ -341,6 +343,7 @@ TensorList while_grad_run(std::span<const Tensor> in, const Attrs& a) {
     if (v.var_slot[k] >= 0) feeds.push_back({b.cot_ph[c++], Tensor()});
   // Backwards over the iterations: each step is the body's VJP at that iteration's inputs.
   for (int64_t t = trips - 1; t >= 0; --t) {
+    interruption_point("while_grad");
     for (size_t k = 0; k < n; ++k) feeds[k].second = in[k].select(0, t);
     for (size_t k = 0, c = 0; k < n; ++k)
       if (v.var_slot[k] >= 0) feeds[cot0 + c++].second = g[k];
@@ -482,6 +485,7 @@ std::vector<Tensor> while_loop(
   // Eager: a plain loop; autograd records every iteration.
   std::vector<Tensor> vars = loop_vars;
   for (int64_t it = 0; options.max_iterations < 0 || it < options.max_iterations; ++it) {
+    interruption_point("while_loop");
     Tensor c = cond_fn(vars);
     if (!c.defined()) fail("while_loop", "cond_fn returned an undefined tensor");
     if (c.is_dead())

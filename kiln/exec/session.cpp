@@ -6,10 +6,12 @@
 #include "kiln/exec/session.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
 #include "kiln/core/allocator.h"
+#include "kiln/core/interrupt.h"
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/dispatch/profile.h"
 #include "kiln/graph/node.h"
@@ -38,6 +40,9 @@ struct Session::Plan {
   std::vector<int> fetch_slots;
   std::string passes;
   bool has_control_flow = false;
+  // The first step that writes a variable (steps.size(): none). Interrupts are taken only
+  // before it, so an interrupted run leaves every variable as it was.
+  size_t first_write = 0;
 
   // ---- the bound form: built after a first run, replayed while feeds keep their layouts ----
   // Every op output lives at a planned offset in one arena (kiln/passes/memory_plan.h), or is a
@@ -219,6 +224,9 @@ Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedD
   for (auto& st : plan->steps)  // outputs nobody reads die at once
     for (int o : st.out)
       if (last_use[static_cast<size_t>(o)] < 0) st.free_after.push_back(o);
+  plan->first_write = plan->steps.size();
+  for (size_t i = 0; i < plan->steps.size() && plan->first_write == plan->steps.size(); ++i)
+    if (plan->steps[i].op->has(kWritesVariable)) plan->first_write = i;
   Plan& ref = *plan;
   plans_[sig] = std::move(plan);
   return ref;
@@ -415,7 +423,13 @@ void Session::run_generic(Plan& p) {
   }
   int64_t executed = 0;
   TensorList ins;
-  for (auto& st : p.steps) {
+  std::optional<NoInterruptGuard> writing;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (i < p.first_write) [[likely]]
+      interruption_point("Session::run");
+    else if (i == p.first_write)
+      writing.emplace();
+    const auto& st = p.steps[i];
     ins.clear();
     bool dead = false;
     for (int x : st.in) {
@@ -635,7 +649,12 @@ void Session::run_bound(Plan& p) {
     }
   }
   TensorList ins, outs;
+  std::optional<NoInterruptGuard> writing;
   for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (i < p.first_write) [[likely]]
+      interruption_point("Session::run");
+    else if (i == p.first_write)
+      writing.emplace();
     const auto& st = p.steps[i];
     switch (b.kind[i]) {
       case Plan::StepKind::View:

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/interrupt.h"  // a run stops at request_interrupt() (Ctrl-C from Python)
 #include "kiln/graph/graph.h"
 
 namespace kiln {
@@ -40,6 +41,8 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   /// Computes the fetches (only the subgraph they need) and returns concrete tensors.
+  /// Between steps (and while_loop iterations) it polls request_interrupt(): an interrupted run
+  /// throws kiln::Interrupted before its first variable write and leaves the Session usable.
   std::vector<Tensor> run(const std::vector<Tensor>& fetches, const FeedDict& feeds = {});
   /// `run({y}, feeds)` and `run({a, b}, feeds)`: a braced list is a list of fetches, also with
   /// one element (without this overload `{y}` would pick the single-tensor form below).

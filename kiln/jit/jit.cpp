@@ -726,6 +726,7 @@ struct Engine::Impl {
       if (probe && cur->leaf) break;
       for (auto& [s, val] : cur->constants) slots[static_cast<size_t>(s)] = val;
       for (auto& st : cur->steps) {
+        interruption_point("jit");
         ins.clear();
         bool dead = false;
         for (int x : st.in) {
