@@ -70,6 +70,23 @@ class MaybeNoGil {
   PyThreadState* state_ = nullptr;
 };
 
+/// Held (with the GIL, outside the released region) around a long call that releases the GIL
+/// (Session.run, a jitted call), so Ctrl-C stops it between steps: on the main thread, the
+/// call's cancellation points run Python's signal handlers every 50 ms (interrupt.cpp), and
+/// what a handler raises (KeyboardInterrupt) ends the call. Nested calls (a Session.run inside
+/// a jitted function being traced) go by the outermost one's scope.
+class InterruptibleCall {
+ public:
+  InterruptibleCall();
+  ~InterruptibleCall();
+  InterruptibleCall(const InterruptibleCall&) = delete;
+  InterruptibleCall& operator=(const InterruptibleCall&) = delete;
+
+ private:
+  bool counted_ = false;                      // a call of the main thread
+  std::optional<InterruptCheckScope> check_;  // the outermost one's
+};
+
 /// Dims of a reduction: None (all), an int or a sequence of ints.
 std::vector<int64_t> dims_from(py::handle h);
 /// "mean", "sum" or "none".
@@ -90,6 +107,7 @@ struct TensorLike {
 
 // ---- the module's parts -----------------------------------------------------------------------
 void init_errors(py::module_& m);
+void init_interrupt(py::module_& m);
 TensorClass init_tensor(py::module_& m);
 void init_indexing(TensorClass& cls);
 void init_interop(py::module_& m, TensorClass& cls);

@@ -91,6 +91,7 @@ void init_graph(py::module_& m) {
             }
             std::vector<Tensor> out;
             {
+              InterruptibleCall ctrl_c;  // outlives the released GIL: restored with it held
               MaybeNoGil g(true);
               out = s.run(fs, feeds);
             }

@@ -113,6 +113,7 @@ class PyJit {
     };
     std::vector<Tensor> outs;
     {
+      InterruptibleCall ctrl_c;
       py::gil_scoped_release nogil;
       outs = engine_->call(flat, trace);
     }

@@ -6,6 +6,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace kiln::python;
   m.doc() = "Kiln's C++ core (tensors, ops, autograd, graphs, jit); import kiln instead.";
   init_errors(m);
+  init_interrupt(m);
   TensorClass cls = init_tensor(m);
   init_indexing(cls);
   init_interop(m, cls);
