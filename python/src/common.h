@@ -125,6 +125,23 @@ void init_fast_ops(py::module_& m, TensorClass& cls);
 }  // namespace kiln::python
 
 namespace pybind11::detail {
+/// kiln.Tensor arguments (self included): pybind11's own caster, except that an instance made
+/// by Tensor.__new__ without __init__ raises TypeError. pybind11 handed such an instance's
+/// uninitialized memory to the binding as a Tensor, and the first use crashed the process.
+template <>
+class type_caster<kiln::Tensor> : public type_caster_base<kiln::Tensor> {
+ public:
+  bool load(handle src, bool convert) {
+    if (src && typeinfo && PyObject_TypeCheck(src.ptr(), typeinfo->type) &&
+        !reinterpret_cast<instance*>(src.ptr())->get_value_and_holder().holder_constructed())
+      kiln::python::raise(kiln::python::type_error_type(),
+                          "[Tensor] this kiln.Tensor holds no tensor: it was made by "
+                          "Tensor.__new__ without __init__ (use kiln.tensor(data) or "
+                          "kiln.Tensor(data))");
+    return type_caster_base<kiln::Tensor>::load(src, convert);
+  }
+};
+
 template <>
 struct type_caster<kiln::python::TensorLike> {
   PYBIND11_TYPE_CASTER(kiln::python::TensorLike, const_name("Tensor | ArrayLike"));

@@ -201,6 +201,9 @@ int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
     view->suboffsets = nullptr;
     view->internal = bv;
     return 0;
+  } catch (py::error_already_set& e) {  // a Python error (an uninitialized Tensor) as it is
+    e.restore();
+    return -1;
   } catch (const std::exception& e) {
     PyErr_SetString(error_type(), e.what());
     return -1;
@@ -221,7 +224,12 @@ void init_interop(py::module_& m, TensorClass& cls) {
   tp->tp_as_buffer->bf_getbuffer = tensor_getbuffer;
   tp->tp_as_buffer->bf_releasebuffer = tensor_releasebuffer;
   cls.def(
-      "numpy", [](py::object self) { return py::module_::import("numpy").attr("asarray")(self); },
+      "numpy",
+      [](py::object self) {
+        (void)self.cast<const Tensor&>();  // raises for an uninitialized Tensor, which NumPy
+                                           // would wrap as an object array
+        return py::module_::import("numpy").attr("asarray")(self);
+      },
       "A NumPy array sharing this tensor's memory.");
   cls.def(
       "__dlpack__", [](const Tensor& t, py::object /*stream*/) { return to_dlpack(t); },

@@ -111,6 +111,19 @@ def test_setitem():
     assert t.tolist() == [[1, 0, 0, 0], [2, -1, -1, -1], [3, 0, 0, 0]]
 
 
+def test_uninitialized_tensor_objects_raise_instead_of_crashing():
+    t = kiln.Tensor.__new__(kiln.Tensor)
+    for call in (lambda: kiln.relu(t), lambda: kiln.add(t, t), lambda: t.shape, lambda: repr(t),
+                 lambda: t.sum(), lambda: t[0], lambda: t.item(), lambda: memoryview(t), lambda: t.numpy(),
+                 lambda: kiln.max(t, 0), lambda: kiln.ones(2) + t, lambda: t + 1,
+                 lambda: kiln.Session(kiln.Graph()).run(t), lambda: kiln.tensor([t]),
+                 lambda: kiln.from_dlpack(t)):
+        with pytest.raises(TypeError):
+            call()
+    kiln.Tensor.__init__(t, [1.0, 2.0])                 # initialized late, it works
+    assert (t * 2).tolist() == [2.0, 4.0]
+
+
 def test_iteration_and_len():
     t = kiln.tensor([[1, 2], [3, 4]])
     assert len(t) == 2
