@@ -157,6 +157,12 @@ class Tensor {
   /// source_location, so a graph break here names the calling function (and its binary); use
   /// item<bool>() to have it name the source line.
   explicit operator bool() const;
+  /// The host read behind item(), to_vector() and bool, for callers whose call site C++ cannot
+  /// see (a Python binding passes the Python `file:line`): this tensor when it is concrete;
+  /// else what a read gives (in a graph an error, under jit a graph break that returns the
+  /// concrete value) with `where` as the call site that errors and explain() name, and `what`
+  /// as the read ("item", "bool").
+  Tensor host_value(const char* what, const std::string& where) const;
   /// Element at a multi-index, as double (for tests and printing).
   double at(std::initializer_list<int64_t> idx) const;
 
@@ -243,7 +249,6 @@ class Tensor {
   }
   [[noreturn]] static void undefined(const char* what);
   Tensor host_value(const char* what, const std::source_location& loc) const;
-  Tensor host_value(const char* what, const std::string& where) const;
   /// host_value for operators, which cannot take a source_location: `ret` is the operator's
   /// return address, and the caller it falls in is named.
   Tensor host_value_from(const char* what, const void* ret) const;

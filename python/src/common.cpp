@@ -102,8 +102,9 @@ void walk(py::handle h, size_t depth, Nested& n) {
     if (t.numel() != 1)
       raise(value_error_type(), "[tensor] a list element is a tensor of more than one element");
     if (is_floating(t.dtype())) n.any_float = true;
-    n.f.push_back(t.item<double>());
-    n.i.push_back(is_floating(t.dtype()) ? 0 : t.item<int64_t>());
+    const Tensor v = host_read(t, "tensor");
+    n.f.push_back(v.item<double>());
+    n.i.push_back(is_floating(t.dtype()) ? 0 : v.item<int64_t>());
     return;
   }
   // NumPy scalars and other numbers.
@@ -340,7 +341,43 @@ Tensor tensor_from_object(py::handle h, std::optional<DType> dtype) {
                 py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>()));
 }
 
-py::object item_of(const Tensor& t) {
+namespace {
+// `file:line` of the innermost Python frame outside the kiln package (kiln.nn's own reads name
+// the user's line that called into it). Only traced reads pay for it.
+std::string python_call_site() {
+  static const std::string pkg = [] {
+    std::string f = py::str(py::module_::import("kiln").attr("__file__")).cast<std::string>();
+    return f.substr(0, f.find_last_of('/') + 1);
+  }();
+  PyFrameObject* f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  std::string where = "<python>";
+  while (f) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    std::string file = py::str(py::handle(reinterpret_cast<PyObject*>(code)).attr("co_filename"))
+                           .cast<std::string>();
+    Py_DECREF(code);
+    const bool ours = !pkg.empty() && file.compare(0, pkg.size(), pkg) == 0;
+    if (!ours) {
+      where = str_cat(file, ":", PyFrame_GetLineNumber(f));
+      Py_DECREF(f);
+      break;
+    }
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  return where;
+}
+}  // namespace
+
+Tensor host_read(const Tensor& t, const char* what) {
+  if (!t.defined() || t.is_concrete()) return t;
+  return t.host_value(what, python_call_site());
+}
+
+py::object item_of(const Tensor& t0) {
+  const Tensor t = host_read(t0, "item");
   switch (t.dtype()) {
     case Float32:
     case Float64:
@@ -364,7 +401,8 @@ py::object nest(const std::vector<T>& v, const Shape& s, size_t d, size_t& i, Ma
 }
 }  // namespace
 
-py::object to_python(const Tensor& t) {
+py::object to_python(const Tensor& t0) {
+  const Tensor t = host_read(t0, "tolist");
   size_t i = 0;
   const Shape& s = t.shape();
   if (is_floating(t.dtype()))

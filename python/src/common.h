@@ -47,6 +47,9 @@ Tensor tensor_from_buffer(py::handle h);
 py::object to_python(const Tensor& t);
 /// The Python number of a one-element tensor (item).
 py::object item_of(const Tensor& t);
+/// `t` itself when concrete; for a traced tensor, the host read (a graph break under jit) with
+/// the calling Python line, outside the kiln package, as its `file:line`, which explain() shows.
+Tensor host_read(const Tensor& t, const char* what);
 
 /// Kernels on at least this many elements run with the GIL released, so other Python threads
 /// proceed; below it releasing and re-taking the GIL (~0.1 us) would be most of a small op's

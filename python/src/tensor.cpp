@@ -123,15 +123,15 @@ TensorClass init_tensor(py::module_& m) {
              if (t.numel() != 1)
                raise(value_error_type(), str_cat("[bool] the truth value of a tensor of shape ",
                                                  t.shape(), " is ambiguous"));
-             return t.item<bool>();
+             return host_read(t, "bool").item<bool>();
            })
-      .def("__float__", [](const Tensor& t) { return t.item<double>(); })
-      .def("__int__", [](const Tensor& t) { return t.item<int64_t>(); })
+      .def("__float__", [](const Tensor& t) { return host_read(t, "float").item<double>(); })
+      .def("__int__", [](const Tensor& t) { return host_read(t, "int").item<int64_t>(); })
       .def("__index__",
            [](const Tensor& t) {
              if (is_floating(t.dtype()) || t.numel() != 1)
                raise(type_error_type(), "[index] only one-element integer tensors can be an index");
-             return t.item<int64_t>();
+             return host_read(t, "index").item<int64_t>();
            })
       // ---- autograd ----
       .def_property("requires_grad", &Tensor::requires_grad,

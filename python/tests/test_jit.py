@@ -52,6 +52,28 @@ def test_case2_python_if_is_a_graph_break():
     assert "jit 'branchy'" in text and "host code reruns on every call" in text
 
 
+def test_explain_names_the_python_line_of_a_graph_break():
+    import inspect
+
+    @kiln.jit(name="lines")
+    def f(x):
+        h = kiln.tanh(x * 2.0)
+        if h.sum() > 0:                      # the break explain() must name
+            return h + 1.0
+        m = h.max().item()                   # a second break, through item()
+        return h * m
+
+    f(kiln.tensor([1.0, 2.0]))
+    f(kiln.tensor([-1.0, -2.0]))
+    src, first = inspect.getsourcelines(f.__wrapped__)
+    if_line = first + next(i for i, l in enumerate(src) if "if h.sum() > 0" in l)
+    item_line = first + next(i for i, l in enumerate(src) if ".item()" in l)
+    text = f.explain()
+    assert f"{__file__}:{if_line}: bool()" in text, text
+    assert f"{__file__}:{item_line}: item()" in text, text
+    assert "python/src" not in text, text   # no longer the binding's C++ line
+
+
 def test_item_in_jit_is_a_graph_break():
     @kiln.jit
     def f(x):
