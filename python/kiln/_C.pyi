@@ -264,14 +264,14 @@ class Tensor:
         """The elements where mask is true, 1-D."""
     def matmul(self: Tensor, other: Tensor) -> Tensor:
         """torch.matmul: 1-D, 2-D and batched products with broadcasting."""
-    def max(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-        """Max values over dim (None: all); indices: argmax."""
+    def max(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+        """max(input): the largest value; max(input, dim, keepdim=False): (values, indices) along dim; max(input, other): the elementwise maximum."""
     def maximum(self: Tensor, other: TensorLike) -> Tensor:
         """Elementwise max (NaN propagates)."""
     def mean(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         """Mean over dim (None: all)."""
-    def min(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-        """Min values over dim (None: all); indices: argmin."""
+    def min(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+        """min(input): the smallest value; min(input, dim, keepdim=False): (values, indices) along dim; min(input, other): the elementwise minimum."""
     def minimum(self: Tensor, other: TensorLike) -> Tensor:
         """Elementwise min (NaN propagates)."""
     @overload
@@ -341,7 +341,7 @@ class Tensor:
         """exp(x) / sum(exp(x)) along dim."""
     def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
         """log(1 + exp(beta x)) / beta."""
-    def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple:
+    def sort(self: Tensor, dim: int = -1, descending: bool = False) -> Any:
         """Sorted values along dim and their indices (stable)."""
     def split(self: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple:
         """Pieces of split_size (an int, or a list of sizes) along dim."""
@@ -367,7 +367,7 @@ class Tensor:
     def to(self: Tensor, dtype: Any) -> Tensor: ...
     def tolist(self: Tensor) -> Any:
         """Nested lists of Python numbers (a number for a 0-d tensor)."""
-    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True) -> tuple:
+    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True) -> Any:
         """The k largest (or smallest) values along dim and their indices."""
     def transpose(self: Tensor, dim0: int, dim1: int) -> Tensor: ...
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
@@ -589,8 +589,8 @@ def masked_select(input: Tensor, mask: Tensor) -> Tensor:
     """The elements where mask is true, 1-D."""
 def matmul(input: Tensor, other: Tensor) -> Tensor:
     """torch.matmul: 1-D, 2-D and batched products with broadcasting."""
-def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    """Max values over dim (None: all); indices: argmax."""
+def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+    """max(input): the largest value; max(input, dim, keepdim=False): (values, indices) along dim; max(input, other): the elementwise maximum."""
 def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor: ...
 def maximum(input: Tensor, other: TensorLike) -> Tensor:
     """Elementwise max (NaN propagates)."""
@@ -598,8 +598,8 @@ def mean(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Mean over dim (None: all)."""
 def merge(inputs: Any) -> tuple:
     """(out, value_index): forwards the live input."""
-def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    """Min values over dim (None: all); indices: argmin."""
+def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+    """min(input): the smallest value; min(input, dim, keepdim=False): (values, indices) along dim; min(input, other): the elementwise minimum."""
 def minimum(input: Tensor, other: TensorLike) -> Tensor:
     """Elementwise min (NaN propagates)."""
 def mm(*args: Any, **kwargs: Any) -> Any: ...
@@ -680,7 +680,7 @@ def softmax(input: Tensor, dim: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along dim."""
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta x)) / beta."""
-def sort(input: Tensor, dim: int = -1, descending: bool = False) -> tuple:
+def sort(input: Tensor, dim: int = -1, descending: bool = False) -> Any:
     """Sorted values along dim and their indices (stable)."""
 def split(input: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple:
     """Pieces of split_size (an int, or a list of sizes) along dim."""
@@ -710,7 +710,7 @@ def tanh(input: Tensor) -> Tensor:
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor holding a copy of `data` (a number, nested lists, a NumPy array or a tensor). Floats give float32, ints int64, bools bool unless `dtype` says otherwise."""
 def to_dlpack(tensor: Tensor) -> Any: ...
-def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True) -> tuple:
+def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True) -> Any:
     """The k largest (or smallest) values along dim and their indices."""
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor: ...
 def tril(input: Tensor, diagonal: int = 0) -> Tensor:

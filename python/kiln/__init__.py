@@ -113,5 +113,9 @@ def _export(g):
 
 _export(globals())
 del _export
+# kiln.return_types.max & co. pickle by that name, as torch.return_types do.
+_sys = __import__("sys")
+_sys.modules[__name__ + ".return_types"] = return_types  # noqa: F821 (exported just above)
+del _sys
 
 from . import nn, optim, io  # noqa: E402  (they use the names above)

@@ -179,14 +179,40 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
         return mean(a, d, keepdim);
       },
       py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  def_both(
-      m, cls, "max", "Max values over dim (None: all); indices: argmax.",
-      [](const Tensor& a, py::object dim, bool keepdim) { return max(a, dims_from(dim), keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  def_both(
-      m, cls, "min", "Min values over dim (None: all); indices: argmin.",
-      [](const Tensor& a, py::object dim, bool keepdim) { return min(a, dims_from(dim), keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  // torch.max/min: over everything a tensor; along one dim (values, indices), a named tuple
+  // like torch.return_types.max; with a tensor as second argument the elementwise maximum.
+  // A list of dims (amax) gives the values only.
+  py::module_ rt = m.def_submodule("return_types", "Named tuples of ops with several results.");
+  py::object namedtuple = py::module_::import("collections").attr("namedtuple");
+  for (const char* n : {"max", "min", "topk", "sort"})
+    rt.attr(n) =
+        namedtuple(n, py::make_tuple("values", "indices"), py::arg("module") = "kiln.return_types");
+  auto extreme = [](bool is_max, const char* name) {
+    return [is_max, name](const Tensor& a, py::object dim, bool keepdim) -> py::object {
+      if (dim.is_none()) return py::cast(is_max ? max(a, {}, keepdim) : min(a, {}, keepdim));
+      if (py::isinstance<Tensor>(dim)) {
+        const Tensor& b = dim.cast<const Tensor&>();
+        return py::cast(is_max ? maximum(a, b) : minimum(a, b));
+      }
+      if (PyIndex_Check(dim.ptr()) && !PyBool_Check(dim.ptr())) {
+        const int64_t d = dim.cast<int64_t>();
+        Tensor values = is_max ? max(a, {d}, keepdim) : min(a, {d}, keepdim);
+        Tensor indices = is_max ? argmax(a, d, keepdim) : argmin(a, d, keepdim);
+        static py::object* types =
+            new py::object(py::module_::import("kiln._C").attr("return_types"));
+        return types->attr(name)(values, indices);
+      }
+      return py::cast(is_max ? max(a, dims_from(dim), keepdim) : min(a, dims_from(dim), keepdim));
+    };
+  };
+  def_both(m, cls, "max",
+           "max(input): the largest value; max(input, dim, keepdim=False): (values, indices) "
+           "along dim; max(input, other): the elementwise maximum.",
+           extreme(true, "max"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  def_both(m, cls, "min",
+           "min(input): the smallest value; min(input, dim, keepdim=False): (values, indices) "
+           "along dim; min(input, other): the elementwise minimum.",
+           extreme(false, "min"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
   def_both(
       m, cls, "amax", "Max values over dim.",
       [](const Tensor& a, py::object dim, bool keepdim) { return max(a, dims_from(dim), keepdim); },

@@ -6,6 +6,12 @@
 namespace kiln::python {
 namespace {
 
+// (values, indices) as kiln.return_types.<name> (made in ops_math.cpp), as torch names them.
+py::object named_pair(const char* name, const Tensor& values, const Tensor& indices) {
+  static py::object* types = new py::object(py::module_::import("kiln._C").attr("return_types"));
+  return types->attr(name)(values, indices);
+}
+
 Tensor opt_tensor(py::handle h) { return h.is_none() ? Tensor() : h.cast<Tensor>(); }
 bool concrete(const Tensor& t) { return t.is_concrete(); }
 // A pair of ints from an int or a sequence (torch's kernel_size=3 or (3, 3)).
@@ -190,14 +196,14 @@ void init_ops_nn(py::module_& m, TensorClass& cls) {
       m, cls, "topk", "The k largest (or smallest) values along dim and their indices.",
       [](const Tensor& a, int64_t k, int64_t dim, bool largest) {
         auto [v, i] = topk(a, k, dim, largest);
-        return py::make_tuple(v, i);
+        return named_pair("topk", v, i);
       },
       py::arg("k"), py::arg("dim") = -1, py::arg("largest") = true);
   def_both(
       m, cls, "sort", "Sorted values along dim and their indices (stable).",
       [](const Tensor& a, int64_t dim, bool desc) {
         auto [v, i] = sort(a, dim, desc);
-        return py::make_tuple(v, i);
+        return named_pair("sort", v, i);
       },
       py::arg("dim") = -1, py::arg("descending") = false);
   def_both(

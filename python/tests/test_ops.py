@@ -82,8 +82,8 @@ CASES = {
     "masked_fill": (lambda: kiln.masked_fill(t(A), t(A > 0), 7.0), lambda: np.where(A > 0, 7, A)),
     "sum": (lambda: kiln.sum(t(A), 1), lambda: A.sum(1)),
     "mean": (lambda: kiln.mean(t(A), (0, 1)), lambda: A.mean()),
-    "max": (lambda: kiln.max(t(A), 0), lambda: A.max(0)),
-    "min": (lambda: kiln.min(t(A), 1, True), lambda: A.min(1, keepdims=True)),
+    "max": (lambda: kiln.max(t(A), 0).values, lambda: A.max(0)),
+    "min": (lambda: kiln.min(t(A), 1, True).values, lambda: A.min(1, keepdims=True)),
     "amax": (lambda: kiln.amax(t(A)), lambda: A.max()),
     "amin": (lambda: kiln.amin(t(A), 0), lambda: A.min(0)),
     "var": (lambda: kiln.var(t(A), 1), lambda: A.var(1, ddof=1)),
@@ -239,6 +239,34 @@ def test_every_public_function_has_a_case():
               if not n.startswith("_") and callable(v) and not inspect.isclass(v)}
     missing = sorted(public - set(CASES) - ELSEWHERE)
     assert not missing, f"bound without a test case: {missing}"
+
+
+def test_max_and_min_along_a_dim_give_values_and_indices_as_torch():
+    a = np.array([[3.0, 7.0, 7.0], [9.0, -1.0, 4.0]])
+    r = kiln.max(t(a), 1)
+    assert type(r) is kiln.return_types.max and r._fields == ("values", "indices")
+    values, indices = r                      # a tuple too
+    assert values.tolist() == [7.0, 9.0] and indices.tolist() == [1, 0]
+    assert r.indices.dtype == kiln.int64
+    r = t(a).min(0, keepdim=True)
+    assert r.values.tolist() == [[3.0, -1.0, 4.0]] and r.indices.tolist() == [[0, 1, 1]]
+    assert t(a).max(dim=-1).indices.tolist() == [1, 0]
+    assert kiln.max(t(a)).item() == 9.0     # over everything: a tensor
+    assert kiln.max(t(a), (0, 1)).item() == 9.0  # several dims: the values (amax)
+    assert kiln.max(t(a), t(a) * 0 + 5).tolist() == [[5, 7, 7], [9, 5, 5]]  # elementwise
+    assert kiln.min(t(a), t(a) * 0 + 5).tolist() == [[3, 5, 5], [5, -1, 4]]
+    # Gradients reach the max through the values.
+    x = kiln.tensor([[1.0, 5.0], [4.0, 2.0]], requires_grad=True)
+    x.max(1).values.sum().backward()
+    assert x.grad.tolist() == [[0.0, 1.0], [1.0, 0.0]]
+    # topk and sort name their parts too; the named tuples pickle by name.
+    k = kiln.topk(t(a), 1)
+    assert type(k) is kiln.return_types.topk and k.indices.tolist() == [[1], [0]]
+    assert kiln.sort(t(a)).values.tolist() == [[3, 7, 7], [-1, 4, 9]]
+    import pickle
+    assert type(pickle.loads(pickle.dumps(kiln.return_types.max(1, 2)))) is kiln.return_types.max
+    with pytest.raises(kiln.Error, match=r"^\[max\]"):
+        kiln.max(t(a), 2)
 
 
 def test_state_and_switch_merge_eagerly():
