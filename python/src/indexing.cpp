@@ -1,6 +1,8 @@
 // Tensor.__getitem__ / __setitem__: NumPy indexing written with Kiln's differentiable ops (select,
 // slice, unsqueeze for basic indices; index_select on flattened dims for integer tensors and
 // lists; nonzero for bool masks), so gradients flow through every kind of index.
+#include <unordered_set>
+
 #include "common.h"
 
 namespace kiln::python {
@@ -183,6 +185,63 @@ bool has_advanced(py::handle key) {
   return false;
 }
 
+// t[key] = value with integer-tensor (or list) indices, NumPy's rules: the positions are what
+// t[key] reads, found by indexing a tensor of flat positions with the same key (so getitem's
+// checks raise IndexError for an index out of range); value broadcasts to their shape; of
+// repeated positions the last write wins. The write is a where() over the whole tensor copied
+// back in place, O(t.numel()); with autograd one element write through a view per position.
+void set_advanced(Tensor& t, py::handle key, const Tensor& value) {
+  const int64_t n = t.numel();
+  Tensor pos = get(arange(0, static_cast<double>(n), 1, Int64).reshape(t.shape()), key);
+  Tensor v = value.to(t.dtype());
+  const Shape& want = pos.shape();
+  bool fits = v.dim() <= static_cast<int64_t>(want.size());
+  for (int64_t i = 1; fits && i <= v.dim(); ++i) {
+    const int64_t a = v.size(v.dim() - i), b = want[want.size() - static_cast<size_t>(i)];
+    fits = a == 1 || a == b;
+  }
+  if (!fits)
+    raise(value_error_type(), str_cat("[setitem] a value of shape ", v.shape(),
+                                      " does not broadcast to the indexed shape ", want));
+  Tensor p = pos.reshape(Shape{-1});
+  Tensor vals = expand(v, want).reshape(Shape{-1});
+  if (p.numel() == 0) return;
+  // Repeated positions: keep each one's last write, as NumPy does.
+  std::vector<int64_t> ps = p.to_vector<int64_t>();
+  std::vector<bool> keep(ps.size(), true);
+  std::unordered_set<int64_t> seen;
+  bool dropped = false;
+  for (size_t j = ps.size(); j-- > 0;)
+    if (!seen.insert(ps[j]).second) keep[j] = false, dropped = true;
+  if (dropped) {
+    Tensor k = tensor(keep);
+    p = masked_select(p, k);
+    vals = masked_select(vals, k);
+  }
+  if (grad_mode_enabled() && (t.requires_grad() || vals.requires_grad())) {
+    // With autograd, one element write through a view per position: a where() over t copied
+    // back into t would have saved t for its gradient and then changed it.
+    const std::vector<int64_t> flat = p.to_vector<int64_t>();
+    for (size_t j = 0; j < flat.size(); ++j) {
+      Tensor e = t;
+      for (int64_t d = 0, rest = flat[j], stride = n; d < t.dim(); ++d) {
+        stride /= t.size(d);
+        e = e.select(0, rest / stride);
+        rest %= stride;
+      }
+      e.copy_(vals.select(0, static_cast<int64_t>(j)));
+    }
+    return;
+  }
+  // writer[i]: 1 + the index into vals of the write to flat position i, 0 where none lands.
+  Tensor writer =
+      scatter_add(zeros({n}, Int64), 0, p, arange(1, static_cast<double>(p.numel()) + 1, 1, Int64));
+  Tensor hit = gt(writer, 0.0);
+  Tensor src =
+      index_select(vals, 0, clamp(sub(writer, 1.0), 0, static_cast<double>(p.numel())).to(Int64));
+  t.copy_(where(hit.reshape(t.shape()), src.reshape(t.shape()), t));
+}
+
 }  // namespace
 
 void init_indexing(TensorClass& cls) {
@@ -202,9 +261,8 @@ void init_indexing(TensorClass& cls) {
           return;
         }
       }
-      raise(index_error_type(),
-            "[setitem] assignment through integer-tensor indices is not "
-            "supported; use index_add, scatter_add or where");
+      set_advanced(t, key, value.t);
+      return;
     }
     Tensor view = get(t, key);
     view.copy_(value.t);

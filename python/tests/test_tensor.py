@@ -111,6 +111,48 @@ def test_setitem():
     assert t.tolist() == [[1, 0, 0, 0], [2, -1, -1, -1], [3, 0, 0, 0]]
 
 
+def test_setitem_through_integer_tensor_indices():
+    t = kiln.zeros(4, 3)
+    t[kiln.tensor([0, 2])] = 5.0                       # rows, a number broadcast
+    t[[3, -1], 1] = kiln.tensor([7.0, 8.0])            # a list, negative index, repeated: last wins
+    t[kiln.tensor([1]), kiln.tensor([2])] = kiln.tensor([9.0])
+    want = np.zeros((4, 3))
+    want[[0, 2]] = 5.0
+    want[[3, -1], 1] = [7.0, 8.0]
+    want[[1], [2]] = [9.0]
+    np.testing.assert_array_equal(t.numpy(), want)
+    assert t[3, 1].item() == 8.0
+    r = kiln.zeros(2, 3)
+    r[:, kiln.tensor([0, 2])] = kiln.tensor([[1.0], [2.0]])  # broadcast along the indexed dim
+    assert r.tolist() == [[1, 0, 1], [2, 0, 2]]
+    i = kiln.zeros(5, dtype=kiln.int64)
+    i[kiln.tensor([4, 1])] = 2**62 + 1                  # integers stay exact
+    assert i.tolist() == [0, 2**62 + 1, 0, 0, 2**62 + 1]
+    b = kiln.zeros(3, dtype=kiln.bool)
+    b[[0, 2]] = True
+    assert b.tolist() == [True, False, True]
+    m = kiln.zeros(3, 2)
+    m[kiln.tensor([True, False, True])] = kiln.tensor([1.0, 2.0])  # a mask over dim 0
+    assert m.tolist() == [[1, 2], [0, 0], [1, 2]]
+    v = kiln.zeros(4, 4)[1:3]                            # through a view: the base sees it
+    v[[1]] = 3.0
+    assert v.tolist() == [[0] * 4, [3] * 4]
+    with pytest.raises(IndexError):
+        t[kiln.tensor([0, 4])] = 1.0
+    with pytest.raises(IndexError):
+        t[[-5]] = 1.0
+    with pytest.raises(ValueError):
+        t[kiln.tensor([0, 1])] = kiln.ones(3, 3)        # (3, 3) into (2, 3)
+    np.testing.assert_array_equal(t.numpy(), want)      # a refused write changes nothing
+    # Gradients flow to the written value and to what was not overwritten.
+    x = kiln.ones(3, requires_grad=True)
+    w = kiln.tensor(2.0, requires_grad=True)
+    y = x * 1.0
+    y[[0, 2]] = w
+    (y * kiln.tensor([1.0, 10.0, 100.0])).sum().backward()
+    assert x.grad.tolist() == [0.0, 10.0, 0.0] and w.grad.item() == 101.0
+
+
 def test_uninitialized_tensor_objects_raise_instead_of_crashing():
     t = kiln.Tensor.__new__(kiln.Tensor)
     for call in (lambda: kiln.relu(t), lambda: kiln.add(t, t), lambda: t.shape, lambda: repr(t),
