@@ -38,6 +38,10 @@ echo "installed: $(find "$prefix/include" -name '*.h' | wc -l) headers," \
 # to a cache of this test's own.
 unset KILN_CODEGEN
 export KILN_CACHE_DIR=$tmp/kernel-cache
+# Kernels compile on the caller's thread here: in the background (the default) a program that
+# exits within milliseconds may leave before its kernel is written, and the checks below would
+# race it (a CI rehearsal failed so).
+export KILN_CODEGEN_ASYNC=0
 
 echo "== find_package(kiln): CMake consumer"
 gen_args=(-G "$generator")
