@@ -70,6 +70,7 @@ uint64_t random_u64() {
 }
 
 Tensor rand(const Shape& shape, DType dtype) {
+  if (is_reduced(dtype)) return cast_to(rand(shape, compute_dtype(dtype)), dtype);
   Tensor t = empty(shape, dtype);
   Gen& g = gen();
   std::lock_guard<std::mutex> lk(g.mu);
@@ -81,6 +82,7 @@ Tensor rand(const Shape& shape, DType dtype) {
 }
 
 Tensor randn(const Shape& shape, DType dtype) {
+  if (is_reduced(dtype)) return cast_to(randn(shape, compute_dtype(dtype)), dtype);
   Tensor t = empty(shape, dtype);
   Gen& g = gen();
   std::lock_guard<std::mutex> lk(g.mu);
@@ -101,6 +103,7 @@ Tensor randn(const Shape& shape, DType dtype) {
 Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype) {
   if (high <= low)
     fail("randint", "expected low < high, got low=", low, " high=", high, " (shape ", shape, ")");
+  if (is_reduced(dtype)) return cast_to(randint(low, high, shape, compute_dtype(dtype)), dtype);
   Tensor t = empty(shape, dtype);
   Gen& g = gen();
   std::lock_guard<std::mutex> lk(g.mu);

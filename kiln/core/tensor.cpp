@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/core/block_pool.h"
+#include "kiln/core/convert.h"
 
 namespace kiln {
 
@@ -142,6 +143,16 @@ T read_as(const void* p, DType dt) {
       return static_cast<T>(*static_cast<const int32_t*>(p));
     case DType::Bool:
       return static_cast<T>(*static_cast<const bool*>(p));
+    case DType::Float16:
+      return static_cast<T>(static_cast<float>(*static_cast<const Half*>(p)));
+    case DType::BFloat16:
+      return static_cast<T>(static_cast<float>(*static_cast<const BFloat16*>(p)));
+    case DType::Int8:
+      return static_cast<T>(*static_cast<const int8_t*>(p));
+    case DType::UInt8:
+      return static_cast<T>(*static_cast<const uint8_t*>(p));
+    case DType::Int16:
+      return static_cast<T>(*static_cast<const int16_t*>(p));
   }
   return T();
 }
@@ -228,6 +239,24 @@ double Tensor::at(std::initializer_list<int64_t> idx) const {
 
 // ---- construction ---------------------------------------------------------------------------
 
+// A copy of t cast to dtype (no autograd, no dispatch): factories of the reduced dtypes compute
+// in compute_dtype, as PyTorch's do, and round once at the end.
+Tensor cast_to(const Tensor& t0, DType dtype) {
+  const Tensor t = t0.is_contiguous() ? t0 : raw_contiguous_copy(t0);
+  Tensor out = empty(t.shape(), dtype);
+  const int64_t n = t.numel();
+  KILN_DISPATCH_ALL_TYPES(t.dtype(), "cast", [&] {
+    using S = scalar_t;
+    const S* s = static_cast<const S*>(t.raw_data());
+    KILN_DISPATCH_ALL_TYPES(dtype, "cast", [&] {
+      using D = scalar_t;
+      D* d = static_cast<D*>(out.raw_data());
+      for (int64_t i = 0; i < n; ++i) d[i] = convert_element<D>(s[i]);
+    });
+  });
+  return out;
+}
+
 Tensor empty(const Shape& shape, DType dtype) {
   // Element and byte counts checked for overflow: a wrapped count would allocate a small block
   // for a tensor that claims a huge shape.
@@ -251,17 +280,29 @@ Tensor empty(const Shape& shape, DType dtype) {
 Tensor full(const Shape& shape, double value, DType dtype) {
   // Converting NaN or an out-of-range double to an integer is undefined behaviour: refuse it,
   // as PyTorch does ("value cannot be converted ... without overflow").
-  if (dtype == Int64 || dtype == Int32) {
-    const double lim = dtype == Int64 ? 9223372036854775808.0 : 2147483648.0;
-    if (!(value >= -lim && value < lim))
+  if (is_integral(dtype)) {
+    // uint8 also takes negatives down to -255, which wrap (torch's checked_convert).
+    double lo = -9223372036854775808.0, hi = 9223372036854775808.0;
+    if (dtype == Int32) lo = -2147483648.0, hi = 2147483648.0;
+    if (dtype == Int16) lo = -32768.0, hi = 32768.0;
+    if (dtype == Int8) lo = -128.0, hi = 128.0;
+    if (dtype == UInt8) lo = -255.0, hi = 256.0;
+    if (!(value >= lo && value < hi))
       fail("full", "value ", value, " cannot be converted to ", dtype_name(dtype),
            " without overflow (shape ", shape, ")");
+  } else if (dtype == Float16 && std::isfinite(value) && std::fabs(value) > 65504.0) {
+    fail("full", "value ", value, " cannot be converted to float16 without overflow (shape ", shape,
+         ")");
   }
   Tensor t = empty(shape, dtype);
   int64_t n = t.numel();
-  KILN_DISPATCH_ALL(dtype, "full", [&] {
+  KILN_DISPATCH_ALL_TYPES(dtype, "full", [&] {
     scalar_t* p = static_cast<scalar_t*>(t.raw_data());
-    scalar_t v = static_cast<scalar_t>(value);
+    scalar_t v;
+    if constexpr (std::is_integral_v<scalar_t> && !std::is_same_v<scalar_t, bool>)
+      v = static_cast<scalar_t>(static_cast<int64_t>(value));
+    else
+      v = static_cast<scalar_t>(value);
     for (int64_t i = 0; i < n; ++i) p[i] = v;
   });
   return t;
@@ -295,6 +336,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
   if (span >= 9223372036854775808.0)
     fail("arange", "[", start, ", ", end, ") in steps of ", step, " has too many elements");
   int64_t n = span > 0 ? static_cast<int64_t>(span) : 0;
+  if (is_reduced(dtype)) return cast_to(arange(start, end, step, compute_dtype(dtype)), dtype);
   Tensor t = empty({n}, dtype);
   KILN_DISPATCH_NUMERIC(dtype, "arange", [&] {
     scalar_t* p = t.data_ptr<scalar_t>();
@@ -306,6 +348,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
 
 Tensor linspace(double start, double end, int64_t steps, DType dtype) {
   if (steps < 0) fail("linspace", "steps must be >= 0, got ", steps);
+  if (is_reduced(dtype)) return cast_to(linspace(start, end, steps, compute_dtype(dtype)), dtype);
   Tensor t = empty({steps}, dtype);
   KILN_DISPATCH_FLOAT(dtype, "linspace", [&] {
     scalar_t* p = t.data_ptr<scalar_t>();
@@ -321,7 +364,7 @@ Tensor eye(int64_t n, int64_t m, DType dtype) {
   if (m < 0) m = n;
   if (n < 0) fail("eye", "n must be >= 0, got ", n);
   Tensor t = zeros({n, m}, dtype);
-  KILN_DISPATCH_ALL(dtype, "eye", [&] {
+  KILN_DISPATCH_ALL_TYPES(dtype, "eye", [&] {
     scalar_t* p = static_cast<scalar_t*>(t.raw_data());
     for (int64_t i = 0; i < std::min(n, m); ++i) p[i * m + i] = static_cast<scalar_t>(1);
   });

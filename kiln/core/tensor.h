@@ -266,6 +266,9 @@ Tensor ones(const Shape& shape, DType dtype = Float32);
 Tensor full(const Shape& shape, double value, DType dtype = Float32);
 /// 0-d tensor.
 Tensor scalar_tensor(double value, DType dtype = Float32);
+/// A concrete copy of t converted to dtype, without dispatch or autograd (factories and the
+/// reduced-dtype compute path use it; kiln::cast is the op).
+Tensor cast_to(const Tensor& t, DType dtype);
 /// A dead value of this shape and dtype (no storage): what switch_ returns eagerly on its
 /// untaken side.
 Tensor dead_tensor(const Shape& shape, DType dtype = Float32);

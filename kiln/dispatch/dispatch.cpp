@@ -4,6 +4,7 @@
 
 #include "kiln/core/tls.h"
 #include "kiln/dispatch/profile.h"
+#include "kiln/kernels/cpu/cast.h"
 
 namespace kiln::detail {
 namespace {
@@ -92,15 +93,54 @@ TensorList run_checked(const OpDef& op, std::span<const Tensor> inputs, const At
     if (!all) {
       TensorList cin;
       for (const auto& t : inputs) cin.push_back(t.is_contiguous() ? t : raw_contiguous_copy(t));
-      op.kernel(std::span<const Tensor>(cin.data(), cin.size()),
-                std::span<Tensor>(outs.data(), outs.size()), attrs);
+      invoke_kernel(op, std::span<const Tensor>(cin.data(), cin.size()),
+                    std::span<Tensor>(outs.data(), outs.size()), attrs);
       return outs;
     }
   }
-  op.kernel(inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
+  invoke_kernel(op, inputs, std::span<Tensor>(outs.data(), outs.size()), attrs);
   return outs;
 }
+
+bool computed_wider(const OpDef& op, const Tensor& t) {
+  if (!t.defined()) return false;
+  const DType d = t.impl()->dtype;
+  return is_reduced(d) && (op.native_dtypes & dtype_bit(d)) == 0;
+}
+
+// The generic path for dtypes a kernel does not take: see invoke_kernel.
+[[gnu::noinline]] void invoke_wider(const OpDef& op, std::span<const Tensor> inputs,
+                                    std::span<Tensor> outputs, const Attrs& attrs) {
+  TensorList cin, cout;
+  cin.reserve(inputs.size());
+  for (const auto& t : inputs) {
+    if (!computed_wider(op, t) || !t.is_concrete()) {
+      cin.push_back(t);
+      continue;
+    }
+    Tensor w = empty(t.shape(), compute_dtype(t.dtype()));
+    cpu::cast_copy(t, w);
+    cin.push_back(std::move(w));
+  }
+  cout.reserve(outputs.size());
+  for (auto& o : outputs)
+    cout.push_back(computed_wider(op, o) ? empty(o.shape(), compute_dtype(o.dtype())) : o);
+  op.kernel(std::span<const Tensor>(cin.data(), cin.size()),
+            std::span<Tensor>(cout.data(), cout.size()), attrs);
+  for (size_t k = 0; k < outputs.size(); ++k)
+    if (computed_wider(op, outputs[k])) cpu::cast_copy(cout[k], outputs[k]);
+}
 }  // namespace
+
+void invoke_kernel(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                   const Attrs& attrs) {
+  bool wider = false;
+  for (const auto& t : inputs) wider = wider || computed_wider(op, t);
+  for (const auto& t : outputs) wider = wider || computed_wider(op, t);
+  if (wider) [[unlikely]]
+    return invoke_wider(op, inputs, outputs, attrs);
+  op.kernel(inputs, outputs, attrs);
+}
 
 TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
   if (!profiling_enabled()) [[likely]]

@@ -67,6 +67,13 @@ inline Tensor call1(const OpDef& op, std::initializer_list<Tensor> inputs,
 }
 /// Eager execution only (no handler check, no autograd): used by executors and folding.
 TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs);
+/// Runs op.kernel into outputs allocated from its inferred metas: every kernel call (eager,
+/// Session, JIT replay, fusion members, in-place) goes through here. An input or output of a
+/// reduced dtype the kernel does not take natively (OpDef::native_dtypes) is computed in
+/// compute_dtype: inputs are cast up, the kernel writes wider temporaries, and those are cast
+/// into `outputs`.
+void invoke_kernel(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                   const Attrs& attrs);
 
 /// Counts kernel executions on this thread (for tests and profiling).
 uint64_t eager_op_count();

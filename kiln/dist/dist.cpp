@@ -88,6 +88,15 @@ MPI_Datatype mpi_type(DType t, const char* op) {
       return MPI_INT32_T;
     case Bool:
       return MPI_C_BOOL;
+    case Int8:
+      return MPI_INT8_T;
+    case UInt8:
+      return MPI_UINT8_T;
+    case Int16:
+      return MPI_INT16_T;
+    case Float16:
+    case BF16:
+      break;  // MPI has no 2-byte float to reduce
   }
   fail(op, "unsupported dtype ", t);
 }

@@ -685,7 +685,7 @@ void Session::run_bound(Plan& p) {
           outs.push_back(t);
         }
         const double t0 = profiling_enabled() ? profile_now() : 0;
-        st.op->kernel(std::span<const Tensor>(ins.data(), ins.size()),
+        invoke_kernel(*st.op, std::span<const Tensor>(ins.data(), ins.size()),
                       std::span<Tensor>(outs.data(), outs.size()), st.attrs);
         if (profiling_enabled())
           profile_record(*st.op, profile_now() - t0,

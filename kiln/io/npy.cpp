@@ -48,8 +48,17 @@ Header parse_header(const std::string& h, const std::string& what) {
     out.dtype = Int32;
   else if (descr == "|b1")
     out.dtype = Bool;
+  else if (descr == "<f2")
+    out.dtype = Float16;
+  else if (descr == "<i2")
+    out.dtype = Int16;
+  else if (descr == "|i1")
+    out.dtype = Int8;
+  else if (descr == "|u1")
+    out.dtype = UInt8;
   else
-    fail(kRead, what, ": dtype '", descr, "' is not supported (<f4, <f8, <i8, <i4, |b1)");
+    fail(kRead, what, ": dtype '", descr,
+         "' is not supported (<f4, <f8, <f2, <i8, <i4, <i2, |i1, |u1, |b1)");
   p = find_value("fortran_order");
   if (h.compare(p, 5, "False") != 0)
     fail(kRead, what, ": Fortran-ordered arrays are not supported");
@@ -147,6 +156,21 @@ std::string npy_bytes(const Tensor& t) {
     case Bool:
       descr = "|b1";
       break;
+    case Float16:
+      descr = "<f2";
+      break;
+    case Int16:
+      descr = "<i2";
+      break;
+    case Int8:
+      descr = "|i1";
+      break;
+    case UInt8:
+      descr = "|u1";
+      break;
+    case DType::BFloat16:
+      fail("write_npy", "bfloat16 has no NumPy dtype (shape ", c.shape(),
+           "); cast it to float32 first");
   }
   std::string shape = "(";
   for (int64_t d : c.shape()) shape += std::to_string(d) + ", ";

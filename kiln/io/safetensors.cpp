@@ -295,16 +295,28 @@ const char* st_name(DType t) {
       return "I32";
     case DType::Bool:
       return "BOOL";
+    case DType::Float16:
+      return "F16";
+    case DType::BFloat16:
+      return "BF16";
+    case DType::Int8:
+      return "I8";
+    case DType::UInt8:
+      return "U8";
+    case DType::Int16:
+      return "I16";
   }
   return "?";
 }
 
 bool st_dtype(const std::string& s, DType& out) {
-  for (DType t : {Float32, Float64, Int64, Int32, Bool})
+  for (int c = 0; c < kNumDTypes; ++c) {
+    const DType t = static_cast<DType>(c);
     if (s == st_name(t)) {
       out = t;
       return true;
     }
+  }
   return false;
 }
 
@@ -468,7 +480,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
     Entry e{name, Float32, {}, 0, 0};
     if (dt->kind != Json::String) bad("dtype must be a string");
     if (!st_dtype(dt->str, e.dtype))
-      bad("unsupported dtype \"", dt->str, "\" (Kiln reads F32, F64, I64, I32, BOOL)");
+      bad("unsupported dtype \"", dt->str,
+          "\" (Kiln reads F32, F64, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
     if (shape->kind != Json::Array) bad("shape must be an array");
     uint64_t numel = 1;
     for (const Json& d : shape->arr) {

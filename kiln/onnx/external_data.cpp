@@ -45,6 +45,21 @@ bool etype_of(int32_t t, EType& out) {
     case ::onnx::TensorProto::BOOL:
       out = {Bool, "BOOL"};
       return true;
+    case ::onnx::TensorProto::FLOAT16:
+      out = {Float16, "F16"};
+      return true;
+    case ::onnx::TensorProto::BFLOAT16:
+      out = {BF16, "BF16"};
+      return true;
+    case ::onnx::TensorProto::INT8:
+      out = {Int8, "I8"};
+      return true;
+    case ::onnx::TensorProto::UINT8:
+      out = {UInt8, "U8"};
+      return true;
+    case ::onnx::TensorProto::INT16:
+      out = {Int16, "I16"};
+      return true;
     default:
       return false;
   }

@@ -115,6 +115,16 @@ DType dtype_from_onnx(int32_t et, const std::string& what) {
       return Int32;
     case ::onnx::TensorProto::BOOL:
       return Bool;
+    case ::onnx::TensorProto::FLOAT16:
+      return Float16;
+    case ::onnx::TensorProto::BFLOAT16:
+      return BF16;
+    case ::onnx::TensorProto::INT8:
+      return Int8;
+    case ::onnx::TensorProto::UINT8:
+      return UInt8;
+    case ::onnx::TensorProto::INT16:
+      return Int16;
     default:
       break;
   }
@@ -124,7 +134,8 @@ DType dtype_from_onnx(int32_t et, const std::string& what) {
                 .c_str()
           : "an unknown type";
   fail(kOp, what, ": element type ", et, " (", std::string(name),
-       ") is not supported; Kiln has float32, float64, int64, int32 and bool");
+       ") is not supported; Kiln has float32, float64, float16, bfloat16, int64, int32, int16, "
+       "int8, uint8 and bool");
 }
 
 int32_t onnx_from_dtype(DType dt) {
@@ -139,6 +150,16 @@ int32_t onnx_from_dtype(DType dt) {
       return ::onnx::TensorProto::INT32;
     case Bool:
       return ::onnx::TensorProto::BOOL;
+    case Float16:
+      return ::onnx::TensorProto::FLOAT16;
+    case BF16:
+      return ::onnx::TensorProto::BFLOAT16;
+    case Int8:
+      return ::onnx::TensorProto::INT8;
+    case UInt8:
+      return ::onnx::TensorProto::UINT8;
+    case Int16:
+      return ::onnx::TensorProto::INT16;
   }
   return 0;
 }
@@ -195,6 +216,24 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& what) 
       Tensor t = empty(shape, dt);
       bool* out = t.data_ptr<bool>();
       for (int64_t k = 0; k < n; ++k) out[k] = p.int32_data(static_cast<int>(k)) != 0;
+      return t;
+    }
+    case Float16:
+    case BF16:
+    case Int8:
+    case UInt8:
+    case Int16: {
+      // ONNX keeps these in int32_data: the 16-bit patterns of float16/bfloat16, the values of
+      // the small integers.
+      check_count(p.int32_data_size());
+      Tensor t = empty(shape, dt);
+      for (int64_t k = 0; k < n; ++k) {
+        const int32_t v = p.int32_data(static_cast<int>(k));
+        if (dtype_size(dt) == 2)
+          static_cast<uint16_t*>(t.raw_data())[k] = static_cast<uint16_t>(v);
+        else
+          static_cast<uint8_t*>(t.raw_data())[k] = static_cast<uint8_t>(v);
+      }
       return t;
     }
   }

@@ -332,7 +332,7 @@ const OpDef& kWhere = def_op(
          },
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-           KILN_DISPATCH_ALL(in[1].dtype(), "where", [&] {
+           KILN_DISPATCH_ALL_TYPES(in[1].dtype(), "where", [&] {
              // A select on the bits: "c ? a : b" on a bool loaded from memory stayed a branch
              // per element (unvectorized; ~3.6 ns per element on a random mask, which relu's
              // gradient is).
@@ -355,7 +355,8 @@ const OpDef& kWhere = def_op(
                              c.need(2) ? where(c.in(0), z, c.g()) : Tensor()};
          },
      .expr = "($0 ? $1 : $2)",
-     .doc = "cond ? a : b"});
+     .doc = "cond ? a : b",
+     .native_dtypes = kAllDTypes});
 
 const OpDef& kNeg = def_op({.name = kNegN,
                             .traits = kEw,
@@ -481,6 +482,11 @@ std::pair<Tensor, Tensor> with_scalar(const Tensor& a, double b) {
     return {cast(a, Float32), scalar_tensor(b, Float32)};
   }
   DType t = a.dtype() == Bool ? Int64 : a.dtype();
+  // The scalar takes the tensor's dtype as in PyTorch, wrapping into the narrow integers
+  // (torch.tensor([1], dtype=torch.int8) + 300 is 45).
+  if (t == Int8) b = static_cast<int8_t>(static_cast<int64_t>(b));
+  if (t == UInt8) b = static_cast<uint8_t>(static_cast<int64_t>(b));
+  if (t == Int16) b = static_cast<int16_t>(static_cast<int64_t>(b));
   return {a.dtype() == t ? a : cast(a, t), scalar_tensor(b, t)};
 }
 

@@ -85,7 +85,7 @@ void gather_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attr
   int64_t sd = prod(xs, dim + 1, xs.rank());
   op_util::with_index(idx, "gather", [&](auto* ip) {
     op_util::check_range("gather", ip, idx.numel(), xs[dim], "dim of the input", is);
-    KILN_DISPATCH_ALL(x.dtype(), "gather", [&] {
+    KILN_DISPATCH_ALL_TYPES(x.dtype(), "gather", [&] {
       const scalar_t* X = x.data_ptr<scalar_t>();
       scalar_t* O = out[0].data_ptr<scalar_t>();
       parallel_for(outer * n, std::max<int64_t>(1, 32768 / inner), [&](int64_t b, int64_t e) {
@@ -232,7 +232,7 @@ void index_select_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
   op_util::with_index(idx, "index_select", [&](auto* ip) {
     op_util::check_range("index_select", ip, n, V, "dim of the input", idx.shape());
     if (outer * n * inner == 0) return;
-    KILN_DISPATCH_ALL(x.dtype(), "index_select", [&] {
+    KILN_DISPATCH_ALL_TYPES(x.dtype(), "index_select", [&] {
       select_rows(x.data_ptr<scalar_t>(), ip, out[0].data_ptr<scalar_t>(), outer, V, n, inner);
     });
   });
@@ -295,7 +295,7 @@ void embedding_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
              " rows (weight ", w.shape(), ", indices ", idx.shape(), ")");
     }
     if (n * D == 0) return;
-    KILN_DISPATCH_ALL(w.dtype(), "embedding", [&] {
+    KILN_DISPATCH_ALL_TYPES(w.dtype(), "embedding", [&] {
       select_rows(w.data_ptr<scalar_t>(), ip, out[0].data_ptr<scalar_t>(), 1, V, n, D);
     });
   });
@@ -344,7 +344,8 @@ const OpDef& kGather =
                   return TensorList{ga, Tensor()};
                 },
             .contiguous_inputs = true,
-            .doc = "out[i][j] = a[i][index[i][j]] (dim 1), as torch.gather"});
+            .doc = "out[i][j] = a[i][index[i][j]] (dim 1), as torch.gather",
+            .native_dtypes = kAllDTypes});
 
 const OpDef& kScatterAdd =
     def_op({.name = "scatter_add",
@@ -400,7 +401,8 @@ const OpDef& kIndexSelect = def_op(
            return TensorList{ga, Tensor()};
          },
      .contiguous_inputs = true,
-     .doc = "slices of a along dim at the given indices"});
+     .doc = "slices of a along dim at the given indices",
+     .native_dtypes = kAllDTypes});
 
 // index_add(a, dim, index, src): a copy of a with src's slices added at index along dim
 // (torch.index_add). The row form of scatter_add that MoE's combine step needs: one index per
@@ -482,7 +484,8 @@ const OpDef& kEmbedding = def_op(
            return TensorList{gw, Tensor()};
          },
      .contiguous_inputs = true,
-     .doc = "rows of weight [V, D] picked by integer indices (any shape) -> indices.shape + [D]"});
+     .doc = "rows of weight [V, D] picked by integer indices (any shape) -> indices.shape + [D]",
+     .native_dtypes = kAllDTypes});
 
 // ---- topk / sort ----------------------------------------------------------------------------
 // Attrs: k (-1: the whole dim, i.e. sort), dim, largest. Outputs: values, int64 indices, both of
@@ -593,7 +596,7 @@ void tri_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& 
   // Diagonals past either corner keep everything or nothing; clamped so i + diag cannot overflow.
   const int64_t B = prod(s, 0, s.rank() - 2), diag = std::clamp<int64_t>(a.i(0), -R - 1, C + 1);
   if (B * R * C == 0) return;
-  KILN_DISPATCH_ALL(x.dtype(), Upper ? "triu" : "tril", [&] {
+  KILN_DISPATCH_ALL_TYPES(x.dtype(), Upper ? "triu" : "tril", [&] {
     using T = scalar_t;
     const T* p = x.data_ptr<T>();
     T* o = out[0].data_ptr<T>();
@@ -627,14 +630,16 @@ const OpDef& kTril =
             .infer = infer_tri<kTrilN>,
             .kernel = tri_kernel<false>,
             .grad = [](const GradCtx& c) { return TensorList{tril(c.g(), c.attrs.i(0))}; },
-            .doc = "x[..., i, j] where j - i <= diagonal, else 0"});
+            .doc = "x[..., i, j] where j - i <= diagonal, else 0",
+            .native_dtypes = kAllDTypes});
 const OpDef& kTriu =
     def_op({.name = kTriuN,
             .attr_names = {"diagonal"},
             .infer = infer_tri<kTriuN>,
             .kernel = tri_kernel<true>,
             .grad = [](const GradCtx& c) { return TensorList{triu(c.g(), c.attrs.i(0))}; },
-            .doc = "x[..., i, j] where j - i >= diagonal, else 0"});
+            .doc = "x[..., i, j] where j - i >= diagonal, else 0",
+            .native_dtypes = kAllDTypes});
 
 }  // namespace
 

@@ -152,7 +152,7 @@ Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
     direct = inputs[k].is_same(self) || !inputs[k].shares_storage(self);
   if (direct) {
     Tensor out = self;
-    op.kernel(inputs, std::span<Tensor>(&out, 1), attrs);
+    invoke_kernel(op, inputs, std::span<Tensor>(&out, 1), attrs);
   } else {
     Tensor r = run_kernel(op, inputs, attrs)[0];
     op_util::copy_cast_kernel(r, self);

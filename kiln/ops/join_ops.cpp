@@ -195,7 +195,8 @@ const OpDef& kCat =
                     at += n;
                   }
                   return gs;
-                }});
+                },
+            .native_dtypes = kAllDTypes});
 
 }  // namespace
 

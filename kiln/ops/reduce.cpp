@@ -567,7 +567,10 @@ const OpDef& kSumToLike =
 }  // namespace
 
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
-  Tensor x = a.defined() && a.dtype() == Bool ? cast(a, Int64) : a;
+  // Bools and the narrow integers sum as int64, as torch.sum (no wrap-around in int8).
+  const bool widen =
+      a.defined() && (a.dtype() == Bool || (is_integral(a.dtype()) && is_reduced(a.dtype())));
+  Tensor x = widen ? cast(a, Int64) : a;
   return call1(kSum, {x}, {dims, keepdim});
 }
 Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "kiln/kernels/cpu/cast.h"
 #include "kiln/ops/op_util.h"
 
 using namespace kiln::detail;
@@ -312,7 +313,8 @@ const OpDef& kSliceGrad = def_op(
            TensorList r(c.inputs.size());
            r[0] = slice(c.g(), a.i(1), a.i(2), a.i(3), a.i(4));
            return r;
-         }});
+         },
+     .native_dtypes = kAllDTypes});
 
 const OpDef& kSlice = def_op(
     {.name = "slice",
@@ -507,7 +509,8 @@ const OpDef& kClone =
             .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
                          const Attrs&) { op_util::copy_cast_kernel(in[0], out[0]); },
             .grad = [](const GradCtx& c) { return TensorList{c.g()}; },
-            .expr = "$0"});
+            .expr = "$0",
+            .native_dtypes = kAllDTypes});
 
 const OpDef& kCast =
     def_op({.name = "cast",
@@ -516,7 +519,7 @@ const OpDef& kCast =
             .infer =
                 [](std::span<const Tensor> in, const Attrs& a) {
                   int64_t d = a.i(0);
-                  if (d < 0 || d > 4) fail("cast", "unknown dtype code ", d);
+                  if (!valid_dtype_code(d)) fail("cast", "unknown dtype code ", d);
                   return one(static_cast<DType>(d), in[0].shape());
                 },
             .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
@@ -526,7 +529,8 @@ const OpDef& kCast =
                   if (!is_floating(c.in(0).dtype())) return TensorList{Tensor()};
                   return TensorList{cast(c.g(), c.in(0).dtype())};
                 },
-            .expr = "cast($0, @0)"});
+            .expr = "cast($0, @0)",
+            .native_dtypes = kAllDTypes});
 
 // ---- as_strided / as_strided_scatter ---------------------------------------------------------
 // A geometry (sizes, element strides, offset) over the row-major elements of a contiguous base:
@@ -928,15 +932,7 @@ Tensor Tensor::to(DType t) const { return kiln::cast(*this, t); }
 Tensor Tensor::detach() const { return kiln::detach(*this); }
 
 namespace detail::op_util {
-void copy_cast_kernel(const Tensor& src, Tensor& dst) {
-  KILN_DISPATCH_ALL(src.dtype(), "cast", [&] {
-    using S = scalar_t;
-    KILN_DISPATCH_ALL(dst.dtype(), "cast", [&] {
-      using D = scalar_t;
-      cpu::unary_loop<S, D>(src, dst, [](S v) { return static_cast<D>(v); });
-    });
-  });
-}
+void copy_cast_kernel(const Tensor& src, Tensor& dst) { cpu::cast_copy(src, dst); }
 }  // namespace detail::op_util
 
 }  // namespace kiln

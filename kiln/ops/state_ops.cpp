@@ -107,7 +107,7 @@ const OpDef& kFillLike =
                   // n hoisted: with numel() (an out-of-line call) in the loop condition the
                   // fill ran one call per element, 188 us for W8's [1024, 256] zeros.
                   const int64_t n = o.numel();
-                  KILN_DISPATCH_ALL(o.dtype(), "fill_like", [&] {
+                  KILN_DISPATCH_ALL_TYPES(o.dtype(), "fill_like", [&] {
                     scalar_t* p = static_cast<scalar_t*>(o.raw_data());
                     const scalar_t x = static_cast<scalar_t>(v);
                     parallel_for(n, kParallelGrain * 4,
@@ -115,7 +115,8 @@ const OpDef& kFillLike =
                   });
                 },
             // The value does not depend on the input's values.
-            .grad = [](const GradCtx&) { return TensorList{Tensor()}; }});
+            .grad = [](const GradCtx&) { return TensorList{Tensor()}; },
+            .native_dtypes = kAllDTypes});
 
 }  // namespace
 

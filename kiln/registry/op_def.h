@@ -132,6 +132,11 @@ struct OpDef {
   /// Inputs handed to the kernel are made contiguous first (once, by the dispatcher).
   bool contiguous_inputs = false;
   std::string doc;
+  /// The reduced dtypes (float16, bfloat16, int8, uint8, int16: dtype_bit of each) the kernel
+  /// handles itself. For the others, invoke_kernel runs it on inputs cast to compute_dtype
+  /// (float32 / int32) and casts its outputs down to the inferred dtypes, so every kernel takes
+  /// every dtype; a native kernel only makes it faster.
+  uint32_t native_dtypes = 0;
 
   bool has(OpTrait t) const { return (traits & t) != 0; }
 };

@@ -38,12 +38,20 @@ std::optional<DType> dtype_of_format(const std::string& fmt, py::ssize_t itemsiz
       return Float64;
     case '?':
       return Bool;
+    case 'e':
+      return Float16;
+    case 'b':
+      return Int8;
+    case 'B':
+      return UInt8;
     case 'q':
     case 'l':
     case 'i':
     case 'n':
+    case 'h':
       if (itemsize == 8) return Int64;
       if (itemsize == 4) return Int32;
+      if (itemsize == 2) return Int16;
       return std::nullopt;
     default:
       return std::nullopt;
@@ -184,8 +192,15 @@ DType dtype_from(py::handle h) {
   if (name == "int64" || name == "long") return Int64;
   if (name == "int32" || name == "int") return Int32;
   if (name == "bool" || name == "bool_") return Bool;
-  raise(type_error_type(), str_cat("[dtype] not a Kiln dtype: ", py::repr(h).cast<std::string>(),
-                                   " (expected float32, float64, int64, int32 or bool)"));
+  if (name == "float16" || name == "half") return Float16;
+  if (name == "bfloat16") return BF16;
+  if (name == "int8") return Int8;
+  if (name == "uint8") return UInt8;
+  if (name == "int16" || name == "short") return Int16;
+  raise(type_error_type(),
+        str_cat("[dtype] not a Kiln dtype: ", py::repr(h).cast<std::string>(),
+                " (expected float32, float64, float16, bfloat16, int64, int32, int16, int8, "
+                "uint8 or bool)"));
 }
 
 std::vector<int64_t> ints_from(py::handle h, const char* what) {
@@ -267,7 +282,8 @@ Tensor tensor_from_buffer(py::handle h) {
   if (!dt) {
     PyBuffer_Release(&v);
     raise(type_error_type(), str_cat("[from_numpy] unsupported element type '", fmt,
-                                     "' (Kiln has float32, float64, int64, int32 and bool)"));
+                                     "' (Kiln has float32, float64, float16, int64, int32, int16, "
+                                     "int8, uint8 and bool)"));
   }
   Shape shape;
   Strides strides;
@@ -378,17 +394,9 @@ Tensor host_read(const Tensor& t, const char* what) {
 
 py::object item_of(const Tensor& t0) {
   const Tensor t = host_read(t0, "item");
-  switch (t.dtype()) {
-    case Float32:
-    case Float64:
-      return py::float_(t.item<double>());
-    case Int64:
-    case Int32:
-      return py::int_(t.item<int64_t>());
-    case Bool:
-      return py::bool_(t.item<bool>());
-  }
-  return py::none();
+  if (is_floating(t.dtype())) return py::float_(t.item<double>());
+  if (is_integral(t.dtype())) return py::int_(t.item<int64_t>());
+  return py::bool_(t.item<bool>());
 }
 
 namespace {

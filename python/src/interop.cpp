@@ -64,6 +64,16 @@ DLDataType dl_dtype(DType d) {
     case Bool:
       // PyTorch 1.13 (DLPack 0.6) has no bool code: it reads bytes of 0/1 as uint8.
       return {1, 8, 1};
+    case Float16:
+      return {2, 16, 1};
+    case BF16:
+      return {4, 16, 1};  // kDLBfloat
+    case Int8:
+      return {0, 8, 1};
+    case UInt8:
+      return {1, 8, 1};
+    case Int16:
+      return {0, 16, 1};
   }
   return {2, 32, 1};
 }
@@ -117,11 +127,18 @@ Tensor from_dlpack(py::object obj) {
     if (d.dtype.code == 0 && d.dtype.bits == 64) dt = Int64;
     if (d.dtype.code == 0 && d.dtype.bits == 32) dt = Int32;
     if (d.dtype.code == 6 && d.dtype.bits == 8) dt = Bool;
+    if (d.dtype.code == 2 && d.dtype.bits == 16) dt = Float16;
+    if (d.dtype.code == 4 && d.dtype.bits == 16) dt = BF16;
+    if (d.dtype.code == 0 && d.dtype.bits == 16) dt = Int16;
+    if (d.dtype.code == 0 && d.dtype.bits == 8) dt = Int8;
+    if (d.dtype.code == 1 && d.dtype.bits == 8) dt = UInt8;
   }
   if (!dt)
-    raise(type_error_type(), str_cat("[from_dlpack] unsupported dtype (code ", int(d.dtype.code),
-                                     ", bits ", int(d.dtype.bits), ", lanes ", d.dtype.lanes,
-                                     "); Kiln has float32, float64, int64, int32 and bool"));
+    raise(type_error_type(),
+          str_cat("[from_dlpack] unsupported dtype (code ", int(d.dtype.code), ", bits ",
+                  int(d.dtype.bits), ", lanes ", d.dtype.lanes,
+                  "); Kiln has float32, float64, float16, bfloat16, int64, int32, "
+                  "int16, int8, uint8 and bool"));
   Shape shape;
   Strides strides;
   int64_t span = 1;
@@ -160,6 +177,16 @@ const char* buffer_format(DType d) {
       return "i";
     case Bool:
       return "?";
+    case Float16:
+      return "e";
+    case Int8:
+      return "b";
+    case UInt8:
+      return "B";
+    case Int16:
+      return "h";
+    case BF16:
+      break;  // no buffer format character: refused before a view is made
   }
   return "B";
 }
@@ -178,6 +205,13 @@ int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
                       t.is_dead()
                           ? "[buffer] a dead tensor (the untaken side of a switch) has no memory"
                           : "[buffer] only concrete tensors have memory to share");
+      return -1;
+    }
+    if (t.dtype() == BF16 && (flags & PyBUF_FORMAT)) {
+      // torch: "Got unsupported ScalarType BFloat16" (NumPy has no bfloat16).
+      PyErr_SetString(PyExc_TypeError,
+                      "[numpy] Got unsupported ScalarType BFloat16: NumPy has no bfloat16; "
+                      "convert with .float() first");
       return -1;
     }
     if (!(flags & PyBUF_STRIDES) && !t.is_contiguous()) {
@@ -226,8 +260,12 @@ void init_interop(py::module_& m, TensorClass& cls) {
   cls.def(
       "numpy",
       [](py::object self) {
-        (void)self.cast<const Tensor&>();  // raises for an uninitialized Tensor, which NumPy
-                                           // would wrap as an object array
+        const Tensor& t = self.cast<const Tensor&>();  // raises for an uninitialized Tensor,
+                                                       // which NumPy would wrap as an object
+        if (t.defined() && t.dtype() == BF16)
+          raise(type_error_type(),
+                str_cat("[numpy] Got unsupported ScalarType BFloat16 (shape ", t.shape(),
+                        "): NumPy has no bfloat16; convert with .float() first"));
         return py::module_::import("numpy").attr("asarray")(self);
       },
       "A NumPy array sharing this tensor's memory.");

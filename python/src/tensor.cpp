@@ -53,12 +53,20 @@ Tensor un(const Tensor& a, F f) {
 }  // namespace
 
 TensorClass init_tensor(py::module_& m) {
-  py::enum_<DType>(m, "dtype", "Element types: float32, float64, int64, int32, bool.")
+  py::enum_<DType>(m, "dtype",
+                   "Element types: float32, float64, float16, bfloat16, int64, int32, int16, "
+                   "int8, uint8, bool.")
       .value("float32", Float32)
       .value("float64", Float64)
       .value("int64", Int64)
       .value("int32", Int32)
       .value("bool", Bool)
+      .value("float16", Float16)
+      .value("bfloat16", BF16)
+      .value("int8", Int8)
+      .value("uint8", UInt8)
+      .value("int16", Int16)
+      .def_property_readonly("is_signed", [](DType d) { return d != UInt8 && d != Bool; })
       .def_property_readonly("is_floating_point", [](DType d) { return is_floating(d); })
       .def_property_readonly("itemsize", [](DType d) { return dtype_size(d); })
       .def("__repr__", [](DType d) { return std::string("kiln.") + dtype_name(d); })
@@ -72,6 +80,15 @@ TensorClass init_tensor(py::module_& m) {
   m.attr("double") = Float64;
   m.attr("long") = Int64;
   m.attr("int") = Int32;
+  m.attr("float16") = Float16;
+  m.attr("half") = Float16;
+  m.attr("bfloat16") = BF16;
+  m.attr("int8") = Int8;
+  m.attr("uint8") = UInt8;
+  m.attr("int16") = Int16;
+  m.attr("short") = Int16;
+  m.def("promote_types", &promote, py::arg("type1"), py::arg("type2"),
+        "The dtype an op on tensors of these two dtypes computes in (torch.promote_types).");
 
   TensorClass cls(m, "Tensor", py::buffer_protocol(),
                   "A strided view of memory (concrete), a symbolic value of a graph being built or "
@@ -232,6 +249,11 @@ TensorClass init_tensor(py::module_& m) {
       .def("long", [](const Tensor& t) { return t.to(Int64); })
       .def("int", [](const Tensor& t) { return t.to(Int32); })
       .def("bool", [](const Tensor& t) { return t.to(Bool); })
+      .def("half", [](const Tensor& t) { return t.to(Float16); })
+      .def("bfloat16", [](const Tensor& t) { return t.to(BF16); })
+      .def("char", [](const Tensor& t) { return t.to(Int8); })
+      .def("byte", [](const Tensor& t) { return t.to(UInt8); })
+      .def("short", [](const Tensor& t) { return t.to(Int16); })
       // ---- in place ----
       .def(
           "copy_",

@@ -231,6 +231,7 @@ ELSEWHERE = {
     "tensor", "zeros", "zeros_like", "to_dlpack", "manual_seed", "get_rng_state", "set_rng_state",
     "get_num_threads", "set_num_threads", "backward", "grad", "gradcheck", "gradients",
     "is_grad_enabled", "assign", "group", "print", "cond", "while_loop", "switch_", "merge",
+    "promote_types",  # test_dtypes.py
 }
 
 
