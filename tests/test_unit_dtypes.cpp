@@ -8,6 +8,8 @@
 #include <limits>
 #include <random>
 
+#include "kiln/io/npy.h"
+#include "kiln/io/safetensors.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
@@ -257,4 +259,45 @@ TEST(DTypeAutograd, HalfLeafGetsItsOwnDtypeGradient) {
   sum(h * h).backward();
   EXPECT_EQ(v.grad().dtype(), Float32);
   EXPECT_EQ(v.grad().to_vector<float>(), (std::vector<float>{1.0f, 6.0f}));
+}
+
+TEST(DTypeIO, NpyRoundTripsAndRefusesBFloat16) {
+  for (DType dt : {Float16, Int8, UInt8, Int16}) {
+    Tensor t = tensor(std::vector<double>{1, 2, 3, 100, 0, 7}, {2, 3}).to(dt);
+    const std::string b = io::npy_bytes(t);
+    Tensor r = io::parse_npy(b.data(), b.size());
+    ASSERT_EQ(r.dtype(), dt);
+    ASSERT_EQ(r.shape(), t.shape());
+    EXPECT_EQ(r.to_vector<double>(), t.to_vector<double>());
+    Tensor tt = t.transpose(0, 1);  // a strided view is written in its logical order
+    const std::string bt = io::npy_bytes(tt);
+    EXPECT_EQ(io::parse_npy(bt.data(), bt.size()).to_vector<double>(), tt.to_vector<double>());
+  }
+  try {
+    io::npy_bytes(ones({2}, BF16));
+    FAIL() << "bfloat16 written to .npy";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bfloat16"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DTypeIO, SafetensorsRoundTripsEveryDtype) {
+  io::NamedTensors ts;
+  for (DType dt : kAll)
+    ts.emplace_back(dtype_name(dt), tensor(std::vector<double>{1, 0, 3, 100}).to(dt));
+  const std::string path = ::testing::TempDir() + "kiln_dtypes.safetensors";
+  io::save_safetensors(path, ts);
+  io::NamedTensors back = io::load_safetensors(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(back.size(), ts.size());
+  for (const auto& [name, t] : ts) {
+    bool found = false;
+    for (const auto& [n2, r] : back)
+      if (n2 == name) {
+        found = true;
+        EXPECT_EQ(r.dtype(), t.dtype()) << name;
+        EXPECT_EQ(r.to_vector<double>(), t.to_vector<double>()) << name;
+      }
+    EXPECT_TRUE(found) << name;
+  }
 }

@@ -193,6 +193,39 @@ std::string saved_bytes() {
   return kiln::onnx::save_graph_bytes(g, {{"y", y}});
 }
 
+// The reduced dtypes survive a save and a load: placeholders, variables, casts and the ops
+// computed through float32 keep their element types and give the same bits; a tensor file
+// (TensorProto) keeps each dtype too.
+TEST(SavedGraph, ReducedDtypesRoundTrip) {
+  Graph g;
+  Tensor x = g.placeholder("x", BF16, {Dim::any()});
+  Tensor w = g.variable("w", cast(tensor({0.5f, -1.5f, 2.f}), Float16));
+  Tensor k = g.variable("k", cast(tensor(std::vector<int64_t>{100, -4, 5}), Int8));
+  Tensor y = add(cast(x, Float32), cast(w, Float32));
+  Tensor h = mul(w, cast(x, Float16));
+  Tensor z = add(k, k);  // wraps in int8
+  Session sess(g);
+  Tensor xv = cast(tensor({1.25f, 3.f, -0.1f}), BF16);
+  std::vector<Tensor> want = sess.run({y, h, z}, {{x, xv}});
+  ASSERT_EQ(want[1].dtype(), Float16);
+  ASSERT_EQ(want[2].dtype(), Int8);
+  const std::string b = kiln::onnx::save_graph_bytes(g, {{"y", y}, {"h", h}, {"z", z}}, &sess);
+  kiln::onnx::LoadedGraph lg = kiln::onnx::load_graph_bytes(b.data(), b.size());
+  EXPECT_EQ(lg.input("x").dtype(), BF16);
+  Session s2(lg.graph);
+  std::vector<Tensor> got =
+      s2.run({lg.output("y"), lg.output("h"), lg.output("z")}, {{lg.input("x"), xv}});
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(bit_equal(got[i], want[i])) << i;
+  for (DType dt : {Float16, BF16, Int8, UInt8, Int16}) {
+    Tensor t = cast(tensor({1.f, 2.f, 3.f, 100.f}), dt);
+    fs::path f = fs::temp_directory_path() / ("kiln_dtype_" + std::to_string(int(dt)) + ".pb");
+    kiln::onnx::write_tensor_pb(f.string(), t, "t");
+    Tensor r = kiln::onnx::read_tensor_pb(f.string());
+    fs::remove(f);
+    EXPECT_TRUE(bit_equal(r, t)) << dt;
+  }
+}
+
 TEST(SavedGraph, NewerVersionIsRefused) {
   ::onnx::ModelProto m;
   ASSERT_TRUE(m.ParseFromString(saved_bytes()));
