@@ -64,6 +64,64 @@ Tensor ne(const Tensor& a, double b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& a);
+// ---- more elementwise math (elementwise_ext.cpp), PyTorch semantics ----------------------
+/// Rounding: integer inputs come back unchanged (a copy); the gradient is zero, as torch's.
+Tensor floor(const Tensor& a);
+Tensor ceil(const Tensor& a);
+Tensor trunc(const Tensor& a);
+/// Half to even (torch.round); decimals != 0 rounds at 10^-decimals.
+Tensor round(const Tensor& a, int64_t decimals = 0);
+/// x - trunc(x) (floats only).
+Tensor frac(const Tensor& a);
+/// C's fmod: the result has the dividend's sign (torch.fmod). Integer division by zero raises.
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor fmod(const Tensor& a, double b);
+/// Python's %: the result has the divisor's sign (torch.remainder).
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, double b);
+Tensor reciprocal(const Tensor& a);
+Tensor square(const Tensor& a);
+Tensor log2(const Tensor& a);
+Tensor log10(const Tensor& a);
+Tensor exp2(const Tensor& a);
+Tensor tan(const Tensor& a);
+Tensor asin(const Tensor& a);
+Tensor acos(const Tensor& a);
+Tensor atan(const Tensor& a);
+/// atan(a / b) in the quadrant of (b, a).
+Tensor atan2(const Tensor& a, const Tensor& b);
+Tensor sinh(const Tensor& a);
+Tensor cosh(const Tensor& a);
+Tensor asinh(const Tensor& a);
+Tensor acosh(const Tensor& a);
+Tensor atanh(const Tensor& a);
+/// Bool results; integer inputs are never NaN or infinite.
+Tensor isnan(const Tensor& a);
+Tensor isinf(const Tensor& a);
+Tensor isfinite(const Tensor& a);
+/// NaN -> nan, +inf -> posinf, -inf -> neginf (defaults: the dtype's largest / lowest finite).
+Tensor nan_to_num(const Tensor& a, double nan = 0.0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+/// Bitwise ops on integer and bool tensors (shifts: integers only).
+Tensor bitwise_and(const Tensor& a, const Tensor& b);
+Tensor bitwise_or(const Tensor& a, const Tensor& b);
+Tensor bitwise_xor(const Tensor& a, const Tensor& b);
+Tensor bitwise_not(const Tensor& a);
+Tensor bitwise_left_shift(const Tensor& a, const Tensor& b);
+Tensor bitwise_right_shift(const Tensor& a, const Tensor& b);
+/// a + weight (b - a).
+Tensor lerp(const Tensor& a, const Tensor& b, double weight);
+Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& weight);
+/// input + value t1 t2, input + value t1 / t2.
+Tensor addcmul(const Tensor& input, const Tensor& t1, const Tensor& t2, double value = 1.0);
+Tensor addcdiv(const Tensor& input, const Tensor& t1, const Tensor& t2, double value = 1.0);
+/// torch.clamp with tensor bounds (broadcast); an undefined bound leaves that side open.
+Tensor clamp(const Tensor& a, const Tensor& lo, const Tensor& hi);
+Tensor clamp_min(const Tensor& a, double lo);
+Tensor clamp_max(const Tensor& a, double hi);
+Tensor clamp_min(const Tensor& a, const Tensor& lo);
+Tensor clamp_max(const Tensor& a, const Tensor& hi);
 /// cond ? a : b, broadcasting all three; cond is bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// a with `value` where mask (bool, broadcast to a) is true: where(mask, value, a).
@@ -81,6 +139,22 @@ Tensor silu(const Tensor& a);
 Tensor softplus(const Tensor& a, double beta = 1.0, double threshold = 20.0);
 /// x for x > 0, alpha (exp(x) - 1) otherwise.
 Tensor elu(const Tensor& a, double alpha = 1.0);
+/// clamp(x, min_val, max_val) with zero gradient at and beyond the bounds (as torch).
+Tensor hardtanh(const Tensor& a, double min_val = -1.0, double max_val = 1.0);
+/// x relu6(x + 3) / 6.
+Tensor hardswish(const Tensor& a);
+/// relu6(x + 3) / 6.
+Tensor hardsigmoid(const Tensor& a);
+/// x tanh(softplus(x)).
+Tensor mish(const Tensor& a);
+/// scale (max(0, x) + min(0, alpha (exp(x) - 1))) with torch's constants.
+Tensor selu(const Tensor& a);
+/// max(0, x) + min(0, alpha (exp(x / alpha) - 1)).
+Tensor celu(const Tensor& a, double alpha = 1.0);
+/// log(sigmoid(x)), computed without overflow.
+Tensor logsigmoid(const Tensor& a);
+/// First half of dim times sigmoid of the second half.
+Tensor glu(const Tensor& a, int64_t dim = -1);
 
 // ---- operators -----------------------------------------------------------------------------
 Tensor operator+(const Tensor& a, const Tensor& b);
@@ -287,6 +361,43 @@ Tensor smooth_l1_loss(const Tensor& a, const Tensor& b, Reduction reduction = Re
 /// 0.5 d^2 for |d| < delta, delta (|d| - delta / 2) beyond.
 Tensor huber_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::Mean,
                   double delta = 1.0);
+/// cross_entropy with class weights (undefined: none) and label smoothing; `target` is class
+/// indices [N, d...] or class probabilities of the logits' shape (float). Weighted 'mean'
+/// divides by the summed weights of the non-ignored targets, as torch.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                     Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
+                     double label_smoothing = 0.0);
+/// nll_loss with class weights (undefined: none).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight,
+                Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+Tensor l1_loss(const Tensor& a, const Tensor& b, Reduction reduction = Reduction::Mean);
+/// -w (t log p + (1 - t) log(1 - p)) on probabilities, each log clamped to >= -100 (as torch).
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                            Reduction reduction = Reduction::Mean, const Tensor& weight = Tensor());
+/// target (log target - input) pointwise; reduction "none", "mean", "sum" or "batchmean".
+Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
+              bool log_target = false);
+Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& target,
+                             double margin = 0.0, Reduction reduction = Reduction::Mean);
+/// max(0, -y (x1 - x2) + margin).
+Tensor margin_ranking_loss(const Tensor& x1, const Tensor& x2, const Tensor& target,
+                           double margin = 0.0, Reduction reduction = Reduction::Mean);
+Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin = 1.0,
+                            Reduction reduction = Reduction::Mean);
+Tensor soft_margin_loss(const Tensor& input, const Tensor& target,
+                        Reduction reduction = Reduction::Mean);
+Tensor multilabel_soft_margin_loss(const Tensor& input, const Tensor& target,
+                                   const Tensor& weight = Tensor(),
+                                   Reduction reduction = Reduction::Mean);
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, bool log_input = true,
+                        bool full = false, double eps = 1e-8,
+                        Reduction reduction = Reduction::Mean);
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var,
+                         bool full = false, double eps = 1e-6,
+                         Reduction reduction = Reduction::Mean);
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           double margin = 1.0, double p = 2.0, double eps = 1e-6,
+                           bool swap = false, Reduction reduction = Reduction::Mean);
 /// Zeroes elements with probability p and scales the rest by 1/(1-p), from the seeded generator;
 /// p = 1 gives zeros (PyTorch's rule).
 Tensor dropout(const Tensor& a, double p = 0.5, bool training = true);
