@@ -1,7 +1,7 @@
-// Samples for the ops of kiln/ops/elementwise_ext.cpp and activation_ext.cpp: rounding, fmod /
-// remainder, trigonometric and hyperbolic functions, classification (isnan ...), nan_to_num,
-// bitwise ops, lerp and the extra activations. References are plain double math through
-// ref_elementwise.
+// Samples for the ops of kiln/ops/elementwise_ext.cpp, activation_ext.cpp and loss_ext.cpp's
+// binary_cross_entropy: rounding, fmod / remainder, trigonometric and hyperbolic functions,
+// classification (isnan ...), nan_to_num, bitwise ops, lerp and the extra activations. References
+// are plain double math through ref_elementwise.
 #include <cmath>
 #include <cstdint>
 
@@ -468,6 +468,45 @@ std::vector<OpSample> make_samples() {
       [](const Tensor& a) { return logsigmoid(a); },
       [](double x) { return -std::log1p(std::exp(-x)); }));
 
+  // ---- binary_cross_entropy (pointwise, reduced in the wrapper) ---------------------------
+  v.push_back(binary(
+      "binary_cross_entropy", "none",
+      [] {
+        return In{uni({2, 3}, 5700, 0.05, 0.95), uni({2, 3}, 5701, 0, 1)};
+      },
+      [](const Tensor& p, const Tensor& t) { return binary_cross_entropy(p, t, Reduction::None); },
+      [](double p, double t) { return -(t * std::log(p) + (1 - t) * std::log1p(-p)); }));
+  v.push_back(binary(
+      "binary_cross_entropy", "broadcast_target_expanded",
+      [] {
+        return In{uni({2, 3}, 5704, 0.05, 0.95), uni({1, 3}, 5705, 0, 1)};
+      },
+      [](const Tensor& p, const Tensor& t) {
+        return binary_cross_entropy(p, expand_as(t, p), Reduction::None);
+      },
+      [](double p, double t) { return -(t * std::log(p) + (1 - t) * std::log1p(-p)); }));
+  v.back().noncontig_inputs = {0};
+  {
+    OpSample s = binary(
+        "binary_cross_entropy", "mean_weighted",
+        [] {
+          return In{uni({2, 3}, 5702, 0.05, 0.95), uni({2, 3}, 5703, 0, 1)};
+        },
+        [](const Tensor& p, const Tensor& t) {
+          return binary_cross_entropy(
+              p, t, Reduction::Mean, tensor(std::vector<double>{0.5, 1.0, 2.0}, {3}).to(p.dtype()));
+        },
+        nullptr);
+    s.reference = [](const In& in) {
+      auto p = vals(in[0]), t = vals(in[1]);
+      const double w[3] = {0.5, 1.0, 2.0};
+      double acc = 0;
+      for (size_t i = 0; i < p.size(); ++i)
+        acc += -w[i % 3] * (t[i] * std::log(p[i]) + (1 - t[i]) * std::log1p(-p[i]));
+      return from_vals({acc / static_cast<double>(p.size())}, {});
+    };
+    v.push_back(std::move(s));
+  }
   return v;
 }
 
