@@ -350,6 +350,63 @@ class LeakyReLU(Module):
         return _C.leaky_relu(x, self.negative_slope)
 
 
+class Hardtanh(Module):
+    def __init__(self, min_val=-1.0, max_val=1.0):
+        super().__init__()
+        self.min_val, self.max_val = min_val, max_val
+
+    def forward(self, x):
+        return _C.hardtanh(x, self.min_val, self.max_val)
+
+
+class ReLU6(Hardtanh):
+    def __init__(self):
+        super().__init__(0.0, 6.0)
+
+
+class Hardswish(Module):
+    def forward(self, x):
+        return _C.hardswish(x)
+
+
+class Hardsigmoid(Module):
+    def forward(self, x):
+        return _C.hardsigmoid(x)
+
+
+class Mish(Module):
+    def forward(self, x):
+        return _C.mish(x)
+
+
+class SELU(Module):
+    def forward(self, x):
+        return _C.selu(x)
+
+
+class CELU(Module):
+    def __init__(self, alpha=1.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return _C.celu(x, self.alpha)
+
+
+class LogSigmoid(Module):
+    def forward(self, x):
+        return _C.logsigmoid(x)
+
+
+class GLU(Module):
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return _C.glu(x, self.dim)
+
+
 class Softmax(Module):
     def __init__(self, dim=-1):
         super().__init__()
@@ -432,6 +489,15 @@ class functional:
     leaky_relu = staticmethod(_C.leaky_relu)
     elu = staticmethod(_C.elu)
     softplus = staticmethod(_C.softplus)
+    hardtanh = staticmethod(_C.hardtanh)
+    relu6 = staticmethod(_C.relu6)
+    hardswish = staticmethod(_C.hardswish)
+    hardsigmoid = staticmethod(_C.hardsigmoid)
+    mish = staticmethod(_C.mish)
+    selu = staticmethod(_C.selu)
+    celu = staticmethod(_C.celu)
+    logsigmoid = staticmethod(_C.logsigmoid)
+    glu = staticmethod(_C.glu)
     softmax = staticmethod(_C.softmax)
     log_softmax = staticmethod(_C.log_softmax)
     linear = staticmethod(_C.linear)
@@ -455,6 +521,17 @@ class functional:
     binary_cross_entropy_with_logits = staticmethod(_C.binary_cross_entropy_with_logits)
     smooth_l1_loss = staticmethod(_C.smooth_l1_loss)
     huber_loss = staticmethod(_C.huber_loss)
+    l1_loss = staticmethod(_C.l1_loss)
+    binary_cross_entropy = staticmethod(_C.binary_cross_entropy)
+    kl_div = staticmethod(_C.kl_div)
+    cosine_embedding_loss = staticmethod(_C.cosine_embedding_loss)
+    margin_ranking_loss = staticmethod(_C.margin_ranking_loss)
+    hinge_embedding_loss = staticmethod(_C.hinge_embedding_loss)
+    soft_margin_loss = staticmethod(_C.soft_margin_loss)
+    multilabel_soft_margin_loss = staticmethod(_C.multilabel_soft_margin_loss)
+    poisson_nll_loss = staticmethod(_C.poisson_nll_loss)
+    gaussian_nll_loss = staticmethod(_C.gaussian_nll_loss)
+    triplet_margin_loss = staticmethod(_C.triplet_margin_loss)
     scaled_dot_product_attention = staticmethod(_C.scaled_dot_product_attention)
 
 

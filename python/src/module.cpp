@@ -13,6 +13,7 @@ PYBIND11_MODULE(_C, m) {
   init_ops_math(m, cls);
   init_ops_nn(m, cls);
   init_ops_shape(m, cls);
+  init_ops_ext(m, cls);
   init_autograd(m, cls);
   init_graph(m);
   init_nn(m);

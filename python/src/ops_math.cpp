@@ -138,8 +138,18 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
   }
   m.attr("negative") = m.attr("neg");
   def_both(
-      m, cls, "clamp", "Clamps to [min, max]; None leaves a side open.",
-      [](const Tensor& a, py::object lo, py::object hi) { return clamp(a, lo_of(lo), hi_of(hi)); },
+      m, cls, "clamp", "Clamps to [min, max] (numbers or tensors); None leaves a side open.",
+      [](const Tensor& a, py::object lo, py::object hi) {
+        if (py::isinstance<Tensor>(lo) || py::isinstance<Tensor>(hi)) {
+          auto bound = [&a](py::handle h) {
+            if (h.is_none()) return Tensor();
+            if (py::isinstance<Tensor>(h)) return h.cast<Tensor>();
+            return scalar_tensor(h.cast<double>(), a.dtype());
+          };
+          return clamp(a, bound(lo), bound(hi));
+        }
+        return clamp(a, lo_of(lo), hi_of(hi));
+      },
       py::arg("min") = py::none(), py::arg("max") = py::none());
   m.attr("clip") = m.attr("clamp");
   def_both(

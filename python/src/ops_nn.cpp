@@ -220,20 +220,39 @@ void init_ops_nn(py::module_& m, TensorClass& cls) {
   // ---- losses ----
   m.def(
       "cross_entropy",
-      [](const Tensor& logits, const Tensor& target, const std::string& red, int64_t ignore) {
+      [](const Tensor& logits, const Tensor& target, py::object w, py::object sa, int64_t ignore,
+         py::object rd, const std::string& red, double smoothing) {
         Reduction r = reduction_from(red);
+        if (!sa.is_none() || !rd.is_none()) {
+          const bool mean_ = sa.is_none() || sa.cast<bool>();
+          r = !(rd.is_none() || rd.cast<bool>()) ? Reduction::None
+                                                 : (mean_ ? Reduction::Mean : Reduction::Sum);
+        }
+        Tensor wt = opt_tensor(w);
         MaybeNoGil g(big(logits));
-        return cross_entropy(logits, target, r, ignore);
+        return cross_entropy(logits, target, wt, r, ignore, smoothing);
       },
-      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
-      py::arg("ignore_index") = -100, "logits [N, C] and class indices [N] (int64).");
+      py::arg("input"), py::arg("target"), py::arg("weight") = py::none(),
+      py::arg("size_average") = py::none(), py::arg("ignore_index") = -100,
+      py::arg("reduce") = py::none(), py::arg("reduction") = "mean",
+      py::arg("label_smoothing") = 0.0,
+      "logits [N, C, d...] and class indices [N, d...] (int64) or class probabilities (float, "
+      "the logits' shape); weight [C], label_smoothing as torch.");
   m.def(
       "nll_loss",
-      [](const Tensor& lp, const Tensor& target, const std::string& red, int64_t ignore) {
-        return nll_loss(lp, target, reduction_from(red), ignore);
+      [](const Tensor& lp, const Tensor& target, py::object w, py::object sa, int64_t ignore,
+         py::object rd, const std::string& red) {
+        Reduction r = reduction_from(red);
+        if (!sa.is_none() || !rd.is_none()) {
+          const bool mean_ = sa.is_none() || sa.cast<bool>();
+          r = !(rd.is_none() || rd.cast<bool>()) ? Reduction::None
+                                                 : (mean_ ? Reduction::Mean : Reduction::Sum);
+        }
+        return nll_loss(lp, target, opt_tensor(w), r, ignore);
       },
-      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
-      py::arg("ignore_index") = -100);
+      py::arg("input"), py::arg("target"), py::arg("weight") = py::none(),
+      py::arg("size_average") = py::none(), py::arg("ignore_index") = -100,
+      py::arg("reduce") = py::none(), py::arg("reduction") = "mean");
   m.def(
       "mse_loss",
       [](const Tensor& a, const TensorLike& b, const std::string& red) {

@@ -362,12 +362,13 @@ TensorClass init_tensor(py::module_& m) {
       .def("__neg__", [](const Tensor& a) { return neg(a); })
       .def("__pos__", [](const Tensor& a) { return a; })
       .def("__abs__", [](const Tensor& a) { return abs(a); })
-      .def("__invert__", [](const Tensor& a) { return logical_not(a); })
+      // Bitwise on integers, logical on bool (the same thing there), as torch.
+      .def("__invert__", [](const Tensor& a) { return bitwise_not(a); })
       .def(
-          "__and__", [](const Tensor& a, const TensorLike& b) { return logical_and(a, b.t); },
+          "__and__", [](const Tensor& a, const TensorLike& b) { return bitwise_and(a, b.t); },
           py::is_operator())
       .def(
-          "__or__", [](const Tensor& a, const TensorLike& b) { return logical_or(a, b.t); },
+          "__or__", [](const Tensor& a, const TensorLike& b) { return bitwise_or(a, b.t); },
           py::is_operator())
       .def(
           "__lt__", [](const Tensor& a, const Tensor& b) { return lt(a, b); }, py::is_operator())
