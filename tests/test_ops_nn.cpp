@@ -904,12 +904,12 @@ TEST(Interpolate, NearestAndBilinearMatchPyTorch) {
         {randn({1, 2, 4, 5}, Float64)});
     EXPECT_TRUE(r.ok) << r.message;
   }
-  // Nearest 2x upsampling repeats each pixel in a 2x2 block; [C, H, W] input.
-  const Tensor p = tensor(std::vector<double>{1, 2, 3, 4}, {1, 2, 2});
+  // Nearest 2x upsampling repeats each pixel in a 2x2 block (a 3-D input is [N, C, L], as torch).
+  const Tensor p = tensor(std::vector<double>{1, 2, 3, 4}, {1, 1, 2, 2});
   EXPECT_EQ(v64(interpolate(p, {4})),
             (std::vector<double>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
   expect_error([&] { interpolate(x, {0, 2}); }, {"[interpolate]", "positive"});
-  expect_error([&] { interpolate(x, {2, 2}, "bicubic"); }, {"[interpolate]", "bicubic"});
+  expect_error([&] { interpolate(x, {2, 2}, "cubic"); }, {"[interpolate]", "\"cubic\""});
   expect_error([&] { interpolate(x, {2, 2}, "nearest", true); }, {"[interpolate]", "align"});
 }
 

@@ -199,6 +199,10 @@ Tensor detach(const Tensor& a);
 /// Constant padding, torch.nn.functional.pad's order: {left, right} of the last dim, then
 /// {top, bottom} of the one before, ...; negative amounts crop.
 Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, double value = 0.0);
+/// torch.nn.functional.pad with mode "constant", "reflect", "replicate" or "circular" (the last
+/// three over up to 3 trailing dims, as torch); gathers along each padded dim, differentiable.
+Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, const std::string& mode,
+           double value = 0.0);
 /// A view of contiguous `a` with the given sizes and element strides, starting `offset`
 /// elements after a's first (torch.as_strided with the offset relative to a). Positions must
 /// not overlap (no stride-0 repeats): the gradient is a scatter.
@@ -279,17 +283,116 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = Tens
 /// x [N, C, L] (or [C, L]), w [O, C/groups, K]: conv2d over a height of 1.
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), int64_t stride = 1,
               int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+/// x [N, C, D, H, W] (or unbatched [C, D, H, W]), w [O, C/groups, kD, kH, kW]
+/// (torch.nn.functional.conv3d): the kD depth taps fold into conv2d's channels, so one conv2d
+/// (oneDNN) does the work and gives both gradients.
+Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+              std::vector<int64_t> stride = {1, 1, 1}, std::vector<int64_t> padding = {0, 0, 0},
+              std::vector<int64_t> dilation = {1, 1, 1}, int64_t groups = 1);
+/// torch.nn.functional.conv_transpose1d: x [N, C_in, L] (or [C_in, L]), w [C_in, C_out/groups,
+/// K]; conv_transpose2d over a height of 1.
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+                        int64_t stride = 1, int64_t padding = 0, int64_t output_padding = 0,
+                        int64_t dilation = 1, int64_t groups = 1);
+/// torch.nn.functional.conv_transpose3d: x [N, C_in, D, H, W] (or unbatched), w [C_in,
+/// C_out/groups, kD, kH, kW]; per depth tap a conv_transpose2d placed at its strided depths.
+Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+                        std::vector<int64_t> stride = {1, 1, 1},
+                        std::vector<int64_t> padding = {0, 0, 0},
+                        std::vector<int64_t> output_padding = {0, 0, 0},
+                        std::vector<int64_t> dilation = {1, 1, 1}, int64_t groups = 1);
 /// Average pooling to a fixed output size (torch's bins: output i covers
 /// [floor(i L / n), ceil((i + 1) L / n))); {1, 1} is global average pooling.
 Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size);
-/// Resizes [N, C, H, W] (or [C, H, W]) to `size` (1 or 2 values), torch.nn.functional.interpolate
-/// with mode "nearest" or "bilinear" (align_corners as torch); two small GEMMs, differentiable.
+Tensor adaptive_avg_pool1d(const Tensor& x, std::vector<int64_t> output_size);
+Tensor adaptive_avg_pool3d(const Tensor& x, std::vector<int64_t> output_size);
+/// Adaptive max pooling (torch's bins) over 1, 2 or 3 trailing dims of [N, C, ...] (or
+/// unbatched [C, ...]); the _with_indices forms also give the int64 argmax, a flat index into
+/// each input plane as torch.
+Tensor adaptive_max_pool1d(const Tensor& x, std::vector<int64_t> output_size);
+Tensor adaptive_max_pool2d(const Tensor& x, std::vector<int64_t> output_size);
+Tensor adaptive_max_pool3d(const Tensor& x, std::vector<int64_t> output_size);
+std::pair<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor& x,
+                                                           std::vector<int64_t> output_size);
+std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& x,
+                                                           std::vector<int64_t> output_size);
+std::pair<Tensor, Tensor> adaptive_max_pool3d_with_indices(const Tensor& x,
+                                                           std::vector<int64_t> output_size);
+/// Resizes [N, C, L], [N, C, H, W] or [N, C, D, H, W] (or unbatched [C, H, W]) as
+/// torch.nn.functional.interpolate: `size` (1 value or one per spatial dim), or, when size is
+/// empty, scale_factor (1 value or one per dim; the output is floor(in * scale) and the kernels
+/// use 1/scale unless recompute_scale_factor). Modes "nearest", "nearest-exact", "linear",
+/// "bilinear", "bicubic" (a = -0.75), "trilinear", "area"; align_corners as torch. Separable:
+/// one small GEMM per resized axis, differentiable.
 Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string& mode = "nearest",
-                   bool align_corners = false);
+                   bool align_corners = false, std::vector<double> scale_factor = {},
+                   bool recompute_scale_factor = false);
+/// Max pooling over the 1, 2 or 3 trailing dims of [N, C, ...] (or [C, ...]), as
+/// torch.nn.functional.max_pool{1,2,3}d: stride {} means the kernel; ceil_mode and dilation as
+/// torch. The _with_indices forms also give the int64 argmax (flat index into each input plane).
+Tensor max_pool1d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0}, std::vector<int64_t> dilation = {1},
+                  bool ceil_mode = false);
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
-                  std::vector<int64_t> padding = {0, 0});
+                  std::vector<int64_t> padding = {0, 0}, std::vector<int64_t> dilation = {1, 1},
+                  bool ceil_mode = false);
+Tensor max_pool3d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0, 0},
+                  std::vector<int64_t> dilation = {1, 1, 1}, bool ceil_mode = false);
+std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, std::vector<int64_t> kernel,
+                                                  std::vector<int64_t> stride = {},
+                                                  std::vector<int64_t> padding = {0},
+                                                  std::vector<int64_t> dilation = {1},
+                                                  bool ceil_mode = false);
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, std::vector<int64_t> kernel,
+                                                  std::vector<int64_t> stride = {},
+                                                  std::vector<int64_t> padding = {0, 0},
+                                                  std::vector<int64_t> dilation = {1, 1},
+                                                  bool ceil_mode = false);
+std::pair<Tensor, Tensor> max_pool3d_with_indices(const Tensor& x, std::vector<int64_t> kernel,
+                                                  std::vector<int64_t> stride = {},
+                                                  std::vector<int64_t> padding = {0, 0, 0},
+                                                  std::vector<int64_t> dilation = {1, 1, 1},
+                                                  bool ceil_mode = false);
+/// The inverse of max pooling (torch.nn.functional.max_unpool{1,2,3}d): x scattered to the flat
+/// plane positions `indices` of a zero output of output_size (1 value per spatial dim, or the
+/// full shape; {}: from kernel, stride and padding).
+Tensor max_unpool1d(const Tensor& x, const Tensor& indices, std::vector<int64_t> kernel,
+                    std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0},
+                    std::vector<int64_t> output_size = {});
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, std::vector<int64_t> kernel,
+                    std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0},
+                    std::vector<int64_t> output_size = {});
+Tensor max_unpool3d(const Tensor& x, const Tensor& indices, std::vector<int64_t> kernel,
+                    std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0, 0},
+                    std::vector<int64_t> output_size = {});
+/// Average pooling (torch.nn.functional.avg_pool{1,2,3}d) with ceil_mode, count_include_pad and
+/// divisor_override (0: none) as torch.
+Tensor avg_pool1d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0}, bool ceil_mode = false,
+                  bool count_include_pad = true);
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
-                  std::vector<int64_t> padding = {0, 0});
+                  std::vector<int64_t> padding = {0, 0}, bool ceil_mode = false,
+                  bool count_include_pad = true, int64_t divisor_override = 0);
+Tensor avg_pool3d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0, 0}, bool ceil_mode = false,
+                  bool count_include_pad = true, int64_t divisor_override = 0);
+/// Power-average pooling (torch.nn.functional.lp_pool{1,2}d): (sum over the window x^p)^(1/p).
+Tensor lp_pool1d(const Tensor& x, double norm_type, std::vector<int64_t> kernel,
+                 std::vector<int64_t> stride = {}, bool ceil_mode = false);
+Tensor lp_pool2d(const Tensor& x, double norm_type, std::vector<int64_t> kernel,
+                 std::vector<int64_t> stride = {}, bool ceil_mode = false);
+/// [*, C r^2, H, W] -> [*, C, H r, W r] (torch.nn.functional.pixel_shuffle) and its inverse.
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+/// torch.nn.functional.unfold (im2col): [N, C, H, W] (or [C, H, W]) -> [N, C kH kW, L] sliding
+/// blocks; fold (col2im) sums blocks back into [N, C, output_size]. Each is a grouped
+/// convolution with a 0/1 kernel, so both are differentiable.
+Tensor unfold(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> dilation = {1, 1},
+              std::vector<int64_t> padding = {0, 0}, std::vector<int64_t> stride = {1, 1});
+Tensor fold(const Tensor& x, std::vector<int64_t> output_size, std::vector<int64_t> kernel,
+            std::vector<int64_t> dilation = {1, 1}, std::vector<int64_t> padding = {0, 0},
+            std::vector<int64_t> stride = {1, 1});
 
 // ---- normalization, embedding, losses, dropout ---------------------------------------------
 /// Normalizes over the trailing dims given by normalized_shape.
@@ -300,6 +403,19 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   bool training = true, double momentum = 0.1, double eps = 1e-5);
+/// torch.nn.functional.group_norm: x [N, C, *] normalized over each of num_groups groups of
+/// channels (biased variance), then the per-channel affine.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+/// torch.nn.functional.instance_norm: each (n, c) plane normalized over its own positions
+/// (use_input_stats), updating the running stats in place when given; else the running stats.
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean = Tensor(),
+                     const Tensor& running_var = Tensor(), const Tensor& weight = Tensor(),
+                     const Tensor& bias = Tensor(), bool use_input_stats = true,
+                     double momentum = 0.1, double eps = 1e-5);
+/// torch.nn.functional.local_response_norm across channels of [N, C, *].
+Tensor local_response_norm(const Tensor& x, int64_t size, double alpha = 1e-4, double beta = 0.75,
+                           double k = 1.0);
 /// Scaled dot-product attention, as torch.nn.functional.scaled_dot_product_attention without
 /// attn_mask and dropout: softmax(scale q k^T) v, one fused kernel each way. q [..., Tq, E],
 /// k [..., Tk, E], v [..., Tk, Ev] with equal batch dims, float32 or float64, any strides (read
@@ -309,6 +425,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 /// and a reshape to [B, Tq, H*Ev] are views.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool causal = false, double scale = 0);
+/// torch.nn.functional.scaled_dot_product_attention with attn_mask (bool: true = attend; or an
+/// additive float mask) broadcastable to [..., Tq, Tk] and dropout_p applied to the attention
+/// weights when `training`. Without a mask and dropout this is the fused op above.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask, double dropout_p = 0,
+                                    bool is_causal = false, double scale = 0, bool training = true);
 /// Rows of `weight` [V, D] picked by integer `indices` (any shape) -> indices.shape + [D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);

@@ -925,5 +925,223 @@ std::vector<OpSample> make_samples() {
 
 SampleRegistrar reg(make_samples());
 
+// ---- N-D pooling (kiln/ops/pool.cpp: max_pool_nd, avg_pool_nd, avg_pool_nd_grad, max_unpool):
+// references sweep every (output, kernel offset) pair of [N, C, spatial...] with torch's rules.
+
+struct NdCfg {
+  I64 k, s, p, d;  // empty k: adaptive to `out`
+  bool ceil = false, include_pad = true;
+  int64_t divisor = 0;
+  I64 out;
+};
+
+int64_t nd_len(int64_t L, const NdCfg& c, size_t i) {
+  if (c.k.empty()) return c.out[i];
+  const int64_t num = L + 2 * c.p[i] - c.d[i] * (c.k[i] - 1) - 1 + (c.ceil ? c.s[i] - 1 : 0);
+  int64_t o = num / c.s[i] + 1;
+  if (c.ceil && (o - 1) * c.s[i] >= L + c.p[i]) --o;
+  return o;
+}
+
+// Calls f(output flat index, input flat index or -1 for a pad position, divisor) per pair.
+template <typename F>
+Shape nd_sweep(const Shape& xs, const NdCfg& c, F&& f) {
+  const size_t nd = static_cast<size_t>(xs.rank() - 2);
+  Shape ys{xs[0], xs[1]};
+  for (size_t i = 0; i < nd; ++i) ys.push_back(nd_len(xs[static_cast<int64_t>(i) + 2], c, i));
+  const I64 yv = ys.vec(), xv = xs.vec();
+  Shape sp(yv.begin() + 2, yv.end()), xsp(xv.begin() + 2, xv.end());
+  for (int64_t pl = 0; pl < xs[0] * xs[1]; ++pl)
+    for (int64_t o = 0; o < sp.numel(); ++o) {
+      const I64 oc = unravel(o, sp);
+      // per dim: the list of input positions and the divisor share
+      std::vector<I64> pos(nd);
+      int64_t div = 1;
+      for (size_t i = 0; i < nd; ++i) {
+        const int64_t L = xsp[static_cast<int64_t>(i)];
+        if (c.k.empty()) {
+          const int64_t b = oc[i] * L / c.out[i], e = ((oc[i] + 1) * L + c.out[i] - 1) / c.out[i];
+          for (int64_t q = b; q < e; ++q) pos[i].push_back(q);
+          div *= e - b;
+          continue;
+        }
+        const int64_t base = oc[i] * c.s[i] - c.p[i];
+        for (int64_t j = 0; j < c.k[i]; ++j) {
+          const int64_t q = base + j * c.d[i];
+          if (q >= 0 && q < L) pos[i].push_back(q);
+        }
+        div *= c.include_pad ? std::min(base + c.k[i], L + c.p[i]) - base
+                             : static_cast<int64_t>(pos[i].size());
+      }
+      if (c.divisor > 0) div = c.divisor;
+      // cartesian product of the positions, in row-major order
+      I64 at(nd, 0);
+      bool any = true;
+      for (size_t i = 0; i < nd; ++i) any = any && !pos[i].empty();
+      while (any) {
+        I64 ic(nd);
+        for (size_t i = 0; i < nd; ++i) ic[i] = pos[i][z(at[i])];
+        f(pl * sp.numel() + o, pl * xsp.numel() + ravel(ic, xsp), div);
+        size_t i = nd;
+        while (i > 0) {
+          --i;
+          if (++at[i] < static_cast<int64_t>(pos[i].size())) break;
+          at[i] = 0;
+          if (i == 0) any = false;
+        }
+      }
+    }
+  return ys;
+}
+
+Tensor ref_nd_max(const Tensor& x, const NdCfg& c) {
+  const auto xv = vals(x);
+  std::vector<double> y;
+  Shape ys = nd_sweep(x.shape(), c, [&](int64_t o, int64_t i, int64_t) {
+    if (z(o) >= y.size()) y.resize(z(o) + 1, -INFINITY);
+    y[z(o)] = std::max(y[z(o)], xv[z(i)]);
+  });
+  y.resize(z(ys.numel()), -INFINITY);
+  return from_vals(y, ys);
+}
+
+Tensor ref_nd_avg(const Tensor& x, const NdCfg& c) {
+  const auto xv = vals(x);
+  std::vector<double> y(z(x.numel()) * 8 + 64, 0.0);
+  Shape ys = nd_sweep(x.shape(), c, [&](int64_t o, int64_t i, int64_t div) {
+    y[z(o)] += xv[z(i)] / static_cast<double>(div);
+  });
+  y.resize(z(ys.numel()));
+  return from_vals(y, ys);
+}
+
+Tensor ref_nd_avg_grad(const Tensor& g, const Shape& xs, const NdCfg& c) {
+  const auto gv = vals(g);
+  std::vector<double> dx(z(xs.numel()), 0.0);
+  nd_sweep(xs, c, [&](int64_t o, int64_t i, int64_t div) {
+    dx[z(i)] += gv[z(o)] / static_cast<double>(div);
+  });
+  return from_vals(dx, xs);
+}
+
+OpSample max_nd_sample(std::string name, Shape xs, NdCfg c, uint64_t seed) {
+  return OpSample{.ops = {"max_pool_nd", "max_pool2d_grad"},
+                  .name = std::move(name),
+                  .inputs = [=] { return In{rnd(xs, seed)}; },
+                  .run =
+                      [=](const In& in) {
+                        if (c.k.empty()) {
+                          if (c.out.size() == 1) return adaptive_max_pool1d(in[0], c.out);
+                          if (c.out.size() == 2) return adaptive_max_pool2d(in[0], c.out);
+                          return adaptive_max_pool3d(in[0], c.out);
+                        }
+                        if (c.k.size() == 1) return max_pool1d(in[0], c.k, c.s, c.p, c.d, c.ceil);
+                        if (c.k.size() == 2) return max_pool2d(in[0], c.k, c.s, c.p, c.d, c.ceil);
+                        return max_pool3d(in[0], c.k, c.s, c.p, c.d, c.ceil);
+                      },
+                  .reference = [=](const In& in) { return ref_nd_max(in[0], c); }};
+}
+
+OpSample avg_nd_sample(std::string name, Shape xs, NdCfg c, uint64_t seed) {
+  return OpSample{.ops = {"avg_pool_nd", "avg_pool_nd_grad"},
+                  .name = std::move(name),
+                  .inputs = [=] { return In{rnd(xs, seed)}; },
+                  .run =
+                      [=](const In& in) {
+                        if (c.k.empty()) {
+                          if (c.out.size() == 1) return adaptive_avg_pool1d(in[0], c.out);
+                          if (c.out.size() == 2) return adaptive_avg_pool2d(in[0], c.out);
+                          return adaptive_avg_pool3d(in[0], c.out);
+                        }
+                        if (c.k.size() == 1)
+                          return avg_pool1d(in[0], c.k, c.s, c.p, c.ceil, c.include_pad);
+                        if (c.k.size() == 2)
+                          return avg_pool2d(in[0], c.k, c.s, c.p, c.ceil, c.include_pad, c.divisor);
+                        return avg_pool3d(in[0], c.k, c.s, c.p, c.ceil, c.include_pad, c.divisor);
+                      },
+                  .reference = [=](const In& in) { return ref_nd_avg(in[0], c); }};
+}
+
+Attrs nd_attrs_of(const NdCfg& c) {
+  return Attrs{c.k, c.s, c.p, c.d, c.ceil, c.include_pad, c.divisor, c.out};
+}
+
+std::vector<OpSample> make_pool_nd_samples() {
+  std::vector<OpSample> v;
+  // max: ceil_mode, padding and dilation in 1, 2 and 3 dims; adaptive bins.
+  v.push_back(max_nd_sample("max1d_ceil_dil", {2, 3, 11}, {{3}, {2}, {1}, {2}, true}, 2001));
+  v.push_back(max_nd_sample("max2d_ceil_pad_dil", {2, 2, 7, 8},
+                            {{3, 2}, {2, 3}, {1, 1}, {2, 1}, true}, 2003));
+  v.push_back(max_nd_sample("max3d_pad", {1, 2, 5, 6, 5},
+                            {{2, 3, 2}, {2, 2, 1}, {1, 1, 0}, {1, 1, 2}, true}, 2005));
+  v.push_back(max_nd_sample("adaptive_max2d", {2, 2, 7, 5},
+                            {{}, {}, {}, {}, false, true, 0, {3, 4}}, 2007));
+  v.push_back(max_nd_sample("adaptive_max1d_unbatched", {3, 10},
+                            {{}, {}, {}, {}, false, true, 0, {4}}, 2009));
+  v.back().reference = [](const In& in) {
+    NdCfg c{{}, {}, {}, {}, false, true, 0, {4}};
+    Tensor r = ref_nd_max(unsqueeze(in[0], 0), c);
+    return reshape(r, Shape{3, 4});
+  };
+  // avg: ceil_mode with and without the padding counted, divisor_override, adaptive.
+  v.push_back(
+      avg_nd_sample("avg1d_ceil_nopad", {2, 2, 9}, {{3}, {2}, {1}, {1}, true, false}, 2011));
+  v.push_back(avg_nd_sample("avg2d_ceil_pad", {2, 2, 6, 7},
+                            {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true, true}, 2013));
+  v.push_back(avg_nd_sample("avg2d_divisor", {1, 3, 5, 5},
+                            {{2, 3}, {2, 1}, {1, 0}, {1, 1}, false, true, 5}, 2015));
+  v.push_back(avg_nd_sample("avg3d_ceil_nopad", {1, 2, 5, 4, 6},
+                            {{2, 2, 3}, {2, 1, 2}, {1, 0, 1}, {1, 1, 1}, true, false}, 2017));
+  v.push_back(avg_nd_sample("adaptive_avg3d", {1, 2, 5, 4, 7},
+                            {{}, {}, {}, {}, false, true, 0, {2, 3, 3}}, 2019));
+  v.push_back(
+      avg_nd_sample("adaptive_avg1d", {2, 3, 10}, {{}, {}, {}, {}, false, true, 0, {4}}, 2021));
+  // The gradient op directly (its own gradient is avg_pool_nd).
+  {
+    NdCfg c{{3, 2}, {2, 2}, {1, 1}, {1, 1}, true, false};
+    const Shape xs{2, 2, 6, 7};
+    v.push_back(OpSample{.ops = {"avg_pool_nd_grad", "avg_pool_nd"},
+                         .name = "avg_grad_direct",
+                         .inputs =
+                             [=] {
+                               return In{rnd(Shape{2, 2, 4, 4}, 2023)};
+                             },
+                         .run =
+                             [=](const In& in) {
+                               Attrs a = nd_attrs_of(c);
+                               return call1(
+                                   OpRegistry::get().at("avg_pool_nd_grad"), {in[0]},
+                                   {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], I64{6, 7}});
+                             },
+                         .reference = [=](const In& in) { return ref_nd_avg_grad(in[0], xs, c); }});
+  }
+  // max_unpool: distinct indices per plane (values land once each); the gradient gathers.
+  v.push_back(OpSample{.ops = {"max_unpool", "max_pool2d_gather"},
+                       .name = "unpool2d",
+                       .inputs =
+                           [] {
+                             return In{rnd(Shape{2, 3, 2, 2}, 2025),
+                                       idx(I64{0, 3, 9,  14, 1,  2, 5, 7, 15, 11, 4,  0,
+                                               6, 8, 10, 12, 13, 2, 3, 1, 0,  15, 14, 9},
+                                           Shape{2, 3, 2, 2})};
+                           },
+                       .run =
+                           [](const In& in) {
+                             return max_unpool2d(in[0], in[1], {2}, {2}, {0}, {4, 4});
+                           },
+                       .reference =
+                           [](const In& in) {
+                             const auto xv = vals(in[0]);
+                             const auto iv = ivals(in[1]);
+                             std::vector<double> y(6 * 16, 0.0);
+                             for (size_t q = 0; q < xv.size(); ++q)
+                               y[q / 4 * 16 + z(iv[q])] = xv[q];
+                             return from_vals(y, Shape{2, 3, 4, 4});
+                           }});
+  return v;
+}
+
+SampleRegistrar reg_pool_nd(make_pool_nd_samples());
+
 }  // namespace
 }  // namespace kiln::testing
