@@ -480,3 +480,122 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+// group_norm: [N, C, *] viewed as [N, G, C/G *]; each group normalized with its biased
+// variance (as torch), then the per-channel affine.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  const char* op = "group_norm";
+  if (!x.defined()) fail(op, "input is undefined");
+  op_util::require_float(op, x);
+  if (x.dim() < 2) fail(op, "input must be [N, C, *], got shape ", x.shape());
+  const int64_t C = x.size(1);
+  if (num_groups <= 0) fail(op, "num_groups must be positive, got ", num_groups);
+  if (C < 0) fail(op, "needs a static channel dim, got shape ", x.shape());
+  if (C % num_groups != 0)
+    fail(op, "expected number of channels in input (", C, ") to be divisible by num_groups (",
+         num_groups, "), input shape ", x.shape());
+  for (auto [t, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}})
+    if (t->defined() && (t->dim() != 1 || t->size(0) != C))
+      fail(op, what, " must have shape [", C, "], got ", t->shape(), " (input ", x.shape(), ")");
+  int64_t per = C / num_groups;
+  for (int64_t d = 2; d < x.dim(); ++d) {
+    if (x.size(d) < 0) fail(op, "needs static dims past the batch, got shape ", x.shape());
+    per *= x.size(d);
+  }
+  const Tensor xg = reshape(x, Shape{-1, num_groups, per});
+  const Tensor mu = mean(xg, {2}, true);
+  const Tensor v = var(xg, {2}, true, 0);
+  Tensor y = reshape(mul(sub(xg, mu), rsqrt(add(v, eps))), x.shape());
+  Shape bshape(static_cast<size_t>(x.dim()), 1);
+  bshape[1] = C;
+  if (weight.defined()) y = mul(y, reshape(as_dtype(weight, x.dtype()), bshape));
+  if (bias.defined()) y = add(y, reshape(as_dtype(bias, x.dtype()), bshape));
+  return y;
+}
+
+// instance_norm is batch_norm over [1, N C, *] (torch's own formulation): the running stats are
+// repeated per sample, updated by batch_norm, and averaged back over the batch.
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                     const Tensor& weight, const Tensor& bias, bool use_input_stats,
+                     double momentum, double eps) {
+  const char* op = "instance_norm";
+  if (!x.defined()) fail(op, "input is undefined");
+  op_util::require_float(op, x);
+  if (x.dim() < 3)
+    fail(op, "input must be [N, C, *] with at least one spatial dim, got shape ", x.shape());
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (x.size(d) < 0) fail(op, "needs static sizes, got shape ", x.shape());
+  const int64_t N = x.size(0), C = x.size(1);
+  if (running_mean.defined() != running_var.defined())
+    fail(op, "running_mean and running_var must both be given or both be undefined");
+  for (auto [t, what] :
+       {std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"},
+        std::pair{&weight, "weight"}, std::pair{&bias, "bias"}})
+    if (t->defined() && (t->dim() != 1 || t->size(0) != C))
+      fail(op, what, " must have shape [", C, "], got ", t->shape(), " (input ", x.shape(), ")");
+  // (as batch_norm: the update is written back into the buffers, which must be concrete floats)
+  for (auto [t, what] :
+       {std::pair{&running_mean, "running_mean"}, std::pair{&running_var, "running_var"}}) {
+    if (t->defined() && !is_floating(t->dtype()))
+      fail(op, what, " must be float32 or float64, got ", t->dtype(), " ", t->shape(), " (input ",
+           x.dtype(), " ", x.shape(), ")");
+    if (t->defined() && use_input_stats && !t->is_concrete())
+      fail(op, what, " is updated in place and must be a concrete tensor, got a graph value");
+  }
+  if (!use_input_stats && !running_mean.defined())
+    fail(op, "expected running_mean and running_var to be defined when use_input_stats is false");
+  if (use_input_stats) {
+    int64_t per = 1;
+    for (int64_t d = 2; d < x.dim(); ++d) per *= x.size(d);
+    if (per <= 1)
+      fail(op, "expected more than 1 spatial element when training, got input shape ", x.shape());
+  }
+  Shape s1 = x.shape();
+  s1[0] = 1;
+  s1[1] = N * C;
+  Tensor rm, rv;
+  if (running_mean.defined()) {
+    rm = repeat(as_dtype(running_mean, x.dtype()).detach(), {N});
+    rv = repeat(as_dtype(running_var, x.dtype()).detach(), {N});
+  }
+  Tensor y = batch_norm(reshape(x, s1), rm, rv, Tensor(), Tensor(), use_input_stats, momentum, eps);
+  y = reshape(y, x.shape());
+  if (use_input_stats && running_mean.defined()) {
+    NoGradGuard ng;
+    Tensor rm_out = running_mean, rv_out = running_var;
+    rm_out.copy_(mean(reshape(rm, Shape{N, C}), {0}));
+    rv_out.copy_(mean(reshape(rv, Shape{N, C}), {0}));
+  }
+  Shape bshape(static_cast<size_t>(x.dim()), 1);
+  bshape[1] = C;
+  if (weight.defined()) y = mul(y, reshape(as_dtype(weight, x.dtype()), bshape));
+  if (bias.defined()) y = add(y, reshape(as_dtype(bias, x.dtype()), bshape));
+  return y;
+}
+
+// torch's local_response_norm: x / (k + alpha * avg over `size` neighbouring channels of x^2)^beta,
+// the window zero-padded (size / 2 before, (size - 1) / 2 after) and averaged by size.
+Tensor local_response_norm(const Tensor& x, int64_t size, double alpha, double beta, double k) {
+  const char* op = "local_response_norm";
+  if (!x.defined()) fail(op, "input is undefined");
+  op_util::require_float(op, x);
+  if (x.dim() < 3) fail(op, "expected 3D or higher dimensional input, got shape ", x.shape());
+  if (size <= 0) fail(op, "size must be positive, got ", size);
+  for (int64_t d = 1; d < x.dim(); ++d)
+    if (x.size(d) < 0) fail(op, "needs static sizes past the batch, got shape ", x.shape());
+  const int64_t C = x.size(1);
+  Tensor sq = mul(x, x);
+  // [N, C, rest] -> [N, 1, C + size - 1, rest] summed over windows of `size` along C
+  int64_t rest = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) rest *= x.size(d);
+  Tensor s = unsqueeze(reshape(sq, Shape{-1, C, rest}), 1);
+  s = pad(s, {0, 0, size / 2, (size - 1) / 2});
+  s = avg_pool2d(s, {size, 1}, {1, 1});
+  const Tensor d = pow(add(mul(reshape(squeeze(s, 1), x.shape()), alpha), k), beta);
+  return div(x, d);
+}
+
+}  // namespace kiln
