@@ -297,3 +297,56 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+// With a mask or dropout the attention is composed from matmul, where / add, softmax and
+// dropout (their gradients flow to q, k, v and a float mask); without either it is the fused op.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    double scale, bool training) {
+  if (!q.defined() || !k.defined() || !v.defined()) fail(kOp, "undefined input");
+  if (!(dropout_p >= 0 && dropout_p <= 1))
+    fail(kOp, "dropout_p must be in [0, 1], got ", dropout_p);
+  const bool drop = training && dropout_p > 0;
+  if (!attn_mask.defined() && !drop) return scaled_dot_product_attention(q, k, v, is_causal, scale);
+  if (!std::isfinite(scale)) fail(kOp, "scale must be finite, got ", scale, " (q ", q.shape(), ")");
+  if (attn_mask.defined() && is_causal)
+    fail(kOp, "explicit attn_mask should not be set when is_causal=True (mask ", attn_mask.shape(),
+         ")");
+  op_util::require_float(kOp, q, "q");
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype())
+    fail(kOp, "q, k and v must have one dtype, got q ", q.dtype(), " ", q.shape(), ", k ",
+         k.dtype(), " ", k.shape(), ", v ", v.dtype(), " ", v.shape());
+  if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2)
+    fail(kOp, "q, k and v must be [..., T, E], got q ", q.shape(), ", k ", k.shape(), ", v ",
+         v.shape());
+  const int64_t E = q.size(-1), Tq = q.size(-2), Tk = k.size(-2);
+  if (!dim_eq(E, k.size(-1)) || !dim_eq(Tk, v.size(-2)))
+    fail(kOp, "shapes do not fit: q ", q.shape(), ", k ", k.shape(), ", v ", v.shape());
+  if (E < 0 && scale == 0) fail(kOp, "needs a static head dim (or a scale), got q ", q.shape());
+  const double sc = eff_scale(scale, E);
+  Tensor s = mul(matmul(q, transpose(k, -2, -1)), sc);
+  if (attn_mask.defined()) {
+    const Tensor& m = attn_mask;
+    if (m.dtype() != Bool && !is_floating(m.dtype()))
+      fail(kOp, "attn_mask must be bool or floating, got ", m.dtype(), " ", m.shape());
+    if (m.dim() > s.dim() || m.dim() < 1 || (!dim_eq(m.size(-1), Tk) && m.size(-1) != 1) ||
+        (m.dim() >= 2 && !dim_eq(m.size(-2), Tq) && m.size(-2) != 1))
+      fail(kOp, "attn_mask ", m.shape(), " does not broadcast to the attention weights ", s.shape(),
+           " (q ", q.shape(), ", k ", k.shape(), ")");
+    // bool: true = take part (torch); float: added to the scores.
+    s = m.dtype() == Bool ? where(m, s, scalar_tensor(-INFINITY, s.dtype()))
+                          : add(s, m.dtype() == s.dtype() ? m : cast(m, s.dtype()));
+  } else if (is_causal) {
+    if (Tq < 0 || Tk < 0)
+      fail(kOp, "is_causal needs static lengths, got q ", q.shape(), ", k ", k.shape());
+    const Tensor keep = cast(tril(ones(Shape{Tq, Tk}, Float32)), Bool);
+    s = where(keep, s, scalar_tensor(-INFINITY, s.dtype()));
+  }
+  Tensor p = softmax(s, -1);
+  if (drop) p = dropout(p, dropout_p, true);
+  return matmul(p, v);
+}
+
+}  // namespace kiln
