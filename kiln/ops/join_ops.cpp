@@ -214,6 +214,8 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   return cat(us, d);
 }
 std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim) {
+  // (a 0-d tensor has no dim to read: shape()[0] would be out of bounds)
+  if (a.dim() == 0) fail("split", "expects at least a 1-dimensional tensor, got a 0-d tensor");
   int64_t d = wrap_dim(dim, a.shape(), "split");
   int64_t total = 0;
   for (auto s : sizes) {
@@ -244,6 +246,7 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, in
 std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
   if (split_size <= 0)
     fail("split", "split_size must be positive, got ", split_size, " (shape ", a.shape(), ")");
+  if (a.dim() == 0) fail("split", "expects at least a 1-dimensional tensor, got a 0-d tensor");
   int64_t d = wrap_dim(dim, a.shape(), "split");
   int64_t n = a.shape()[d];
   if (n < 0)
@@ -257,6 +260,7 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
 std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
   if (chunks <= 0)
     fail("chunk", "chunks must be positive, got ", chunks, " (shape ", a.shape(), ")");
+  if (a.dim() == 0) fail("chunk", "expects at least a 1-dimensional tensor, got a 0-d tensor");
   int64_t d = wrap_dim(dim, a.shape(), "chunk");
   int64_t n = a.shape()[d];
   if (n < 0)
