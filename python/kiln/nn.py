@@ -533,6 +533,299 @@ class functional:
     gaussian_nll_loss = staticmethod(_C.gaussian_nll_loss)
     triplet_margin_loss = staticmethod(_C.triplet_margin_loss)
     scaled_dot_product_attention = staticmethod(_C.scaled_dot_product_attention)
+    # convolution, pooling, resampling, functional norms (kiln/ops/conv.cpp, pool.cpp, norm.cpp)
+    conv3d = staticmethod(_C.conv3d)
+    conv_transpose1d = staticmethod(_C.conv_transpose1d)
+    conv_transpose2d = staticmethod(_C.conv_transpose2d)
+    conv_transpose3d = staticmethod(_C.conv_transpose3d)
+    max_pool1d = staticmethod(_C.max_pool1d)
+    max_pool3d = staticmethod(_C.max_pool3d)
+    max_pool1d_with_indices = staticmethod(_C.max_pool1d_with_indices)
+    max_pool2d_with_indices = staticmethod(_C.max_pool2d_with_indices)
+    max_pool3d_with_indices = staticmethod(_C.max_pool3d_with_indices)
+    max_unpool1d = staticmethod(_C.max_unpool1d)
+    max_unpool2d = staticmethod(_C.max_unpool2d)
+    max_unpool3d = staticmethod(_C.max_unpool3d)
+    avg_pool1d = staticmethod(_C.avg_pool1d)
+    avg_pool3d = staticmethod(_C.avg_pool3d)
+    lp_pool1d = staticmethod(_C.lp_pool1d)
+    lp_pool2d = staticmethod(_C.lp_pool2d)
+    adaptive_avg_pool1d = staticmethod(_C.adaptive_avg_pool1d)
+    adaptive_avg_pool3d = staticmethod(_C.adaptive_avg_pool3d)
+    adaptive_max_pool1d = staticmethod(_C.adaptive_max_pool1d)
+    adaptive_max_pool2d = staticmethod(_C.adaptive_max_pool2d)
+    adaptive_max_pool3d = staticmethod(_C.adaptive_max_pool3d)
+    adaptive_max_pool1d_with_indices = staticmethod(_C.adaptive_max_pool1d_with_indices)
+    adaptive_max_pool2d_with_indices = staticmethod(_C.adaptive_max_pool2d_with_indices)
+    adaptive_max_pool3d_with_indices = staticmethod(_C.adaptive_max_pool3d_with_indices)
+    pixel_shuffle = staticmethod(_C.pixel_shuffle)
+    pixel_unshuffle = staticmethod(_C.pixel_unshuffle)
+    unfold = staticmethod(_C._unfold)
+    fold = staticmethod(_C._fold)
+    group_norm = staticmethod(_C.group_norm)
+    instance_norm = staticmethod(_C.instance_norm)
+    local_response_norm = staticmethod(_C.local_response_norm)
+
+
+# ---- convolution, pooling, resampling and norm modules (torch.nn's names and arguments) ----
+
+
+def _ntuple(v, n):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+class Conv3d(Module):
+    """3-D convolution over [N, C, D, H, W]; weight [out, in/groups, kD, kH, kW], initialized as
+    torch's (uniform in +-1/sqrt(fan_in))."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode="zeros"):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise _C.ValueError("[Conv3d] in_channels and out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise _C.ValueError(f"[Conv3d] padding_mode '{padding_mode}' is not supported")
+        k = _ntuple(kernel_size, 3)
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, k
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        fan_in = in_channels // groups * k[0] * k[1] * k[2]
+        bound = 1.0 / fan_in ** 0.5
+        self.weight = Parameter((_C.rand(out_channels, in_channels // groups, *k) * 2 - 1) * bound)
+        self.bias = Parameter((_C.rand(out_channels) * 2 - 1) * bound) if bias else None
+        if not bias:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        return _C.conv3d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                         self.groups)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}")
+
+
+class _Fn(Module):
+    """A module whose forward is one functional call with the arguments it was built with."""
+    _fn = None
+
+    def __init__(self, **kw):
+        super().__init__()
+        object.__setattr__(self, "_kw", kw)
+
+    def forward(self, x):
+        return type(self)._fn(x, **self._kw)
+
+    def extra_repr(self):
+        return ", ".join(f"{k}={v!r}" for k, v in self._kw.items())
+
+
+class MaxPool1d(_Fn):
+    _fn = staticmethod(_C.max_pool1d)
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         dilation=dilation, ceil_mode=ceil_mode, return_indices=return_indices)
+
+
+class MaxPool3d(MaxPool1d):
+    _fn = staticmethod(_C.max_pool3d)
+
+
+class AvgPool1d(_Fn):
+    _fn = staticmethod(_C.avg_pool1d)
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+
+
+class AvgPool3d(_Fn):
+    _fn = staticmethod(_C.avg_pool3d)
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+                         divisor_override=divisor_override)
+
+
+class MaxUnpool1d(_Fn):
+    _fn = staticmethod(_C.max_unpool1d)
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+
+    def forward(self, x, indices, output_size=None):
+        return type(self)._fn(x, indices, output_size=output_size, **self._kw)
+
+
+class MaxUnpool2d(MaxUnpool1d):
+    _fn = staticmethod(_C.max_unpool2d)
+
+
+class MaxUnpool3d(MaxUnpool1d):
+    _fn = staticmethod(_C.max_unpool3d)
+
+
+class LPPool1d(_Fn):
+    _fn = staticmethod(_C.lp_pool1d)
+
+    def __init__(self, norm_type, kernel_size, stride=None, ceil_mode=False):
+        super().__init__(norm_type=norm_type, kernel_size=kernel_size, stride=stride,
+                         ceil_mode=ceil_mode)
+
+
+class LPPool2d(LPPool1d):
+    _fn = staticmethod(_C.lp_pool2d)
+
+
+class AdaptiveAvgPool1d(_Fn):
+    _fn = staticmethod(_C.adaptive_avg_pool1d)
+
+    def __init__(self, output_size):
+        super().__init__(output_size=output_size)
+
+
+class AdaptiveAvgPool3d(AdaptiveAvgPool1d):
+    _fn = staticmethod(_C.adaptive_avg_pool3d)
+
+
+class AdaptiveMaxPool1d(_Fn):
+    _fn = staticmethod(_C.adaptive_max_pool1d)
+
+    def __init__(self, output_size, return_indices=False):
+        super().__init__(output_size=output_size, return_indices=return_indices)
+
+
+class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
+    _fn = staticmethod(_C.adaptive_max_pool2d)
+
+
+class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
+    _fn = staticmethod(_C.adaptive_max_pool3d)
+
+
+class PixelShuffle(_Fn):
+    _fn = staticmethod(_C.pixel_shuffle)
+
+    def __init__(self, upscale_factor):
+        super().__init__(upscale_factor=upscale_factor)
+
+
+class PixelUnshuffle(_Fn):
+    _fn = staticmethod(_C.pixel_unshuffle)
+
+    def __init__(self, downscale_factor):
+        super().__init__(downscale_factor=downscale_factor)
+
+
+class Unfold(_Fn):
+    _fn = staticmethod(_C._unfold)
+
+    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__(kernel_size=kernel_size, dilation=dilation, padding=padding,
+                         stride=stride)
+
+
+class Fold(_Fn):
+    _fn = staticmethod(_C._fold)
+
+    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__(output_size=output_size, kernel_size=kernel_size, dilation=dilation,
+                         padding=padding, stride=stride)
+
+
+class Upsample(_Fn):
+    _fn = staticmethod(_C.interpolate)
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None):
+        super().__init__(size=size, scale_factor=scale_factor, mode=mode,
+                         align_corners=align_corners,
+                         recompute_scale_factor=recompute_scale_factor)
+
+
+class LocalResponseNorm(_Fn):
+    _fn = staticmethod(_C.local_response_norm)
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
+        super().__init__(size=size, alpha=alpha, beta=beta, k=k)
+
+
+class _Pad(_Fn):
+    _fn = staticmethod(_C.pad)
+    _mode, _n = "constant", 1
+
+    def __init__(self, padding, value=None):
+        pad = _ntuple(padding, 2 * self._n)
+        kw = {"pad": list(pad), "mode": self._mode}
+        if value is not None:
+            kw["value"] = value
+        super().__init__(**kw)
+
+
+def _pad_class(name, mode, n, with_value=False):
+    if with_value:
+        def __init__(self, padding, value):
+            _Pad.__init__(self, padding, value)
+    else:
+        def __init__(self, padding):
+            _Pad.__init__(self, padding)
+    return type(name, (_Pad,), {"__init__": __init__, "_mode": mode, "_n": n,
+                                "__doc__": f"torch.nn.{name}: F.pad mode '{mode}'."})
+
+
+ReflectionPad1d = _pad_class("ReflectionPad1d", "reflect", 1)
+ReflectionPad2d = _pad_class("ReflectionPad2d", "reflect", 2)
+ReflectionPad3d = _pad_class("ReflectionPad3d", "reflect", 3)
+ReplicationPad1d = _pad_class("ReplicationPad1d", "replicate", 1)
+ReplicationPad2d = _pad_class("ReplicationPad2d", "replicate", 2)
+ReplicationPad3d = _pad_class("ReplicationPad3d", "replicate", 3)
+CircularPad1d = _pad_class("CircularPad1d", "circular", 1)
+CircularPad2d = _pad_class("CircularPad2d", "circular", 2)
+CircularPad3d = _pad_class("CircularPad3d", "circular", 3)
+ZeroPad2d = _pad_class("ZeroPad2d", "constant", 2)
+ConstantPad1d = _pad_class("ConstantPad1d", "constant", 1, True)
+ConstantPad2d = _pad_class("ConstantPad2d", "constant", 2, True)
+ConstantPad3d = _pad_class("ConstantPad3d", "constant", 3, True)
+
+
+class _InstanceNorm(Module):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
+                 track_running_stats=False):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = Parameter(_C.ones(num_features)) if affine else None
+        self.bias = Parameter(_C.zeros(num_features)) if affine else None
+        if track_running_stats:
+            self.register_buffer("running_mean", _C.zeros(num_features))
+            self.register_buffer("running_var", _C.ones(num_features))
+        else:
+            self.running_mean = self.running_var = None
+
+    def forward(self, x):
+        use_input_stats = self.training or not self.track_running_stats
+        return _C.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                use_input_stats, self.momentum, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalization over [N, C, L] (each sample's channel normalized by itself)."""
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalization over [N, C, H, W]."""
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalization over [N, C, D, H, W]."""
 
 
 def functional_call(module, params, *args, **kwargs):

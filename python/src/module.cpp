@@ -2,6 +2,10 @@
 // io, jit) in dependency order. The pure-Python package python/kiln re-exports it.
 #include "common.h"
 
+namespace kiln::python {
+void init_ops_conv_pool(py::module_& m, TensorClass& cls);  // ops_conv_pool.cpp
+}
+
 PYBIND11_MODULE(_C, m) {
   using namespace kiln::python;
   m.doc() = "Kiln's C++ core (tensors, ops, autograd, graphs, jit); import kiln instead.";
@@ -14,6 +18,7 @@ PYBIND11_MODULE(_C, m) {
   init_ops_nn(m, cls);
   init_ops_shape(m, cls);
   init_ops_ext(m, cls);
+  init_ops_conv_pool(m, cls);
   init_autograd(m, cls);
   init_graph(m);
   init_nn(m);

@@ -61,19 +61,6 @@ void init_ops_nn(py::module_& m, TensorClass& cls) {
       },
       py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "x @ w^T + b.");
   m.def(
-      "conv2d",
-      [](const Tensor& x, const Tensor& w, py::object b, py::object stride, py::object padding,
-         py::object dilation, int64_t groups) {
-        Tensor bt = opt_tensor(b);
-        auto s = pair_of(stride, "conv2d"), p = pair_of(padding, "conv2d"),
-             d = pair_of(dilation, "conv2d");
-        MaybeNoGil g(concrete(x));
-        return conv2d(x, w, bt, s, p, d, groups);
-      },
-      py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
-      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
-      "x [N, C, H, W], w [O, C/groups, kH, kW].");
-  m.def(
       "conv_transpose2d",
       [](const Tensor& x, const Tensor& w, py::object b, py::object stride, py::object padding,
          py::object output_padding, int64_t groups, py::object dilation) {
@@ -87,50 +74,6 @@ void init_ops_nn(py::module_& m, TensorClass& cls) {
       py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
       py::arg("padding") = 0, py::arg("output_padding") = 0, py::arg("groups") = 1,
       py::arg("dilation") = 1);
-  m.def(
-      "conv1d",
-      [](const Tensor& x, const Tensor& w, py::object b, int64_t stride, int64_t padding,
-         int64_t dilation, int64_t groups) {
-        Tensor bt = opt_tensor(b);
-        MaybeNoGil g(concrete(x));
-        return conv1d(x, w, bt, stride, padding, dilation, groups);
-      },
-      py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
-      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1);
-  m.def(
-      "adaptive_avg_pool2d",
-      [](const Tensor& x, py::object size) {
-        return adaptive_avg_pool2d(x, pair_of(size, "adaptive_avg_pool2d"));
-      },
-      py::arg("input"), py::arg("output_size"));
-  m.def(
-      "interpolate",
-      [](const Tensor& x, py::object size, const std::string& mode, py::object align) {
-        return interpolate(x, ints_from(size, "interpolate"), mode,
-                           !align.is_none() && align.cast<bool>());
-      },
-      py::arg("input"), py::arg("size"), py::arg("mode") = "nearest",
-      py::arg("align_corners") = py::none());
-  m.def(
-      "max_pool2d",
-      [](const Tensor& x, py::object k, py::object s, py::object p) {
-        auto kk = pair_of(k, "max_pool2d"), pp = pair_of(p, "max_pool2d");
-        auto ss = s.is_none() ? std::vector<int64_t>{} : pair_of(s, "max_pool2d");
-        MaybeNoGil g(concrete(x));
-        return max_pool2d(x, kk, ss, pp);
-      },
-      py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(),
-      py::arg("padding") = 0);
-  m.def(
-      "avg_pool2d",
-      [](const Tensor& x, py::object k, py::object s, py::object p) {
-        auto kk = pair_of(k, "avg_pool2d"), pp = pair_of(p, "avg_pool2d");
-        auto ss = s.is_none() ? std::vector<int64_t>{} : pair_of(s, "avg_pool2d");
-        MaybeNoGil g(concrete(x));
-        return avg_pool2d(x, kk, ss, pp);
-      },
-      py::arg("input"), py::arg("kernel_size"), py::arg("stride") = py::none(),
-      py::arg("padding") = 0);
   m.def(
       "layer_norm",
       [](const Tensor& x, py::object ns, py::object w, py::object b, double eps) {
@@ -151,15 +94,6 @@ void init_ops_nn(py::module_& m, TensorClass& cls) {
       py::arg("input"), py::arg("running_mean"), py::arg("running_var"),
       py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("training") = true,
       py::arg("momentum") = 0.1, py::arg("eps") = 1e-5);
-  m.def(
-      "scaled_dot_product_attention",
-      [](const Tensor& q, const Tensor& k, const Tensor& v, bool causal, py::object scale) {
-        double sc = scale.is_none() ? 0.0 : scale.cast<double>();
-        MaybeNoGil g(concrete(q));
-        return scaled_dot_product_attention(q, k, v, causal, sc);
-      },
-      py::arg("query"), py::arg("key"), py::arg("value"), py::arg("is_causal") = false,
-      py::arg("scale") = py::none(), "softmax(scale q k^T) v in one fused kernel each way.");
   m.def(
       "embedding", [](const Tensor& idx, const Tensor& w) { return embedding(w, idx); },
       py::arg("input"), py::arg("weight"),

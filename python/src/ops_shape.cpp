@@ -74,9 +74,20 @@ void init_ops_shape(py::module_& m, TensorClass& cls) {
   m.def(
       "detach", [](const Tensor& a) { return detach(a); }, py::arg("input"), "stop_gradient.");
   def_both(
-      m, cls, "pad", "Constant padding, torch.nn.functional.pad's order; negative crops.",
-      [](const Tensor& a, py::object pads, double v) { return pad(a, ints_from(pads, "pad"), v); },
-      py::arg("pad"), py::arg("value") = 0.0);
+      m, cls, "pad",
+      "torch.nn.functional.pad: mode 'constant' (negative amounts crop), 'reflect', 'replicate' "
+      "or 'circular'.",
+      [](const Tensor& a, py::object pads, py::object mode, py::object value) {
+        // (a number third is the value: Kiln's earlier pad(input, pad, value))
+        if (!mode.is_none() && !py::isinstance<py::str>(mode)) {
+          value = mode;
+          mode = py::none();
+        }
+        const std::string md = mode.is_none() ? "constant" : mode.cast<std::string>();
+        const double v = value.is_none() ? 0.0 : value.cast<double>();
+        return pad(a, ints_from(pads, "pad"), md, v);
+      },
+      py::arg("pad"), py::arg("mode") = "constant", py::arg("value") = py::none());
   def_both(
       m, cls, "as_strided", "A view with the given sizes and element strides.",
       [](const Tensor& a, py::object sz, py::object st, int64_t off) {

@@ -316,6 +316,18 @@ ELSEWHERE = {
 }
 
 
+# Convolution, pooling, resampling, functional norms: against torch in test_ops_conv_pool.py.
+ELSEWHERE |= {
+    "conv3d", "conv_transpose1d", "conv_transpose3d", "max_pool1d", "max_pool3d",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d", "avg_pool1d", "avg_pool3d", "lp_pool1d",
+    "lp_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+    "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "pixel_shuffle",
+    "pixel_unshuffle", "group_norm", "instance_norm", "local_response_norm",
+}
+
+
 def test_every_public_function_has_a_case():
     public = {n for n, v in vars(C).items()
               if not n.startswith("_") and callable(v) and not inspect.isclass(v)}
