@@ -269,4 +269,109 @@ std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
   return split(a, std::max<int64_t>(1, (n + chunks - 1) / chunks), d);
 }
 
+// ---- torch's split and stack variants (views and cat) -------------------------------------------
+
+std::vector<Tensor> tensor_split(const Tensor& a, const std::vector<int64_t>& indices,
+                                 int64_t dim) {
+  if (!a.defined()) fail("tensor_split", "input is undefined");
+  if (a.dim() == 0) fail("tensor_split", "input must have at least 1 dim, got a 0-d tensor");
+  const int64_t d = wrap_dim(dim, a.shape(), "tensor_split");
+  const int64_t n = a.size(d);
+  if (n < 0) fail("tensor_split", "needs a static size: dim ", d, " of shape ", a.shape());
+  std::vector<Tensor> out;
+  int64_t at = 0;
+  // Each piece is a[prev:cut] with Python's slice rules (cuts clamp to [0, n]; a cut before the
+  // previous one gives an empty piece, and the next piece starts at it), as torch.
+  for (int64_t i : indices) {
+    const int64_t e = std::clamp<int64_t>(i < 0 ? i + n : i, 0, n);
+    out.push_back(slice(a, d, at, std::max(e, at), 1));
+    at = e;
+  }
+  out.push_back(slice(a, d, at, n, 1));
+  return out;
+}
+
+std::vector<Tensor> tensor_split(const Tensor& a, int64_t sections, int64_t dim) {
+  if (!a.defined()) fail("tensor_split", "input is undefined");
+  if (a.dim() == 0) fail("tensor_split", "input must have at least 1 dim, got a 0-d tensor");
+  if (sections <= 0) fail("tensor_split", "sections must be positive, got ", sections);
+  const int64_t d = wrap_dim(dim, a.shape(), "tensor_split");
+  const int64_t n = a.size(d);
+  if (n < 0) fail("tensor_split", "needs a static size: dim ", d, " of shape ", a.shape());
+  std::vector<int64_t> cuts;
+  const int64_t q = n / sections, r = n % sections;
+  int64_t at = 0;
+  for (int64_t s = 0; s + 1 < sections; ++s) {
+    at += q + (s < r ? 1 : 0);
+    cuts.push_back(at);
+  }
+  return tensor_split(a, cuts, d);
+}
+
+namespace {
+std::vector<Tensor> split_even(const char* op, const Tensor& a, int64_t sections, int64_t dim) {
+  if (!a.defined()) fail(op, "input is undefined");
+  if (sections <= 0 || a.size(dim) < 0 || a.size(dim) % sections != 0)
+    fail(op, "dim ", dim, " of shape ", a.shape(), " does not divide into ", sections,
+         " equal sections");
+  return tensor_split(a, sections, dim);
+}
+int64_t hdim(const char* op, const Tensor& a) {
+  if (!a.defined() || a.dim() < 1) fail(op, "input must have at least 1 dim");
+  return a.dim() == 1 ? 0 : 1;
+}
+void need_rank(const char* op, const Tensor& a, int64_t r) {
+  if (!a.defined() || a.dim() < r)
+    fail(op, "input must have at least ", r, " dims, got ", a.defined() ? a.shape() : Shape{});
+}
+}  // namespace
+
+std::vector<Tensor> hsplit(const Tensor& a, int64_t sections) {
+  return split_even("hsplit", a, sections, hdim("hsplit", a));
+}
+std::vector<Tensor> hsplit(const Tensor& a, const std::vector<int64_t>& indices) {
+  return tensor_split(a, indices, hdim("hsplit", a));
+}
+std::vector<Tensor> vsplit(const Tensor& a, int64_t sections) {
+  need_rank("vsplit", a, 2);
+  return split_even("vsplit", a, sections, 0);
+}
+std::vector<Tensor> vsplit(const Tensor& a, const std::vector<int64_t>& indices) {
+  need_rank("vsplit", a, 2);
+  return tensor_split(a, indices, 0);
+}
+std::vector<Tensor> dsplit(const Tensor& a, int64_t sections) {
+  need_rank("dsplit", a, 3);
+  return split_even("dsplit", a, sections, 2);
+}
+std::vector<Tensor> dsplit(const Tensor& a, const std::vector<int64_t>& indices) {
+  need_rank("dsplit", a, 3);
+  return tensor_split(a, indices, 2);
+}
+
+Tensor hstack(const std::vector<Tensor>& xs) {
+  if (xs.empty()) fail("hstack", "expected at least one tensor");
+  std::vector<Tensor> ys;
+  for (const Tensor& x : xs) ys.push_back(atleast_1d(x));
+  return cat(ys, ys[0].dim() == 1 ? 0 : 1);
+}
+Tensor vstack(const std::vector<Tensor>& xs) {
+  if (xs.empty()) fail("vstack", "expected at least one tensor");
+  std::vector<Tensor> ys;
+  for (const Tensor& x : xs) ys.push_back(atleast_2d(x));
+  return cat(ys, 0);
+}
+Tensor dstack(const std::vector<Tensor>& xs) {
+  if (xs.empty()) fail("dstack", "expected at least one tensor");
+  std::vector<Tensor> ys;
+  for (const Tensor& x : xs) ys.push_back(atleast_3d(x));
+  return cat(ys, 2);
+}
+Tensor column_stack(const std::vector<Tensor>& xs) {
+  if (xs.empty()) fail("column_stack", "expected at least one tensor");
+  std::vector<Tensor> ys;
+  for (const Tensor& x : xs) ys.push_back(x.dim() <= 1 ? reshape(x, Shape{x.numel(), 1}) : x);
+  return cat(ys, 1);
+}
+
 }  // namespace kiln

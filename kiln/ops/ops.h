@@ -9,6 +9,7 @@
 #include <optional>
 #include <source_location>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -254,6 +255,42 @@ Tensor argmin(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool k
 Tensor sum_to(const Tensor& a, const Shape& shape);
 Tensor softmax(const Tensor& a, int64_t dim = -1);
 Tensor log_softmax(const Tensor& a, int64_t dim = -1);
+/// Product over dims (empty: all), torch.prod; integers and bools multiply as int64. The
+/// gradient is exact where inputs are zero (products of the other elements).
+Tensor prod(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// Running products along dim (torch.cumprod); integers and bools as int64.
+Tensor cumprod(const Tensor& a, int64_t dim);
+/// Running max (min) along dim and the int64 index where it was reached (the last of ties, as
+/// torch.cummax / cummin).
+std::pair<Tensor, Tensor> cummax(const Tensor& a, int64_t dim);
+std::pair<Tensor, Tensor> cummin(const Tensor& a, int64_t dim);
+/// log(cumsum(exp(a))) along dim, computed stably (torch.logcumsumexp).
+Tensor logcumsumexp(const Tensor& a, int64_t dim);
+/// torch.median: the lower median of all elements; along dim (values, int64 indices).
+Tensor median(const Tensor& a);
+std::pair<Tensor, Tensor> median(const Tensor& a, int64_t dim, bool keepdim = false);
+/// torch.mode: the most frequent value along dim (the smallest of equally frequent ones) and an
+/// index where it occurs.
+std::pair<Tensor, Tensor> mode(const Tensor& a, int64_t dim = -1, bool keepdim = false);
+/// Whether any (all) element over dims (empty: all) is nonzero; a bool tensor.
+Tensor any(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor all(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// torch.amax / amin: max and min over dims, the gradient shared evenly among ties.
+Tensor amax(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// torch.aminmax: {min, max} over all elements or along dim.
+std::pair<Tensor, Tensor> aminmax(const Tensor& a, std::optional<int64_t> dim = std::nullopt,
+                                  bool keepdim = false);
+/// {std, mean} and {var, mean} over dims in one call (torch.std_mean, torch.var_mean).
+std::pair<Tensor, Tensor> std_mean(const Tensor& a, const std::vector<int64_t>& dims = {},
+                                   bool keepdim = false, int64_t correction = 1);
+std::pair<Tensor, Tensor> var_mean(const Tensor& a, const std::vector<int64_t>& dims = {},
+                                   bool keepdim = false, int64_t correction = 1);
+/// The number of nonzero elements over dims (empty: all), int64.
+Tensor count_nonzero(const Tensor& a, const std::vector<int64_t>& dims = {});
+/// sum and mean treating NaN as absent (torch.nansum, torch.nanmean).
+Tensor nansum(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor nanmean(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 
 // ---- linear algebra, convolution, pooling --------------------------------------------------
 /// torch.matmul semantics: 1-D, 2-D, batched with broadcasting of batch dims.
@@ -267,6 +304,90 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta 
 /// labels missing from the output. Operands are contracted left to right with batched GEMMs.
 /// Repeated labels within one operand (diagonals) are not supported.
 Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
+/// torch.mm ([n, k] @ [k, m]), torch.bmm ([b, n, k] @ [b, k, m]), torch.mv ([n, k] @ [k]):
+/// matmul restricted to those ranks, without broadcasting.
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor mv(const Tensor& a, const Tensor& v);
+/// beta * input + alpha * (mat @ vec) (torch.addmv); input broadcasts to [n].
+Tensor addmv(const Tensor& input, const Tensor& mat, const Tensor& vec, double beta = 1,
+             double alpha = 1);
+/// beta * input + alpha * bmm(b1, b2) (torch.baddbmm); input broadcasts to [b, n, m].
+Tensor baddbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double beta = 1,
+               double alpha = 1);
+/// beta * input + alpha * sum_i b1[i] @ b2[i] (torch.addbmm); input broadcasts to [n, m].
+Tensor addbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double beta = 1,
+              double alpha = 1);
+/// Inner product of two 1-D tensors of equal size (torch.dot; vdot is the same for reals).
+Tensor dot(const Tensor& a, const Tensor& b);
+Tensor vdot(const Tensor& a, const Tensor& b);
+/// a[i] b[j] for 1-D a, b (torch.outer).
+Tensor outer(const Tensor& a, const Tensor& b);
+/// Sum over the last dims of a and b (torch.inner); a scalar operand multiplies.
+Tensor inner(const Tensor& a, const Tensor& b);
+/// torch.diag: a 1-D tensor becomes a square matrix with it on diagonal `diagonal`; a 2-D one
+/// gives that diagonal as 1-D.
+Tensor diag(const Tensor& a, int64_t diagonal = 0);
+/// The diagonal `offset` of the (dim1, dim2) planes, moved last (torch.diagonal); a view of
+/// contiguous inputs.
+Tensor diagonal(const Tensor& a, int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1);
+/// The last dim of `a` placed on diagonal `offset` of new dims dim1, dim2 (torch.diag_embed).
+Tensor diag_embed(const Tensor& a, int64_t offset = 0, int64_t dim1 = -2, int64_t dim2 = -1);
+/// Sum of the main diagonal of a 2-D tensor (torch.trace).
+Tensor trace(const Tensor& a);
+/// torch.tensordot: contracts the last `dims` dims of a with the first of b, or the listed dims.
+Tensor tensordot(const Tensor& a, const Tensor& b, int64_t dims = 2);
+Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<int64_t>& dims_a,
+                 const std::vector<int64_t>& dims_b);
+/// Kronecker product (torch.kron): the ranks are aligned by prepending 1s.
+Tensor kron(const Tensor& a, const Tensor& b);
+/// Cross product along dim (of size 3), broadcasting (torch.linalg.cross).
+Tensor cross(const Tensor& a, const Tensor& b, int64_t dim = -1);
+
+/// torch.linalg. Square-matrix ops work on the last two dims, batched over the leading ones,
+/// float32 and float64 (LAPACK). A singular / non-positive-definite batch element raises a
+/// kiln::Error naming the op and the element.
+namespace linalg {
+/// Vector norms (torch.linalg.vector_norm, same as kiln::vector_norm).
+Tensor vector_norm(const Tensor& a, double ord = 2, const std::vector<int64_t>& dims = {},
+                   bool keepdim = false);
+/// Matrix norms over dims (two of them): ord "fro", "nuc", or +-1, +-2, +-inf.
+Tensor matrix_norm(const Tensor& a, double ord, const std::vector<int64_t>& dims = {-2, -1},
+                   bool keepdim = false);
+Tensor matrix_norm(const Tensor& a, const std::string& ord = "fro",
+                   const std::vector<int64_t>& dims = {-2, -1}, bool keepdim = false);
+/// torch.linalg.norm: with ord unset the 2-norm of the flattened input (dims empty) or the
+/// vector / Frobenius norm of the 1 or 2 dims given; a number ord with two dims is a matrix
+/// norm, with one dim (or a 1-D input) a vector norm.
+Tensor norm(const Tensor& a, std::optional<double> ord = std::nullopt,
+            const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor norm(const Tensor& a, const std::string& ord, const std::vector<int64_t>& dims = {},
+            bool keepdim = false);
+Tensor det(const Tensor& a);
+/// {sign, log|det|}.
+std::pair<Tensor, Tensor> slogdet(const Tensor& a);
+Tensor inv(const Tensor& a);
+/// X with A X = B (left) or X A = B; B [..., n] is a batch of vectors when its rank is one less
+/// than A's (as torch).
+Tensor solve(const Tensor& a, const Tensor& b, bool left = true);
+/// L with A = L L^T (upper: U with A = U^T U).
+Tensor cholesky(const Tensor& a, bool upper = false);
+/// {Q, R}; mode "reduced", "complete" or "r" (Q empty).
+std::pair<Tensor, Tensor> qr(const Tensor& a, const std::string& mode = "reduced");
+/// {U, S, Vh} with A = U diag(S) Vh, S descending.
+std::tuple<Tensor, Tensor, Tensor> svd(const Tensor& a, bool full_matrices = true);
+Tensor svdvals(const Tensor& a);
+/// {eigenvalues ascending, eigenvectors as columns} of a symmetric matrix; UPLO "L" or "U" says
+/// which triangle is read.
+std::pair<Tensor, Tensor> eigh(const Tensor& a, const std::string& uplo = "L");
+Tensor eigvalsh(const Tensor& a, const std::string& uplo = "L");
+/// Pseudo-inverse through the SVD (eigh when hermitian); singular values <= rtol * max are
+/// dropped (rtol < 0: max(m, n) * eps of the dtype).
+Tensor pinv(const Tensor& a, double rtol = -1, bool hermitian = false);
+/// The number of singular values > max(atol, rtol * largest) (rtol < 0: max(m, n) * eps), int64.
+Tensor matrix_rank(const Tensor& a, double atol = 0, double rtol = -1, bool hermitian = false);
+Tensor cross(const Tensor& a, const Tensor& b, int64_t dim = -1);
+}  // namespace linalg
 /// x @ w^T + b, w is [out, in] (PyTorch layout).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 /// x [N, C, H, W], w [O, C/groups, kH, kW].
@@ -463,6 +584,135 @@ Tensor argsort(const Tensor& a, int64_t dim = -1, bool descending = false);
 Tensor tril(const Tensor& a, int64_t diagonal = 0);
 /// Upper triangle: x[..., i, j] where j - i >= diagonal, else 0.
 Tensor triu(const Tensor& a, int64_t diagonal = 0);
+
+// ---- indexing, shape helpers and host-read ops with torch's names (index_ops.cpp,
+// shape_ops.cpp, join_ops.cpp). Index tensors are int64 or int32; an index out of range raises
+// `[op] index i is out of range ... size n`. ---------------------------------------------------
+/// torch.scatter: a copy of `a` with src[i][j][k] written at a[index[i][j][k]][j][k] (dim = 0);
+/// reduce "" overwrites (a repeated index: the last write in row-major order wins), "add" and
+/// "multiply" combine with a's values, as torch 1.13's reduce argument. Differentiable in a and
+/// src when reduce is "" (torch has no gradient for the reduce forms; Kiln's is scatter_reduce's).
+Tensor scatter(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src,
+               const std::string& reduce = "");
+/// The same with every written value equal to `value` (torch.scatter's value form).
+Tensor scatter(const Tensor& a, int64_t dim, const Tensor& index, double value,
+               const std::string& reduce = "");
+/// torch.scatter_reduce: reduce "sum", "prod", "mean" (integer means floor), "amax" or "amin"
+/// of src's values at each index, together with a's own value when include_self. Gradients as
+/// torch for sum, mean, amax and amin (ties share the gradient evenly); prod has none.
+Tensor scatter_reduce(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src,
+                      const std::string& reduce, bool include_self = true);
+/// torch.index_put: a copy of `a` with a[indices[0], indices[1], ...] = values (accumulate:
+/// +=, repeated indices add up). The index tensors (int64/int32, negative counts from the end,
+/// or bool masks) index a's leading dims and broadcast together; values broadcast to the
+/// indexed shape. Differentiable in a and values.
+Tensor index_put(const Tensor& a, const std::vector<Tensor>& indices, const Tensor& values,
+                 bool accumulate = false);
+/// a[indices[0], indices[1], ...] (advanced indexing of the leading dims, as index_put reads).
+Tensor index(const Tensor& a, const std::vector<Tensor>& indices);
+/// torch.index_fill: `value` in the slices along dim that the 1-D index names.
+Tensor index_fill(const Tensor& a, int64_t dim, const Tensor& index, double value);
+/// torch.index_copy: src's slices along dim written at the positions index (1-D) names.
+Tensor index_copy(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+/// torch.take: the elements of flattened `a` at `index` (any shape; negative from the end).
+Tensor take(const Tensor& a, const Tensor& index);
+/// torch.take_along_dim: gather along dim after broadcasting a and indices (except along dim);
+/// dim = nullopt: take on the flattened a.
+Tensor take_along_dim(const Tensor& a, const Tensor& indices,
+                      std::optional<int64_t> dim = std::nullopt);
+/// torch.masked_scatter: a with the positions where mask (bool, broadcast) is true filled, in
+/// row-major order, with source's first elements. Reads the mask on the host, as nonzero.
+Tensor masked_scatter(const Tensor& a, const Tensor& mask, const Tensor& source,
+                      const std::source_location& loc = std::source_location::current());
+/// torch.unbind: the slices along dim, each without that dim.
+std::vector<Tensor> unbind(const Tensor& a, int64_t dim = 0);
+/// torch.movedim / moveaxis: dims `source` moved to positions `destination`, the others keep
+/// their order.
+Tensor movedim(const Tensor& a, const std::vector<int64_t>& source,
+               const std::vector<int64_t>& destination);
+Tensor movedim(const Tensor& a, int64_t source, int64_t destination);
+/// torch.swapaxes / swapdims (transpose).
+Tensor swapaxes(const Tensor& a, int64_t axis0, int64_t axis1);
+/// torch.tile: repeat with reps padded with leading 1s to a's rank.
+Tensor tile(const Tensor& a, const std::vector<int64_t>& reps);
+/// torch.narrow: `length` elements from `start` (negative from the end) along dim (a view).
+Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);
+/// torch.repeat_interleave: each element (slice along dim) repeated `repeats` times; dim =
+/// nullopt flattens first.
+Tensor repeat_interleave(const Tensor& a, int64_t repeats,
+                         std::optional<int64_t> dim = std::nullopt);
+/// Per-element counts (a 1-D or one-element int tensor; read on the host).
+Tensor repeat_interleave(const Tensor& a, const Tensor& repeats,
+                         std::optional<int64_t> dim = std::nullopt,
+                         const std::source_location& loc = std::source_location::current());
+/// The repeats-only form: i repeated repeats[i] times (int64).
+Tensor repeat_interleave(const Tensor& repeats,
+                         const std::source_location& loc = std::source_location::current());
+/// torch.fliplr (dim 1), flipud (dim 0), rot90 (k quarter turns from dims[0] towards dims[1]).
+Tensor fliplr(const Tensor& a);
+Tensor flipud(const Tensor& a);
+Tensor rot90(const Tensor& a, int64_t k = 1, const std::vector<int64_t>& dims = {0, 1});
+/// torch.tensor_split: `sections` nearly equal pieces (the first size % sections one longer),
+/// or pieces cut before each of `indices`; views.
+std::vector<Tensor> tensor_split(const Tensor& a, int64_t sections, int64_t dim = 0);
+std::vector<Tensor> tensor_split(const Tensor& a, const std::vector<int64_t>& indices,
+                                 int64_t dim = 0);
+/// torch.hsplit / vsplit / dsplit: tensor_split along dim 1 (0 for 1-D) / 0 / 2; an int must
+/// divide the size.
+std::vector<Tensor> hsplit(const Tensor& a, int64_t sections);
+std::vector<Tensor> hsplit(const Tensor& a, const std::vector<int64_t>& indices);
+std::vector<Tensor> vsplit(const Tensor& a, int64_t sections);
+std::vector<Tensor> vsplit(const Tensor& a, const std::vector<int64_t>& indices);
+std::vector<Tensor> dsplit(const Tensor& a, int64_t sections);
+std::vector<Tensor> dsplit(const Tensor& a, const std::vector<int64_t>& indices);
+/// torch.atleast_1d / 2d / 3d (views).
+Tensor atleast_1d(const Tensor& a);
+Tensor atleast_2d(const Tensor& a);
+Tensor atleast_3d(const Tensor& a);
+/// torch.broadcast_to (expand) and broadcast_tensors (each expanded to the common shape).
+Tensor broadcast_to(const Tensor& a, const Shape& shape);
+std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& xs);
+/// torch.meshgrid: indexing "ij" (matrix) or "xy" (Cartesian: the first two dims swapped).
+std::vector<Tensor> meshgrid(const std::vector<Tensor>& xs, const std::string& indexing = "ij");
+/// torch.hstack / vstack / dstack / column_stack.
+Tensor hstack(const std::vector<Tensor>& xs);
+Tensor vstack(const std::vector<Tensor>& xs);
+Tensor dstack(const std::vector<Tensor>& xs);
+Tensor column_stack(const std::vector<Tensor>& xs);
+/// torch.triu_indices / tril_indices: [2, n] int64 coordinates of the kept entries of a
+/// row x col matrix, row-major.
+Tensor triu_indices(int64_t row, int64_t col, int64_t offset = 0);
+Tensor tril_indices(int64_t row, int64_t col, int64_t offset = 0);
+/// torch.argwhere (nonzero); nonzero(as_tuple=True) and torch.where(cond): one int64 1-D
+/// tensor of coordinates per dim.
+Tensor argwhere(const Tensor& a, const std::source_location& loc = std::source_location::current());
+std::vector<Tensor> nonzero_tuple(
+    const Tensor& a, const std::source_location& loc = std::source_location::current());
+std::vector<Tensor> where(const Tensor& cond,
+                          const std::source_location& loc = std::source_location::current());
+/// torch.searchsorted: for each value, the index in sorted_sequence (1-D, or N-D with the
+/// values' leading dims) where it would be inserted keeping the order; right: after equal
+/// entries. int64 (int32 with out_int32). `sorter` (optional): the indices that sort
+/// sorted_sequence along its last dim.
+Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool out_int32 = false,
+                    bool right = false, const Tensor& sorter = Tensor());
+/// torch.bucketize: searchsorted in the 1-D `boundaries`.
+Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32 = false,
+                 bool right = false);
+/// torch.unique with dim = None: the distinct values (ascending; torch leaves the order of
+/// sorted = false unspecified, and Kiln sorts then too), the index of each input element in
+/// them (input's shape) and the count of each. Read on the host (a graph break under jit, as
+/// nonzero).
+struct UniqueResult {
+  Tensor values, inverse, counts;
+};
+UniqueResult unique(const Tensor& a, bool sorted = true,
+                    const std::source_location& loc = std::source_location::current());
+/// torch.unique_consecutive (dim = None): one value per run of equal consecutive elements.
+UniqueResult unique_consecutive(const Tensor& a,
+                                const std::source_location& loc = std::source_location::current());
+/// torch.logspace: base ** linspace(start, end, steps).
+Tensor logspace(double start, double end, int64_t steps, double base = 10.0, DType dtype = Float32);
 
 enum class Reduction { None, Mean, Sum };
 /// logits [N, C] (or [N, C, d...]) and class indices [N] (int64).

@@ -862,6 +862,193 @@ Tensor repeat(const Tensor& a, const std::vector<int64_t>& reps) {
   return reshape(expand(reshape(a, inter), expanded), out);
 }
 
+// ---- torch shape helpers: compositions of views, flip and cat ----------------------------------
+
+std::vector<Tensor> unbind(const Tensor& a, int64_t dim) {
+  if (!a.defined()) fail("unbind", "input is undefined");
+  if (a.dim() == 0) fail("unbind", "input must have at least 1 dim, got a 0-d tensor");
+  const int64_t d = wrap_dim(dim, a.shape(), "unbind");
+  const int64_t n = a.size(d);
+  if (n < 0) fail("unbind", "needs a static size: dim ", d, " of shape ", a.shape(), " is dynamic");
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(a.select(d, i));
+  return out;
+}
+
+Tensor movedim(const Tensor& a, const std::vector<int64_t>& source,
+               const std::vector<int64_t>& destination) {
+  if (!a.defined()) fail("movedim", "input is undefined");
+  if (source.size() != destination.size())
+    fail("movedim", "source ", ints_str(source), " and destination ", ints_str(destination),
+         " must have the same number of dims");
+  const int64_t r = a.dim();
+  if (r == 0) {  // only dim 0 (or -1) names a scalar's one position: nothing moves
+    for (size_t k = 0; k < source.size(); ++k) {
+      (void)wrap_dim(source[k], a.shape(), "movedim");
+      (void)wrap_dim(destination[k], a.shape(), "movedim");
+    }
+    return a;
+  }
+  std::vector<int64_t> perm(static_cast<size_t>(r), -1);
+  std::vector<bool> src_used(static_cast<size_t>(r), false);
+  for (size_t k = 0; k < source.size(); ++k) {
+    const int64_t s = wrap_dim(source[k], a.shape(), "movedim");
+    const int64_t t = wrap_dim(destination[k], a.shape(), "movedim");
+    if (src_used[static_cast<size_t>(s)] || perm[static_cast<size_t>(t)] >= 0)
+      fail("movedim", "repeated dim in source ", ints_str(source), " or destination ",
+           ints_str(destination));
+    src_used[static_cast<size_t>(s)] = true;
+    perm[static_cast<size_t>(t)] = s;
+  }
+  int64_t next = 0;
+  for (int64_t t = 0; t < r; ++t) {
+    if (perm[static_cast<size_t>(t)] >= 0) continue;
+    while (src_used[static_cast<size_t>(next)]) ++next;
+    perm[static_cast<size_t>(t)] = next++;
+  }
+  bool ident = true;
+  for (int64_t t = 0; t < r; ++t) ident = ident && perm[static_cast<size_t>(t)] == t;
+  return ident ? a : permute(a, perm);
+}
+
+Tensor movedim(const Tensor& a, int64_t source, int64_t destination) {
+  return movedim(a, std::vector<int64_t>{source}, std::vector<int64_t>{destination});
+}
+
+Tensor swapaxes(const Tensor& a, int64_t axis0, int64_t axis1) {
+  return transpose(a, axis0, axis1);
+}
+
+Tensor tile(const Tensor& a, const std::vector<int64_t>& reps) {
+  if (!a.defined()) fail("tile", "input is undefined");
+  std::vector<int64_t> r = reps;
+  if (static_cast<int64_t>(r.size()) < a.dim()) r.insert(r.begin(), a.dim() - r.size(), 1);
+  return repeat(a, r);
+}
+
+Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length) {
+  if (!a.defined()) fail("narrow", "input is undefined");
+  return a.narrow(dim, start, length);
+}
+
+Tensor repeat_interleave(const Tensor& a, int64_t repeats, std::optional<int64_t> dim) {
+  if (!a.defined()) fail("repeat_interleave", "input is undefined");
+  if (repeats < 0) fail("repeat_interleave", "repeats must be >= 0, got ", repeats);
+  const Tensor x = dim && a.dim() > 0 ? a : reshape(a, Shape{-1});
+  const int64_t d = dim && a.dim() > 0 ? wrap_dim(*dim, x.shape(), "repeat_interleave") : 0;
+  // [.., n, ..] -> [.., n, 1, ..] expanded to [.., n, repeats, ..] -> [.., n * repeats, ..]
+  std::vector<int64_t> exv = x.shape().vec();
+  exv.insert(exv.begin() + d + 1, repeats);
+  const Shape ex(exv);
+  Shape out = x.shape();
+  out[d] = x.shape()[d] < 0 ? -1 : x.shape()[d] * repeats;
+  for (int64_t e = 0; e < x.dim(); ++e)
+    if (e != d && x.shape()[e] < 0)
+      fail("repeat_interleave", "needs a static size: shape ", x.shape(), " is dynamic");
+  return reshape(expand(unsqueeze(x, d + 1), ex), out);
+}
+
+Tensor fliplr(const Tensor& a) {
+  if (!a.defined() || a.dim() < 2)
+    fail("fliplr", "input must have at least 2 dims, got ", a.defined() ? a.shape() : Shape{});
+  return flip(a, {1});
+}
+
+Tensor flipud(const Tensor& a) {
+  if (!a.defined() || a.dim() < 1)
+    fail("flipud", "input must have at least 1 dim, got ", a.defined() ? a.shape() : Shape{});
+  return flip(a, {0});
+}
+
+Tensor rot90(const Tensor& a, int64_t k, const std::vector<int64_t>& dims) {
+  if (!a.defined()) fail("rot90", "input is undefined");
+  if (dims.size() != 2 || a.dim() < 2)
+    fail("rot90", "needs 2 dims and an input of rank >= 2, got dims ", ints_str(dims),
+         " for shape ", a.shape());
+  const int64_t d0 = wrap_dim(dims[0], a.shape(), "rot90"),
+                d1 = wrap_dim(dims[1], a.shape(), "rot90");
+  if (d0 == d1) fail("rot90", "dims must differ, got ", ints_str(dims));
+  switch (((k % 4) + 4) % 4) {
+    case 1:
+      return transpose(flip(a, {d1}), d0, d1);
+    case 2:
+      return flip(a, {d0, d1});
+    case 3:
+      return flip(transpose(a, d0, d1), {d1});
+    default:
+      return clone(a);
+  }
+}
+
+Tensor atleast_1d(const Tensor& a) {
+  if (!a.defined()) fail("atleast_1d", "input is undefined");
+  return a.dim() >= 1 ? a : reshape(a, Shape{1});
+}
+Tensor atleast_2d(const Tensor& a) {
+  if (!a.defined()) fail("atleast_2d", "input is undefined");
+  if (a.dim() >= 2) return a;
+  return a.dim() == 0 ? reshape(a, Shape{1, 1}) : unsqueeze(a, 0);
+}
+Tensor atleast_3d(const Tensor& a) {
+  if (!a.defined()) fail("atleast_3d", "input is undefined");
+  if (a.dim() >= 3) return a;
+  if (a.dim() == 0) return reshape(a, Shape{1, 1, 1});
+  if (a.dim() == 1) return unsqueeze(unsqueeze(a, 0), 2);
+  return unsqueeze(a, 2);
+}
+
+Tensor broadcast_to(const Tensor& a, const Shape& shape) {
+  if (!a.defined()) fail("broadcast_to", "input is undefined");
+  return expand(a, shape);
+}
+
+std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return {};
+  Shape s = xs[0].shape();
+  for (size_t k = 1; k < xs.size(); ++k)
+    s = broadcast_shapes(s, xs[k].shape(), "broadcast_tensors");
+  std::vector<Tensor> out;
+  for (const Tensor& x : xs) out.push_back(x.shape() == s ? x : expand(x, s));
+  return out;
+}
+
+std::vector<Tensor> meshgrid(const std::vector<Tensor>& xs, const std::string& indexing) {
+  if (indexing != "ij" && indexing != "xy")
+    fail("meshgrid", "indexing must be 'ij' or 'xy', got '", indexing, "'");
+  if (xs.empty()) fail("meshgrid", "expected at least one tensor");
+  for (const Tensor& x : xs)
+    if (!x.defined() || x.dim() > 1)
+      fail("meshgrid", "expected 0-d or 1-d tensors, got shape ",
+           x.defined() ? x.shape() : Shape{});
+  const bool swap = indexing == "xy" && xs.size() >= 2;
+  // Cartesian indexing: the ij grids of (xs[1], xs[0], xs[2], ...), the first two swapped back.
+  std::vector<Tensor> in = xs;
+  if (swap) std::swap(in[0], in[1]);
+  Shape s;
+  for (const Tensor& x : in) s.push_back(x.numel());
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < in.size(); ++k) {
+    std::vector<int64_t> v(static_cast<size_t>(s.rank()), 1);
+    v[k] = s[static_cast<int64_t>(k)];
+    Tensor g = expand(reshape(in[k], Shape(v)), s);
+    out.push_back(g);
+  }
+  if (swap) std::swap(out[0], out[1]);
+  return out;
+}
+
+Tensor logspace(double start, double end, int64_t steps, double base, DType dtype) {
+  if (steps < 0) fail("logspace", "steps must be >= 0, got ", steps);
+  std::vector<double> v(static_cast<size_t>(steps));
+  const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
+  // As torch's linspace: from the start for the first half, from the end for the rest.
+  for (int64_t i = 0; i < steps; ++i)
+    v[static_cast<size_t>(i)] = std::pow(
+        base, steps == 1 || i < steps / 2 ? start + step * static_cast<double>(i)
+                                          : end - step * static_cast<double>(steps - 1 - i));
+  return cast(tensor(v, {steps}), dtype);
+}
+
 // ---- Tensor methods that are ops -------------------------------------------------------------
 
 Tensor Tensor::reshape(const Shape& s) const { return kiln::reshape(*this, s); }
@@ -887,6 +1074,7 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
   return kiln::slice(*this, dim, start, end, step);
 }
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
+  if (this->dim() == 0) fail("narrow", "input must have at least 1 dim, got a 0-d tensor");
   int64_t d = wrap_dim(dim, shape(), "narrow");
   int64_t n = shape()[d];
   if (start < 0) start += n;
@@ -896,6 +1084,7 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   return kiln::slice(*this, d, start, start + length, 1);
 }
 Tensor Tensor::select(int64_t dim, int64_t i) const {
+  if (this->dim() == 0) fail("select", "input must have at least 1 dim, got a 0-d tensor");
   int64_t d = wrap_dim(dim, shape(), "select");
   int64_t n = shape()[d];
   if (n < 0) {

@@ -31,7 +31,6 @@ void init_ops_nn(py::module_& m, TensorClass& cls) {
         return matmul(a, b);
       },
       py::arg("other"));
-  m.attr("mm") = m.attr("matmul");
   m.def(
       "addmm",
       [](const Tensor& in, const Tensor& a, const Tensor& b, double beta, double alpha) {
@@ -118,8 +117,17 @@ void init_ops_nn(py::module_& m, TensorClass& cls) {
         return index_add(a, dim, idx, src);
       },
       py::arg("dim"), py::arg("index"), py::arg("source"));
-  def_both(m, cls, "nonzero", "Coordinates [n, rank] of the nonzero elements.",
-           [](const Tensor& a) { return nonzero(a); });
+  def_both(
+      m, cls, "nonzero",
+      "Coordinates [n, rank] of the nonzero elements (as_tuple: one 1-D tensor per dim).",
+      [](const Tensor& a, bool as_tuple) -> py::object {
+        if (!as_tuple) return py::cast(nonzero(a));
+        const std::vector<Tensor> v = nonzero_tuple(a);
+        py::tuple t(v.size());
+        for (size_t i = 0; i < v.size(); ++i) t[i] = py::cast(v[i]);
+        return t;
+      },
+      py::kw_only(), py::arg("as_tuple") = false);
   def_both(
       m, cls, "masked_select", "The elements where mask is true, 1-D.",
       [](const Tensor& a, const Tensor& mask) { return masked_select(a, mask); }, py::arg("mask"));

@@ -2,7 +2,9 @@
 // slice, expand, squeeze, unsqueeze, detach, as_strided) and copies (clone, cast, cat, slice_grad
 // through slice's gradient, as_strided_scatter). References index the row-major float64 data with
 // naive loops.
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "kiln/dispatch/dispatch.h"
 #include "samples/op_samples.h"
@@ -547,6 +549,195 @@ std::vector<OpSample> make_samples() {
 }
 
 static SampleRegistrar reg(make_samples());
+
+// ---- indexing primitives with torch names: scatter (overwrite and reductions), index_put,
+// searchsorted. Overwrite samples use indices without repeats per destination (a repeated
+// write keeps one value, whose gradient finite differences cannot see).
+
+using I64 = std::vector<int64_t>;
+
+Tensor ref_scatter(const Tensor& a, int64_t dim, const Tensor& ix, const Tensor& src,
+                   const std::string& red, bool self) {
+  auto out = vals(a);
+  auto iv = ix.to_vector<int64_t>();
+  auto sv = vals(src);
+  std::vector<int64_t> cnt(out.size(), self || red == "none" ? 1 : 0);
+  for (int64_t i = 0; i < ix.numel(); ++i) {
+    Idx c = unravel(i, ix.shape());
+    const double val = sv[static_cast<size_t>(ravel(c, src.shape()))];
+    c[static_cast<size_t>(dim)] = iv[static_cast<size_t>(i)];
+    const size_t p = static_cast<size_t>(ravel(c, a.shape()));
+    double& o = out[p];
+    if (cnt[p] == 0 || red == "none")
+      o = val;
+    else if (red == "sum" || red == "mean")
+      o += val;
+    else if (red == "prod")
+      o *= val;
+    else if (red == "amax")
+      o = std::max(o, val);
+    else
+      o = std::min(o, val);
+    ++cnt[p];
+  }
+  if (red == "mean")
+    for (size_t p = 0; p < out.size(); ++p)
+      if (cnt[p] > 1) out[p] /= static_cast<double>(cnt[p]);
+  return from_vals(out, a.shape());
+}
+
+// values[b..., rest...] broadcast from v's shape (right-aligned, size-1 dims repeat).
+double bcast_at(const std::vector<double>& v, const Shape& vs, const Idx& c) {
+  int64_t r = 0;
+  const size_t off = c.size() - static_cast<size_t>(vs.rank());
+  for (int64_t d = 0; d < vs.rank(); ++d)
+    r = r * vs[d] + (vs[d] == 1 ? 0 : c[off + static_cast<size_t>(d)]);
+  return v[static_cast<size_t>(r)];
+}
+
+Tensor ref_index_put(const Tensor& a, const std::vector<Tensor>& ix, const Tensor& values,
+                     bool acc) {
+  auto out = vals(a);
+  auto vv = vals(values);
+  const Shape& as = a.shape();
+  const int64_t k = static_cast<int64_t>(ix.size());
+  Shape B = ix[0].shape();
+  std::vector<I64> iv;
+  for (const auto& t : ix) iv.push_back(t.to_vector<int64_t>());
+  Shape rest, full = B;
+  for (int64_t d = k; d < as.rank(); ++d) {
+    rest.push_back(as[d]);
+    full.push_back(as[d]);
+  }
+  for (int64_t q = 0; q < full.numel(); ++q) {
+    const Idx c = unravel(q, full);
+    Idx dst;
+    const int64_t p = q / rest.numel();
+    for (int64_t i = 0; i < k; ++i) {
+      int64_t x = iv[static_cast<size_t>(i)][static_cast<size_t>(p)];
+      dst.push_back(x < 0 ? x + as[i] : x);
+    }
+    for (int64_t d = B.rank(); d < full.rank(); ++d) dst.push_back(c[static_cast<size_t>(d)]);
+    double& o = out[static_cast<size_t>(ravel(dst, as))];
+    const double val = bcast_at(vv, values.shape(), c);
+    o = acc ? o + val : val;
+  }
+  return from_vals(out, as);
+}
+
+std::vector<OpSample> make_index_samples() {
+  std::vector<OpSample> v;
+  auto sc = [](std::string name, std::string red, bool self, Shape as, int64_t dim, I64 iv,
+               Shape is, Shape ss, bool i32 = false) {
+    OpSample o;
+    o.ops = {"scatter", "gather"};
+    o.name = std::move(name);
+    o.inputs = [as, iv, is, ss, i32] {
+      Tensor ix = tensor(iv, is);
+      return In{rnd(as, 151), i32 ? cast(ix, Int32) : ix, rnd(ss, 152)};
+    };
+    o.run = [dim, red, self](const In& in) {
+      if (red == "none") return scatter(in[0], dim, in[1], in[2]);
+      return scatter_reduce(in[0], dim, in[1], in[2], red, self);
+    };
+    o.reference = [dim, red, self](const In& in) {
+      return ref_scatter(in[0], dim < 0 ? dim + in[0].dim() : dim, in[1], in[2], red, self);
+    };
+    o.differentiable = red != "prod";
+    o.noncontig_inputs = {0, 2};
+    return o;
+  };
+  // Distinct destinations per column for the overwrite; repeats for the reductions.
+  v.push_back(sc("none_dim0", "none", true, {3, 4}, 0, {2, 0, 1, 2, 0, 1, 2, 0}, {2, 4}, {2, 4}));
+  v.push_back(sc("none_dim1_src_larger_int32", "none", true, {3, 4}, -1, {3, 0, 1, 2, 0, 3}, {3, 2},
+                 {3, 3}, true));
+  v.push_back(sc("sum_repeats", "sum", true, {3, 4}, 1, {0, 0, 3, 1, 2, 2}, {3, 2}, {3, 2}));
+  v.push_back(sc("sum_exclude_self", "sum", false, {3, 4}, 1, {0, 0, 3, 1, 2, 2}, {3, 2}, {3, 2}));
+  v.push_back(sc("mean_repeats", "mean", true, {4, 3}, 0, {0, 0, 2, 3, 0, 2}, {2, 3}, {2, 3}));
+  v.push_back(
+      sc("mean_exclude_self", "mean", false, {4, 3}, 0, {0, 0, 2, 3, 0, 2}, {2, 3}, {2, 3}));
+  v.push_back(sc("amax", "amax", true, {3, 4}, 1, {0, 0, 3, 1, 2, 2}, {3, 2}, {3, 2}));
+  v.push_back(sc("amin_exclude_self", "amin", false, {2, 3, 2}, 1,
+                 {0, 2, 0, 0, 1, 1, 2, 0, 2, 1, 0, 0}, {2, 3, 2}, {2, 3, 2}));
+  v.push_back(sc("prod_forward", "prod", true, {3, 4}, 1, {0, 0, 3, 1, 2, 2}, {3, 2}, {3, 2}));
+
+  auto ip = [](std::string name, bool acc, Shape as, std::vector<I64> ivs, Shape is, Shape vs,
+               bool i32 = false) {
+    OpSample o;
+    o.ops = {"index_put", "index_select"};
+    o.name = std::move(name);
+    o.inputs = [as, ivs, is, vs, i32] {
+      In in{rnd(as, 161), rnd(vs, 162)};
+      for (const auto& iv : ivs) {
+        Tensor t = tensor(iv, is);
+        in.push_back(i32 ? cast(t, Int32) : t);
+      }
+      return in;
+    };
+    o.run = [acc](const In& in) {
+      return index_put(in[0], std::vector<Tensor>(in.begin() + 2, in.end()), in[1], acc);
+    };
+    o.reference = [acc](const In& in) {
+      return ref_index_put(in[0], std::vector<Tensor>(in.begin() + 2, in.end()), in[1], acc);
+    };
+    o.noncontig_inputs = {0};
+    return o;
+  };
+  v.push_back(ip("rows", false, {4, 3}, {{2, 0}}, {2}, {2, 3}));
+  v.push_back(ip("rows_accumulate_repeats", true, {4, 3}, {{2, 0, 2, -1}}, {4}, {4, 3}));
+  v.push_back(
+      ip("two_dims_negative_int32", false, {3, 4, 2}, {{0, -1, 1}, {3, 0, -4}}, {3}, {3, 2}, true));
+  v.push_back(ip("broadcast_values", true, {3, 4}, {{1, 1, 0}, {2, 2, 3}}, {3}, {1}));
+  v.push_back(ip("matrix_index", false, {5, 2}, {{4, 0, 1, 3}}, {2, 2}, {2, 2, 2}));
+
+  auto ss = [](std::string name, Shape seq, Shape vals_shape, bool right, bool i32) {
+    OpSample o;
+    o.ops = {"searchsorted"};
+    o.name = std::move(name);
+    o.inputs = [seq, vals_shape] {
+      // Rows sorted ascending, with a repeat so `right` matters; values hit entries exactly too.
+      std::vector<double> s = vals(rnd(seq, 171));
+      const int64_t m = seq[seq.rank() - 1];
+      for (size_t r = 0; r < s.size(); r += static_cast<size_t>(m)) {
+        std::sort(s.begin() + static_cast<int64_t>(r), s.begin() + static_cast<int64_t>(r) + m);
+        s[r + 1] = s[r];
+      }
+      std::vector<double> q = vals(rnd(vals_shape, 172));
+      q[0] = s[0];
+      return In{from_vals(s, seq), from_vals(q, vals_shape)};
+    };
+    o.run = [right, i32](const In& in) { return searchsorted(in[0], in[1], i32, right); };
+    o.reference = [right](const In& in) {
+      auto s = vals(in[0]);
+      auto q = vals(in[1]);
+      const int64_t m = in[0].shape()[in[0].dim() - 1];
+      const int64_t per = in[0].dim() == 1 ? in[1].numel() : in[1].shape()[in[1].dim() - 1];
+      std::vector<double> out;
+      for (size_t i = 0; i < q.size(); ++i) {
+        const size_t row = in[0].dim() == 1 ? 0 : (i / static_cast<size_t>(per)) * m;
+        int64_t c = 0;
+        for (int64_t j = 0; j < m; ++j) {
+          const double x = s[row + static_cast<size_t>(j)];
+          c += right ? (x <= q[i]) : (x < q[i]);
+        }
+        out.push_back(static_cast<double>(c));
+      }
+      return from_vals(out, in[1].shape());
+    };
+    o.check = [i32](const In&, const Tensor& out) {
+      return out.dtype() == (i32 ? Int32 : Int64) ? std::string() : std::string("wrong dtype");
+    };
+    o.differentiable = false;
+    return o;
+  };
+  v.push_back(ss("seq_1d_left", {6}, {2, 5}, false, false));
+  v.push_back(ss("seq_1d_right_int32", {6}, {7}, true, true));
+  v.push_back(ss("batched_rows", {3, 5}, {3, 4}, false, false));
+  v.push_back(ss("batched_rows_right", {2, 4}, {2, 3}, true, false));
+  return v;
+}
+
+static SampleRegistrar reg_index(make_index_samples());
 
 }  // namespace
 }  // namespace kiln::testing
