@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 BUILD_DEPS := cmake ninja-build g++ make libdnnl-dev libopenblas-dev libgtest-dev libgmock-dev \
               libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata \
-              libbenchmark-dev zlib1g-dev pkg-config libopenmpi-dev openmpi-bin
+              libbenchmark-dev zlib1g-dev pkg-config liblapacke-dev libopenmpi-dev openmpi-bin
 # The Python package (python/): pybind11 and Debian's python3 with NumPy and pytest.
 PYTHON_DEPS := pybind11-dev python3-dev python3-numpy python3-pytest
 DATA_DEPS := dataset-fashion-mnist fortunes

@@ -19,7 +19,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 # of a dlopen()ed library's dynamic TLS crashes (glibc 2.36, clang 16: "Tracer caught signal
 # 11" after "DTLS ... at 0x0002...").
 libs=(-L"$lib" -lkiln -Wl,-rpath,"$PWD/$lib" -lonnx_proto -lprotobuf -lz -lgomp
-      -Wl,--no-as-needed -ldnnl -lopenblas -Wl,--as-needed)
+      -Wl,--no-as-needed -ldnnl -lopenblas -llapacke -Wl,--as-needed)
 objs=()
 for src in kiln/onnx/*.cpp kiln/io/safetensors.cpp kiln/io/idx.cpp kiln/io/npy.cpp; do
   o="$out/obj/$(basename "${src%.cpp}").o"

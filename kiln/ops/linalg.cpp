@@ -27,9 +27,14 @@ void check_matmul(const Tensor& a, const Tensor& b) {
     fail("matmul", "both arguments must be at least 1-D, got shapes ", a.shape(), " and ",
          b.shape());
   if (!is_floating(a.dtype()) || !is_floating(b.dtype()))
-    fail("matmul", "only float32 and float64 are supported, got ", a.dtype(), " and ", b.dtype(),
+    fail("matmul", "only floating dtypes are supported, got ", a.dtype(), " and ", b.dtype(),
          " (shapes ", a.shape(), " and ", b.shape(), ")");
-  op_util::require_same_dtype("matmul", a, b);
+  // Under autocast, as the op will receive them (float32 and bfloat16 mix there).
+  const DType da = autocast_input_dtype(AutocastPolicy::kLower, a.dtype());
+  const DType db = autocast_input_dtype(AutocastPolicy::kLower, b.dtype());
+  if (da != db)
+    fail("matmul", "both arguments must have the same dtype, got ", da, " ", a.shape(), " and ", db,
+         " ", b.shape());
   int64_t ka = a.shape()[a.dim() - 1];
   int64_t kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
   if (ka >= 0 && kb >= 0 && ka != kb)
@@ -171,6 +176,79 @@ void matmul_impl(const Tensor& a0, const Tensor& b0, const Tensor* bias, Tensor&
   }
 }
 
+// float32 copy of a bfloat16 (or float16) tensor, for the paths oneDNN declines.
+Tensor widened(const Tensor& t) {
+  Tensor w = empty(t.shape(), Float32);
+  op_util::copy_cast_kernel(t, w);
+  return w;
+}
+
+// Whether operand offsets batch_offset(i) are i * step for one step (stride 0 included), so one
+// batched primitive covers every matrix.
+bool uniform_batches(int64_t nbatch, const Shape& os, const Strides& st, int64_t* step) {
+  *step = nbatch > 1 ? batch_offset(1, os, st) : 0;
+  for (int64_t i = 2; i < nbatch; ++i)
+    if (batch_offset(i, os, st) != i * *step) return false;
+  return true;
+}
+
+const uint16_t* bf16_bits(const Tensor& t) { return static_cast<const uint16_t*>(t.raw_data()); }
+
+// The native bfloat16 kernel of matmul: oneDNN's bfloat16 matmul (AVX512-BF16 or AMX, float32
+// accumulation, the bias added in its epilogue), as matmul_impl lays the operands out. Where
+// oneDNN declines (a CBLAS build), the product is computed in float32 and rounded once.
+void matmul_bf16(const Tensor& a0, const Tensor& b0, const Tensor* bias, Tensor& out) {
+  Tensor a = a0, b = b0;
+  const int64_t ra = a.dim(), rb = b.dim();
+  const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
+  auto la = blas_layout(m, k, a.strides()[ra - 2], a.strides()[ra - 1]);
+  if (!la) {
+    a = raw_contiguous_copy(a);
+    la = blas_layout(m, k, a.strides()[ra - 2], a.strides()[ra - 1]);
+  }
+  auto lb = blas_layout(k, n, b.strides()[rb - 2], b.strides()[rb - 1]);
+  if (!lb) {
+    b = raw_contiguous_copy(b);
+    lb = blas_layout(k, n, b.strides()[rb - 2], b.strides()[rb - 1]);
+  }
+  const Shape& os = out.shape();
+  int64_t nbatch = 1;
+  for (int64_t d = 0; d < os.rank() - 2; ++d) nbatch *= os[d];
+  if (nbatch == 0 || m == 0 || n == 0) return;
+  const Strides sa = batch_strides(a, os), sb = batch_strides(b, os);
+  Tensor bc;
+  if (bias) bc = bias->is_contiguous() ? *bias : raw_contiguous_copy(*bias);
+  const uint16_t* pbias = bias ? bf16_bits(bc) : nullptr;
+  bool one_gemm = nbatch == 1;
+  if (!one_gemm && !la->trans) {
+    one_gemm = true;
+    for (int64_t i = 1; i < nbatch && one_gemm; ++i)
+      one_gemm = batch_offset(i, os, sb) == 0 && batch_offset(i, os, sa) == i * m * la->ld;
+  }
+  bool done = false;
+  int64_t stepa = 0, stepb = 0;
+  if (one_gemm)
+    done = gemm_bf16(la->trans, lb->trans, 1, nbatch * m, n, k, 1.f, bf16_bits(a), la->ld, 0,
+                     bf16_bits(b), lb->ld, 0, pbias, 0.f, out.raw_data(), n, 0, true);
+  else if (uniform_batches(nbatch, os, sa, &stepa) && uniform_batches(nbatch, os, sb, &stepb))
+    done = gemm_bf16(la->trans, lb->trans, nbatch, m, n, k, 1.f, bf16_bits(a), la->ld, stepa,
+                     bf16_bits(b), lb->ld, stepb, pbias, 0.f, out.raw_data(), n, m * n, true);
+  if (!done && !one_gemm) {
+    done = true;
+    uint16_t* pc = static_cast<uint16_t*>(out.raw_data());
+    for (int64_t i = 0; i < nbatch && done; ++i)
+      done =
+          gemm_bf16(la->trans, lb->trans, 1, m, n, k, 1.f, bf16_bits(a) + batch_offset(i, os, sa),
+                    la->ld, 0, bf16_bits(b) + batch_offset(i, os, sb), lb->ld, 0, pbias, 0.f,
+                    pc + i * m * n, n, 0, true);
+  }
+  if (done) return;
+  Tensor wout = empty(out.shape(), Float32), wbias;
+  if (bias) wbias = widened(bc);
+  matmul_impl<float>(widened(a0), widened(b0), bias ? &wbias : nullptr, wout);
+  op_util::copy_cast_kernel(wout, out);
+}
+
 MetaList infer_matmul(std::span<const Tensor> in, const Attrs&) {
   if (in.size() != 2 && in.size() != 3)
     fail("matmul", "takes a, b and an optional bias, got ", in.size(), " inputs");
@@ -200,6 +278,7 @@ const OpDef& kMatmul = def_op(
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
            const Tensor* bias = in.size() == 3 ? &in[2] : nullptr;
+           if (out[0].dtype() == BF16) return matmul_bf16(in[0], in[1], bias, out[0]);
            KILN_DISPATCH_FLOAT(out[0].dtype(), "matmul",
                                [&] { matmul_impl<scalar_t>(in[0], in[1], bias, out[0]); });
          },
@@ -251,8 +330,10 @@ const OpDef& kMatmul = def_op(
              return TensorList{da, db, c.need(2) ? sum_to(c.g(), c.in(2).shape()) : Tensor()};
            return TensorList{da, db};
          },
+     .autocast = AutocastPolicy::kLower,
      .doc = "batched matrix product of rank >= 2 operands with broadcast batch dims (+ an "
-            "optional bias row)"});
+            "optional bias row)",
+     .native_dtypes = dtype_bit(BF16)});
 
 // ---- addmm: beta * input + alpha * (a @ b) in one GEMM -----------------------------------------
 
@@ -262,10 +343,10 @@ void check_addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
     fail("addmm", "input, a and b must be defined tensors");
   if (a.dim() != 2 || b.dim() != 2)
     fail("addmm", "a and b must be 2-D, got shapes ", a.shape(), " and ", b.shape());
-  if (!is_floating(a.dtype()) || a.dtype() != b.dtype() || input.dtype() != a.dtype())
-    fail("addmm", "input, a and b must share one floating dtype (float32 or float64), got ",
-         input.dtype(), " ", input.shape(), ", ", a.dtype(), " ", a.shape(), " and ", b.dtype(),
-         " ", b.shape());
+  auto dt = [](const Tensor& t) { return autocast_input_dtype(AutocastPolicy::kLower, t.dtype()); };
+  if (!is_floating(a.dtype()) || dt(a) != dt(b) || dt(input) != dt(a))
+    fail("addmm", "input, a and b must share one floating dtype, got ", input.dtype(), " ",
+         input.shape(), ", ", a.dtype(), " ", a.shape(), " and ", b.dtype(), " ", b.shape());
   const int64_t m = a.shape()[0], ka = a.shape()[1], kb = b.shape()[0], n = b.shape()[1];
   if (ka >= 0 && kb >= 0 && ka != kb)
     fail("addmm", "cannot multiply shapes ", a.shape(), " and ", b.shape(), ": inner dims ", ka,
@@ -332,6 +413,44 @@ void addmm_impl(const Tensor& input, const Tensor& a0, const Tensor& b0, double 
           lb->ld, gbeta, pc, n);
 }
 
+// The native bfloat16 kernel of addmm: out = input (broadcast), then oneDNN's bfloat16 matmul
+// adds alpha * a @ b onto it (sum post-op, float32 accumulation); float32 where it declines.
+void addmm_bf16(const Tensor& input, const Tensor& a0, const Tensor& b0, double beta, double alpha,
+                Tensor& out) {
+  Tensor a = a0, b = b0;
+  const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  if (m == 0 || n == 0) return;
+  auto la = blas_layout(m, k, a.strides()[0], a.strides()[1]);
+  if (!la) {
+    a = raw_contiguous_copy(a);
+    la = blas_layout(m, k, a.strides()[0], a.strides()[1]);
+  }
+  auto lb = blas_layout(k, n, b.strides()[0], b.strides()[1]);
+  if (!lb) {
+    b = raw_contiguous_copy(b);
+    lb = blas_layout(k, n, b.strides()[0], b.strides()[1]);
+  }
+  uint16_t* pc = static_cast<uint16_t*>(out.raw_data());
+  const bool in_place =
+      input.raw_data() == out.raw_data() && input.shape() == out.shape() && input.is_contiguous();
+  if (beta != 0 && !in_place) {
+    const Shape& is = input.shape();
+    const int64_t r = is.rank();
+    const int64_t si = r == 2 && is[0] != 1 ? input.strides()[0] : 0;
+    const int64_t sj = r >= 1 && is[r - 1] != 1 ? input.strides()[r - 1] : 0;
+    const uint16_t* pi = bf16_bits(input);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) pc[i * n + j] = pi[i * si + j * sj];
+  }
+  if (k > 0 && gemm_bf16(la->trans, lb->trans, 1, m, n, k, static_cast<float>(alpha), bf16_bits(a),
+                         la->ld, 0, bf16_bits(b), lb->ld, 0, nullptr,
+                         beta != 0 ? static_cast<float>(beta) : 0.f, pc, n, 0, true))
+    return;
+  Tensor wout = beta != 0 ? widened(out) : empty(out.shape(), Float32);
+  addmm_impl<float>(wout, widened(a0), widened(b0), beta, alpha, wout);
+  op_util::copy_cast_kernel(wout, out);
+}
+
 MetaList infer_addmm(std::span<const Tensor> in, const Attrs&) {
   check_addmm(in[0], in[1], in[2]);
   return one(in[1].dtype(), Shape{in[1].shape()[0], in[2].shape()[1]});
@@ -345,6 +464,8 @@ const OpDef& kAddmm = def_op(
      .infer = infer_addmm,
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& at) {
+           if (out[0].dtype() == BF16)
+             return addmm_bf16(in[0], in[1], in[2], at.f(0), at.f(1), out[0]);
            KILN_DISPATCH_FLOAT(out[0].dtype(), "addmm", [&] {
              addmm_impl<scalar_t>(in[0], in[1], in[2], at.f(0), at.f(1), out[0]);
            });
@@ -365,8 +486,10 @@ const OpDef& kAddmm = def_op(
            if (c.need(2)) db = scaled(matmul(transpose(c.in(1), 0, 1), c.g()), alpha);
            return TensorList{di, da, db};
          },
+     .autocast = AutocastPolicy::kLower,
      .doc = "beta * input + alpha * (a @ b) for 2-D a and b, input broadcast to the product "
-            "(torch.addmm), the product accumulated onto the input by the GEMM"});
+            "(torch.addmm), the product accumulated onto the input by the GEMM",
+     .native_dtypes = dtype_bit(BF16)});
 
 }  // namespace
 
@@ -405,7 +528,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   // the add pass alone was ~170 us in W7's step; the epilogue saves more, see matmul_impl).
   if (b.defined() && x.dim() >= 2) return call1(kMatmul, {x, transpose(w, 0, 1), b});
   Tensor y = matmul(x, transpose(w, 0, 1));
-  return b.defined() ? add(y, b) : y;
+  // (under autocast the bias is cast as matmul's inputs were, as torch's linear casts it)
+  return b.defined() ? add(y, autocast_arg(AutocastPolicy::kLower, b)) : y;
 }
 
 // ---- einsum ----------------------------------------------------------------------------------
@@ -638,6 +762,235 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
   acc = sum_out(acc, out);
   const Tensor r = permuted(acc, out);
   return r.is_same(operands[0]) ? clone(r) : r;
+}
+
+// ---- products by name, diagonals, tensordot, kron, cross (composites over matmul and views) --
+
+namespace {
+void need_rank(const char* op, const Tensor& t, int64_t r, const char* what) {
+  if (!t.defined()) fail(op, what, " is undefined");
+  if (t.dim() != r) fail(op, what, " must be ", r, "-D, got shape ", t.shape());
+}
+// beta * input + r, as torch's add* ops: beta = 0 ignores input (NaN included); input must
+// broadcast to r's shape.
+Tensor add_scaled(const char* op, const Tensor& input, const Tensor& r, double beta) {
+  if (!input.defined()) fail(op, "input is undefined");
+  if (!broadcastable_to(input.shape(), r.shape()))
+    fail(op, "input of shape ", input.shape(), " does not broadcast to the product's shape ",
+         r.shape());
+  if (beta == 0) return r;
+  return add(beta == 1 ? input : mul(input, beta), r);
+}
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  need_rank("mm", a, 2, "self");
+  need_rank("mm", b, 2, "mat2");
+  return matmul(a, b);
+}
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  need_rank("bmm", a, 3, "self");
+  need_rank("bmm", b, 3, "mat2");
+  if (a.shape()[0] >= 0 && b.shape()[0] >= 0 && a.shape()[0] != b.shape()[0])
+    fail("bmm", "batch sizes differ: shapes ", a.shape(), " and ", b.shape());
+  return matmul(a, b);
+}
+Tensor mv(const Tensor& a, const Tensor& v) {
+  need_rank("mv", a, 2, "self");
+  need_rank("mv", v, 1, "vec");
+  return matmul(a, v);
+}
+Tensor addmv(const Tensor& input, const Tensor& mat, const Tensor& vec, double beta, double alpha) {
+  const Tensor r = mv(mat, vec);
+  return add_scaled("addmv", input, alpha == 1 ? r : mul(r, alpha), beta);
+}
+Tensor baddbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double beta, double alpha) {
+  const Tensor r = bmm(b1, b2);
+  return add_scaled("baddbmm", input, alpha == 1 ? r : mul(r, alpha), beta);
+}
+Tensor addbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double beta, double alpha) {
+  const Tensor r = sum(bmm(b1, b2), {0});
+  return add_scaled("addbmm", input, alpha == 1 ? r : mul(r, alpha), beta);
+}
+Tensor dot(const Tensor& a, const Tensor& b) {
+  need_rank("dot", a, 1, "self");
+  need_rank("dot", b, 1, "tensor");
+  if (a.shape()[0] >= 0 && b.shape()[0] >= 0 && a.shape()[0] != b.shape()[0])
+    fail("dot", "1-D tensors of different sizes: ", a.shape(), " and ", b.shape());
+  op_util::require_same_dtype("dot", a, b);
+  if (is_floating(a.dtype())) return matmul(a, b);
+  return sum(mul(a, b));
+}
+Tensor vdot(const Tensor& a, const Tensor& b) { return dot(a, b); }
+Tensor outer(const Tensor& a, const Tensor& b) {
+  need_rank("outer", a, 1, "self");
+  need_rank("outer", b, 1, "vec2");
+  return mul(unsqueeze(a, 1), unsqueeze(b, 0));
+}
+Tensor inner(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) fail("inner", "inputs must be defined");
+  if (a.dim() == 0 || b.dim() == 0) return mul(a, b);
+  return tensordot(a, b, {a.dim() - 1}, {b.dim() - 1});
+}
+
+Tensor diagonal(const Tensor& a, int64_t offset, int64_t dim1, int64_t dim2) {
+  if (!a.defined()) fail("diagonal", "input is undefined");
+  if (a.dim() < 2) fail("diagonal", "input must have at least 2 dims, got shape ", a.shape());
+  const Shape& s = a.shape();
+  const int64_t d1 = wrap_dim(dim1, s, "diagonal"), d2 = wrap_dim(dim2, s, "diagonal");
+  if (d1 == d2) fail("diagonal", "dim1 and dim2 cannot be the same dim (", d1, ")");
+  for (int64_t d = 0; d < s.rank(); ++d)
+    if (s[d] < 0) fail("diagonal", "needs a static size, got shape ", s);
+  const int64_t n1 = s[d1], n2 = s[d2];
+  const int64_t len = offset >= 0 ? std::max<int64_t>(0, std::min(n1, n2 - offset))
+                                  : std::max<int64_t>(0, std::min(n1 + offset, n2));
+  // A strided view of the contiguous input: other dims in order, then the diagonal.
+  const Tensor c = contiguous(a);
+  Strides st(static_cast<size_t>(s.rank()), 1);
+  for (int64_t d = s.rank() - 2; d >= 0; --d) st[d] = st[d + 1] * std::max<int64_t>(s[d + 1], 1);
+  std::vector<int64_t> sizes, strides;
+  for (int64_t d = 0; d < s.rank(); ++d)
+    if (d != d1 && d != d2) {
+      sizes.push_back(s[d]);
+      strides.push_back(st[d]);
+    }
+  sizes.push_back(len);
+  strides.push_back(st[d1] + st[d2]);
+  const int64_t start = len == 0 ? 0 : (offset >= 0 ? offset * st[d2] : -offset * st[d1]);
+  return as_strided(c, sizes, strides, start);
+}
+
+Tensor diag_embed(const Tensor& a, int64_t offset, int64_t dim1, int64_t dim2) {
+  if (!a.defined()) fail("diag_embed", "input is undefined");
+  if (a.dim() < 1) fail("diag_embed", "input must have at least 1 dim, got a 0-d tensor");
+  const int64_t r = a.dim() + 1;
+  const int64_t d1 = wrap_dim(dim1, r, "diag_embed"), d2 = wrap_dim(dim2, r, "diag_embed");
+  if (d1 == d2) fail("diag_embed", "dim1 and dim2 cannot be the same dim (", d1, ")");
+  const int64_t len = a.shape()[a.dim() - 1];
+  if (len < 0) fail("diag_embed", "needs a static size, got shape ", a.shape());
+  const int64_t k = offset < 0 ? -offset : offset, n = len + k;
+  // Row i of the [n, n] block holds v[i] at column i + offset (offset >= 0); for a negative
+  // offset column j holds v[j] at row j - offset: a mask of the one diagonal times v broadcast
+  // along rows or columns.
+  const Tensor v = k == 0 ? a : pad(a, {0, k});
+  const Tensor mask = cast(tril(triu(ones(Shape{n, n}, Float32), offset), offset), a.dtype());
+  const Tensor m = mul(offset >= 0 ? unsqueeze(v, -1) : unsqueeze(v, -2), mask);
+  // m's new dims are last (r - 2, r - 1); put them at d1, d2.
+  std::vector<int64_t> perm(static_cast<size_t>(r), -1);
+  perm[d1] = r - 2;
+  perm[d2] = r - 1;
+  int64_t next = 0;
+  for (auto& p : perm)
+    if (p < 0) p = next++;
+  bool identity = true;
+  for (int64_t i = 0; i < r; ++i) identity = identity && perm[i] == i;
+  return identity ? m : permute(m, perm);
+}
+
+Tensor diag(const Tensor& a, int64_t diagonal_) {
+  if (!a.defined()) fail("diag", "input is undefined");
+  if (a.dim() == 1) return diag_embed(a, diagonal_, 0, 1);
+  if (a.dim() == 2) return diagonal(a, diagonal_, 0, 1);
+  fail("diag", "input must be 1-D or 2-D, got shape ", a.shape());
+}
+
+Tensor trace(const Tensor& a) {
+  need_rank("trace", a, 2, "input");
+  return sum(diagonal(a, 0, 0, 1));
+}
+
+Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<int64_t>& dims_a,
+                 const std::vector<int64_t>& dims_b) {
+  if (!a.defined() || !b.defined()) fail("tensordot", "inputs must be defined");
+  if (dims_a.size() != dims_b.size())
+    fail("tensordot", "both dim lists must have the same length, got ", Shape(dims_a), " and ",
+         Shape(dims_b));
+  std::vector<bool> ca(static_cast<size_t>(a.dim())), cb(static_cast<size_t>(b.dim()));
+  std::vector<int64_t> pa, pb, free_a, free_b;
+  int64_t K = 1, Fa = 1, Fb = 1;
+  for (size_t i = 0; i < dims_a.size(); ++i) {
+    const int64_t da = wrap_dim(dims_a[i], a.shape(), "tensordot");
+    const int64_t db = wrap_dim(dims_b[i], b.shape(), "tensordot");
+    if (ca[da] || cb[db])
+      fail("tensordot", "a dim appears twice in ", Shape(dims_a), " / ", Shape(dims_b));
+    ca[da] = cb[db] = true;
+    if (a.shape()[da] != b.shape()[db])
+      fail("tensordot", "contracted dims differ in size: dim ", da, " of ", a.shape(), " and dim ",
+           db, " of ", b.shape());
+    K *= a.shape()[da];
+  }
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (!ca[d]) {
+      pa.push_back(d);
+      free_a.push_back(a.shape()[d]);
+      Fa *= a.shape()[d];
+    }
+  for (size_t i = 0; i < dims_a.size(); ++i)
+    pa.push_back(wrap_dim(dims_a[i], a.shape(), "tensordot"));
+  for (size_t i = 0; i < dims_b.size(); ++i)
+    pb.push_back(wrap_dim(dims_b[i], b.shape(), "tensordot"));
+  for (int64_t d = 0; d < b.dim(); ++d)
+    if (!cb[d]) {
+      pb.push_back(d);
+      free_b.push_back(b.shape()[d]);
+      Fb *= b.shape()[d];
+    }
+  const Tensor a2 = reshape(permute(a, pa), Shape{Fa, K});
+  const Tensor b2 = reshape(permute(b, pb), Shape{K, Fb});
+  const Tensor r = is_floating(a.dtype()) && is_floating(b.dtype())
+                       ? matmul(a2, b2)
+                       : sum(mul(unsqueeze(a2, 2), unsqueeze(b2, 0)), {1});
+  Shape out(free_a);
+  for (auto x : free_b) out.push_back(x);
+  return reshape(r, out);
+}
+
+Tensor tensordot(const Tensor& a, const Tensor& b, int64_t dims) {
+  if (!a.defined() || !b.defined()) fail("tensordot", "inputs must be defined");
+  if (dims < 0 || dims > a.dim() || dims > b.dim())
+    fail("tensordot", "dims must be in [0, min(rank)], got ", dims, " for shapes ", a.shape(),
+         " and ", b.shape());
+  std::vector<int64_t> da, db;
+  for (int64_t i = 0; i < dims; ++i) {
+    da.push_back(a.dim() - dims + i);
+    db.push_back(i);
+  }
+  return tensordot(a, b, da, db);
+}
+
+Tensor kron(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) fail("kron", "inputs must be defined");
+  const int64_t r = std::max(a.dim(), b.dim());
+  Shape sa(static_cast<size_t>(r - a.dim()), 1), sb(static_cast<size_t>(r - b.dim()), 1);
+  for (auto x : a.shape()) sa.push_back(x);
+  for (auto x : b.shape()) sb.push_back(x);
+  // a as [a0, 1, a1, 1, ...] times b as [1, b0, 1, b1, ...], then merged pairwise.
+  Shape ea, eb, out;
+  for (int64_t d = 0; d < r; ++d) {
+    ea.push_back(sa[d]);
+    ea.push_back(1);
+    eb.push_back(1);
+    eb.push_back(sb[d]);
+    out.push_back(sa[d] * sb[d]);
+  }
+  return reshape(mul(reshape(a, ea), reshape(b, eb)), out);
+}
+
+Tensor cross(const Tensor& a, const Tensor& b, int64_t dim) {
+  if (!a.defined() || !b.defined()) fail("linalg_cross", "inputs must be defined");
+  const Shape s = broadcast_shapes(a.shape(), b.shape(), "linalg_cross");
+  const int64_t d = wrap_dim(dim, s, "linalg_cross");
+  if (a.dim() != b.dim() && (a.dim() == 0 || b.dim() == 0))
+    fail("linalg_cross", "inputs must have the same rank, got ", a.shape(), " and ", b.shape());
+  if (s[d] != 3)
+    fail("linalg_cross", "dim ", d, " must have size 3, got shapes ", a.shape(), " and ",
+         b.shape());
+  const Tensor x = a.shape() == s ? a : expand(a, s), y = b.shape() == s ? b : expand(b, s);
+  auto at = [&](const Tensor& t, int64_t i) { return slice(t, d, i, i + 1); };
+  const Tensor c0 = sub(mul(at(x, 1), at(y, 2)), mul(at(x, 2), at(y, 1)));
+  const Tensor c1 = sub(mul(at(x, 2), at(y, 0)), mul(at(x, 0), at(y, 2)));
+  const Tensor c2 = sub(mul(at(x, 0), at(y, 1)), mul(at(x, 1), at(y, 0)));
+  return cat({c0, c1, c2}, d);
 }
 
 }  // namespace kiln

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "kiln/kernels/cpu/vec_math.h"
 #include "kiln/ops/elementwise_util.h"
@@ -564,6 +566,374 @@ const OpDef& kSumToLike =
                   return TensorList{expand_as(c.g(), c.in(0)), Tensor()};
                 }});
 
+// ---- prod, scans along one dim (cumprod, cummax/cummin, logcumsumexp) and mode ------------
+
+// Products accumulate in double for floats and in the unsigned type for integers (wrapping on
+// overflow, as torch's).
+template <typename T, bool = std::is_floating_point_v<T>>
+struct ProdAcc {
+  using type = double;
+};
+template <typename T>
+struct ProdAcc<T, false> {
+  using type = std::make_unsigned_t<T>;
+};
+
+const OpDef& kProd =
+    def_op({.name = "prod",
+            .attr_names = {"dims", "keepdim"},
+            .traits = kReduction,
+            .infer = [](std::span<const Tensor> in,
+                        const Attrs& a) { return infer_red("prod", in, a, false); },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  const RedDims rd = red_dims(in[0].shape(), dims_attr(a), a.b(1), "prod");
+                  const int64_t kept = out[0].numel(), red = std::max<int64_t>(rd.count, 0);
+                  if (kept == 0) return;
+                  const Tensor c = reduced_last(in[0], rd);
+                  KILN_DISPATCH_NUMERIC(in[0].dtype(), "prod", [&] {
+                    using T = scalar_t;
+                    using Acc = typename ProdAcc<T>::type;
+                    const T* x = c.data_ptr<T>();
+                    T* o = out[0].data_ptr<T>();
+                    for (int64_t i = 0; i < kept; ++i) {
+                      Acc acc = Acc(1);
+                      for (int64_t j = 0; j < red; ++j) acc *= static_cast<Acc>(x[i * red + j]);
+                      o[i] = static_cast<T>(acc);
+                    }
+                  });
+                },
+            // As torch: with no zero in a group the gradient is out / x; with one zero only that
+            // element gets the product of the others; with two or more, nothing. The product of the
+            // nonzero elements is itself a prod, so the rule is differentiable again.
+            .grad =
+                [](const GradCtx& c) {
+                  const Tensor& x = c.in(0);
+                  const RedDims rd = red_dims(x.shape(), dims_attr(c.attrs), c.attrs.b(1), "prod");
+                  const Tensor g = keepdims(c.g(), rd, c.attrs.b(1));
+                  const Tensor zero = eq(x, 0.0);
+                  const Tensor nz = sum(cast(zero, Int64), rd.dims, true);
+                  const Tensor xs = where(zero, op_util::scalar_like(x, 1), x);
+                  const Tensor p = prod(xs, rd.dims, true);
+                  const Tensor one_zero = logical_and(eq(nz, 1.0), zero);
+                  const Tensor d =
+                      where(eq(nz, 0.0), div(p, xs),
+                            where(one_zero, expand_as(p, x), op_util::scalar_like(x, 0)));
+                  return TensorList{mul(d, g)};
+                }});
+
+struct Lines {
+  int64_t outer = 1, n = 1, inner = 1, dim = 0;
+};
+// The dim a scan runs along (a 0-d tensor is one line of one element) and its line layout.
+Lines scan_lines(const char* op, const Shape& s, int64_t dim) {
+  Lines l;
+  if (s.rank() == 0) {
+    if (dim != 0 && dim != -1) fail(op, "dim ", dim, " is out of range for a 0-d tensor");
+    return l;
+  }
+  l.dim = wrap_dim(dim, s, op);
+  l.n = s[l.dim];
+  for (int64_t k = 0; k < l.dim; ++k) l.outer *= s[k];
+  for (int64_t k = l.dim + 1; k < s.rank(); ++k) l.inner *= s[k];
+  return l;
+}
+
+// Calls f(line base pointer offset, stride = inner) for every line of a contiguous tensor.
+template <typename F>
+void for_each_line(const Lines& l, F&& f) {
+  parallel_for(l.outer * l.inner, std::max<int64_t>(1, 16384 / std::max<int64_t>(l.n, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t r = b; r < e; ++r) f((r / l.inner) * l.n * l.inner + r % l.inner);
+               });
+}
+
+Tensor contig(const Tensor& x) { return x.is_contiguous() ? x : raw_contiguous_copy(x); }
+
+Tensor cumprod_grad(const Tensor& x, const Tensor& g, int64_t dim);
+
+const OpDef& kCumprod = def_op(
+    {.name = "cumprod",
+     .attr_names = {"dim"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           op_util::require_numeric("cumprod", in[0]);
+           scan_lines("cumprod", in[0].shape(), a.i(0));
+           return one(in[0].dtype(), in[0].shape());
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           const Tensor x = contig(in[0]);
+           const Lines l = scan_lines("cumprod", x.shape(), a.i(0));
+           if (x.numel() == 0) return;
+           KILN_DISPATCH_NUMERIC(x.dtype(), "cumprod", [&] {
+             using T = scalar_t;
+             using Acc = typename ProdAcc<T>::type;
+             const T* p = x.data_ptr<T>();
+             T* o = out[0].data_ptr<T>();
+             for_each_line(l, [&](int64_t base) {
+               Acc acc = Acc(1);
+               for (int64_t t = 0; t < l.n; ++t) {
+                 acc *= static_cast<Acc>(p[base + t * l.inner]);
+                 o[base + t * l.inner] = static_cast<T>(acc);
+               }
+             });
+           });
+         },
+     .grad =
+         [](const GradCtx& c) { return TensorList{cumprod_grad(c.in(0), c.g(), c.attrs.i(0))}; }});
+
+// dL/dx_i = sum_{k >= i} g_k prod_{j <= k, j != i} x_j = L_i S_i with L_i = prod_{j < i} x_j and
+// S_i = g_i + x_{i+1} S_{i+1}: one backward and one forward pass, exact where x has zeros
+// (dividing y by x is not). Inputs: x, g.
+const OpDef& kCumprodGrad = def_op(
+    {.name = "cumprod_grad",
+     .num_inputs = 2,
+     .attr_names = {"dim"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           op_util::require_float("cumprod_grad", in[0]);
+           op_util::require_same_dtype("cumprod_grad", in[0], in[1]);
+           if (!op_util::dims_agree(in[0].shape(), in[1].shape()))
+             fail("cumprod_grad", "x ", in[0].shape(), " and grad ", in[1].shape(), " differ");
+           scan_lines("cumprod_grad", in[0].shape(), a.i(0));
+           return one(in[0].dtype(), in[0].shape());
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           const Tensor x = contig(in[0]), g = contig(in[1]);
+           const Lines l = scan_lines("cumprod_grad", x.shape(), a.i(0));
+           if (x.numel() == 0) return;
+           KILN_DISPATCH_FLOAT(x.dtype(), "cumprod_grad", [&] {
+             using T = scalar_t;
+             const T* xp = x.data_ptr<T>();
+             const T* gp = g.data_ptr<T>();
+             T* o = out[0].data_ptr<T>();
+             for_each_line(l, [&](int64_t base) {
+               const int64_t st = l.inner;
+               double s = 0;
+               for (int64_t t = l.n - 1; t >= 0; --t) {  // o holds S_i for now
+                 s = static_cast<double>(gp[base + t * st]) +
+                     (t + 1 < l.n ? static_cast<double>(xp[base + (t + 1) * st]) * s : 0.0);
+                 o[base + t * st] = static_cast<T>(s);
+               }
+               double left = 1;
+               for (int64_t t = 0; t < l.n; ++t) {
+                 o[base + t * st] = static_cast<T>(left * static_cast<double>(o[base + t * st]));
+                 left *= static_cast<double>(xp[base + t * st]);
+               }
+             });
+           });
+         }});
+
+// Running max (IsMax) or min and the index reached: a later equal value takes over (the last
+// index of ties, as torch's CPU kernel); the first NaN sticks.
+template <bool IsMax>
+void cumext_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const char* op = IsMax ? "cummax" : "cummin";
+  const Tensor x = contig(in[0]);
+  const Lines l = scan_lines(op, x.shape(), a.i(0));
+  if (x.numel() == 0) return;
+  int64_t* oi = out[1].data_ptr<int64_t>();
+  KILN_DISPATCH_NUMERIC(x.dtype(), op, [&] {
+    using T = scalar_t;
+    const T* p = x.data_ptr<T>();
+    T* ov = out[0].data_ptr<T>();
+    for_each_line(l, [&](int64_t base) {
+      T cur = p[base];
+      int64_t at = 0;
+      for (int64_t t = 0; t < l.n; ++t) {
+        const T v = p[base + t * l.inner];
+        if (cur == cur && (v != v || (IsMax ? v >= cur : v <= cur))) {
+          cur = v;
+          at = t;
+        }
+        ov[base + t * l.inner] = cur;
+        oi[base + t * l.inner] = at;
+      }
+    });
+  });
+}
+
+template <const char* Name>
+MetaList infer_cumext(std::span<const Tensor> in, const Attrs& a) {
+  op_util::require_numeric(Name, in[0]);
+  scan_lines(Name, in[0].shape(), a.i(0));
+  MetaList m = one(in[0].dtype(), in[0].shape());
+  m.push_back(TensorMeta{Int64, in[0].shape()});
+  return m;
+}
+
+// values = gather(x, dim, indices): the gradient goes back to the positions picked.
+TensorList select_grad(const GradCtx& c, int64_t dim) {
+  if (!c.flowed(0)) return TensorList{Tensor()};
+  const Tensor& x = c.in(0);
+  if (x.dim() == 0) return TensorList{c.g(0)};
+  Tensor idx = c.out(1), g = c.g(0);
+  if (idx.dim() < x.dim()) {  // values without keepdim
+    idx = unsqueeze(idx, dim);
+    g = unsqueeze(g, dim);
+  }
+  Tensor z = zeros_like(x);
+  if (z.dtype() != g.dtype()) z = cast(z, g.dtype());
+  return TensorList{scatter_add(z, dim, idx, g)};
+}
+
+constexpr char kCummaxN[] = "cummax", kCumminN[] = "cummin";
+const OpDef& kCummax =
+    def_op({.name = kCummaxN,
+            .num_outputs = 2,
+            .attr_names = {"dim"},
+            .infer = infer_cumext<kCummaxN>,
+            .kernel = cumext_kernel<true>,
+            .grad = [](const GradCtx& c) {
+              return select_grad(
+                  c, c.in(0).dim() == 0 ? 0 : wrap_dim(c.attrs.i(0), c.in(0).shape(), "cummax"));
+            }});
+const OpDef& kCummin =
+    def_op({.name = kCumminN,
+            .num_outputs = 2,
+            .attr_names = {"dim"},
+            .infer = infer_cumext<kCumminN>,
+            .kernel = cumext_kernel<false>,
+            .grad = [](const GradCtx& c) {
+              return select_grad(
+                  c, c.in(0).dim() == 0 ? 0 : wrap_dim(c.attrs.i(0), c.in(0).shape(), "cummin"));
+            }});
+
+Tensor logcumsumexp_dir(const Tensor& a, int64_t dim, bool reverse);
+
+// log(exp(a) + exp(b)) without overflow; -inf + -inf stays -inf.
+inline double log_add_exp(double a, double b) {
+  if (a != a || b != b) return NAN;
+  const double m = std::max(a, b);
+  if (m == -INFINITY) return -INFINITY;
+  if (m == INFINITY) return INFINITY;
+  return m + std::log1p(std::exp(std::min(a, b) - m));
+}
+
+const OpDef& kLogcumsumexp =
+    def_op({.name = "logcumsumexp",
+            .attr_names = {"dim", "reverse"},
+            .infer =
+                [](std::span<const Tensor> in, const Attrs& a) {
+                  op_util::require_float("logcumsumexp", in[0]);
+                  (void)a.b(1);
+                  scan_lines("logcumsumexp", in[0].shape(), a.i(0));
+                  return one(in[0].dtype(), in[0].shape());
+                },
+            .kernel =
+                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+                  const Tensor x = contig(in[0]);
+                  const Lines l = scan_lines("logcumsumexp", x.shape(), a.i(0));
+                  const bool rev = a.b(1);
+                  if (x.numel() == 0) return;
+                  KILN_DISPATCH_FLOAT(x.dtype(), "logcumsumexp", [&] {
+                    using T = scalar_t;
+                    const T* p = x.data_ptr<T>();
+                    T* o = out[0].data_ptr<T>();
+                    for_each_line(l, [&](int64_t base) {
+                      double acc = -INFINITY;
+                      for (int64_t t = 0; t < l.n; ++t) {
+                        const int64_t k = base + (rev ? l.n - 1 - t : t) * l.inner;
+                        acc = log_add_exp(acc, static_cast<double>(p[k]));
+                        o[k] = static_cast<T>(acc);
+                      }
+                    });
+                  });
+                },
+            // dL/dx_i = sum_{k >= i} g_k exp(x_i - y_k), summed in log space for the positive and
+            // the negative parts of g separately (TensorFlow's and torch's scheme): no overflow.
+            .grad =
+                [](const GradCtx& c) {
+                  const Tensor& x = c.in(0);
+                  const Tensor& y = c.out(0);
+                  const Tensor& g = c.g();
+                  const int64_t dim = c.attrs.i(0);
+                  const bool rev = !c.attrs.b(1);
+                  const Tensor zero = op_util::scalar_like(g, 0);
+                  const Tensor lp = sub(log(where(gt(g, 0.0), g, zero)), y);
+                  const Tensor ln = sub(log(where(lt(g, 0.0), neg(g), zero)), y);
+                  const Tensor pos = exp(add(logcumsumexp_dir(lp, dim, rev), x));
+                  const Tensor negp = exp(add(logcumsumexp_dir(ln, dim, rev), x));
+                  return TensorList{sub(pos, negp)};
+                }});
+
+// torch.mode: per line the most frequent value, the smallest of equally frequent ones, and the
+// last index where it occurs.
+const OpDef& kMode = def_op(
+    {.name = "mode",
+     .num_outputs = 2,
+     .attr_names = {"dim", "keepdim"},
+     .traits = kReduction,
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           op_util::require_numeric("mode", in[0]);
+           const Shape& s = in[0].shape();
+           const Lines l = scan_lines("mode", s, a.i(0));
+           if (s.rank() > 0 && l.n == 0) fail("mode", "dim ", l.dim, " of shape ", s, " is empty");
+           Shape o;
+           for (int64_t d = 0; d < s.rank(); ++d)
+             if (d != l.dim || a.b(1)) o.push_back(d == l.dim ? 1 : s[d]);
+           MetaList m = one(in[0].dtype(), o);
+           m.push_back(TensorMeta{Int64, o});
+           return m;
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           const Tensor x = contig(in[0]);
+           const Lines l = scan_lines("mode", x.shape(), a.i(0));
+           if (out[0].numel() == 0) return;
+           int64_t* oi = out[1].data_ptr<int64_t>();
+           KILN_DISPATCH_NUMERIC(x.dtype(), "mode", [&] {
+             using T = scalar_t;
+             const T* p = x.data_ptr<T>();
+             T* ov = out[0].data_ptr<T>();
+             parallel_for(l.outer * l.inner, 64, [&](int64_t b, int64_t e) {
+               std::vector<std::pair<T, int64_t>> v(static_cast<size_t>(l.n));
+               for (int64_t r = b; r < e; ++r) {
+                 const int64_t base = (r / l.inner) * l.n * l.inner + r % l.inner;
+                 for (int64_t t = 0; t < l.n; ++t)
+                   v[static_cast<size_t>(t)] = {p[base + t * l.inner], t};
+                 // NaNs sort last and count as equal to each other.
+                 std::sort(v.begin(), v.end(), [](const auto& u, const auto& w) {
+                   const bool nu = u.first != u.first, nw = w.first != w.first;
+                   if (nu || nw) return !nu && nw ? true : (nu == nw && u.second < w.second);
+                   return u.first < w.first || (u.first == w.first && u.second < w.second);
+                 });
+                 auto same = [](T u, T w) { return u == w || (u != u && w != w); };
+                 size_t best = 0, best_n = 0;
+                 for (size_t i = 0; i < v.size();) {
+                   size_t j = i;
+                   while (j < v.size() && same(v[j].first, v[i].first)) ++j;
+                   if (j - i > best_n) {
+                     best_n = j - i;
+                     best = j - 1;
+                   }
+                   i = j;
+                 }
+                 ov[r] = v[best].first;
+                 oi[r] = v[best].second;
+               }
+             });
+           });
+         },
+     .grad =
+         [](const GradCtx& c) {
+           const Tensor& x = c.in(0);
+           return select_grad(c, x.dim() == 0 ? 0 : wrap_dim(c.attrs.i(0), x.shape(), "mode"));
+         }});
+
+Tensor cumprod_grad(const Tensor& x, const Tensor& g, int64_t dim) {
+  return call1(kCumprodGrad, {x, g}, {dim});
+}
+Tensor logcumsumexp_dir(const Tensor& a, int64_t dim, bool reverse) {
+  return call1(kLogcumsumexp, {a}, {dim, reverse});
+}
+
+// A bool tensor that is true where a is nonzero (NaN included).
+Tensor nonzero_mask(const Tensor& a) { return a.dtype() == Bool ? a : ne(a, 0.0); }
+
 }  // namespace
 
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
@@ -649,6 +1019,107 @@ Tensor sum_to(const Tensor& a, const Shape& shape) {
   Tensor r = s;
   for (int64_t d = lead - 1; d >= 0; --d) r = squeeze(r, d);
   return r;
+}
+
+Tensor prod(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!a.defined()) fail("prod", "input is undefined");
+  // Integers and bools multiply as int64, as torch.prod.
+  const Tensor x = !is_floating(a.dtype()) && a.dtype() != Int64 ? cast(a, Int64) : a;
+  return call1(kProd, {x}, {dims, keepdim});
+}
+Tensor cumprod(const Tensor& a, int64_t dim) {
+  if (!a.defined()) fail("cumprod", "input is undefined");
+  const Tensor x = !is_floating(a.dtype()) && a.dtype() != Int64 ? cast(a, Int64) : a;
+  return call1(kCumprod, {x}, {dim});
+}
+std::pair<Tensor, Tensor> cummax(const Tensor& a, int64_t dim) {
+  TensorList r = call(kCummax, {a}, {dim});
+  return {r[0], r[1]};
+}
+std::pair<Tensor, Tensor> cummin(const Tensor& a, int64_t dim) {
+  TensorList r = call(kCummin, {a}, {dim});
+  return {r[0], r[1]};
+}
+Tensor logcumsumexp(const Tensor& a, int64_t dim) {
+  if (!a.defined()) fail("logcumsumexp", "input is undefined");
+  return logcumsumexp_dir(elementwise_util::float_in(a), dim, false);
+}
+// The lower median through a sort: the element at (n - 1) / 2 of the sorted values (NaN sorts
+// last). The gradient reaches the one element picked, as torch's.
+Tensor median(const Tensor& a) {
+  if (!a.defined()) fail("median", "input is undefined");
+  if (a.numel() == 0)
+    fail("median", "cannot take the median of an empty tensor of shape ", a.shape());
+  const Tensor flat = reshape(a, Shape{-1});
+  const Tensor v = sort(flat, 0).first;
+  const int64_t k = (a.numel() - 1) / 2;
+  return reshape(slice(v, 0, k, k + 1), Shape{});
+}
+std::pair<Tensor, Tensor> median(const Tensor& a, int64_t dim, bool keepdim) {
+  if (!a.defined()) fail("median", "input is undefined");
+  if (a.dim() == 0) {
+    if (dim != 0 && dim != -1) fail("median", "dim ", dim, " is out of range for a 0-d tensor");
+    return {a, zeros(Shape{}, Int64)};
+  }
+  const int64_t d = wrap_dim(dim, a.shape(), "median");
+  const int64_t n = a.shape()[d];
+  if (n == 0) fail("median", "dim ", d, " of shape ", a.shape(), " is empty");
+  if (n < 0) fail("median", "needs a static size along dim ", d, ", got shape ", a.shape());
+  auto [v, i] = sort(a, d);
+  const int64_t k = (n - 1) / 2;
+  Tensor mv = slice(v, d, k, k + 1), mi = slice(i, d, k, k + 1);
+  if (!keepdim) {
+    mv = squeeze(mv, d);
+    mi = squeeze(mi, d);
+  }
+  return {mv, mi};
+}
+std::pair<Tensor, Tensor> mode(const Tensor& a, int64_t dim, bool keepdim) {
+  TensorList r = call(kMode, {a}, {dim, keepdim});
+  return {r[0], r[1]};
+}
+Tensor any(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!a.defined()) fail("any", "input is undefined");
+  return gt(sum(cast(nonzero_mask(a), Int64), dims, keepdim), 0.0);
+}
+Tensor all(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!a.defined()) fail("all", "input is undefined");
+  return eq(sum(cast(logical_not(nonzero_mask(a)), Int64), dims, keepdim), 0.0);
+}
+Tensor amax(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return max(a, dims, keepdim);
+}
+Tensor amin(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return min(a, dims, keepdim);
+}
+std::pair<Tensor, Tensor> aminmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
+  std::vector<int64_t> dims;
+  if (dim) dims.push_back(*dim);
+  return {min(a, dims, keepdim), max(a, dims, keepdim)};
+}
+std::pair<Tensor, Tensor> std_mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim,
+                                   int64_t correction) {
+  return {std_dev(a, dims, keepdim, correction), mean(a, dims, keepdim)};
+}
+std::pair<Tensor, Tensor> var_mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim,
+                                   int64_t correction) {
+  return {var(a, dims, keepdim, correction), mean(a, dims, keepdim)};
+}
+Tensor count_nonzero(const Tensor& a, const std::vector<int64_t>& dims) {
+  if (!a.defined()) fail("count_nonzero", "input is undefined");
+  return sum(cast(nonzero_mask(a), Int64), dims, false);
+}
+Tensor nansum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!a.defined()) fail("nansum", "input is undefined");
+  if (!is_floating(a.dtype())) return sum(a, dims, keepdim);
+  return sum(where(ne(a, a), op_util::scalar_like(a, 0), a), dims, keepdim);
+}
+Tensor nanmean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!a.defined()) fail("nanmean", "input is undefined");
+  op_util::require_float("nanmean", a);
+  const Tensor ok = eq(a, a);
+  return div(sum(where(ok, a, op_util::scalar_like(a, 0)), dims, keepdim),
+             sum(cast(ok, a.dtype()), dims, keepdim));
 }
 
 Tensor Tensor::sum() const { return kiln::sum(*this); }

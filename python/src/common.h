@@ -118,6 +118,7 @@ void init_ops_math(py::module_& m, TensorClass& cls);
 void init_ops_nn(py::module_& m, TensorClass& cls);
 void init_ops_shape(py::module_& m, TensorClass& cls);
 void init_ops_ext(py::module_& m, TensorClass& cls);
+void init_ops_reduce_linalg(py::module_& m, TensorClass& cls);
 void init_autograd(py::module_& m, TensorClass& cls);
 void init_graph(py::module_& m);
 void init_nn(py::module_& m);

@@ -19,6 +19,7 @@ PYBIND11_MODULE(_C, m) {
   init_ops_shape(m, cls);
   init_ops_ext(m, cls);
   init_ops_conv_pool(m, cls);
+  init_ops_reduce_linalg(m, cls);
   init_autograd(m, cls);
   init_graph(m);
   init_nn(m);

@@ -231,18 +231,29 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
       m, cls, "amin", "Min values over dim.",
       [](const Tensor& a, py::object dim, bool keepdim) { return min(a, dims_from(dim), keepdim); },
       py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  def_both(
-      m, cls, "var", "Variance (correction 1: Bessel's) over dim.",
-      [](const Tensor& a, py::object dim, bool keepdim, int64_t c) {
-        return var(a, dims_from(dim), keepdim, c);
-      },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("correction") = 1);
-  def_both(
-      m, cls, "std", "Standard deviation (correction 1) over dim.",
-      [](const Tensor& a, py::object dim, bool keepdim, int64_t c) {
-        return std_dev(a, dims_from(dim), keepdim, c);
-      },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("correction") = 1);
+  // torch's (dim, unbiased, keepdim, *, correction); a bool in dim's place is `unbiased`
+  // (x.std(False)); correction wins over unbiased.
+  auto moment = [](bool is_std) {
+    return [is_std](const Tensor& a, py::object dim, py::object unbiased, bool keepdim,
+                    py::object correction) {
+      if (PyBool_Check(dim.ptr())) {
+        unbiased = dim;
+        dim = py::none();
+      }
+      int64_t c = 1;
+      if (!correction.is_none())
+        c = correction.cast<int64_t>();
+      else if (!unbiased.is_none())
+        c = unbiased.cast<bool>() ? 1 : 0;
+      return is_std ? std_dev(a, dims_from(dim), keepdim, c) : var(a, dims_from(dim), keepdim, c);
+    };
+  };
+  def_both(m, cls, "var", "Variance (correction 1: Bessel's) over dim.", moment(false),
+           py::arg("dim") = py::none(), py::arg("unbiased") = py::none(),
+           py::arg("keepdim") = false, py::kw_only(), py::arg("correction") = py::none());
+  def_both(m, cls, "std", "Standard deviation (correction 1) over dim.", moment(true),
+           py::arg("dim") = py::none(), py::arg("unbiased") = py::none(),
+           py::arg("keepdim") = false, py::kw_only(), py::arg("correction") = py::none());
   m.attr("std_dev") = m.attr("std");
   def_both(
       m, cls, "argmax", "Index of the max along dim (None: flattened), int64.",

@@ -326,6 +326,25 @@ ELSEWHERE |= {
     "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "pixel_shuffle",
     "pixel_unshuffle", "group_norm", "instance_norm", "local_response_norm",
 }
+# Compared with torch in test_ops_index_shape.py.
+ELSEWHERE |= {
+    "argwhere", "atleast_1d", "atleast_2d", "atleast_3d", "broadcast_shapes", "broadcast_tensors",
+    "broadcast_to", "bucketize", "column_stack", "dsplit", "dstack", "fliplr", "flipud", "hsplit",
+    "hstack", "index_copy", "index_fill", "index_put", "logspace", "masked_scatter", "meshgrid",
+    "moveaxis", "movedim", "narrow", "repeat_interleave", "rot90", "row_stack", "scatter",
+    "scatter_reduce", "searchsorted", "swapaxes", "swapdims", "take", "take_along_dim",
+    "tensor_split", "tile", "tril_indices", "triu_indices", "unbind", "unique",
+    "unique_consecutive", "vsplit", "vstack",
+}
+# Compared with torch in test_ops_reduce_linalg.py (values, gradients, errors).
+ELSEWHERE |= {
+    "addbmm", "addmv", "all", "aminmax", "any", "baddbmm", "bmm", "count_nonzero", "cross",
+    "cummax", "cummin", "cumprod", "det", "diag", "diag_embed", "diagonal", "dot", "ger", "inner",
+    "inverse", "kron", "logcumsumexp", "logdet", "median", "mode", "mv", "nanmean", "nansum",
+    "outer", "pinverse", "prod", "slogdet", "std_mean", "tensordot", "trace", "var_mean", "vdot",
+}
+# The autocast state: test_autocast.py.
+ELSEWHERE |= {"get_autocast_dtype", "is_autocast_enabled"}
 
 
 def test_every_public_function_has_a_case():

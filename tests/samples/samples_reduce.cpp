@@ -3,7 +3,9 @@
 // differentiable); the scan cumsum (forward and reverse, float and int64).
 // The reference groups the float64 data by output index with a naive loop.
 #include <cmath>
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "samples/op_samples.h"
 
@@ -110,6 +112,82 @@ Tensor ref_cumsum(const Tensor& x, int64_t dim, bool reverse) {
       }
     }
   return from_vals(out, s);
+}
+
+// A scan along dim: f(state, x, t) gives the running output for each t of every line.
+Tensor ref_scan(const Tensor& x, int64_t dim,
+                const std::function<double(double, double, int64_t)>& f, double init) {
+  const Shape& s = x.shape();
+  const int64_t r = s.rank(), d = dim < 0 ? dim + r : dim;
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < d; ++k) outer *= s[k];
+  for (int64_t k = d + 1; k < r; ++k) inner *= s[k];
+  const int64_t n = s[d];
+  auto xv = vals(x);
+  std::vector<double> out(xv.size());
+  for (int64_t i = 0; i < outer; ++i)
+    for (int64_t j = 0; j < inner; ++j) {
+      double acc = init;
+      for (int64_t t = 0; t < n; ++t) {
+        const auto at = static_cast<size_t>((i * n + t) * inner + j);
+        acc = f(acc, xv[at], t);
+        out[at] = acc;
+      }
+    }
+  return from_vals(out, s);
+}
+
+// Running max / min value or its index (the last of ties) along dim.
+Tensor ref_cumext(const Tensor& x, int64_t dim, bool is_max, bool index) {
+  const Shape& s = x.shape();
+  const int64_t r = s.rank(), d = dim < 0 ? dim + r : dim;
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < d; ++k) outer *= s[k];
+  for (int64_t k = d + 1; k < r; ++k) inner *= s[k];
+  const int64_t n = s[d];
+  auto xv = vals(x);
+  std::vector<double> out(xv.size());
+  for (int64_t i = 0; i < outer; ++i)
+    for (int64_t j = 0; j < inner; ++j) {
+      double best = 0;
+      int64_t at = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        const double v = xv[static_cast<size_t>((i * n + t) * inner + j)];
+        if (t == 0 || (is_max ? v >= best : v <= best)) {
+          best = v;
+          at = t;
+        }
+        out[static_cast<size_t>((i * n + t) * inner + j)] = index ? static_cast<double>(at) : best;
+      }
+    }
+  return from_vals(out, s);
+}
+
+// Small integers as float64 (many ties): round(scale * randn).
+Tensor rounded(const Shape& shape, uint64_t seed, double scale) {
+  auto v = vals(rnd(shape, seed));
+  for (auto& x : v) x = std::round(x * scale);
+  return from_vals(v, shape);
+}
+
+double g_prod(const std::vector<double>& g) {
+  double a = 1;
+  for (double e : g) a *= e;
+  return a;
+}
+// The most frequent value, the smallest of ties.
+double g_mode(const std::vector<double>& g) {
+  double best = 0;
+  size_t best_n = 0;
+  for (double e : g) {
+    size_t c = 0;
+    for (double f : g) c += f == e;
+    if (c > best_n || (c == best_n && e < best)) {
+      best = e;
+      best_n = c;
+    }
+  }
+  return best;
 }
 
 using RedFn = Tensor (*)(const Tensor&, const std::vector<int64_t>&, bool);
@@ -261,6 +339,132 @@ std::vector<OpSample> make_samples() {
       return In{from_vals(v, shape)};
     };
     v.push_back(std::move(s));
+  }
+
+  // ---- prod, cumprod, cummax / cummin, logcumsumexp, mode -------------------------------------
+  family(
+      v, "prod",
+      [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return prod(x, d, k); }, g_prod,
+      1000);
+  {
+    // Zeros: a row with one (the gradient there is the product of the others), a row with two
+    // (no gradient), a row without.
+    OpSample s = red(
+        "prod", "zeros", {3, 4}, 1010, {1}, false, [](const Tensor& x) { return prod(x, {1}); },
+        g_prod);
+    s.inputs = [] {
+      return In{from_vals({0.5, 0, -1.5, 2, 0, 1.25, 0, -0.75, 1.1, -0.9, 1.3, 0.7}, {3, 4})};
+    };
+    v.push_back(std::move(s));
+  }
+  {
+    OpSample s;
+    s.ops = {"prod"};
+    s.name = "int32_as_int64";
+    s.inputs = [] { return In{cast(rounded({2, 5}, 1020, 2.0), Int32)}; };
+    s.run = [](const In& in) { return prod(in[0], {1}); };
+    s.reference = [](const In& in) { return ref_reduce(cast(in[0], Float64), {1}, false, g_prod); };
+    s.differentiable = false;
+    s.check = [](const In&, const Tensor& out) {
+      return out.dtype() == Int64 ? std::string() : std::string("prod of int32 must be int64");
+    };
+    v.push_back(std::move(s));
+  }
+  const std::pair<Shape, int64_t> scan_dims[] = {{{3, 4, 5}, 1}, {{4, 3}, 0}, {{2, 3, 6}, -1}};
+  uint64_t cseed = 1100;
+  for (const auto& [shape, dim] : scan_dims) {
+    const uint64_t sd = cseed++;
+    const Shape sh = shape;
+    const int64_t d = dim;
+    const std::string nm = "dim" + std::to_string(dim) + "_rank" + std::to_string(shape.rank());
+    OpSample p;
+    p.ops = {"cumprod", "cumprod_grad"};
+    p.name = nm;
+    p.inputs = [sh, sd] { return In{rnd(sh, sd)}; };
+    p.run = [d](const In& in) { return cumprod(in[0], d); };
+    p.reference = [d](const In& in) {
+      return ref_scan(
+          in[0], d, [](double a, double x, int64_t) { return a * x; }, 1.0);
+    };
+    v.push_back(p);
+    for (const bool is_max : {true, false}) {
+      OpSample c;
+      c.ops = {is_max ? "cummax" : "cummin"};
+      c.name = nm;
+      c.inputs = p.inputs;
+      c.run = [d, is_max](const In& in) {
+        return is_max ? cummax(in[0], d).first : cummin(in[0], d).first;
+      };
+      c.reference = [d, is_max](const In& in) { return ref_cumext(in[0], d, is_max, false); };
+      v.push_back(c);
+      c.name = nm + "_indices";
+      c.inputs = [sh, sd] { return In{rounded(sh, sd, 1.5)}; };  // ties
+      c.run = [d, is_max](const In& in) {
+        return is_max ? cummax(in[0], d).second : cummin(in[0], d).second;
+      };
+      c.reference = [d, is_max](const In& in) { return ref_cumext(in[0], d, is_max, true); };
+      c.differentiable = false;
+      v.push_back(c);
+    }
+    OpSample l;
+    l.ops = {"logcumsumexp"};
+    l.name = nm;
+    l.inputs = [sh, sd] { return In{mul(rnd(sh, sd), 3.0)}; };
+    l.run = [d](const In& in) { return logcumsumexp(in[0], d); };
+    l.reference = [d](const In& in) {
+      return ref_scan(
+          in[0], d, [](double a, double x, int64_t) { return std::log(std::exp(a) + std::exp(x)); },
+          -INFINITY);
+    };
+    v.push_back(l);
+  }
+  {
+    OpSample p;
+    p.ops = {"cumprod", "cumprod_grad"};
+    p.name = "zeros";
+    p.inputs = [] {
+      return In{from_vals({0.5, 0, -1.5, 2, 0, 1.25, 0, -0.75, 1.1, -0.9, 1.3, 0.7}, {2, 6})};
+    };
+    p.run = [](const In& in) { return cumprod(in[0], 1); };
+    p.reference = [](const In& in) {
+      return ref_scan(
+          in[0], 1, [](double a, double x, int64_t) { return a * x; }, 1.0);
+    };
+    v.push_back(p);
+  }
+  {
+    // Large values: exp would overflow; the log-space scan does not.
+    OpSample l;
+    l.ops = {"logcumsumexp"};
+    l.name = "large_values";
+    l.inputs = [] { return In{rnd({3, 5}, 1150)}; };
+    l.run = [](const In& in) { return logcumsumexp(mul(in[0], 800.0), 1); };
+    l.reference = [](const In& in) {
+      return ref_scan(
+          in[0], 1,
+          [](double a, double x, int64_t) {
+            x *= 800;
+            const double m = std::max(a, x);
+            return m + std::log(std::exp(a - m) + std::exp(x - m));
+          },
+          -INFINITY);
+    };
+    l.gc_atol = 1e-3;
+    l.tol32 = 1e-4;
+    v.push_back(l);
+  }
+  {
+    // Distinct values: the mode is the smallest (each occurs once); differentiable there.
+    OpSample s = red(
+        "mode", "distinct_dim1", {3, 5}, 1200, {1}, false,
+        [](const Tensor& x) { return mode(x, 1).first; }, g_mode);
+    v.push_back(std::move(s));
+    OpSample t = red(
+        "mode", "ties_dim0_keepdim", {6, 4}, 1201, {0}, true,
+        [](const Tensor& x) { return mode(x, 0, true).first; }, g_mode);
+    t.inputs = [] { return In{rounded({6, 4}, 1201, 1.0)}; };
+    t.differentiable = false;
+    v.push_back(std::move(t));
   }
 
   struct ScanCase {
