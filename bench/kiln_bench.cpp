@@ -1,16 +1,21 @@
 // Kiln's side of the workload suite (docs/design.md section 10), eager mode: W1 matmul beside raw
-// oneDNN and raw OpenBLAS in the same process, W2 gelu(x*a+b) and layer_norm beside a
+// oneDNN and raw OpenBLAS in the same process (W1_BF16: in bfloat16, beside Kiln float32 and
+// oneDNN's bfloat16 matmul called directly), W2 gelu(x*a+b) and layer_norm beside a
 // memory-bandwidth copy loop, W3 dependent small adds (eager and graph), W4 MLP training step
 // (eager and graph), HEAL graph breaks healed into Switch/Merge. One workload per process so that
 // peak RSS is per workload: kiln_bench WORKLOAD THREADS.
 #include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include "bench/bench_util.h"
+#include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
@@ -58,6 +63,134 @@ void w1(int threads) {
     emit("W1", "matmul", "kiln", "eager", threads, p, "GFLOP/s", flop / med(tk) / 1e9);
     emit("W1", "matmul", "onednn", "raw", threads, p, "GFLOP/s", flop / med(td) / 1e9);
     emit("W1", "matmul", "openblas", "raw", threads, p, "GFLOP/s", flop / med(tb) / 1e9);
+  }
+}
+
+// ---- W1_BF16: matmul in bfloat16 --------------------------------------------------------------
+// Peak rates of the two instructions the GEMMs are built from, one stream of independent
+// instructions per thread: vfmadd231ps zmm (16 float32 FMAs, 32 flop) and vdpbf16ps zmm (16
+// lanes each adding two bfloat16 products into float32, 64 flop). The floor for a GEMM is its
+// flop over these.
+__attribute__((target("avx512f"))) double fma_gflops(double seconds) {
+  double total = 0;
+#pragma omp parallel reduction(+ : total)
+  {
+    __m512 acc[24];
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(0.f);
+    const __m512 a = _mm512_set1_ps(1e-7f), b = _mm512_set1_ps(0.999f);
+    int64_t iters = 0;
+    const double t0 = now_s();
+    double t1 = t0;
+    while (t1 - t0 < seconds) {
+      for (int r = 0; r < 4096; ++r)
+        for (int i = 0; i < 24; ++i) acc[i] = _mm512_fmadd_ps(acc[i], b, a);
+      iters += 4096;
+      t1 = now_s();
+    }
+    alignas(64) float lanes[16];
+    float sink = 0;
+    for (int i = 0; i < 24; ++i) {
+      _mm512_store_ps(lanes, acc[i]);
+      sink += lanes[0];
+    }
+    volatile float keep = sink;
+    (void)keep;
+    total += static_cast<double>(iters) * 24 * 32 / (t1 - t0) / 1e9;
+  }
+  return total;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) double dpbf16_gflops(double seconds) {
+  double total = 0;
+#pragma omp parallel reduction(+ : total)
+  {
+    __m512 acc[24];
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(0.f);
+    const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
+    int64_t iters = 0;
+    const double t0 = now_s();
+    double t1 = t0;
+    while (t1 - t0 < seconds) {
+      for (int r = 0; r < 4096; ++r)
+        for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+      iters += 4096;
+      t1 = now_s();
+    }
+    alignas(64) float lanes[16];
+    float sink = 0;
+    for (int i = 0; i < 24; ++i) {
+      _mm512_store_ps(lanes, acc[i]);
+      sink += lanes[0];
+    }
+    volatile float keep = sink;
+    (void)keep;
+    total += static_cast<double>(iters) * 24 * 64 / (t1 - t0) / 1e9;
+  }
+  return total;
+}
+
+// Kiln's bfloat16 matmul beside Kiln's float32 one and oneDNN's bfloat16 matmul primitive called
+// directly on the same shapes and data, interleaved; TFLOP/s. The ISA oneDNN dispatched to and
+// the two instruction peaks are in the params and the peak rows.
+void w1_bf16(int threads) {
+  const bool has_bf16 = __builtin_cpu_supports("avx512bf16");
+  const std::string isa = dnnl_isa();
+  // Best of three short runs: other processes on the machine only ever lower the rate.
+  double fma_peak = 0, bf16_peak = 0;
+  for (int r = 0; r < 3; ++r) {
+    if (__builtin_cpu_supports("avx512f")) fma_peak = std::max(fma_peak, fma_gflops(0.2));
+    if (has_bf16) bf16_peak = std::max(bf16_peak, dpbf16_gflops(0.2));
+  }
+  const std::string pp = "{\"isa\": \"" + isa + "\"}";
+  if (fma_peak > 0)
+    emit("W1_BF16", "peak_vfmadd231ps_fp32", "cpu", "instr", threads, pp, "TFLOP/s",
+         fma_peak / 1e3);
+  if (bf16_peak > 0)
+    emit("W1_BF16", "peak_vdpbf16ps_bf16", "cpu", "instr", threads, pp, "TFLOP/s", bf16_peak / 1e3);
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  for (long n : {256L, 1024L, 2048L}) {
+    manual_seed(1);
+    Tensor a = randn({n, n}), b = randn({n, n});
+    Tensor ab = cast(a, BF16), bb = cast(b, BF16);
+    const double flop = 2.0 * n * n * n;
+    using md = dnnl::memory::desc;
+    md amd({n, n}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+    md cmd({n, n}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+    dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, amd, cmd), eng));
+    Tensor c = empty({n, n}, BF16);
+    dnnl::memory ma(amd, eng, ab.raw_data()), mb(amd, eng, bb.raw_data()),
+        mc(cmd, eng, c.raw_data());
+    auto kiln_bf16 = [&] { Tensor r = matmul(ab, bb); };
+    auto kiln_f32 = [&] { Tensor r = matmul(a, b); };
+    auto dnnl_bf16 = [&] {
+      prim.execute(strm, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+      strm.wait();
+    };
+    // The two bfloat16 products agree (same library, same kernel), checked once.
+    {
+      Tensor r = matmul(ab, bb);
+      dnnl_bf16();
+      const double diff = max(abs(sub(cast(r, Float32), cast(c, Float32)))).item<double>();
+      const double ref = max(abs(sub(cast(r, Float32), matmul(a, b)))).item<double>();
+      std::cerr << "[kiln_bench] W1_BF16 n=" << n << ": |kiln - onednn| max " << diff
+                << ", |bf16 - fp32| max " << ref << " (isa " << isa << ")\n";
+    }
+    const int inner = calibrate(dnnl_bf16);
+    std::vector<double> tk, tf, td;
+    for (int r = 0; r < 5; ++r) {
+      tk.push_back(median_time(kiln_bf16, 1, inner, r == 0 ? 2 : 0));
+      tf.push_back(median_time(kiln_f32, 1, std::max(1, inner / 2), r == 0 ? 2 : 0));
+      td.push_back(median_time(dnnl_bf16, 1, inner, r == 0 ? 2 : 0));
+    }
+    auto med = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    std::string p = "{\"n\": " + std::to_string(n) + ", \"isa\": \"" + isa + "\"}";
+    emit("W1_BF16", "matmul", "kiln", "bf16", threads, p, "TFLOP/s", flop / med(tk) / 1e12);
+    emit("W1_BF16", "matmul", "kiln", "fp32", threads, p, "TFLOP/s", flop / med(tf) / 1e12);
+    emit("W1_BF16", "matmul", "onednn", "raw_bf16", threads, p, "TFLOP/s", flop / med(td) / 1e12);
   }
 }
 
@@ -424,7 +557,7 @@ void heal(int threads) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: kiln_bench W1|W2|W3|W4|W6|HEAL THREADS [eager,graph,jit]\n";
+    std::cerr << "usage: kiln_bench W1|W1_BF16|W2|W3|W4|W6|HEAL THREADS [eager,graph,jit]\n";
     return 2;
   }
   std::string w = argv[1];
@@ -445,6 +578,8 @@ int main(int argc, char** argv) {
   }
   if (w == "W1")
     w1(threads);
+  else if (w == "W1_BF16")
+    w1_bf16(threads);
   else if (w == "W2")
     w2(threads);
   else if (w == "W3")

@@ -1,9 +1,10 @@
-// Kiln's side of the model workloads W5 (LeNet-5), W7 (GPT-mini) and W8 (top-2 MoE layer) of
+// Kiln's side of the model workloads W5 (LeNet-5), W7 (GPT-mini; W7_BF16 under bfloat16
+// autocast beside float32) and W8 (top-2 MoE layer) of
 // docs/design.md section 10, each as a training step (W8: forward + backward) in eager, graph and
 // jit modes. The models are plain functions of a parameter list written in Kiln ops, so one
 // function serves all three modes. One workload per process, so that peak RSS is per workload:
-//   kiln_models_bench W5|W7|W8 THREADS [eager,graph,jit | latency | jitfwd | jitfwd_peak_saved |
-//   jitfwd_peak_recompute]
+//   kiln_models_bench W5|W7|W7_BF16|W8 THREADS [eager,graph,jit | latency | jitfwd |
+//   jitfwd_peak_saved | jitfwd_peak_recompute]
 // JSON lines as kiln_bench (bench/bench_util.h).
 #include <cblas.h>
 
@@ -14,6 +15,7 @@
 
 #include "bench/bench_util.h"
 #include "kiln/codegen/codegen.h"
+#include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 
@@ -105,6 +107,33 @@ Params sgd_update(LossFn lf, const Params& prm, const Tensor& xin, const Tensor&
   Params gs = grad({l}, q);
   Params out;
   for (size_t i = 0; i < prm.size(); ++i) out.push_back(sub(prm[i], mul(gs[i], kSgdLr)));
+  out.push_back(l.detach());
+  return out;
+}
+
+// One AdamW step written with grad() (the jitted steps' body): the new parameters, first and
+// second moments, then the loss. amp: the forward under bfloat16 autocast (traced with its casts;
+// the gradients come back float32 through them).
+Params adam_update(LossFn lf, bool amp, const Params& prm, const Params& m, const Params& v,
+                   const Tensor& xin, const Tensor& yin, const Tensor& bc1, const Tensor& bc2) {
+  Params q;
+  for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
+  Tensor l;
+  {
+    AutocastGuard ac(BF16, amp);
+    l = lf(q, xin, yin);
+  }
+  Params gs = grad({l}, q);
+  Params np, nm, nv;
+  for (size_t i = 0; i < prm.size(); ++i) {
+    nm.push_back(add(mul(m[i], kB1), mul(gs[i], 1 - kB1)));
+    nv.push_back(add(mul(v[i], kB2), mul(mul(gs[i], gs[i]), 1 - kB2)));
+    Tensor upd = div(div(nm[i], bc1), add(sqrt(div(nv[i], bc2)), kEps));
+    np.push_back(sub(prm[i], mul(add(upd, mul(prm[i], kWd)), kAdamLr)));
+  }
+  Params out = np;
+  out.insert(out.end(), nm.begin(), nm.end());
+  out.insert(out.end(), nv.begin(), nv.end());
   out.push_back(l.detach());
   return out;
 }
@@ -301,22 +330,7 @@ void run_train_bench(const TrainBench& tb, int threads, const std::string& modes
   });
   auto adam_step = jit([lf](const Params& prm, const Params& m, const Params& v, const Tensor& xin,
                             const Tensor& yin, const Tensor& bc1, const Tensor& bc2) {
-    Params q;
-    for (const auto& t : prm) q.push_back(t.detach().requires_grad_());
-    Tensor l = lf(q, xin, yin);
-    Params gs = grad({l}, q);
-    Params np, nm, nv;
-    for (size_t i = 0; i < prm.size(); ++i) {
-      nm.push_back(add(mul(m[i], kB1), mul(gs[i], 1 - kB1)));
-      nv.push_back(add(mul(v[i], kB2), mul(mul(gs[i], gs[i]), 1 - kB2)));
-      Tensor upd = div(div(nm[i], bc1), add(sqrt(div(nv[i], bc2)), kEps));
-      np.push_back(sub(prm[i], mul(add(upd, mul(prm[i], kWd)), kAdamLr)));
-    }
-    Params out = np;
-    out.insert(out.end(), nm.begin(), nm.end());
-    out.insert(out.end(), nv.begin(), nv.end());
-    out.push_back(l.detach());
-    return out;
+    return adam_update(lf, false, prm, m, v, xin, yin, bc1, bc2);
   });
   Params pj = tb.init, mj, vj;
   for (const auto& t : tb.init) {
@@ -419,7 +433,7 @@ Tensor gpt_loss(const Params& q, const Tensor& idx, const Tensor& tgt) {
   return cross_entropy(reshape(logits, {kB * kT, kV}), reshape(tgt, {kB * kT}));
 }
 
-void w7(int threads, const std::string& modes, int rounds) {
+TrainBench make_w7() {
   manual_seed(7);
   TrainBench tb;
   tb.workload = "W7";
@@ -441,7 +455,160 @@ void w7(int threads, const std::string& modes, int rounds) {
     tb.init.push_back(t);
   tb.x = randint(0, kV, {kB, kT});
   tb.y = randint(0, kV, {kB, kT});
-  run_train_bench(tb, threads, modes, rounds);
+  return tb;
+}
+
+void w7(int threads, const std::string& modes, int rounds) {
+  run_train_bench(make_w7(), threads, modes, rounds);
+}
+
+// ---- W7_BF16: GPT-mini under bfloat16 autocast beside float32 ----------------------------------
+// A synthetic language both sides generate bit for bit (bench/pytorch_workloads.py): a 64-bit
+// LCG; each next token is (7 * previous + 3) mod V with probability 4/5, else uniform. The best
+// possible loss is about 1.40 nats (ln V = 4.56 at the start).
+struct Lcg {
+  uint64_t s;
+  uint64_t next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return s >> 33;
+  }
+};
+
+std::vector<int64_t> token_stream(uint64_t seed, int64_t n) {
+  Lcg g{seed};
+  std::vector<int64_t> t(static_cast<size_t>(n));
+  t[0] = static_cast<int64_t>(g.next() % kV);
+  for (size_t i = 1; i < t.size(); ++i)
+    t[i] = g.next() % 5 != 0 ? (7 * t[i - 1] + 3) % kV : static_cast<int64_t>(g.next() % kV);
+  return t;
+}
+
+// Batch b of a stream: kB windows of kT + 1 tokens side by side; inputs and next-token targets.
+std::pair<Tensor, Tensor> lm_batch(const std::vector<int64_t>& s, int64_t b) {
+  std::vector<int64_t> x, y;
+  for (int64_t j = 0; j < kB; ++j) {
+    const int64_t at = (b * kB + j) * (kT + 1);
+    for (int64_t t = 0; t < kT; ++t) {
+      x.push_back(s[static_cast<size_t>(at + t)]);
+      y.push_back(s[static_cast<size_t>(at + t + 1)]);
+    }
+  }
+  return {tensor(x, {kB, kT}), tensor(y, {kB, kT})};
+}
+
+constexpr int64_t kTrainSteps = 300, kValBatches = 8;
+
+// Steps/s of the AdamW step in eager and jit modes, float32 and under bfloat16 autocast,
+// interleaved; then 300 eager steps of each from the same initial parameters on the same batches
+// and the validation loss of each (evaluated as it trained: under autocast for the autocast
+// model), with their relative difference.
+void w7_bf16(int threads, int rounds) {
+  TrainBench tb = make_w7();
+  LossFn lf = tb.loss_fn;
+  const std::string p =
+      "{\"blocks\": 2, \"d\": 128, \"heads\": 4, \"seq\": 64, \"batch\": 16, \"vocab\": 96, "
+      "\"opt\": \"adamw\", \"isa\": \"" +
+      std::string(dnnl_isa()) + "\"}";
+  struct Run {
+    Params p;
+    std::unique_ptr<optim::Optimizer> opt;
+  };
+  auto make = [&] {
+    Run r;
+    for (const auto& t : tb.init) r.p.push_back(t.clone().requires_grad_());
+    r.opt = make_optimizer(r.p, true);
+    return r;
+  };
+  auto eager_step = [&](Run& r, bool amp, const Tensor& x, const Tensor& y) {
+    Tensor loss;
+    {
+      AutocastGuard ac(BF16, amp);
+      loss = lf(r.p, x, y);
+    }
+    r.opt->zero_grad();
+    loss.backward();
+    r.opt->step();
+    return loss;
+  };
+  struct JitRun {
+    Params p, m, v;
+    int64_t t = 0;
+  };
+  auto make_jit = [&] {
+    JitRun r{tb.init, {}, {}};
+    for (const auto& t : tb.init) {
+      r.m.push_back(zeros(t.shape()));
+      r.v.push_back(zeros(t.shape()));
+    }
+    return r;
+  };
+  auto jit_fp32 = jit([lf](const Params& prm, const Params& m, const Params& v, const Tensor& x,
+                           const Tensor& y, const Tensor& bc1, const Tensor& bc2) {
+    return adam_update(lf, false, prm, m, v, x, y, bc1, bc2);
+  });
+  auto jit_amp = jit([lf](const Params& prm, const Params& m, const Params& v, const Tensor& x,
+                          const Tensor& y, const Tensor& bc1, const Tensor& bc2) {
+    return adam_update(lf, true, prm, m, v, x, y, bc1, bc2);
+  });
+  auto jit_step = [&](auto& fn, JitRun& r) {
+    ++r.t;
+    Tensor bc1 = scalar_tensor(1.0 - std::pow(kB1, static_cast<double>(r.t)));
+    Tensor bc2 = scalar_tensor(1.0 - std::pow(kB2, static_cast<double>(r.t)));
+    Params out = fn(r.p, r.m, r.v, tb.x, tb.y, bc1, bc2);
+    const size_t n = r.p.size();
+    for (size_t i = 0; i < n; ++i) {
+      r.p[i] = out[i];
+      r.m[i] = out[n + i];
+      r.v[i] = out[2 * n + i];
+    }
+    return out.back();
+  };
+  {
+    Run e32 = make(), e16 = make();
+    JitRun j32 = make_jit(), j16 = make_jit();
+    std::vector<std::function<void()>> fs = {
+        [&] { eager_step(e32, false, tb.x, tb.y); }, [&] { eager_step(e16, true, tb.x, tb.y); },
+        [&] { jit_step(jit_fp32, j32); }, [&] { jit_step(jit_amp, j16); }};
+    std::vector<double> med = time_interleaved(fs, rounds);
+    const char* names[] = {"eager_fp32", "eager_autocast_bf16", "jit_fp32", "jit_autocast_bf16"};
+    for (size_t i = 0; i < fs.size(); ++i)
+      emit("W7_BF16", "gpt_mini_train_step", "kiln", names[i], threads, p, "steps/s", 1.0 / med[i]);
+    auto report = [](auto& f) {
+      if (f.stats().eager_fallback || f.stats().graph_breaks > 0)
+        std::cerr << "[kiln_models_bench] W7_BF16 jit:\n" << f.explain() << "\n";
+    };
+    report(jit_fp32);
+    report(jit_amp);
+  }
+  // Convergence: 300 eager steps each, the same batches, then the validation loss.
+  const std::vector<int64_t> train = token_stream(1, kTrainSteps * kB * (kT + 1));
+  const std::vector<int64_t> val = token_stream(2, kValBatches * kB * (kT + 1));
+  double final_loss[2] = {0, 0};
+  for (int amp = 0; amp < 2; ++amp) {
+    Run r = make();
+    const double t0 = now_s();
+    Tensor last;
+    for (int64_t s = 0; s < kTrainSteps; ++s) {
+      auto [x, y] = lm_batch(train, s);
+      last = eager_step(r, amp == 1, x, y);
+    }
+    const double secs = now_s() - t0;
+    NoGradGuard ng;
+    AutocastGuard ac(BF16, amp == 1);
+    double vl = 0;
+    for (int64_t b = 0; b < kValBatches; ++b) {
+      auto [x, y] = lm_batch(val, b);
+      vl += lf(r.p, x, y).item<double>();
+    }
+    final_loss[amp] = vl / kValBatches;
+    const char* mode = amp ? "autocast_bf16" : "fp32";
+    emit("W7_BF16", "gpt_mini_300_steps", "kiln", mode, threads, p, "val_loss", final_loss[amp]);
+    emit("W7_BF16", "gpt_mini_300_steps", "kiln", mode, threads, p, "train_loss_last",
+         last.item<double>());
+    emit("W7_BF16", "gpt_mini_300_steps", "kiln", mode, threads, p, "s", secs);
+  }
+  emit("W7_BF16", "gpt_mini_300_steps", "kiln", "autocast_vs_fp32", threads, p,
+       "val_loss_rel_diff_pct", 100.0 * std::abs(final_loss[1] - final_loss[0]) / final_loss[0]);
 }
 
 // ---- W8: MoE layer, top-2 ---------------------------------------------------------------------
@@ -569,7 +736,8 @@ void w8(int threads, const std::string& modes, int rounds) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: kiln_models_bench W5|W7|W8 THREADS [eager,graph,jit | latency | jitfwd | "
+    std::cerr << "usage: kiln_models_bench W5|W7|W7_BF16|W8 THREADS [eager,graph,jit | latency | "
+                 "jitfwd | "
                  "jitfwd_peak_saved | jitfwd_peak_recompute]\n";
     return 2;
   }
@@ -593,10 +761,12 @@ int main(int argc, char** argv) {
       w5(threads, modes, rounds);
     else if (w == "W7")
       w7(threads, modes, rounds);
+    else if (w == "W7_BF16")
+      w7_bf16(threads, rounds);
     else if (w == "W8")
       w8(threads, modes, rounds);
     else {
-      std::cerr << "unknown workload " << w << " (W5, W7, W8)\n";
+      std::cerr << "unknown workload " << w << " (W5, W7, W7_BF16, W8)\n";
       return 2;
     }
   } catch (const std::exception& e) {

@@ -55,6 +55,26 @@ def w1(threads, config):
         emit("W1", "matmul", "eager", threads, {"n": n}, "GFLOP/s", 2.0 * n ** 3 / t / 1e9, config)
 
 
+def w1_bf16(threads, config):
+    """torch.matmul on bfloat16 tensors beside float32, interleaved (TFLOP/s)."""
+    for n in (256, 1024, 2048):
+        torch.manual_seed(1)
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        ab, bb = a.bfloat16(), b.bfloat16()
+        fb = lambda: torch.matmul(ab, bb)
+        ff = lambda: torch.matmul(a, b)
+        inner = calibrate(fb)
+        tb, tf = [], []
+        for r in range(5):
+            tb.append(median_time(fb, reps=1, inner=inner, warmup=2 if r == 0 else 0))
+            tf.append(median_time(ff, reps=1, inner=max(1, inner // 2), warmup=2 if r == 0 else 0))
+        flop = 2.0 * n ** 3
+        emit("W1_BF16", "matmul", "bf16", threads, {"n": n}, "TFLOP/s",
+             flop / statistics.median(tb) / 1e12, config)
+        emit("W1_BF16", "matmul", "fp32", threads, {"n": n}, "TFLOP/s",
+             flop / statistics.median(tf) / 1e12, config)
+
+
 def w2(threads, config):
     torch.manual_seed(2)
     x, a, b = torch.randn(4096, 1024), torch.randn(1024), torch.randn(1024)
@@ -276,6 +296,76 @@ def w7(threads, config):
     emit_modes("W7", "gpt_mini_train_step", threads, p, config, make_step, 7, 3, 3)
 
 
+# W7_BF16: the same synthetic language as kiln_models_bench (bit for bit): a 64-bit LCG; each
+# next token is (7 * previous + 3) mod 96 with probability 4/5, else uniform.
+def token_stream(seed, n, vocab=96):
+    s, mask = seed, (1 << 64) - 1
+
+    def nxt():
+        nonlocal s
+        s = (s * 6364136223846793005 + 1442695040888963407) & mask
+        return s >> 33
+    t = [nxt() % vocab]
+    for _ in range(n - 1):
+        t.append((7 * t[-1] + 3) % vocab if nxt() % 5 != 0 else nxt() % vocab)
+    return torch.tensor(t, dtype=torch.int64)
+
+
+def lm_batch(stream, b, batch=16, seq=64):
+    w = stream[b * batch * (seq + 1):(b + 1) * batch * (seq + 1)].reshape(batch, seq + 1)
+    return w[:, :-1].contiguous(), w[:, 1:].contiguous()
+
+
+def w7_bf16(threads, config):
+    """GPT-mini's AdamW step in float32 and under torch.autocast("cpu", torch.bfloat16),
+    interleaved (steps/s); then 300 steps of each from the same initial parameters on the same
+    batches and the validation loss (evaluated as trained)."""
+    p = {"blocks": 2, "d": 128, "heads": 4, "seq": 64, "batch": 16, "vocab": 96, "opt": "adamw"}
+
+    def make():
+        torch.manual_seed(7)
+        model = GPTMini()
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+
+    def step(model, opt, amp, idx, tgt):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = model(idx, tgt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    torch.manual_seed(7)
+    idx, tgt = torch.randint(0, 96, (16, 64)), torch.randint(0, 96, (16, 64))
+    runs = {False: make(), True: make()}
+    fs = {amp: (lambda amp=amp: step(*runs[amp], amp, idx, tgt)) for amp in (False, True)}
+    inner = {amp: calibrate(f, 0.15) for amp, f in fs.items()}
+    ts = {False: [], True: []}
+    for r in range(7):
+        for amp in (False, True):
+            ts[amp].append(median_time(fs[amp], reps=1, inner=inner[amp], warmup=1 if r == 0 else 0))
+    for amp, mode in ((False, "eager_fp32"), (True, "eager_autocast_bf16")):
+        emit("W7_BF16", "gpt_mini_train_step", mode, threads, p, "steps/s",
+             1.0 / statistics.median(ts[amp]), config)
+    train = token_stream(1, 300 * 16 * 65)
+    val = token_stream(2, 8 * 16 * 65)
+    final = {}
+    for amp, mode in ((False, "fp32"), (True, "autocast_bf16")):
+        model, opt = make()
+        t0 = time.perf_counter()
+        for s in range(300):
+            last = step(model, opt, amp, *lm_batch(train, s))
+        secs = time.perf_counter() - t0
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            final[amp] = sum(model(*lm_batch(val, b)).item() for b in range(8)) / 8
+        emit("W7_BF16", "gpt_mini_300_steps", mode, threads, p, "val_loss", final[amp], config)
+        emit("W7_BF16", "gpt_mini_300_steps", mode, threads, p, "train_loss_last", last.item(),
+             config)
+        emit("W7_BF16", "gpt_mini_300_steps", mode, threads, p, "s", secs, config)
+    emit("W7_BF16", "gpt_mini_300_steps", "autocast_vs_fp32", threads, p, "val_loss_rel_diff_pct",
+         100.0 * abs(final[True] - final[False]) / final[False], config)
+
+
 class MoE(torch.nn.Module):
     """Top-2 of 8 experts; each expert runs only its tokens (nonzero, index, index_add_)."""
 
@@ -324,8 +414,8 @@ def w8(threads, config):
 def main():
     workload, threads, config = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(threads)
-    {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W7": w7,
-     "W8": w8}[workload](threads, config)
+    {"W1": w1, "W1_BF16": w1_bf16, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W7": w7,
+     "W7_BF16": w7_bf16, "W8": w8}[workload](threads, config)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import statistics
 import sys
 from collections import defaultdict
 
-LOWER_IS_BETTER = {"us/op", "us/call", "us/step", "ms", "s"}
+LOWER_IS_BETTER = {"us/op", "us/call", "us/step", "ms", "s", "val_loss", "train_loss_last",
+                   "val_loss_rel_diff_pct"}
 
 
 def key_params(p):

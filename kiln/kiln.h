@@ -9,6 +9,7 @@
 #include "kiln/core/interrupt.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/threads.h"
+#include "kiln/dispatch/autocast.h"
 #include "kiln/dispatch/grad_mode.h"
 #include "kiln/dispatch/profile.h"
 #include "kiln/exec/session.h"

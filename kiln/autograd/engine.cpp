@@ -10,6 +10,7 @@
 #include "kiln/autograd/autograd.h"
 #include "kiln/autograd/grad_node.h"
 #include "kiln/autograd/grad_ready.h"
+#include "kiln/dispatch/autocast.h"
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/handles.h"
 #include "kiln/ops/ops.h"
@@ -283,6 +284,8 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
 
   std::optional<NoGradGuard> ng;
   std::optional<EnableGradGuard> eg;
+  // Gradient rules run in the dtypes their forward ops saw (a cast's rule casts back).
+  AutocastGuard no_autocast(false);
   if (create_graph)
     eg.emplace();
   else

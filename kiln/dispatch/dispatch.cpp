@@ -3,6 +3,7 @@
 #include "kiln/dispatch/dispatch.h"
 
 #include "kiln/core/tls.h"
+#include "kiln/dispatch/autocast.h"
 #include "kiln/dispatch/profile.h"
 #include "kiln/kernels/cpu/cast.h"
 
@@ -14,6 +15,8 @@ SymbolicHandler* g_graph_handler = nullptr;
 thread_local bool t_capture_all KILN_TLS = false;
 AutogradRecorder g_recorder = nullptr;
 thread_local uint64_t t_count KILN_TLS = 0;
+thread_local bool t_autocast KILN_TLS = false;
+thread_local DType t_autocast_dtype KILN_TLS = DType::BFloat16;
 }  // namespace
 
 SymbolicHandler* set_symbolic_handler(SymbolicHandler* h) {
@@ -158,7 +161,56 @@ TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Att
   return outs;
 }
 
+namespace {
+// Whether autocast under `policy` casts a tensor of dtype d, and to what.
+bool autocast_target(AutocastPolicy policy, DType d, DType* to) {
+  // As torch: float64 is never cast (nor are integer and bool tensors).
+  if (!is_floating(d) || d == Float64) return false;
+  *to = policy == AutocastPolicy::kLower ? t_autocast_dtype : Float32;
+  return d != *to;
+}
+bool autocast_target(AutocastPolicy policy, const Tensor& t, DType* to) {
+  return t.defined() && autocast_target(policy, t.dtype(), to);
+}
+
+// A recorded cast op (kiln/ops' cast(), looked up here: ops sit above the dispatcher).
+Tensor autocast_cast(const Tensor& t, DType to) {
+  static const OpDef& cast_op = OpRegistry::get().at("cast");
+  return call1(cast_op, {t}, {static_cast<int64_t>(to)});
+}
+
+// The inputs autocast gives `op`, in *cast; false when none changes. Casts run through the
+// dispatcher, so autograd, graph building and tracing record them.
+bool autocast_inputs(const OpDef& op, std::span<const Tensor> inputs, TensorList* cast) {
+  bool any = false;
+  DType to;
+  for (const auto& t : inputs) any = any || autocast_target(op.autocast, t, &to);
+  if (!any) return false;
+  cast->reserve(inputs.size());
+  for (const auto& t : inputs)
+    cast->push_back(autocast_target(op.autocast, t, &to) ? autocast_cast(t, to) : t);
+  return true;
+}
+}  // namespace
+
+Tensor autocast_arg(AutocastPolicy policy, const Tensor& t) {
+  DType to;
+  if (!t_autocast || policy == AutocastPolicy::kNone || !autocast_target(policy, t, &to)) return t;
+  return autocast_cast(t, to);
+}
+
+DType autocast_input_dtype(AutocastPolicy policy, DType d) {
+  DType to;
+  if (!t_autocast || policy == AutocastPolicy::kNone || !autocast_target(policy, d, &to)) return d;
+  return to;
+}
+
 TensorList call(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  if (t_autocast && op.autocast != AutocastPolicy::kNone) [[unlikely]] {
+    TensorList cast;
+    if (autocast_inputs(op, inputs, &cast))
+      return call(op, std::span<const Tensor>(cast.data(), cast.size()), attrs);
+  }
   if (t_capture_all && t_handler) return t_handler->handle(op, inputs, attrs);
   for (const auto& t : inputs) {
     if (t.defined() && t.is_symbolic()) {
@@ -205,4 +257,25 @@ Tensor call1(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs
 namespace kiln {
 bool grad_mode_enabled() { return detail::t_grad_mode; }
 void set_grad_mode(bool on) { detail::t_grad_mode = on; }
+
+bool autocast_enabled() { return detail::t_autocast; }
+DType autocast_dtype() { return detail::t_autocast_dtype; }
+
+void detail::set_autocast_state(bool enabled, DType dtype) {
+  // float16 runs through the kernels' float32 compute path (no native float16 GEMM on CPU).
+  if (dtype != DType::BFloat16 && dtype != DType::Float16)
+    fail("autocast", "the autocast dtype must be bfloat16 or float16, got ", dtype);
+  t_autocast = enabled;
+  t_autocast_dtype = dtype;
+}
+
+AutocastGuard::AutocastGuard(DType dtype, bool enabled)
+    : prev_enabled_(detail::t_autocast), prev_dtype_(detail::t_autocast_dtype) {
+  detail::set_autocast_state(enabled, enabled ? dtype : prev_dtype_);
+}
+AutocastGuard::AutocastGuard(bool enabled) : AutocastGuard(detail::t_autocast_dtype, enabled) {}
+AutocastGuard::~AutocastGuard() {
+  detail::t_autocast = prev_enabled_;
+  detail::t_autocast_dtype = prev_dtype_;
+}
 }  // namespace kiln

@@ -75,6 +75,14 @@ TensorList run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Att
 void invoke_kernel(const OpDef& op, std::span<const Tensor> inputs, std::span<Tensor> outputs,
                    const Attrs& attrs);
 
+/// For composite ops with an autocast policy (cross_entropy and the losses built from primitives
+/// with float32 semantics): `t` cast as `policy` says while autocast is on (a recorded cast op),
+/// else `t` itself. Primitives get the same from their OpDef::autocast field.
+Tensor autocast_arg(AutocastPolicy policy, const Tensor& t);
+/// The dtype an input of dtype `d` reaches an op of `policy` with (d when autocast is off): for
+/// wrappers that check their arguments' dtypes before dispatching.
+DType autocast_input_dtype(AutocastPolicy policy, DType d);
+
 /// Counts kernel executions on this thread (for tests and profiling).
 uint64_t eager_op_count();
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "kiln/dispatch/autocast.h"
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/graph/graph.h"
 #include "kiln/graph/node.h"
@@ -17,6 +18,8 @@ namespace kiln {
 std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<Tensor>& xs,
                               const std::vector<Tensor>& grad_ys) {
   if (ys.empty()) fail("gradients", "no ys given");
+  // Each gradient rule runs in the dtypes its forward op saw (the casts' rules cast back).
+  AutocastGuard no_autocast(false);
   std::shared_ptr<GraphImpl> g;
   for (const auto& y : ys) {
     if (!y.defined() || !y.is_symbolic())

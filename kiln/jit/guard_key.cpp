@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kiln/autograd/autograd.h"
+#include "kiln/dispatch/autocast.h"
 
 using namespace kiln::detail;
 
@@ -14,10 +15,12 @@ namespace kiln::detail::jit_engine {
 
 Key key_of(const std::vector<Arg>& args, const std::vector<int>& runtime) {
   Key k;
+  const int ac = autocast_enabled() ? static_cast<int>(autocast_dtype()) : -1;
   for (size_t i = 0; i < args.size(); ++i) {
     const Arg& a = args[i];
     ArgKey ak;
     ak.kind = a.kind;
+    ak.autocast = ac;
     auto add = [&](const Tensor& t) {
       if (!t.defined()) fail("jit", "argument ", i, " is an undefined tensor");
       ak.dtypes.push_back(t.dtype());
@@ -36,8 +39,17 @@ Key key_of(const std::vector<Arg>& args, const std::vector<int>& runtime) {
   return k;
 }
 
+namespace {
+std::string autocast_str(int ac) {
+  return ac < 0 ? std::string("off") : str_cat("on (", dtype_name(static_cast<DType>(ac)), ")");
+}
+}  // namespace
+
 // Empty string when `k` (actual) satisfies `g` (guard); otherwise the first failing guard.
 std::string mismatch(const Key& g, const Key& k) {
+  if (!g.empty() && !k.empty() && g[0].autocast != k[0].autocast)
+    return str_cat("autocast: expected ", autocast_str(g[0].autocast), ", got ",
+                   autocast_str(k[0].autocast));
   if (g.size() != k.size()) return "number of arguments";
   for (size_t i = 0; i < g.size(); ++i) {
     const ArgKey &a = g[i], &b = k[i];
@@ -74,7 +86,9 @@ bool only_dims_differ(const Key& g, const Key& k, Key* dyn) {
   bool any = false;
   for (size_t i = 0; i < g.size(); ++i) {
     const ArgKey &a = g[i], &b = k[i];
-    if (a.kind != b.kind || a.shapes.size() != b.shapes.size() || a.value != b.value) return false;
+    if (a.kind != b.kind || a.shapes.size() != b.shapes.size() || a.value != b.value ||
+        a.autocast != b.autocast)
+      return false;
     for (size_t t = 0; t < a.shapes.size(); ++t) {
       if (a.dtypes[t] != b.dtypes[t] || a.grads[t] != b.grads[t] ||
           a.shapes[t].rank() != b.shapes[t].rank())
@@ -92,6 +106,7 @@ bool only_dims_differ(const Key& g, const Key& k, Key* dyn) {
 
 std::string key_str(const Key& k) {
   std::ostringstream os;
+  if (!k.empty() && k[0].autocast >= 0) os << "autocast " << autocast_str(k[0].autocast) << "; ";
   for (size_t i = 0; i < k.size(); ++i) {
     if (i) os << "; ";
     os << "arg" << i << " ";

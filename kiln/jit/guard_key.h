@@ -17,6 +17,9 @@ struct ArgKey {
   std::vector<Shape> shapes;
   double value = 0;  // scalar/bool constants
   bool runtime = false;
+  /// The autocast scope of the call (the dtype's code; -1: off), the same in every argument:
+  /// a trace under autocast holds its casts.
+  int autocast = -1;
 };
 using Key = std::vector<ArgKey>;
 

@@ -282,6 +282,7 @@ const OpDef& kSdpa =
             .infer = infer_sdpa,
             .kernel = sdpa_kernel,
             .grad = sdpa_grad,
+            .autocast = AutocastPolicy::kLower,
             .doc = "softmax(scale q k^T, causal mask) v; output 0 in [..., T, H, E] memory order "
                    "(rank >= 3), output 1 the probabilities"});
 

@@ -298,6 +298,27 @@ void conv2d_bwd_weight(const Tensor& x, const Tensor& gy, Tensor& dw, const Conv
   }
 }
 
+// ---- bfloat16: oneDNN's bfloat16 convolutions (AVX512-BF16 or AMX), float32 accumulation ----
+
+const uint16_t* bf16_in(const Tensor& t) { return static_cast<const uint16_t*>(t.raw_data()); }
+
+// Runs one direction natively in bfloat16 when oneDNN takes the shape; otherwise computes it in
+// float32 (f32(a, b, out) on widened copies) and rounds the result once.
+template <typename Native, typename F32>
+void conv_bf16(const Tensor& a, const Tensor& b, Tensor& out, Native native, F32 f32) {
+  if (a.numel() > 0 && b.numel() > 0 && out.numel() > 0 &&
+      native(bf16_in(a), bf16_in(b), static_cast<uint16_t*>(out.raw_data())))
+    return;
+  auto widened = [](const Tensor& t) {
+    Tensor w = empty(t.shape(), Float32);
+    op_util::copy_cast_kernel(t, w);
+    return w;
+  };
+  Tensor wa = widened(a), wb = widened(b), wo = empty(out.shape(), Float32);
+  f32(wa, wb, wo);
+  op_util::copy_cast_kernel(wo, out);
+}
+
 Attrs conv_only(const Attrs& a) { return Attrs{a[0], a[1], a[2], a[3]}; }
 
 const OpDef& kConv2d = def_op(
@@ -314,6 +335,20 @@ const OpDef& kConv2d = def_op(
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            ConvP p = conv_params("conv2d", a);
+           if (in[0].dtype() == BF16) {
+             const Tensor &x = in[0], &w = in[1];
+             const cpu::ConvShape s =
+                 conv_shape(p, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2),
+                            w.size(3), out[0].size(2), out[0].size(3));
+             return conv_bf16(
+                 x, w, out[0],
+                 [&](auto* px, auto* pw, auto* py) {
+                   return cpu::dnnl_conv2d_forward_bf16(s, px, pw, py);
+                 },
+                 [&](const Tensor& wx, const Tensor& ww, Tensor& wy) {
+                   conv2d_fwd<float>(wx, ww, wy, p);
+                 });
+           }
            KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d",
                                [&] { conv2d_fwd<scalar_t>(in[0], in[1], out[0], p); });
          },
@@ -328,8 +363,10 @@ const OpDef& kConv2d = def_op(
                          : Tensor()};
          },
      .contiguous_inputs = true,
+     .autocast = AutocastPolicy::kLower,
      .doc = "2-D cross-correlation x [N, C, H, W] * w [O, C/groups, kH, kW] (oneDNN, direct or "
-            "lane kernels; im2col + GEMM otherwise)"});
+            "lane kernels; im2col + GEMM otherwise)",
+     .native_dtypes = dtype_bit(BF16)});
 
 // Input size of conv2d_grad_input: the attribute, or (dynamic graphs) the smallest input that
 // gives the gradient's spatial size.
@@ -368,6 +405,21 @@ const OpDef& kConv2dGradInput = def_op(
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            ConvP p = conv_params("conv2d_grad_input", a);
+           if (in[0].dtype() == BF16) {
+             const Tensor &gy = in[0], &w = in[1];
+             Tensor& dx = out[0];
+             const cpu::ConvShape s =
+                 conv_shape(p, dx.size(0), dx.size(1), dx.size(2), dx.size(3), w.size(0), w.size(2),
+                            w.size(3), gy.size(2), gy.size(3));
+             return conv_bf16(
+                 gy, w, dx,
+                 [&](auto* pg, auto* pw, auto* pdx) {
+                   return cpu::dnnl_conv2d_backward_data_bf16(s, pg, pw, pdx);
+                 },
+                 [&](const Tensor& wg, const Tensor& ww, Tensor& wdx) {
+                   conv2d_bwd_input<float>(wg, ww, wdx, p);
+                 });
+           }
            KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_grad_input",
                                [&] { conv2d_bwd_input<scalar_t>(in[0], in[1], out[0], p); });
          },
@@ -383,7 +435,8 @@ const OpDef& kConv2dGradInput = def_op(
                                  : Tensor()};
          },
      .contiguous_inputs = true,
-     .doc = "gradient of conv2d w.r.t. its input: col2im(w^T @ grad_output)"});
+     .doc = "gradient of conv2d w.r.t. its input: col2im(w^T @ grad_output)",
+     .native_dtypes = dtype_bit(BF16)});
 
 const OpDef& kConv2dGradWeight = def_op(
     {.name = "conv2d_grad_weight",
@@ -413,6 +466,21 @@ const OpDef& kConv2dGradWeight = def_op(
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            ConvP p = conv_params("conv2d_grad_weight", a);
+           if (in[0].dtype() == BF16) {
+             const Tensor &x = in[0], &gy = in[1];
+             Tensor& dw = out[0];
+             const cpu::ConvShape s =
+                 conv_shape(p, x.size(0), x.size(1), x.size(2), x.size(3), dw.size(0), dw.size(2),
+                            dw.size(3), gy.size(2), gy.size(3));
+             return conv_bf16(
+                 x, gy, dw,
+                 [&](auto* px, auto* pg, auto* pdw) {
+                   return cpu::dnnl_conv2d_backward_weights_bf16(s, px, pg, pdw);
+                 },
+                 [&](const Tensor& wx, const Tensor& wg, Tensor& wdw) {
+                   conv2d_bwd_weight<float>(wx, wg, wdw, p);
+                 });
+           }
            KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_grad_weight",
                                [&] { conv2d_bwd_weight<scalar_t>(in[0], in[1], out[0], p); });
          },
@@ -427,7 +495,8 @@ const OpDef& kConv2dGradWeight = def_op(
                c.need(1) ? conv2d_raw(x, c.g(), conv_only(c.attrs)) : Tensor()};
          },
      .contiguous_inputs = true,
-     .doc = "gradient of conv2d w.r.t. its weight: sum_n grad_output[n] @ im2col(x[n])^T"});
+     .doc = "gradient of conv2d w.r.t. its weight: sum_n grad_output[n] @ im2col(x[n])^T",
+     .native_dtypes = dtype_bit(BF16)});
 
 // ---- the forward-declared helpers ------------------------------------------------------------
 
@@ -458,8 +527,9 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
                    {pair2("conv2d", "stride", stride), pair2("conv2d", "padding", padding),
                     pair2("conv2d", "dilation", dilation), groups});
   if (!b.defined()) return y;
-  // Bias as a broadcast add: its gradient is the engine's sum_to over N, H, W.
-  return add(y, reshape(b, Shape{1, b.size(0), 1, 1}));
+  // Bias as a broadcast add: its gradient is the engine's sum_to over N, H, W. Under autocast
+  // it is cast as conv2d's own inputs were (torch casts the bias with them).
+  return add(y, reshape(autocast_arg(AutocastPolicy::kLower, b), Shape{1, b.size(0), 1, 1}));
 }
 
 // conv1d is conv2d over a height of 1: x [N, C, L] -> [N, C, 1, L], w [O, C/g, K] -> [O, C/g,

@@ -413,6 +413,7 @@ const OpDef& kNllLoss =
                   return TensorList{gl, Tensor()};
                 },
             .contiguous_inputs = true,
+            .autocast = AutocastPolicy::kFloat32,
             .doc = "negative log-likelihood of class indices; reduction none | mean | sum"});
 
 const OpDef& kNllLossGrad = def_op(
@@ -520,6 +521,9 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                      int64_t ignore_index) {
+  // Autocast: a float32 op, as in torch (log_softmax on its own keeps its input's dtype).
+  if (auto f = autocast_arg(AutocastPolicy::kFloat32, logits); !f.is_same(logits))
+    return cross_entropy(f, target, reduction, ignore_index);
   if (!logits.defined() || !target.defined()) fail("cross_entropy", "undefined input");
   if (logits.dim() < 1) fail("cross_entropy", "logits must be [N, C, d...], got a 0-d tensor");
   if (target.dtype() != Int64 && target.dtype() != Int32)
@@ -530,6 +534,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 }
 
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+  if (auto fa = autocast_arg(AutocastPolicy::kFloat32, a),
+      fb = autocast_arg(AutocastPolicy::kFloat32, b);
+      !fa.is_same(a) || !fb.is_same(b))
+    return mse_loss(fa, fb, reduction);  // autocast: a float32 op, as in torch
   if (!a.defined() || !b.defined()) fail("mse_loss", "undefined input");
   broadcast_shapes(a.shape(), b.shape(), "mse_loss");
   Tensor d = sub(a, b);
@@ -557,6 +565,11 @@ void check_loss_pair(const char* op, const Tensor& a, const Tensor& b) {
 // large |x|. pos_weight p scales the positive term: (1 - y) x + (1 + (p - 1) y) softplus(-x).
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction, const Tensor& pos_weight) {
+  if (auto fl = autocast_arg(AutocastPolicy::kFloat32, logits),
+      ft = autocast_arg(AutocastPolicy::kFloat32, target);
+      !fl.is_same(logits) || !ft.is_same(target))
+    return binary_cross_entropy_with_logits(fl, ft, reduction,
+                                            autocast_arg(AutocastPolicy::kFloat32, pos_weight));
   constexpr const char* op = "binary_cross_entropy_with_logits";
   check_loss_pair(op, logits, target);
   if (target.shape() != logits.shape())
@@ -575,6 +588,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 // 0.5 d^2 / beta where |d| < beta, |d| - beta / 2 beyond: quadratic near 0, linear in the tails
 // (continuous with its first derivative at |d| = beta).
 Tensor smooth_l1_loss(const Tensor& a, const Tensor& b, Reduction reduction, double beta) {
+  if (auto fa = autocast_arg(AutocastPolicy::kFloat32, a),
+      fb = autocast_arg(AutocastPolicy::kFloat32, b);
+      !fa.is_same(a) || !fb.is_same(b))
+    return smooth_l1_loss(fa, fb, reduction, beta);  // autocast: a float32 op, as in torch
   check_loss_pair("smooth_l1_loss", a, b);
   if (!(beta >= 0) || !std::isfinite(beta))
     fail("smooth_l1_loss", "beta must be finite and >= 0, got ", beta);
@@ -586,6 +603,10 @@ Tensor smooth_l1_loss(const Tensor& a, const Tensor& b, Reduction reduction, dou
 
 // delta * smooth_l1(beta = delta): 0.5 d^2 inside, delta (|d| - delta / 2) outside.
 Tensor huber_loss(const Tensor& a, const Tensor& b, Reduction reduction, double delta) {
+  if (auto fa = autocast_arg(AutocastPolicy::kFloat32, a),
+      fb = autocast_arg(AutocastPolicy::kFloat32, b);
+      !fa.is_same(a) || !fb.is_same(b))
+    return huber_loss(fa, fb, reduction, delta);  // autocast: a float32 op, as in torch
   check_loss_pair("huber_loss", a, b);
   if (!(delta > 0) || !std::isfinite(delta))
     fail("huber_loss", "delta must be finite and > 0, got ", delta);

@@ -111,6 +111,14 @@ enum OpTrait : uint32_t {
   kUndefinedGradOutputs = 1u << 13,
 };
 
+/// What an autocast scope (kiln/dispatch/autocast.h) does to an op's floating inputs before it
+/// runs, as torch.autocast's op lists on CPU: the dispatcher reads this field.
+enum class AutocastPolicy : uint8_t {
+  kNone,     ///< runs in the (promoted) dtype of its inputs
+  kLower,    ///< float32 inputs cast to the autocast dtype (matmul, addmm, conv, attention)
+  kFloat32,  ///< lower-precision inputs cast to float32 (losses, prod: precision-sensitive)
+};
+
 using InferFn = MetaList (*)(std::span<const Tensor> in, const Attrs& attrs);
 using KernelFn = void (*)(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& attrs);
 using ViewFn = TensorList (*)(std::span<const Tensor> in, const Attrs& attrs);
@@ -131,6 +139,8 @@ struct OpDef {
   std::string expr;
   /// Inputs handed to the kernel are made contiguous first (once, by the dispatcher).
   bool contiguous_inputs = false;
+  /// What autocast does to its floating inputs (float64 inputs are never cast).
+  AutocastPolicy autocast = AutocastPolicy::kNone;
   std::string doc;
   /// The reduced dtypes (float16, bfloat16, int8, uint8, int16: dtype_bit of each) the kernel
   /// handles itself. For the others, invoke_kernel runs it on inputs cast to compute_dtype

@@ -13,6 +13,7 @@ Every Kiln failure raises kiln.Error (a RuntimeError) with a message that starts
 the Python built-ins of those names.
 """
 import functools as _functools
+import builtins as _builtins
 
 from . import _C
 
@@ -69,6 +70,56 @@ class set_grad_enabled(no_grad):
         return wrapper
 
 
+class autocast:
+    """autocast(device_type="cpu", dtype=kiln.bfloat16, enabled=True): mixed precision in a
+    scope, as torch.autocast("cpu", torch.bfloat16) (a context manager and a decorator).
+
+    Inside it, matmul, mm, bmm, addmm, linear, conv and attention cast float32 inputs to
+    bfloat16 and run bfloat16 kernels (oneDNN: AVX512-BF16 or AMX where the CPU has them);
+    losses (cross_entropy, nll_loss, mse_loss, ...) cast bfloat16 inputs to float32; every
+    other op runs in the promoted dtype of its inputs. The casts are recorded by autograd, so
+    float32 parameters get float32 gradients; jit and graphs record them too. The state is
+    per thread; scopes nest, and enabled=False turns autocast off inside one. Gradients
+    (backward, grad) are computed with autocast off. No gradient scaling is needed for
+    bfloat16: see docs/mixed_precision.md."""
+
+    def __init__(self, device_type="cpu", dtype=None, enabled=True, cache_enabled=None):
+        if device_type != "cpu":
+            raise _C.ValueError(
+                f"[autocast] device_type must be 'cpu' (Kiln runs on the CPU), got {device_type!r}")
+        self._dtype = dtype
+        self._enabled = _builtins.bool(enabled)  # kiln.bool is the dtype
+
+    def __enter__(self):
+        self._prev = (_C.is_autocast_enabled(), _C.get_autocast_dtype())
+        _C._set_autocast(self._enabled,
+                         self._dtype if self._dtype is not None else _C.bfloat16)
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_autocast(*self._prev)
+        return False
+
+    def __call__(self, fn):
+        dtype, enabled = self._dtype, self._enabled
+
+        @_functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with autocast("cpu", dtype=dtype, enabled=enabled):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def is_autocast_cpu_enabled():
+    """Whether autocast is on for this thread (torch.is_autocast_cpu_enabled)."""
+    return _C.is_autocast_enabled()
+
+
+def get_autocast_cpu_dtype():
+    """The dtype autocast casts to (torch.get_autocast_cpu_dtype)."""
+    return _C.get_autocast_dtype()
+
+
 def jit(fn=None, *, name=None, max_recompiles=8, dynamic_dims=True, runtime_scalars=(),
         donate=()):
     """Compiles a Python function of tensors (and lists of tensors, numbers and bools) by
@@ -107,7 +158,7 @@ def numel(t):
 # float and int inside this module (kiln.bool is the dtype, as torch.bool), so it comes last.
 def _export(g):
     for _name in dir(_C):
-        if not _name.startswith("_") and _name not in ("nn", "optim", "io"):
+        if not _name.startswith("_") and _name not in ("nn", "optim", "io", "linalg"):
             g[_name] = getattr(_C, _name)
 
 
@@ -118,4 +169,15 @@ _sys = __import__("sys")
 _sys.modules[__name__ + ".return_types"] = return_types  # noqa: F821 (exported just above)
 del _sys
 
-from . import nn, optim, io  # noqa: E402  (they use the names above)
+from . import nn, optim, io, linalg  # noqa: E402  (they use the names above)
+
+# kiln.cpu.amp.autocast(dtype=..., enabled=...): torch.cpu.amp.autocast's spelling.
+_types = __import__("types")
+
+
+def _cpu_autocast(enabled=True, dtype=None, cache_enabled=None):
+    return autocast("cpu", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+
+cpu = _types.SimpleNamespace(amp=_types.SimpleNamespace(autocast=_cpu_autocast))
+del _types

@@ -84,6 +84,15 @@ void init_autograd(py::module_& m, TensorClass&) {
       "Symbolic gradients in a Graph (TF1 tf.gradients); None where xs do not influence ys.");
   m.def("is_grad_enabled", &grad_mode_enabled, "Whether eager ops record autograd history.");
   m.def("_set_grad_enabled", &set_grad_mode, py::arg("mode"));
+  m.def("is_autocast_enabled", &autocast_enabled,
+        "Whether autocast (kiln.autocast) is on for this thread.");
+  m.def("get_autocast_dtype", &autocast_dtype, "The dtype autocast casts to (bfloat16 default).");
+  m.def(
+      "_set_autocast",
+      [](bool enabled, py::object dtype) {
+        detail::set_autocast_state(enabled, dtype.is_none() ? autocast_dtype() : dtype_from(dtype));
+      },
+      py::arg("enabled"), py::arg("dtype") = py::none());
   m.def(
       "gradcheck",
       [](py::function fn, py::object inputs, double eps, double atol, double rtol) {

@@ -24,8 +24,10 @@ struct Key {
   ConvShape s;
   Dir dir;
   int threads;
+  bool bf16;  // every operand bfloat16 (else float32)
   bool operator==(const Key& o) const {
-    return dir == o.dir && threads == o.threads && std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0;
+    return dir == o.dir && threads == o.threads && bf16 == o.bf16 &&
+           std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0;
   }
 };
 
@@ -84,17 +86,18 @@ bool build(Entry& e) {
   if (!eng) return false;
   // usrc/uwei/udst: the caller's plain layouts; src/wei/dst: "any", the primitive's choice.
   dnnl_memory_desc_t usrc, uwei, udst, src, wei, dst;
+  const dnnl_data_type_t f = e.key.bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_dims_t sd = {s.N, s.C, s.H, s.W}, dd = {s.N, s.O, s.OH, s.OW};
   dnnl_dims_t wd4 = {s.O, s.C, s.kH, s.kW}, wd5 = {s.G, s.O / s.G, s.C / s.G, s.kH, s.kW};
   const int wn = s.G == 1 ? 4 : 5;
   auto* wd = s.G == 1 ? wd4 : wd5;
-  if (dnnl_memory_desc_init_by_tag(&usrc, 4, sd, dnnl_f32, dnnl_nchw) != dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&udst, 4, dd, dnnl_f32, dnnl_nchw) != dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&uwei, wn, wd, dnnl_f32, s.G == 1 ? dnnl_oihw : dnnl_goihw) !=
+  if (dnnl_memory_desc_init_by_tag(&usrc, 4, sd, f, dnnl_nchw) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&udst, 4, dd, f, dnnl_nchw) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&uwei, wn, wd, f, s.G == 1 ? dnnl_oihw : dnnl_goihw) !=
           dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&wei, wn, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
+      dnnl_memory_desc_init_by_tag(&src, 4, sd, f, dnnl_format_tag_any) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&dst, 4, dd, f, dnnl_format_tag_any) != dnnl_success ||
+      dnnl_memory_desc_init_by_tag(&wei, wn, wd, f, dnnl_format_tag_any) != dnnl_success)
     return false;
   // oneDNN counts dilation from 0 (dense = 0) and wants the right/bottom padding that makes
   // the output size come out as given (it may be smaller than the left padding).
@@ -171,7 +174,7 @@ bool build(Entry& e) {
   return true;
 }
 
-bool run(const ConvShape& s, Dir dir, const void* a, const void* b, void* out) {
+bool run(const ConvShape& s, Dir dir, bool bf16, const void* a, const void* b, void* out) {
   Cache& c = t_cache;
   if (!c.stream) {
     dnnl_engine_t eng = engine();
@@ -180,7 +183,7 @@ bool run(const ConvShape& s, Dir dir, const void* a, const void* b, void* out) {
       return false;
     }
   }
-  Key k{s, dir, omp_get_max_threads()};
+  Key k{s, dir, omp_get_max_threads(), bf16};
   Entry* e = nullptr;
   for (auto& x : c.entries)
     if (x->key == k) e = x.get();
@@ -213,13 +216,25 @@ bool run(const ConvShape& s, Dir dir, const void* a, const void* b, void* out) {
 }  // namespace
 
 bool dnnl_conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y) {
-  return run(s, Dir::Fwd, x, w, y);
+  return run(s, Dir::Fwd, false, x, w, y);
 }
 bool dnnl_conv2d_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx) {
-  return run(s, Dir::BwdData, gy, w, gx);
+  return run(s, Dir::BwdData, false, gy, w, gx);
 }
 bool dnnl_conv2d_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw) {
-  return run(s, Dir::BwdWeights, x, gy, gw);
+  return run(s, Dir::BwdWeights, false, x, gy, gw);
+}
+bool dnnl_conv2d_forward_bf16(const ConvShape& s, const uint16_t* x, const uint16_t* w,
+                              uint16_t* y) {
+  return run(s, Dir::Fwd, true, x, w, y);
+}
+bool dnnl_conv2d_backward_data_bf16(const ConvShape& s, const uint16_t* gy, const uint16_t* w,
+                                    uint16_t* gx) {
+  return run(s, Dir::BwdData, true, gy, w, gx);
+}
+bool dnnl_conv2d_backward_weights_bf16(const ConvShape& s, const uint16_t* x, const uint16_t* gy,
+                                       uint16_t* gw) {
+  return run(s, Dir::BwdWeights, true, x, gy, gw);
 }
 
 }  // namespace kiln::cpu
@@ -232,6 +247,16 @@ bool dnnl_conv2d_backward_data(const ConvShape&, const float*, const float*, flo
   return false;
 }
 bool dnnl_conv2d_backward_weights(const ConvShape&, const float*, const float*, float*) {
+  return false;
+}
+bool dnnl_conv2d_forward_bf16(const ConvShape&, const uint16_t*, const uint16_t*, uint16_t*) {
+  return false;
+}
+bool dnnl_conv2d_backward_data_bf16(const ConvShape&, const uint16_t*, const uint16_t*, uint16_t*) {
+  return false;
+}
+bool dnnl_conv2d_backward_weights_bf16(const ConvShape&, const uint16_t*, const uint16_t*,
+                                       uint16_t*) {
   return false;
 }
 }  // namespace kiln::cpu

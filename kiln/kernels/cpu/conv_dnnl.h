@@ -23,5 +23,14 @@ struct ConvShape {
 bool dnnl_conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y);
 bool dnnl_conv2d_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx);
 bool dnnl_conv2d_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw);
+/// The same in bfloat16 (raw bits; every operand and result bfloat16, float32 accumulation):
+/// the native kernels of the conv ops on bfloat16 tensors (autocast), AVX512-BF16 or AMX where
+/// the CPU has them.
+bool dnnl_conv2d_forward_bf16(const ConvShape& s, const uint16_t* x, const uint16_t* w,
+                              uint16_t* y);
+bool dnnl_conv2d_backward_data_bf16(const ConvShape& s, const uint16_t* gy, const uint16_t* w,
+                                    uint16_t* gx);
+bool dnnl_conv2d_backward_weights_bf16(const ConvShape& s, const uint16_t* x, const uint16_t* gy,
+                                       uint16_t* gw);
 
 }  // namespace kiln::cpu
