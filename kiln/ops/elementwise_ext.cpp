@@ -51,7 +51,7 @@ KILN_UNARY_F(AtanhF, std::atanh(x))
 // by 10^decimals, computed in the input's type as torch does.
 struct RoundF {
   int64_t d;
-  explicit RoundF(const Attrs& a) : d(a.i(0)) {}
+  explicit RoundF(const Attrs& a) : d(static_cast<int64_t>(a.f(0))) {}
   template <class T>
   [[gnu::always_inline]] T operator()(T x) const {
     if (d == 0) return std::nearbyint(x);
@@ -142,8 +142,9 @@ const OpDef& kRound = def_op(
      .traits = kEw,
      .infer =
          [](std::span<const Tensor> in, const Attrs& a) {
-           if (a.i(0) > 300 || a.i(0) < -300)
-             fail(kRoundN, "decimals must lie in [-300, 300], got ", a.i(0));
+           // decimals is a double attribute (a whole number): fused groups carry only doubles
+           if (!(std::fabs(a.f(0)) <= 300) || a.f(0) != std::trunc(a.f(0)))
+             fail(kRoundN, "decimals must be a whole number in [-300, 300], got ", a.f(0));
            return infer_unary_float<kRoundN>(in, a);
          },
      .kernel = k_unary_float<RoundF>,
@@ -575,7 +576,11 @@ Tensor to_bool(const Tensor& t) { return t.dtype() == Bool ? t : ne(t, 0.0); }
 Tensor floor(const Tensor& a) { return rounding(kFloor, a); }
 Tensor ceil(const Tensor& a) { return rounding(kCeil, a); }
 Tensor trunc(const Tensor& a) { return rounding(kTrunc, a); }
-Tensor round(const Tensor& a, int64_t decimals) { return rounding(kRound, a, {decimals}); }
+Tensor round(const Tensor& a, int64_t decimals) {
+  if (decimals > 300 || decimals < -300)
+    fail(kRoundN, "decimals must lie in [-300, 300], got ", decimals);
+  return rounding(kRound, a, {static_cast<double>(decimals)});
+}
 Tensor frac(const Tensor& a) {
   need(kFracN, a);
   if (!is_floating(a.dtype()))
