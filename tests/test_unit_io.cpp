@@ -458,8 +458,8 @@ TEST(Safetensors, MalformedFilesRaiseNamedErrors) {
   expect_load_error(file("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", f8),
                     "expected an integer");
   expect_load_error(file("{\"a\\q\":1}", f8), "bad escape");
-  expect_load_error(file("{" + entry("a", "F16", "[2]", "[0,4]") + "}", f8),
-                    "unsupported dtype \"F16\"");
+  expect_load_error(file("{" + entry("a", "F8_E4M3", "[2]", "[0,4]") + "}", f8),
+                    "unsupported dtype \"F8_E4M3\"");
   expect_load_error(file("{" + entry("a", "F32", "[3]", "[0,8]") + "}", f8),
                     "needs 12 bytes but data_offsets [0, 8] hold 8");
   expect_load_error(file("{" + entry("a", "F32", "[-2]", "[0,8]") + "}", f8), "non-negative");
