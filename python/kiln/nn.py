@@ -351,7 +351,9 @@ class LeakyReLU(Module):
 
 
 class Hardtanh(Module):
-    def __init__(self, min_val=-1.0, max_val=1.0):
+    """inplace is accepted and ignored: the result is a new tensor (same values, gradients)."""
+
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
         super().__init__()
         self.min_val, self.max_val = min_val, max_val
 
@@ -360,32 +362,44 @@ class Hardtanh(Module):
 
 
 class ReLU6(Hardtanh):
-    def __init__(self):
+    def __init__(self, inplace=False):
         super().__init__(0.0, 6.0)
 
 
 class Hardswish(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+
     def forward(self, x):
         return _C.hardswish(x)
 
 
 class Hardsigmoid(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+
     def forward(self, x):
         return _C.hardsigmoid(x)
 
 
 class Mish(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+
     def forward(self, x):
         return _C.mish(x)
 
 
 class SELU(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+
     def forward(self, x):
         return _C.selu(x)
 
 
 class CELU(Module):
-    def __init__(self, alpha=1.0):
+    def __init__(self, alpha=1.0, inplace=False):
         super().__init__()
         self.alpha = alpha
 
@@ -479,6 +493,13 @@ class ModuleList(Module):
         return len(self._modules)
 
 
+def _inplace(input, out, inplace):
+    if not inplace:
+        return out
+    input.copy_(out)
+    return input
+
+
 class functional:
     """torch.nn.functional's names for Kiln's ops."""
     relu = staticmethod(_C.relu)
@@ -489,13 +510,35 @@ class functional:
     leaky_relu = staticmethod(_C.leaky_relu)
     elu = staticmethod(_C.elu)
     softplus = staticmethod(_C.softplus)
-    hardtanh = staticmethod(_C.hardtanh)
-    relu6 = staticmethod(_C.relu6)
-    hardswish = staticmethod(_C.hardswish)
-    hardsigmoid = staticmethod(_C.hardsigmoid)
-    mish = staticmethod(_C.mish)
-    selu = staticmethod(_C.selu)
-    celu = staticmethod(_C.celu)
+    # inplace=True writes the result into the input (torch's in-place form) and returns it.
+    @staticmethod
+    def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+        return _inplace(input, _C.hardtanh(input, min_val, max_val), inplace)
+
+    @staticmethod
+    def relu6(input, inplace=False):
+        return _inplace(input, _C.relu6(input), inplace)
+
+    @staticmethod
+    def hardswish(input, inplace=False):
+        return _inplace(input, _C.hardswish(input), inplace)
+
+    @staticmethod
+    def hardsigmoid(input, inplace=False):
+        return _inplace(input, _C.hardsigmoid(input), inplace)
+
+    @staticmethod
+    def mish(input, inplace=False):
+        return _inplace(input, _C.mish(input), inplace)
+
+    @staticmethod
+    def selu(input, inplace=False):
+        return _inplace(input, _C.selu(input), inplace)
+
+    @staticmethod
+    def celu(input, alpha=1.0, inplace=False):
+        return _inplace(input, _C.celu(input, alpha), inplace)
+
     logsigmoid = staticmethod(_C.logsigmoid)
     glu = staticmethod(_C.glu)
     softmax = staticmethod(_C.softmax)

@@ -567,3 +567,17 @@ def test_float32_losses_keep_float32():
     close(KF.cross_entropy(kt(x), kt(y), weight=kt(w), label_smoothing=0.1),
           TF.cross_entropy(tt(x), tt(y), weight=tt(w), label_smoothing=0.1), 1e-6, 1e-6)
     close(KF.l1_loss(kt(x), kt(x * 2)), TF.l1_loss(tt(x), tt(x * 2)), 1e-6, 1e-6)
+
+
+def test_functional_inplace_and_module_inplace_argument():
+    x = R.randn(2, 5) * 4
+    for kf, tf in [(lambda a: KF.hardtanh(a, -2.0, 2.0, True), lambda a: TF.hardtanh(a, -2.0, 2.0, True)),
+                   (lambda a: KF.relu6(a, inplace=True), lambda a: TF.relu6(a, inplace=True)),
+                   (lambda a: KF.selu(a, inplace=True), lambda a: TF.selu(a, inplace=True)),
+                   (lambda a: KF.celu(a, 0.5, True), lambda a: TF.celu(a, 0.5, True))]:
+        k, t = kt(x), tt(x)
+        rk, rt = kf(k), tf(t)
+        close(k, t)                     # the input itself holds the result
+        close(rk, rt)
+    close(knn.ReLU6(inplace=True)(kt(x)), torch.nn.ReLU6(inplace=True)(tt(x)))
+    close(knn.Hardswish(inplace=True)(kt(x)), torch.nn.Hardswish(inplace=True)(tt(x)))
