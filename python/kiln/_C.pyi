@@ -132,6 +132,10 @@ class Tensor:
     def __truediv__(self: Tensor, arg0: float) -> Tensor: ...
     def abs(self: Tensor) -> Tensor:
         """|x|"""
+    def acos(self: Tensor) -> Tensor:
+        """arccosine"""
+    def acosh(self: Tensor) -> Tensor:
+        """inverse hyperbolic cosine"""
     @overload
     def add(self: Tensor, other: Tensor) -> Tensor: ...
     @overload
@@ -140,36 +144,124 @@ class Tensor:
     def add_(self: Tensor, arg0: Tensor) -> Tensor: ...
     @overload
     def add_(self: Tensor, arg0: float) -> Tensor: ...
+    def addbmm(self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:
+        """beta * input + alpha * sum_i batch1[i] @ batch2[i]."""
+    def addcdiv(self: Tensor, tensor1: TensorLike, tensor2: TensorLike, *, value: float = 1.0) -> Tensor:
+        """input + value * tensor1 / tensor2."""
+    def addcmul(self: Tensor, tensor1: TensorLike, tensor2: TensorLike, *, value: float = 1.0) -> Tensor:
+        """input + value * tensor1 * tensor2."""
+    def addmv(self: Tensor, mat: Tensor, vec: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:
+        """beta * input + alpha * (mat @ vec)."""
+    def all(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Whether all elements (over dim) are nonzero; bool."""
     def amax(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         """Max values over dim."""
     def amin(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         """Min values over dim."""
+    def aminmax(self: Tensor, *, dim: Any = None, keepdim: bool = False) -> Any:
+        """(min, max) over all elements or along dim."""
+    def any(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Whether any element (over dim) is nonzero; bool."""
+    def arccos(self: Tensor) -> Tensor:
+        """arccosine (acos)"""
+    def arccosh(self: Tensor) -> Tensor:
+        """inverse hyperbolic cosine (acosh)"""
+    def arcsin(self: Tensor) -> Tensor:
+        """arcsine (asin)"""
+    def arcsinh(self: Tensor) -> Tensor:
+        """inverse hyperbolic sine (asinh)"""
+    def arctan(self: Tensor) -> Tensor:
+        """arctangent (atan)"""
+    def arctan2(self: Tensor, other: Any) -> Tensor:
+        """atan2"""
+    def arctanh(self: Tensor) -> Tensor:
+        """inverse hyperbolic tangent (atanh)"""
     def argmax(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         """Index of the max along dim (None: flattened), int64."""
     def argmin(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         """Index of the min along dim (None: flattened), int64."""
     def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
         """The indices of sort."""
+    def argwhere(self: Tensor) -> Tensor:
+        """Coordinates [n, rank] of the nonzero elements."""
     def as_strided(self: Tensor, size: Any, stride: Any, storage_offset: int = 0) -> Tensor:
         """A view with the given sizes and element strides."""
+    def asin(self: Tensor) -> Tensor:
+        """arcsine"""
+    def asinh(self: Tensor) -> Tensor:
+        """inverse hyperbolic sine"""
+    def atan(self: Tensor) -> Tensor:
+        """arctangent"""
+    def atan2(self: Tensor, other: Any) -> Tensor:
+        """atan(input / other) in the right quadrant"""
+    def atanh(self: Tensor) -> Tensor:
+        """inverse hyperbolic tangent"""
     def backward(self: Tensor, gradient: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
         """Backpropagates from this tensor into the .grad of leaves (torch.Tensor.backward)."""
+    def baddbmm(self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:
+        """beta * input + alpha * bmm(batch1, batch2)."""
+    def bfloat16(self: Tensor) -> Tensor: ...
+    def bitwise_and(self: Tensor, other: Any) -> Tensor:
+        """a & b (integers, bool)"""
+    def bitwise_left_shift(self: Tensor, other: Any) -> Tensor:
+        """a << b (integers)"""
+    def bitwise_not(self: Tensor) -> Tensor:
+        """~x (integers, bool)"""
+    def bitwise_or(self: Tensor, other: Any) -> Tensor:
+        """a | b (integers, bool)"""
+    def bitwise_right_shift(self: Tensor, other: Any) -> Tensor:
+        """a >> b (integers, arithmetic)"""
+    def bitwise_xor(self: Tensor, other: Any) -> Tensor:
+        """a ^ b (integers, bool)"""
+    def bmm(self: Tensor, mat2: Tensor) -> Tensor:
+        """[b, n, k] @ [b, k, m] (3-D only)."""
     def bool(self: Tensor) -> Tensor: ...
+    def broadcast_to(self: Tensor, size: Any) -> Tensor:
+        """expand to size."""
+    def bucketize(self: Tensor, boundaries: Tensor, *, out_int32: bool = False, right: bool = False) -> Tensor: ...
+    def byte(self: Tensor) -> Tensor: ...
+    def ceil(self: Tensor) -> Tensor:
+        """smallest integer >= x"""
+    def char(self: Tensor) -> Tensor: ...
     def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple:
         """`chunks` pieces along dim."""
     def clamp(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
-        """Clamps to [min, max]; None leaves a side open."""
+        """Clamps to [min, max] (numbers or tensors); None leaves a side open."""
     def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor: ...
+    def clamp_max(self: Tensor, max: Any) -> Tensor:
+        """min(input, max); max a number or a tensor."""
+    def clamp_min(self: Tensor, min: Any) -> Tensor:
+        """max(input, min); min a number or a tensor."""
     def clone(self: Tensor) -> Tensor: ...
     def contiguous(self: Tensor) -> Tensor: ...
     def copy_(self: Tensor, src: handle) -> Tensor: ...
     def cos(self: Tensor) -> Tensor:
         """cosine"""
+    def cosh(self: Tensor) -> Tensor:
+        """hyperbolic cosine"""
+    def count_nonzero(self: Tensor, dim: Any = None) -> Tensor:
+        """The number of nonzero elements over dim (None: all), int64."""
+    def cross(self: Tensor, other: Tensor, dim: Any = None) -> Tensor:
+        """Cross product along dim (None: the first dim of size 3)."""
+    def cummax(self: Tensor, dim: int) -> Any:
+        """Running max along dim and its index: (values, indices)."""
+    def cummin(self: Tensor, dim: int) -> Any:
+        """Running min along dim and its index: (values, indices)."""
+    def cumprod(self: Tensor, dim: int) -> Tensor:
+        """Running products along dim."""
     def cumsum(self: Tensor, dim: int, reverse: bool = False) -> Tensor:
         """Running sums along dim."""
     def data_ptr(self: Tensor) -> int: ...
+    def det(self: Tensor) -> Tensor:
+        """Determinant of square matrices (batched)."""
     def detach(self: Tensor) -> Tensor: ...
     def detach_(self: Tensor) -> Tensor: ...
+    def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+        """1-D: a matrix with it on diagonal `diagonal`; 2-D: that diagonal."""
+    def diag_embed(self: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+        """The last dim placed on a diagonal of new dims dim1, dim2."""
+    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal `offset` of the (dim1, dim2) planes, as the last dim."""
     def dim(self: Tensor) -> int: ...
     @overload
     def div(self: Tensor, other: Tensor) -> Tensor: ...
@@ -179,7 +271,11 @@ class Tensor:
     def div_(self: Tensor, arg0: Tensor) -> Tensor: ...
     @overload
     def div_(self: Tensor, arg0: float) -> Tensor: ...
+    def dot(self: Tensor, tensor: Tensor) -> Tensor:
+        """Inner product of two 1-D tensors."""
     def double(self: Tensor) -> Tensor: ...
+    def dsplit(self: Tensor, indices_or_sections: Any) -> Any:
+        """tensor_split along dim 2; an int must divide the size."""
     @property
     def dtype(self) -> Any: ...
     def element_size(self: Tensor) -> int: ...
@@ -193,20 +289,29 @@ class Tensor:
         """the error function"""
     def exp(self: Tensor) -> Tensor:
         """e^x"""
+    def exp2(self: Tensor) -> Tensor:
+        """2^x"""
     def expand(self: Tensor, *args: Any) -> Tensor: ...
     def expand_as(self: Tensor, arg0: Tensor) -> Tensor: ...
     def expm1(self: Tensor) -> Tensor:
         """exp(x) - 1, accurate for small x"""
     def fill_(self: Tensor, value: float) -> Tensor: ...
+    def fix(self: Tensor) -> Tensor:
+        """x rounded toward zero (trunc)"""
     def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor: ...
     def flip(self: Tensor, dims: Any) -> Tensor:
         """Reversed along each of dims (a copy)."""
+    def fliplr(self: Tensor) -> Tensor:
+        """flip along dim 1."""
+    def flipud(self: Tensor) -> Tensor:
+        """flip along dim 0."""
     def float(self: Tensor) -> Tensor: ...
-    def half(self: Tensor) -> Tensor: ...
-    def bfloat16(self: Tensor) -> Tensor: ...
-    def char(self: Tensor) -> Tensor: ...
-    def byte(self: Tensor) -> Tensor: ...
-    def short(self: Tensor) -> Tensor: ...
+    def floor(self: Tensor) -> Tensor:
+        """largest integer <= x"""
+    def fmod(self: Tensor, other: Any) -> Tensor:
+        """C's fmod: the remainder has the dividend's sign"""
+    def frac(self: Tensor) -> Tensor:
+        """x - trunc(x)"""
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """Values along dim at index."""
     @overload
@@ -215,17 +320,35 @@ class Tensor:
     def ge(self: Tensor, other: float) -> Tensor: ...
     def gelu(self: Tensor, approximate: Any = False) -> Tensor:
         """x * Phi(x) (approximate: the tanh form)."""
+    def ger(self: Tensor, vec2: Tensor) -> Tensor:
+        """Alias of outer."""
     @property
     def grad(self) -> Any: ...
     @overload
     def gt(self: Tensor, other: Tensor) -> Tensor: ...
     @overload
     def gt(self: Tensor, other: float) -> Tensor: ...
+    def half(self: Tensor) -> Tensor: ...
+    def hsplit(self: Tensor, indices_or_sections: Any) -> Any:
+        """tensor_split along dim 1 (0 for 1-D); an int must divide the size."""
     def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
         """A copy of input with slices of source added at index along dim."""
+    def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+        """source's slices written along dim at index."""
+    def index_copy_(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor: ...
+    def index_fill(self: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:
+        """value in the slices along dim that index names."""
+    def index_fill_(self: Tensor, dim: int, index: Tensor, value: Any) -> Tensor: ...
+    def index_put(self: Tensor, indices: Any, values: Any, accumulate: bool = False) -> Tensor:
+        """A copy of input with input[indices] = values (accumulate: +=), torch.index_put."""
+    def index_put_(self: Tensor, indices: Any, values: Any, accumulate: bool = False) -> Tensor: ...
     def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """Slices along dim at the 1-D index."""
+    def inner(self: Tensor, other: Tensor) -> Tensor:
+        """Sum of products over the last dims."""
     def int(self: Tensor) -> Tensor: ...
+    def inverse(self: Tensor) -> Tensor:
+        """Inverse of square matrices (batched)."""
     def is_contiguous(self: Tensor) -> bool: ...
     @property
     def is_dead(self) -> Any: ...
@@ -234,26 +357,46 @@ class Tensor:
     def is_leaf(self) -> Any: ...
     @property
     def is_symbolic(self) -> Any: ...
+    def isfinite(self: Tensor) -> Tensor:
+        """x is finite (bool)"""
+    def isinf(self: Tensor) -> Tensor:
+        """x is +inf or -inf (bool)"""
+    def isnan(self: Tensor) -> Tensor:
+        """x is NaN (bool)"""
     def item(self: Tensor) -> Any:
         """The value of a one-element tensor as a Python number."""
+    def kron(self: Tensor, other: Tensor) -> Tensor:
+        """Kronecker product."""
     @overload
     def le(self: Tensor, other: Tensor) -> Tensor: ...
     @overload
     def le(self: Tensor, other: float) -> Tensor: ...
     def leaky_relu(self: Tensor, negative_slope: float = 0.01) -> Tensor:
         """x for x > 0, negative_slope * x otherwise."""
+    def lerp(self: Tensor, end: TensorLike, weight: Any) -> Tensor:
+        """input + weight (end - input); weight a number or a tensor."""
     def log(self: Tensor) -> Tensor:
         """natural logarithm"""
+    def log10(self: Tensor) -> Tensor:
+        """base-10 logarithm"""
     def log1p(self: Tensor) -> Tensor:
         """log(1 + x), accurate for small x"""
+    def log2(self: Tensor) -> Tensor:
+        """base-2 logarithm"""
     def log_softmax(self: Tensor, dim: int = -1) -> Tensor:
         """log(softmax(x)) along dim, computed stably."""
+    def logcumsumexp(self: Tensor, dim: int) -> Tensor:
+        """log(cumsum(exp(x))) along dim, computed stably."""
+    def logdet(self: Tensor) -> Tensor:
+        """log(det): NaN for a negative determinant."""
     def logical_and(self: Tensor, other: TensorLike) -> Tensor:
         """a and b (bool)."""
     def logical_not(self: Tensor) -> Tensor:
         """not x (bool)"""
     def logical_or(self: Tensor, other: TensorLike) -> Tensor:
         """a or b (bool)."""
+    def logical_xor(self: Tensor, other: Any) -> Tensor:
+        """a != b as booleans (nonzero is true)"""
     def logsumexp(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(x))) over dim, without overflow."""
     def long(self: Tensor) -> Tensor: ...
@@ -265,6 +408,9 @@ class Tensor:
     def mT(self) -> Any: ...
     def masked_fill(self: Tensor, mask: Tensor, value: float) -> Tensor:
         """input with `value` where mask (bool) is true."""
+    def masked_scatter(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+        """input with source's first elements where mask is true."""
+    def masked_scatter_(self: Tensor, mask: Tensor, source: Tensor) -> Tensor: ...
     def masked_select(self: Tensor, mask: Tensor) -> Tensor:
         """The elements where mask is true, 1-D."""
     def matmul(self: Tensor, other: Tensor) -> Tensor:
@@ -275,10 +421,20 @@ class Tensor:
         """Elementwise max (NaN propagates)."""
     def mean(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         """Mean over dim (None: all)."""
+    def median(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+        """median(input): the lower median of all elements; median(input, dim, keepdim=False): (values, indices) along dim."""
     def min(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
         """min(input): the smallest value; min(input, dim, keepdim=False): (values, indices) along dim; min(input, other): the elementwise minimum."""
     def minimum(self: Tensor, other: TensorLike) -> Tensor:
         """Elementwise min (NaN propagates)."""
+    def mm(self: Tensor, mat2: Tensor) -> Tensor:
+        """[n, k] @ [k, m] (2-D only)."""
+    def mode(self: Tensor, dim: int = -1, keepdim: bool = False) -> Any:
+        """The most frequent value along dim (the smallest of ties) and its index."""
+    def moveaxis(self: Tensor, source: Any, destination: Any) -> Tensor:
+        """movedim."""
+    def movedim(self: Tensor, source: Any, destination: Any) -> Tensor:
+        """Dims source moved to destination."""
     @overload
     def mul(self: Tensor, other: Tensor) -> Tensor: ...
     @overload
@@ -287,6 +443,14 @@ class Tensor:
     def mul_(self: Tensor, arg0: Tensor) -> Tensor: ...
     @overload
     def mul_(self: Tensor, arg0: float) -> Tensor: ...
+    def mv(self: Tensor, vec: Tensor) -> Tensor:
+        """[n, k] @ [k]."""
+    def nan_to_num(self: Tensor, nan: float = 0.0, posinf: Any = None, neginf: Any = None) -> Tensor:
+        """NaN -> nan, +inf -> posinf, -inf -> neginf (None: dtype extremes)."""
+    def nanmean(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Mean over dim of the elements that are not NaN."""
+    def nansum(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Sum over dim treating NaN as zero."""
     def narrow(self: Tensor, dim: int, start: int, length: int) -> Tensor: ...
     @property
     def ndim(self) -> Any: ...
@@ -297,24 +461,36 @@ class Tensor:
     def neg(self: Tensor) -> Tensor:
         """-x"""
     def neg_(self: Tensor) -> Tensor: ...
-    def nonzero(self: Tensor) -> Tensor:
-        """Coordinates [n, rank] of the nonzero elements."""
+    def nonzero(self: Tensor, *, as_tuple: bool = False) -> Any:
+        """Coordinates [n, rank] of the nonzero elements (as_tuple: one 1-D tensor per dim)."""
     def norm(self: Tensor, p: float = 2.0, dim: Any = None, keepdim: bool = False) -> Tensor:
         """The p-norm over dim (None: all)."""
     def numel(self: Tensor) -> int: ...
     def numpy(self: Any) -> Any:
         """A NumPy array sharing this tensor's memory."""
-    def pad(self: Tensor, pad: Any, value: float = 0.0) -> Tensor:
-        """Constant padding, torch.nn.functional.pad's order; negative crops."""
+    def outer(self: Tensor, vec2: Tensor) -> Tensor:
+        """a[i] * b[j] of two 1-D tensors."""
+    def pad(self: Tensor, pad: Any, mode: Any = 'constant', value: Any = None) -> Tensor:
+        """torch.nn.functional.pad: mode 'constant' (negative amounts crop), 'reflect', 'replicate' or 'circular'."""
     def permute(self: Tensor, *args: Any) -> Tensor: ...
+    def pinverse(self: Tensor, rcond: float = 1e-15) -> Tensor:
+        """Pseudo-inverse (singular values below rcond * max dropped)."""
     @overload
     def pow(self: Tensor, other: Tensor) -> Tensor: ...
     @overload
     def pow(self: Tensor, other: float) -> Tensor: ...
+    def prod(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Product of all elements, or over dim (torch.prod)."""
+    def reciprocal(self: Tensor) -> Tensor:
+        """1 / x"""
     def relu(self: Tensor) -> Tensor:
         """max(x, 0)"""
     def relu_(self: Tensor) -> Tensor: ...
+    def remainder(self: Tensor, other: Any) -> Tensor:
+        """Python's %: the remainder has the divisor's sign"""
     def repeat(self: Tensor, *args: Any) -> Tensor: ...
+    def repeat_interleave(self: Tensor, repeats: Any = None, dim: Any = None, *, output_size: Any = None) -> Tensor:
+        """Each element (slice along dim) repeated; repeats an int or a tensor of counts."""
     @property
     def requires_grad(self) -> Any: ...
     def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor: ...
@@ -322,14 +498,25 @@ class Tensor:
     def retain_grad(self: Tensor) -> None: ...
     def roll(self: Tensor, shifts: int, dims: int) -> Tensor:
         """Shifted by `shifts` along dim, wrapping around."""
+    def rot90(self: Tensor, k: int = 1, dims: Any = ...) -> Tensor:
+        """k quarter turns in the plane of dims."""
+    def round(self: Tensor, *, decimals: int = 0) -> Tensor:
+        """Half to even (as torch); decimals rounds at 10^-decimals."""
     def rsqrt(self: Tensor) -> Tensor:
         """1 / sqrt(x)"""
+    def scatter(self: Tensor, dim: int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None) -> Tensor:
+        """A copy of input with src (or value) written at index along dim; reduce 'add' or 'multiply' combines instead (torch.scatter)."""
+    def scatter_(self: Tensor, dim: int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None) -> Tensor: ...
     def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
         """A copy of input with src added at index along dim."""
+    def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True) -> Tensor:
+        """src's values reduced (sum, prod, mean, amax, amin) into a copy of input at index."""
+    def scatter_reduce_(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True) -> Tensor: ...
     def select(self: Tensor, dim: int, index: int) -> Tensor: ...
     @property
     def shape(self) -> Any: ...
     def shares_storage(self: Tensor, other: Tensor) -> bool: ...
+    def short(self: Tensor) -> Tensor: ...
     def sigmoid(self: Tensor) -> Tensor:
         """1 / (1 + e^-x)"""
     def sign(self: Tensor) -> Tensor:
@@ -338,10 +525,14 @@ class Tensor:
         """x * sigmoid(x)"""
     def sin(self: Tensor) -> Tensor:
         """sine"""
+    def sinh(self: Tensor) -> Tensor:
+        """hyperbolic sine"""
     def size(self: Tensor, dim: Any = None) -> Any:
         """The shape, or the size of one dim."""
     def slice(self: Tensor, dim: int, start: int = 0, end: Any = None, step: int = 1) -> Tensor:
         """Elements start, start+step, ... < end along dim (a view)."""
+    def slogdet(self: Tensor) -> Any:
+        """(sign, log|det|)."""
     def softmax(self: Tensor, dim: int = -1) -> Tensor:
         """exp(x) / sum(exp(x)) along dim."""
     def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -352,8 +543,10 @@ class Tensor:
         """Pieces of split_size (an int, or a list of sizes) along dim."""
     def sqrt(self: Tensor) -> Tensor:
         """square root"""
+    def square(self: Tensor) -> Tensor:
+        """x * x"""
     def squeeze(self: Tensor, dim: Any = None) -> Tensor: ...
-    def std(self: Tensor, dim: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def std(self: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
         """Standard deviation (correction 1) over dim."""
     def stride(self: Tensor, dim: Any = None) -> Any: ...
     @overload
@@ -366,92 +559,238 @@ class Tensor:
     def sub_(self: Tensor, arg0: float) -> Tensor: ...
     def sum(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         """Sum over dim (None: all)."""
+    def swapaxes(self: Tensor, axis0: int, axis1: int) -> Tensor:
+        """transpose."""
+    def swapdims(self: Tensor, dim0: int, dim1: int) -> Tensor:
+        """transpose."""
     def t(self: Tensor) -> Tensor: ...
+    def take(self: Tensor, index: Tensor) -> Tensor:
+        """Elements of the flattened input at index (negative from the end)."""
+    def take_along_dim(self: Tensor, indices: Tensor, dim: Optional[int] = None) -> Tensor:
+        """gather along dim after broadcasting; dim None: flattened."""
+    def tan(self: Tensor) -> Tensor:
+        """tangent"""
     def tanh(self: Tensor) -> Tensor:
         """hyperbolic tangent"""
+    def tensor_split(self: Tensor, indices_or_sections: Any, dim: int = 0) -> tuple:
+        """Nearly equal sections, or pieces cut before each index."""
+    def tile(self: Tensor, *args: Any) -> Tensor: ...
     def to(self: Tensor, dtype: Any) -> Tensor: ...
     def tolist(self: Tensor) -> Any:
         """Nested lists of Python numbers (a number for a 0-d tensor)."""
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True) -> Any:
         """The k largest (or smallest) values along dim and their indices."""
+    def trace(self: Tensor) -> Tensor:
+        """Sum of the main diagonal of a 2-D tensor."""
     def transpose(self: Tensor, dim0: int, dim1: int) -> Tensor: ...
     def tril(self: Tensor, diagonal: int = 0) -> Tensor:
         """Lower triangle of the last two dims."""
     def triu(self: Tensor, diagonal: int = 0) -> Tensor:
         """Upper triangle of the last two dims."""
+    def trunc(self: Tensor) -> Tensor:
+        """x rounded toward zero"""
     def type(self: Tensor, dtype: Any) -> Tensor: ...
+    def unbind(self: Tensor, dim: int = 0) -> tuple:
+        """The slices along dim, as a tuple."""
+    def unique(self: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim: Any = None) -> Any:
+        """Distinct values (sorted); optionally inverse indices and counts."""
+    def unique_consecutive(self: Tensor, return_inverse: bool = False, return_counts: bool = False, dim: Any = None) -> Any:
+        """One value per run of equal consecutive elements."""
     def unsqueeze(self: Tensor, dim: int) -> Tensor: ...
-    def var(self: Tensor, dim: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def var(self: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
         """Variance (correction 1: Bessel's) over dim."""
+    def vdot(self: Tensor, other: Tensor) -> Tensor:
+        """Inner product of two 1-D tensors (real: as dot)."""
     def vector_norm(self: Tensor, ord: float = 2.0, dim: Any = None, keepdim: bool = False) -> Tensor:
         """(sum |x|^ord)^(1/ord) over dim (None: all)."""
     def view(self: Tensor, *args: Any) -> Tensor: ...
+    def vsplit(self: Tensor, indices_or_sections: Any) -> Any:
+        """tensor_split along dim 0; an int must divide the size."""
     def zero_(self: Tensor) -> Tensor: ...
 class TypeError(Error, TypeError): ...
 class ValueError(Error, ValueError): ...
+def _fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor: ...
+def _set_autocast(enabled: bool, dtype: Any = None) -> None: ...
 def _set_grad_enabled(mode: bool) -> None: ...
+def _unfold(input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor: ...
 def abs(input: Tensor) -> Tensor:
     """|x|"""
+def acos(input: Tensor) -> Tensor:
+    """arccosine"""
+def acosh(input: Tensor) -> Tensor:
+    """inverse hyperbolic cosine"""
+def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor: ...
 def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor: ...
+def adaptive_avg_pool3d(input: Tensor, output_size: Any) -> Tensor: ...
+def adaptive_max_pool1d(input: Tensor, output_size: Any, return_indices: bool = False) -> Any: ...
+def adaptive_max_pool1d_with_indices(input: Tensor, output_size: Any) -> Any: ...
+def adaptive_max_pool2d(input: Tensor, output_size: Any, return_indices: bool = False) -> Any: ...
+def adaptive_max_pool2d_with_indices(input: Tensor, output_size: Any) -> Any: ...
+def adaptive_max_pool3d(input: Tensor, output_size: Any, return_indices: bool = False) -> Any: ...
+def adaptive_max_pool3d_with_indices(input: Tensor, output_size: Any) -> Any: ...
 @overload
 def add(input: Tensor, other: Tensor) -> Tensor: ...
 @overload
 def add(input: Tensor, other: float) -> Tensor: ...
 @overload
 def add(input: TensorLike, other: TensorLike) -> Tensor: ...
+def addbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:
+    """beta * input + alpha * sum_i batch1[i] @ batch2[i]."""
+def addcdiv(input: Tensor, tensor1: TensorLike, tensor2: TensorLike, *, value: float = 1.0) -> Tensor:
+    """input + value * tensor1 / tensor2."""
+def addcmul(input: Tensor, tensor1: TensorLike, tensor2: TensorLike, *, value: float = 1.0) -> Tensor:
+    """input + value * tensor1 * tensor2."""
 def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:
     """beta * input + alpha * (mat1 @ mat2)."""
+def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:
+    """beta * input + alpha * (mat @ vec)."""
+def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Whether all elements (over dim) are nonzero; bool."""
 def amax(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Max values over dim."""
 def amin(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Min values over dim."""
+def aminmax(input: Tensor, *, dim: Any = None, keepdim: bool = False) -> Any:
+    """(min, max) over all elements or along dim."""
+def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Whether any element (over dim) is nonzero; bool."""
 def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Any = None) -> Tensor:
     """[start, end) by step; int64 for ints, else float32."""
+def arccos(input: Tensor) -> Tensor:
+    """arccosine (acos)"""
+def arccosh(input: Tensor) -> Tensor:
+    """inverse hyperbolic cosine (acosh)"""
+def arcsin(input: Tensor) -> Tensor:
+    """arcsine (asin)"""
+def arcsinh(input: Tensor) -> Tensor:
+    """inverse hyperbolic sine (asinh)"""
+def arctan(input: Tensor) -> Tensor:
+    """arctangent (atan)"""
+def arctan2(input: Tensor, other: Any) -> Tensor:
+    """atan2"""
+def arctanh(input: Tensor) -> Tensor:
+    """inverse hyperbolic tangent (atanh)"""
 def argmax(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Index of the max along dim (None: flattened), int64."""
 def argmin(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Index of the min along dim (None: flattened), int64."""
 def argsort(input: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
     """The indices of sort."""
+def argwhere(input: Tensor) -> Tensor:
+    """Coordinates [n, rank] of the nonzero elements."""
 def as_strided(input: Tensor, size: Any, stride: Any, storage_offset: int = 0) -> Tensor:
     """A view with the given sizes and element strides."""
 def as_tensor(data: Any, dtype: Any = None) -> Tensor:
     """Like tensor(), but shares memory with a tensor or a NumPy array when it can."""
+def asin(input: Tensor) -> Tensor:
+    """arcsine"""
+def asinh(input: Tensor) -> Tensor:
+    """inverse hyperbolic sine"""
 def assign(variable: Tensor, value: TensorLike) -> Tensor:
     """Writes value into the variable when executed (TF1's tf.assign)."""
-def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor: ...
+def atan(input: Tensor) -> Tensor:
+    """arctangent"""
+def atan2(input: Tensor, other: Any) -> Tensor:
+    """atan(input / other) in the right quadrant"""
+def atanh(input: Tensor) -> Tensor:
+    """inverse hyperbolic tangent"""
+def atleast_1d(*args: Any) -> Any: ...
+def atleast_2d(*args: Any) -> Any: ...
+def atleast_3d(*args: Any) -> Any: ...
+def avg_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor: ...
+def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Tensor: ...
+def avg_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Tensor: ...
 def backward(tensors: Any, grad_tensors: Any = None, retain_graph: bool = False, create_graph: bool = False) -> None:
     """Backpropagates from `tensors` into the .grad of leaves (torch.autograd.backward)."""
+def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:
+    """beta * input + alpha * bmm(batch1, batch2)."""
 def batch_norm(input: Tensor, running_mean: Any, running_var: Any, weight: Any = None, bias: Any = None, training: bool = True, momentum: float = 0.1, eps: float = 1e-05) -> Tensor: ...
+bfloat16: dtype
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Any = None, size_average: Any = None, reduce: Any = None, reduction: str = 'mean') -> Tensor:
+    """-w (t log p + (1 - t) log(1 - p)) on probabilities; logs clamped to >= -100."""
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, reduction: str = 'mean', pos_weight: Any = None) -> Tensor: ...
+def bitwise_and(input: Tensor, other: Any) -> Tensor:
+    """a & b (integers, bool)"""
+def bitwise_left_shift(input: Tensor, other: Any) -> Tensor:
+    """a << b (integers)"""
+def bitwise_not(input: Tensor) -> Tensor:
+    """~x (integers, bool)"""
+def bitwise_or(input: Tensor, other: Any) -> Tensor:
+    """a | b (integers, bool)"""
+def bitwise_right_shift(input: Tensor, other: Any) -> Tensor:
+    """a >> b (integers, arithmetic)"""
+def bitwise_xor(input: Tensor, other: Any) -> Tensor:
+    """a ^ b (integers, bool)"""
+def bmm(input: Tensor, mat2: Tensor) -> Tensor:
+    """[b, n, k] @ [b, k, m] (3-D only)."""
 bool: dtype
+def broadcast_shapes(*args: Any) -> tuple: ...
+def broadcast_tensors(*args: Any) -> tuple: ...
+def broadcast_to(input: Tensor, size: Any) -> Tensor:
+    """expand to size."""
+def bucketize(input: TensorLike, boundaries: Tensor, *, out_int32: bool = False, right: bool = False) -> Tensor: ...
 def cast(input: Tensor, dtype: Any) -> Tensor:
     """A cast; the gradient casts back."""
 def cat(tensors: Any, dim: int = 0) -> Tensor:
     """Concatenates along dim."""
+def ceil(input: Tensor) -> Tensor:
+    """smallest integer >= x"""
+def celu(input: Tensor, alpha: float = 1.0) -> Tensor:
+    """max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
 def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple:
     """`chunks` pieces along dim."""
 def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
-    """Clamps to [min, max]; None leaves a side open."""
+    """Clamps to [min, max] (numbers or tensors); None leaves a side open."""
+def clamp_max(input: Tensor, max: Any) -> Tensor:
+    """min(input, max); max a number or a tensor."""
+def clamp_min(input: Tensor, min: Any) -> Tensor:
+    """max(input, min); min a number or a tensor."""
 def clip(*args: Any, **kwargs: Any) -> Any: ...
 def clone(input: Tensor) -> Tensor: ...
+def column_stack(tensors: Any) -> Tensor: ...
 def concat(*args: Any, **kwargs: Any) -> Any: ...
 def cond(pred: Tensor, true_fn: Callable[..., Any], false_fn: Callable[..., Any]) -> Any:
     """pred ? true_fn() : false_fn(). Eagerly runs one branch; with a symbolic pred builds both as Switch/Merge."""
 def contiguous(input: Tensor) -> Tensor: ...
-def conv1d(input: Tensor, weight: Tensor, bias: Any = None, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1) -> Tensor: ...
+def conv1d(input: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """x [N, C, L] (or [C, L]), w [O, C/groups, K]; padding an int, 'valid' or 'same'."""
 def conv2d(input: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
-    """x [N, C, H, W], w [O, C/groups, kH, kW]."""
+    """x [N, C, H, W] (or [C, H, W]), w [O, C/groups, kH, kW]; padding ints, 'valid' or 'same'."""
+def conv3d(input: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """x [N, C, D, H, W] (or [C, D, H, W]), w [O, C/groups, kD, kH, kW]."""
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Any = None, stride: int = 1, padding: int = 0, output_padding: int = 0, groups: int = 1, dilation: int = 1) -> Tensor: ...
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor: ...
+def conv_transpose3d(input: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor: ...
 def cos(input: Tensor) -> Tensor:
     """cosine"""
+def cosh(input: Tensor) -> Tensor:
+    """hyperbolic cosine"""
+def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average: Any = None, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-08) -> Tensor: ...
-def cross_entropy(input: Tensor, target: Tensor, reduction: str = 'mean', ignore_index: int = -100) -> Tensor:
-    """logits [N, C] and class indices [N] (int64)."""
+def count_nonzero(input: Tensor, dim: Any = None) -> Tensor:
+    """The number of nonzero elements over dim (None: all), int64."""
+def cross(input: Tensor, other: Tensor, dim: Any = None) -> Tensor:
+    """Cross product along dim (None: the first dim of size 3)."""
+def cross_entropy(input: Tensor, target: Tensor, weight: Any = None, size_average: Any = None, ignore_index: int = -100, reduce: Any = None, reduction: str = 'mean', label_smoothing: float = 0.0) -> Tensor:
+    """logits [N, C, d...] and class indices [N, d...] (int64) or class probabilities (float, the logits' shape); weight [C], label_smoothing as torch."""
+def cummax(input: Tensor, dim: int) -> Any:
+    """Running max along dim and its index: (values, indices)."""
+def cummin(input: Tensor, dim: int) -> Any:
+    """Running min along dim and its index: (values, indices)."""
+def cumprod(input: Tensor, dim: int) -> Tensor:
+    """Running products along dim."""
 def cumsum(input: Tensor, dim: int, reverse: bool = False) -> Tensor:
     """Running sums along dim."""
+def det(input: Tensor) -> Tensor:
+    """Determinant of square matrices (batched)."""
 def detach(input: Tensor) -> Tensor:
     """stop_gradient."""
+def diag(input: Tensor, diagonal: int = 0) -> Tensor:
+    """1-D: a matrix with it on diagonal `diagonal`; 2-D: that diagonal."""
+def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+    """The last dim placed on a diagonal of new dims dim1, dim2."""
+def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal `offset` of the (dim1, dim2) planes, as the last dim."""
 @overload
 def div(input: Tensor, other: Tensor) -> Tensor: ...
 @overload
@@ -459,31 +798,36 @@ def div(input: Tensor, other: float) -> Tensor: ...
 @overload
 def div(input: TensorLike, other: TensorLike) -> Tensor: ...
 def divide(*args: Any, **kwargs: Any) -> Any: ...
+def dot(input: Tensor, tensor: Tensor) -> Tensor:
+    """Inner product of two 1-D tensors."""
 double: dtype
 def dropout(input: Tensor, p: float = 0.5, training: bool = True) -> Tensor: ...
+def dsplit(input: Tensor, indices_or_sections: Any) -> Any:
+    """tensor_split along dim 2; an int must divide the size."""
+def dstack(tensors: Any) -> Tensor: ...
 class dtype:
     """Element types: float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool. Members: float32 float64 int64 int32 bool float16 bfloat16 int8 uint8 int16"""
     def __eq__(self: Any, other: Any) -> bool: ...
     def __init__(self: dtype, value: int) -> None: ...
     def __int__(self: dtype) -> int: ...
     def __ne__(self: Any, other: Any) -> bool: ...
+    bfloat16: dtype
     bool: dtype
+    float16: dtype
     float32: dtype
     float64: dtype
+    int16: dtype
     int32: dtype
     int64: dtype
-    float16: dtype
-    bfloat16: dtype
     int8: dtype
-    uint8: dtype
-    int16: dtype
     @property
     def is_floating_point(self) -> Any: ...
     @property
-    def itemsize(self) -> Any: ...
-    @property
     def is_signed(self) -> Any: ...
+    @property
+    def itemsize(self) -> Any: ...
     def name(self, *args: Any, **kwargs: Any) -> Any: ...
+    uint8: dtype
     @property
     def value(self) -> Any: ...
 def einsum(equation: str, *args: Any) -> Tensor:
@@ -505,17 +849,32 @@ def erf(input: Tensor) -> Tensor:
     """the error function"""
 def exp(input: Tensor) -> Tensor:
     """e^x"""
+def exp2(input: Tensor) -> Tensor:
+    """2^x"""
 def expand(input: Tensor, size: Any) -> Tensor: ...
 def expand_as(input: Tensor, other: Tensor) -> Tensor: ...
 def expm1(input: Tensor) -> Tensor:
     """exp(x) - 1, accurate for small x"""
 def eye(n: int, m: Any = None, *, dtype: Any = None) -> Tensor: ...
+def fix(input: Tensor) -> Tensor:
+    """x rounded toward zero (trunc)"""
 def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor: ...
 def flip(input: Tensor, dims: Any) -> Tensor:
     """Reversed along each of dims (a copy)."""
+def fliplr(input: Tensor) -> Tensor:
+    """flip along dim 1."""
+def flipud(input: Tensor) -> Tensor:
+    """flip along dim 0."""
 float: dtype
+float16: dtype
 float32: dtype
 float64: dtype
+def floor(input: Tensor) -> Tensor:
+    """largest integer <= x"""
+def fmod(input: Tensor, other: Any) -> Tensor:
+    """C's fmod: the remainder has the dividend's sign"""
+def frac(input: Tensor) -> Tensor:
+    """x - trunc(x)"""
 def from_dlpack(ext_tensor: Any) -> Tensor:
     """A tensor sharing the memory of an object with __dlpack__ (a torch.Tensor, a NumPy array) or of a 'dltensor' capsule."""
 def from_numpy(array: handle) -> Tensor:
@@ -524,6 +883,7 @@ def full(size: Any, fill_value: float, *, dtype: Any = None, requires_grad: bool
 def full_like(input: Tensor, fill_value: float) -> Tensor: ...
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
     """Values along dim at index."""
+def gaussian_nll_loss(input: Tensor, target: Tensor, var: TensorLike, full: bool = False, eps: float = 1e-06, reduction: str = 'mean') -> Tensor: ...
 @overload
 def ge(input: Tensor, other: Tensor) -> Tensor: ...
 @overload
@@ -532,9 +892,15 @@ def ge(input: Tensor, other: float) -> Tensor: ...
 def ge(input: TensorLike, other: TensorLike) -> Tensor: ...
 def gelu(input: Tensor, approximate: Any = False) -> Tensor:
     """x * Phi(x) (approximate: the tanh form)."""
+def ger(input: Tensor, vec2: Tensor) -> Tensor:
+    """Alias of outer."""
+def get_autocast_dtype() -> dtype:
+    """The dtype autocast casts to (bfloat16 default)."""
 def get_num_threads() -> int:
     """Threads Kiln's kernels and oneDNN use."""
 def get_rng_state() -> List[int]: ...
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    """First half of dim times sigmoid of the second half."""
 def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None, create_graph: bool = False, allow_unused: bool = False) -> tuple:
     """Gradients of outputs with respect to inputs, as a tuple (torch.autograd.grad). With create_graph the results are differentiable (second derivatives). On symbolic tensors (in a Graph or under jit) it adds gradient nodes."""
 def gradcheck(fn: Callable[..., Any], inputs: Any, eps: float = 1e-06, atol: float = 1e-05, rtol: float = 0.001) -> tuple:
@@ -543,32 +909,63 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> tuple:
     """Symbolic gradients in a Graph (TF1 tf.gradients); None where xs do not influence ys."""
 def group(deps: Any) -> Tensor:
     """One node that runs all deps (TF1's tf.group)."""
+def group_norm(input: Tensor, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-05) -> Tensor: ...
 @overload
 def gt(input: Tensor, other: Tensor) -> Tensor: ...
 @overload
 def gt(input: Tensor, other: float) -> Tensor: ...
 @overload
 def gt(input: TensorLike, other: TensorLike) -> Tensor: ...
+half: dtype
+def hardsigmoid(input: Tensor) -> Tensor:
+    """relu6(x + 3) / 6."""
+def hardswish(input: Tensor) -> Tensor:
+    """x relu6(x + 3) / 6."""
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """clamp(x, min_val, max_val); no gradient at or beyond the bounds."""
+def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, size_average: Any = None, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
+def hsplit(input: Tensor, indices_or_sections: Any) -> Any:
+    """tensor_split along dim 1 (0 for 1-D); an int must divide the size."""
+def hstack(tensors: Any) -> Tensor: ...
 def huber_loss(input: Tensor, target: Tensor, reduction: str = 'mean', delta: float = 1.0) -> Tensor: ...
 def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
     """A copy of input with slices of source added at index along dim."""
+def index_copy(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    """source's slices written along dim at index."""
+def index_fill(input: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:
+    """value in the slices along dim that index names."""
+def index_put(input: Tensor, indices: Any, values: Any, accumulate: bool = False) -> Tensor:
+    """A copy of input with input[indices] = values (accumulate: +=), torch.index_put."""
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
     """Slices along dim at the 1-D index."""
+def inner(input: Tensor, other: Tensor) -> Tensor:
+    """Sum of products over the last dims."""
+def instance_norm(input: Tensor, running_mean: Any = None, running_var: Any = None, weight: Any = None, bias: Any = None, use_input_stats: bool = True, momentum: float = 0.1, eps: float = 1e-05) -> Tensor: ...
 int: dtype
+int16: dtype
 int32: dtype
 int64: dtype
-float16: dtype
-half: dtype
-bfloat16: dtype
 int8: dtype
-uint8: dtype
-int16: dtype
-short: dtype
-def promote_types(type1: dtype, type2: dtype) -> dtype:
-    """The dtype an op on tensors of these two dtypes computes in (torch.promote_types)."""
-def interpolate(input: Tensor, size: Any, mode: str = 'nearest', align_corners: Any = None) -> Tensor: ...
+def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = 'nearest', align_corners: Any = None, recompute_scale_factor: Any = None, antialias: bool = False) -> Tensor:
+    """torch.nn.functional.interpolate over [N, C, L], [N, C, H, W] or [N, C, D, H, W]."""
+def inverse(input: Tensor) -> Tensor:
+    """Inverse of square matrices (batched)."""
+def is_autocast_enabled() -> bool:
+    """Whether autocast (kiln.autocast) is on for this thread."""
 def is_grad_enabled() -> bool:
     """Whether eager ops record autograd history."""
+def isfinite(input: Tensor) -> Tensor:
+    """x is finite (bool)"""
+def isinf(input: Tensor) -> Tensor:
+    """x is +inf or -inf (bool)"""
+def isnan(input: Tensor) -> Tensor:
+    """x is NaN (bool)"""
+def kl_div(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = 'mean', log_target: bool = False) -> Tensor:
+    """target (log target - input); reduction 'none', 'mean', 'sum' or 'batchmean'."""
+def kron(input: Tensor, other: Tensor) -> Tensor:
+    """Kronecker product."""
+def l1_loss(input: Tensor, target: TensorLike, size_average: Any = None, reduce: Any = None, reduction: str = 'mean') -> Tensor:
+    """mean |input - target|."""
 def layer_norm(input: Tensor, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-05) -> Tensor: ...
 @overload
 def le(input: Tensor, other: Tensor) -> Tensor: ...
@@ -578,24 +975,42 @@ def le(input: Tensor, other: float) -> Tensor: ...
 def le(input: TensorLike, other: TensorLike) -> Tensor: ...
 def leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor:
     """x for x > 0, negative_slope * x otherwise."""
+def lerp(input: Tensor, end: TensorLike, weight: Any) -> Tensor:
+    """input + weight (end - input); weight a number or a tensor."""
 def linear(input: Tensor, weight: Tensor, bias: Any = None) -> Tensor:
     """x @ w^T + b."""
 def linspace(start: float, end: float, steps: int, *, dtype: Any = None) -> Tensor: ...
+def local_response_norm(input: Tensor, size: int, alpha: float = 0.0001, beta: float = 0.75, k: float = 1.0) -> Tensor: ...
 def log(input: Tensor) -> Tensor:
     """natural logarithm"""
+def log10(input: Tensor) -> Tensor:
+    """base-10 logarithm"""
 def log1p(input: Tensor) -> Tensor:
     """log(1 + x), accurate for small x"""
+def log2(input: Tensor) -> Tensor:
+    """base-2 logarithm"""
 def log_softmax(input: Tensor, dim: int = -1) -> Tensor:
     """log(softmax(x)) along dim, computed stably."""
+def logcumsumexp(input: Tensor, dim: int) -> Tensor:
+    """log(cumsum(exp(x))) along dim, computed stably."""
+def logdet(input: Tensor) -> Tensor:
+    """log(det): NaN for a negative determinant."""
 def logical_and(input: Tensor, other: TensorLike) -> Tensor:
     """a and b (bool)."""
 def logical_not(input: Tensor) -> Tensor:
     """not x (bool)"""
 def logical_or(input: Tensor, other: TensorLike) -> Tensor:
     """a or b (bool)."""
+def logical_xor(input: Tensor, other: Any) -> Tensor:
+    """a != b as booleans (nonzero is true)"""
+def logsigmoid(input: Tensor) -> Tensor:
+    """log(sigmoid(x)), without overflow."""
+def logspace(start: float, end: float, steps: int, base: float = 10.0, *, dtype: Any = None, requires_grad: bool = False) -> Tensor: ...
 def logsumexp(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(x))) over dim, without overflow."""
 long: dtype
+def lp_pool1d(input: Tensor, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> Tensor: ...
+def lp_pool2d(input: Tensor, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> Tensor: ...
 @overload
 def lt(input: Tensor, other: Tensor) -> Tensor: ...
 @overload
@@ -604,26 +1019,52 @@ def lt(input: Tensor, other: float) -> Tensor: ...
 def lt(input: TensorLike, other: TensorLike) -> Tensor: ...
 def manual_seed(seed: int) -> None:
     """Seeds the global generator."""
+def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average: Any = None, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
 def masked_fill(input: Tensor, mask: Tensor, value: float) -> Tensor:
     """input with `value` where mask (bool) is true."""
+def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    """input with source's first elements where mask is true."""
 def masked_select(input: Tensor, mask: Tensor) -> Tensor:
     """The elements where mask is true, 1-D."""
 def matmul(input: Tensor, other: Tensor) -> Tensor:
     """torch.matmul: 1-D, 2-D and batched products with broadcasting."""
 def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
     """max(input): the largest value; max(input, dim, keepdim=False): (values, indices) along dim; max(input, other): the elementwise maximum."""
-def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor: ...
+def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Max pooling (torch.nn.functional); return_indices also gives the flat argmax per plane."""
+def max_pool1d_with_indices(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Any: ...
+def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Max pooling (torch.nn.functional); return_indices also gives the flat argmax per plane."""
+def max_pool2d_with_indices(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Any: ...
+def max_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Max pooling (torch.nn.functional); return_indices also gives the flat argmax per plane."""
+def max_pool3d_with_indices(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Any: ...
+def max_unpool1d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor: ...
+def max_unpool2d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor: ...
+def max_unpool3d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor: ...
 def maximum(input: Tensor, other: TensorLike) -> Tensor:
     """Elementwise max (NaN propagates)."""
 def mean(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Mean over dim (None: all)."""
+def median(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+    """median(input): the lower median of all elements; median(input, dim, keepdim=False): (values, indices) along dim."""
 def merge(inputs: Any) -> tuple:
     """(out, value_index): forwards the live input."""
+def meshgrid(*args: Any, indexing: str = 'ij') -> tuple: ...
 def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
     """min(input): the smallest value; min(input, dim, keepdim=False): (values, indices) along dim; min(input, other): the elementwise minimum."""
 def minimum(input: Tensor, other: TensorLike) -> Tensor:
     """Elementwise min (NaN propagates)."""
-def mm(*args: Any, **kwargs: Any) -> Any: ...
+def mish(input: Tensor) -> Tensor:
+    """x tanh(softplus(x))."""
+def mm(input: Tensor, mat2: Tensor) -> Tensor:
+    """[n, k] @ [k, m] (2-D only)."""
+def mode(input: Tensor, dim: int = -1, keepdim: bool = False) -> Any:
+    """The most frequent value along dim (the smallest of ties) and its index."""
+def moveaxis(input: Tensor, source: Any, destination: Any) -> Tensor:
+    """movedim."""
+def movedim(input: Tensor, source: Any, destination: Any) -> Tensor:
+    """Dims source moved to destination."""
 def mse_loss(input: Tensor, target: TensorLike, reduction: str = 'mean') -> Tensor: ...
 @overload
 def mul(input: Tensor, other: Tensor) -> Tensor: ...
@@ -631,7 +1072,17 @@ def mul(input: Tensor, other: Tensor) -> Tensor: ...
 def mul(input: Tensor, other: float) -> Tensor: ...
 @overload
 def mul(input: TensorLike, other: TensorLike) -> Tensor: ...
+def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Any = None, size_average: Any = None, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
 def multiply(*args: Any, **kwargs: Any) -> Any: ...
+def mv(input: Tensor, vec: Tensor) -> Tensor:
+    """[n, k] @ [k]."""
+def nan_to_num(input: Tensor, nan: float = 0.0, posinf: Any = None, neginf: Any = None) -> Tensor:
+    """NaN -> nan, +inf -> posinf, -inf -> neginf (None: dtype extremes)."""
+def nanmean(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Mean over dim of the elements that are not NaN."""
+def nansum(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Sum over dim treating NaN as zero."""
+def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor: ...
 @overload
 def ne(input: Tensor, other: Tensor) -> Tensor: ...
 @overload
@@ -641,9 +1092,9 @@ def ne(input: TensorLike, other: TensorLike) -> Tensor: ...
 def neg(input: Tensor) -> Tensor:
     """-x"""
 def negative(*args: Any, **kwargs: Any) -> Any: ...
-def nll_loss(input: Tensor, target: Tensor, reduction: str = 'mean', ignore_index: int = -100) -> Tensor: ...
-def nonzero(input: Tensor) -> Tensor:
-    """Coordinates [n, rank] of the nonzero elements."""
+def nll_loss(input: Tensor, target: Tensor, weight: Any = None, size_average: Any = None, ignore_index: int = -100, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
+def nonzero(input: Tensor, *, as_tuple: bool = False) -> Any:
+    """Coordinates [n, rank] of the nonzero elements (as_tuple: one 1-D tensor per dim)."""
 def norm(input: Tensor, p: float = 2.0, dim: Any = None, keepdim: bool = False) -> Tensor:
     """The p-norm over dim (None: all)."""
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
@@ -652,9 +1103,16 @@ def one_hot(input: Tensor, num_classes: int) -> Tensor: ...
 def ones(*args: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """ones(*shape, dtype=float32)"""
 def ones_like(input: Tensor, *, dtype: Any = None) -> Tensor: ...
-def pad(input: Tensor, pad: Any, value: float = 0.0) -> Tensor:
-    """Constant padding, torch.nn.functional.pad's order; negative crops."""
+def outer(input: Tensor, vec2: Tensor) -> Tensor:
+    """a[i] * b[j] of two 1-D tensors."""
+def pad(input: Tensor, pad: Any, mode: Any = 'constant', value: Any = None) -> Tensor:
+    """torch.nn.functional.pad: mode 'constant' (negative amounts crop), 'reflect', 'replicate' or 'circular'."""
 def permute(input: Tensor, dims: Any) -> Tensor: ...
+def pinverse(input: Tensor, rcond: float = 1e-15) -> Tensor:
+    """Pseudo-inverse (singular values below rcond * max dropped)."""
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor: ...
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor: ...
+def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False, size_average: Any = None, eps: float = 1e-08, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
 @overload
 def pow(input: Tensor, other: Tensor) -> Tensor: ...
 @overload
@@ -663,29 +1121,54 @@ def pow(input: Tensor, other: float) -> Tensor: ...
 def pow(input: TensorLike, other: TensorLike) -> Tensor: ...
 def print(input: Tensor, message: str = '') -> Tensor:
     """Identity that prints `message` and the value each time it executes (TF1's tf.Print); in a graph it prints on every Session.run that needs it."""
+def prod(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """Product of all elements, or over dim (torch.prod)."""
+def promote_types(type1: dtype, type2: dtype) -> dtype:
+    """The dtype an op on tensors of these two dtypes computes in (torch.promote_types)."""
 def rand(*args: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """Uniform [0, 1) from the seeded generator."""
 def randint(low: int, high: Any = None, size: Any = ..., *, dtype: Any = None) -> Tensor:
     """randint(low, high, size) or randint(high, size=...)."""
 def randn(*args: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """Standard normal from the seeded generator."""
+def reciprocal(input: Tensor) -> Tensor:
+    """1 / x"""
 def relu(input: Tensor) -> Tensor:
     """max(x, 0)"""
+def relu6(input: Tensor) -> Tensor:
+    """min(max(x, 0), 6)."""
+def remainder(input: Tensor, other: Any) -> Tensor:
+    """Python's %: the remainder has the divisor's sign"""
 def repeat(input: Tensor, repeats: Any) -> Tensor: ...
+def repeat_interleave(input: Tensor, repeats: Any = None, dim: Any = None, *, output_size: Any = None) -> Tensor:
+    """Each element (slice along dim) repeated; repeats an int or a tensor of counts."""
 def reshape(input: Tensor, shape: Any) -> Tensor: ...
 def roll(input: Tensor, shifts: int, dims: int) -> Tensor:
     """Shifted by `shifts` along dim, wrapping around."""
+def rot90(input: Tensor, k: int = 1, dims: Any = ...) -> Tensor:
+    """k quarter turns in the plane of dims."""
+def round(input: Tensor, *, decimals: int = 0) -> Tensor:
+    """Half to even (as torch); decimals rounds at 10^-decimals."""
+def row_stack(*args: Any, **kwargs: Any) -> Any: ...
 def rsqrt(input: Tensor) -> Tensor:
     """1 / sqrt(x)"""
 def rsub(input: Tensor, other: float) -> Tensor:
     """other - input"""
 def scalar_tensor(value: float, *, dtype: Any = None) -> Tensor: ...
-def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False, scale: Any = None) -> Tensor:
-    """softmax(scale q k^T) v in one fused kernel each way."""
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None) -> Tensor:
+    """softmax(scale q k^T + mask) v; attn_mask bool (True = attend) or additive float; without a mask or dropout one fused kernel each way."""
+def scatter(input: Tensor, dim: int, index: Tensor, src: Any = None, *, value: Any = None, reduce: Any = None) -> Tensor:
+    """A copy of input with src (or value) written at index along dim; reduce 'add' or 'multiply' combines instead (torch.scatter)."""
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     """A copy of input with src added at index along dim."""
+def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True) -> Tensor:
+    """src's values reduced (sum, prod, mean, amax, amin) into a copy of input at index."""
+def searchsorted(sorted_sequence: Tensor, input: TensorLike, *, out_int32: bool = False, right: bool = False, side: Any = None, sorter: Any = None) -> Tensor: ...
+def selu(input: Tensor) -> Tensor:
+    """scale (max(0, x) + min(0, alpha (exp(x) - 1)))."""
 def set_num_threads(n: int) -> None: ...
 def set_rng_state(state: List[int]) -> None: ...
+short: dtype
 def sigmoid(input: Tensor) -> Tensor:
     """1 / (1 + e^-x)"""
 def sign(input: Tensor) -> Tensor:
@@ -694,9 +1177,14 @@ def silu(input: Tensor) -> Tensor:
     """x * sigmoid(x)"""
 def sin(input: Tensor) -> Tensor:
     """sine"""
+def sinh(input: Tensor) -> Tensor:
+    """hyperbolic sine"""
 def slice(input: Tensor, dim: int, start: int = 0, end: Any = None, step: int = 1) -> Tensor:
     """Elements start, start+step, ... < end along dim (a view)."""
+def slogdet(input: Tensor) -> Any:
+    """(sign, log|det|)."""
 def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = 'mean', beta: float = 1.0) -> Tensor: ...
+def soft_margin_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
 def softmax(input: Tensor, dim: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along dim."""
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -707,12 +1195,16 @@ def split(input: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple:
     """Pieces of split_size (an int, or a list of sizes) along dim."""
 def sqrt(input: Tensor) -> Tensor:
     """square root"""
+def square(input: Tensor) -> Tensor:
+    """x * x"""
 def squeeze(input: Tensor, dim: Any = None) -> Tensor: ...
 def stack(tensors: Any, dim: int = 0) -> Tensor:
     """Stacks along a new dim."""
-def std(input: Tensor, dim: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+def std(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
     """Standard deviation (correction 1) over dim."""
 def std_dev(*args: Any, **kwargs: Any) -> Any: ...
+def std_mean(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> tuple:
+    """(std, mean) over dim."""
 @overload
 def sub(input: Tensor, other: Tensor) -> Tensor: ...
 @overload
@@ -724,27 +1216,65 @@ def sum(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Sum over dim (None: all)."""
 def sum_to(input: Tensor, shape: Any) -> Tensor:
     """Sums a broadcast tensor back down to `shape`."""
+def swapaxes(input: Tensor, axis0: int, axis1: int) -> Tensor:
+    """transpose."""
+def swapdims(input: Tensor, dim0: int, dim1: int) -> Tensor:
+    """transpose."""
 def switch_(data: Tensor, pred: Tensor) -> tuple:
     """(false_out, true_out): data goes to the side pred selects; the other is dead."""
+def take(input: Tensor, index: Tensor) -> Tensor:
+    """Elements of the flattened input at index (negative from the end)."""
+def take_along_dim(input: Tensor, indices: Tensor, dim: Optional[int] = None) -> Tensor:
+    """gather along dim after broadcasting; dim None: flattened."""
+def tan(input: Tensor) -> Tensor:
+    """tangent"""
 def tanh(input: Tensor) -> Tensor:
     """hyperbolic tangent"""
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor holding a copy of `data` (a number, nested lists, a NumPy array or a tensor). Floats give float32, ints int64, bools bool unless `dtype` says otherwise."""
+def tensor_split(input: Tensor, indices_or_sections: Any, dim: int = 0) -> tuple:
+    """Nearly equal sections, or pieces cut before each index."""
+def tensordot(a: Tensor, b: Tensor, dims: Any = 2) -> Tensor:
+    """Contracts the last `dims` dims of a with the first of b, or the dims listed."""
+def tile(input: Tensor, dims: Any) -> Tensor: ...
 def to_dlpack(tensor: Tensor) -> Any: ...
 def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True) -> Any:
     """The k largest (or smallest) values along dim and their indices."""
+def trace(input: Tensor) -> Tensor:
+    """Sum of the main diagonal of a 2-D tensor."""
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor: ...
 def tril(input: Tensor, diagonal: int = 0) -> Tensor:
     """Lower triangle of the last two dims."""
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype: Any = None) -> Tensor: ...
+def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2.0, eps: float = 1e-06, swap: bool = False, size_average: Any = None, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
 def triu(input: Tensor, diagonal: int = 0) -> Tensor:
     """Upper triangle of the last two dims."""
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype: Any = None) -> Tensor: ...
+def trunc(input: Tensor) -> Tensor:
+    """x rounded toward zero"""
+uint8: dtype
+def unbind(input: Tensor, dim: int = 0) -> tuple:
+    """The slices along dim, as a tuple."""
+def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim: Any = None) -> Any:
+    """Distinct values (sorted); optionally inverse indices and counts."""
+def unique_consecutive(input: Tensor, return_inverse: bool = False, return_counts: bool = False, dim: Any = None) -> Any:
+    """One value per run of equal consecutive elements."""
 def unsqueeze(input: Tensor, dim: int) -> Tensor: ...
-def var(input: Tensor, dim: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+def var(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
     """Variance (correction 1: Bessel's) over dim."""
+def var_mean(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> tuple:
+    """(var, mean) over dim."""
+def vdot(input: Tensor, other: Tensor) -> Tensor:
+    """Inner product of two 1-D tensors (real: as dot)."""
 def vector_norm(input: Tensor, ord: float = 2.0, dim: Any = None, keepdim: bool = False) -> Tensor:
     """(sum |x|^ord)^(1/ord) over dim (None: all)."""
-def where(condition: Tensor, input: TensorLike, other: TensorLike) -> Tensor:
-    """condition ? input : other, broadcasting all three; condition is bool."""
+def vsplit(input: Tensor, indices_or_sections: Any) -> Any:
+    """tensor_split along dim 0; an int must divide the size."""
+def vstack(tensors: Any) -> Tensor: ...
+@overload
+def where(condition: Tensor, input: TensorLike, other: TensorLike) -> Tensor: ...
+@overload
+def where(condition: Tensor) -> tuple: ...
 def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: Any, max_iterations: int = -1) -> tuple:
     """while cond(*vars): vars = body(*vars); returns the final vars as a tuple."""
 def zeros(*args: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
