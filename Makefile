@@ -72,16 +72,10 @@ asan: deps
 	cmake --build --preset asan -j $(JOBS)
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer (the slow label is skipped).
-# The registry-driven cases (Registry/..., Samples/...: ~7900) run as one process per binary:
-# as a process each, ASan's start-up made them ~1800 CPU-s of a 33-minute CI run; in one
-# process they take ~15 s, and LeakSanitizer then checks them all at exit.
-REGISTRY_CASES := ^(Registry|Samples)/
+# The registry-driven cases (Registry/..., Samples/...) are one ctest test per binary
+# (tests/CMakeLists.txt), so LeakSanitizer checks them all at that process's exit.
 test-asan: asan
-	ctest --preset asan -j $(JOBS) -LE slow -E '$(REGISTRY_CASES)'
-	@set -e; \
-	./build/asan/tests/test_ops_registry --gtest_filter='Registry/*' --gtest_brief=1 & reg=$$!; \
-	./build/asan/tests/test_graph_gradients --gtest_filter='Samples/*' --gtest_brief=1; \
-	wait $$reg
+	ctest --preset asan -j $(JOBS) -LE slow
 
 # The tests that run threads, under ThreadSanitizer: one Session and one jitted function called
 # from 8 threads (test_threads_shared), and the ops whose kernels split work over the intra-op
