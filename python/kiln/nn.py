@@ -541,8 +541,122 @@ class functional:
 
     logsigmoid = staticmethod(_C.logsigmoid)
     glu = staticmethod(_C.glu)
+    # Compositions of Kiln ops (so autograd, graphs and jit see ordinary ops), as torch's
+    # definitions of the same names.
+    @staticmethod
+    def softsign(input):
+        return input / (_C.abs(input) + 1.0)
+
+    @staticmethod
+    def tanhshrink(input):
+        return input - _C.tanh(input)
+
+    @staticmethod
+    def hardshrink(input, lambd=0.5):
+        return _C.where(_C.abs(input) > lambd, input, 0.0)
+
+    @staticmethod
+    def softshrink(input, lambd=0.5):
+        if lambd < 0:
+            raise _C.ValueError(f"[softshrink] lambd must be >= 0, got {lambd}")
+        return _C.where(input > lambd, input - lambd,
+                        _C.where(input < -lambd, input + lambd, 0.0))
+
+    @staticmethod
+    def threshold(input, threshold, value, inplace=False):
+        return _inplace(input, _C.where(input > threshold, input, float(value)), inplace)
+
+    @staticmethod
+    def softmin(input, dim=None, _stacklevel=3, dtype=None):
+        if dim is None:
+            raise _C.ValueError("[softmin] dim is required (torch's implicit dim is deprecated)")
+        x = input if dtype is None else input.to(dtype)
+        return _C.softmax(-x, dim)
+
+    @staticmethod
+    def prelu(input, weight):
+        """max(0, x) + weight * min(0, x); weight has 1 or C (= input.shape[1]) elements."""
+        w = weight
+        if input.dim() >= 2 and weight.numel() > 1:
+            w = weight.reshape([weight.numel()] + [1] * (input.dim() - 2))
+        return _C.where(input > 0, input, w * input)
+
+    @staticmethod
+    def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+        from . import linalg
+        return linalg.vector_norm(x1 - x2 + eps, p, -1, keepdim)
+
+    @staticmethod
+    def _channel_dropout(name, rank, input, p, training, inplace):
+        if p < 0 or p > 1:
+            raise _C.ValueError(f"[{name}] p must be in [0, 1], got {p}")
+        if input.dim() not in (rank + 1, rank + 2):
+            raise _C.ValueError(f"[{name}] expects a {rank + 1}-D or {rank + 2}-D input, got shape "
+                                f"{tuple(input.shape)}")
+        if not training or p == 0:
+            return input
+        # One draw per channel (per sample), zeroing whole feature maps, scaled by 1/(1-p).
+        lead = input.dim() - rank
+        shape = list(input.shape[:lead]) + [1] * rank
+        keep = (_C.rand(*shape, dtype=input.dtype) >= p).to(input.dtype)
+        out = input * keep * (0.0 if p == 1 else 1.0 / (1.0 - p))
+        return _inplace(input, out, inplace)
+
+    @staticmethod
+    def dropout1d(input, p=0.5, training=True, inplace=False):
+        return functional._channel_dropout("dropout1d", 1, input, p, training, inplace)
+
+    @staticmethod
+    def dropout2d(input, p=0.5, training=True, inplace=False):
+        return functional._channel_dropout("dropout2d", 2, input, p, training, inplace)
+
+    @staticmethod
+    def dropout3d(input, p=0.5, training=True, inplace=False):
+        return functional._channel_dropout("dropout3d", 3, input, p, training, inplace)
+
+    @staticmethod
+    def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+        return _C.interpolate(input, size, scale_factor, mode, align_corners)
+
+    @staticmethod
+    def upsample_nearest(input, size=None, scale_factor=None):
+        return _C.interpolate(input, size, scale_factor, "nearest")
+
+    @staticmethod
+    def upsample_bilinear(input, size=None, scale_factor=None):
+        return _C.interpolate(input, size, scale_factor, "bilinear", True)
+
     softmax = staticmethod(_C.softmax)
     log_softmax = staticmethod(_C.log_softmax)
+
+    # torch's trailing-underscore in-place forms.
+    @staticmethod
+    def relu_(input):
+        return _inplace(input, _C.relu(input), True)
+
+    @staticmethod
+    def elu_(input, alpha=1.0):
+        return _inplace(input, _C.elu(input, alpha), True)
+
+    @staticmethod
+    def leaky_relu_(input, negative_slope=0.01):
+        return _inplace(input, _C.leaky_relu(input, negative_slope), True)
+
+    @staticmethod
+    def hardtanh_(input, min_val=-1.0, max_val=1.0):
+        return _inplace(input, _C.hardtanh(input, min_val, max_val), True)
+
+    @staticmethod
+    def selu_(input):
+        return _inplace(input, _C.selu(input), True)
+
+    @staticmethod
+    def celu_(input, alpha=1.0):
+        return _inplace(input, _C.celu(input, alpha), True)
+
+    @staticmethod
+    def threshold_(input, threshold, value):
+        return functional.threshold(input, threshold, value, True)
     linear = staticmethod(_C.linear)
     conv2d = staticmethod(_C.conv2d)
     conv1d = staticmethod(_C.conv1d)
