@@ -1013,3 +1013,8 @@ def functional_call(module, params, *args, **kwargs):
             s.close()
         for m, name, p in restore:
             m._parameters[name] = p
+
+
+# `import kiln.nn.functional as F`, as torch users write it: the import system looks the dotted
+# name up in sys.modules before it asks for a package.
+__import__("sys").modules[__name__ + ".functional"] = functional

@@ -89,3 +89,12 @@ def test_in_place_forms_write_their_input(name, args):
     getattr(TF, name)(t, *args)
     assert r is k
     np.testing.assert_allclose(k.numpy(), t.numpy(), rtol=1e-12)
+
+
+def test_import_kiln_nn_functional_as_torch_users_write_it():
+    import importlib
+    import kiln.nn.functional as F
+    assert F is knn.functional
+    assert importlib.import_module("kiln.nn.functional") is knn.functional
+    from kiln.nn.functional import relu
+    assert relu is knn.functional.relu
