@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kiln/dispatch/autocast.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/ops/op_util.h"
@@ -798,6 +799,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 Tensor mv(const Tensor& a, const Tensor& v) {
   need_rank("mv", a, 2, "self");
   need_rank("mv", v, 1, "vec");
+  // torch's autocast lists leave mv (and dot, addmv) out: they run in their inputs' dtype
+  const AutocastGuard off(false);
   return matmul(a, v);
 }
 Tensor addmv(const Tensor& input, const Tensor& mat, const Tensor& vec, double beta, double alpha) {
@@ -806,11 +809,14 @@ Tensor addmv(const Tensor& input, const Tensor& mat, const Tensor& vec, double b
 }
 Tensor baddbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double beta, double alpha) {
   const Tensor r = bmm(b1, b2);
-  return add_scaled("baddbmm", input, alpha == 1 ? r : mul(r, alpha), beta);
+  // under autocast input is cast with the product's operands, so the sum stays bfloat16 (torch)
+  return add_scaled("baddbmm", autocast_arg(AutocastPolicy::kLower, input),
+                    alpha == 1 ? r : mul(r, alpha), beta);
 }
 Tensor addbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double beta, double alpha) {
   const Tensor r = sum(bmm(b1, b2), {0});
-  return add_scaled("addbmm", input, alpha == 1 ? r : mul(r, alpha), beta);
+  return add_scaled("addbmm", autocast_arg(AutocastPolicy::kLower, input),
+                    alpha == 1 ? r : mul(r, alpha), beta);
 }
 Tensor dot(const Tensor& a, const Tensor& b) {
   need_rank("dot", a, 1, "self");
@@ -818,6 +824,7 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   if (a.shape()[0] >= 0 && b.shape()[0] >= 0 && a.shape()[0] != b.shape()[0])
     fail("dot", "1-D tensors of different sizes: ", a.shape(), " and ", b.shape());
   op_util::require_same_dtype("dot", a, b);
+  const AutocastGuard off(false);  // (as mv)
   if (is_floating(a.dtype())) return matmul(a, b);
   return sum(mul(a, b));
 }
