@@ -21,19 +21,10 @@ constexpr char kReluN[] = "relu", kLeakyN[] = "leaky_relu", kSigN[] = "sigmoid",
 
 // ---- scalar functors ------------------------------------------------------------------------
 
-#define KILN_UNARY_F(NAME, EXPR)                     \
-  struct NAME {                                      \
-    explicit NAME(const Attrs&) {}                   \
-    template <class T>                               \
-    [[gnu::always_inline]] T operator()(T x) const { \
-      return EXPR;                                   \
-    }                                                \
-  };
 KILN_UNARY_F(ReluF, x <= T(0) ? T(0) : x)
 KILN_UNARY_F(SigmoidF, vec_math::sigmoid<T>(x))
 KILN_UNARY_F(TanhF, vec_math::tanh<T>(x))
 KILN_UNARY_F(SiluF, x* vec_math::sigmoid<T>(x))
-#undef KILN_UNARY_F
 
 struct LeakyF {
   double s;

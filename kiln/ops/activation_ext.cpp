@@ -30,21 +30,12 @@ struct HardtanhF {
   }
 };
 // As torch: min(max(x + 3, 0), 6) / 6, in that order (the rounding matches).
-#define KILN_UNARY_F(NAME, EXPR)                     \
-  struct NAME {                                      \
-    explicit NAME(const Attrs&) {}                   \
-    template <class T>                               \
-    [[gnu::always_inline]] T operator()(T x) const { \
-      return EXPR;                                   \
-    }                                                \
-  };
 KILN_UNARY_F(HardsigmoidF, std::min(std::max(x + T(3), T(0)), T(6)) / T(6))
 KILN_UNARY_F(HardswishF, x* std::min(std::max(x + T(3), T(0)), T(6)) / T(6))
 KILN_UNARY_F(MishF, x* std::tanh(std::log1p(std::exp(x))))
 KILN_UNARY_F(SeluF, x > T(0) ? T(kSeluScale) * x : T(kSeluScale) * T(kSeluAlpha) * std::expm1(x))
 // log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow either way.
 KILN_UNARY_F(LogsigmoidF, std::min(x, T(0)) - std::log1p(std::exp(-std::abs(x))))
-#undef KILN_UNARY_F
 struct CeluF {
   double alpha;
   explicit CeluF(const Attrs& a) : alpha(a.f(0)) {}

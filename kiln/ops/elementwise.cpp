@@ -113,14 +113,6 @@ struct OrF {
   bool operator()(bool a, bool b) const { return a || b; }
 };
 
-#define KILN_UNARY_F(NAME, EXPR)                     \
-  struct NAME {                                      \
-    explicit NAME(const Attrs&) {}                   \
-    template <class T>                               \
-    [[gnu::always_inline]] T operator()(T x) const { \
-      return EXPR;                                   \
-    }                                                \
-  };
 KILN_UNARY_F(NegF, -x)
 KILN_UNARY_F(ExpF, vec_math::exp<T>(x))
 KILN_UNARY_F(LogF, std::log(x))
@@ -133,7 +125,6 @@ KILN_UNARY_F(SinF, std::sin(x))
 KILN_UNARY_F(CosF, std::cos(x))
 KILN_UNARY_F(Log1pF, std::log1p(x))
 KILN_UNARY_F(Expm1F, std::expm1(x))
-#undef KILN_UNARY_F
 
 struct ClampF {
   double lo, hi;

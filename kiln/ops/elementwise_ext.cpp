@@ -19,14 +19,6 @@ using namespace detail::elementwise_util;
 using op_util::one;
 using op_util::scalar_like;
 
-#define KILN_UNARY_F(NAME, EXPR)                     \
-  struct NAME {                                      \
-    explicit NAME(const Attrs&) {}                   \
-    template <class T>                               \
-    [[gnu::always_inline]] T operator()(T x) const { \
-      return EXPR;                                   \
-    }                                                \
-  };
 KILN_UNARY_F(FloorF, std::floor(x))
 KILN_UNARY_F(CeilF, std::ceil(x))
 KILN_UNARY_F(TruncF, std::trunc(x))
@@ -45,7 +37,6 @@ KILN_UNARY_F(CoshF, std::cosh(x))
 KILN_UNARY_F(AsinhF, std::asinh(x))
 KILN_UNARY_F(AcoshF, std::acosh(x))
 KILN_UNARY_F(AtanhF, std::atanh(x))
-#undef KILN_UNARY_F
 
 // torch.round(x, decimals): nearbyint (half to even in the default rounding mode) of x scaled
 // by 10^decimals, computed in the input's type as torch does.

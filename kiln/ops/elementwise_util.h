@@ -1,6 +1,6 @@
-// Shared by the elementwise op families (elementwise.cpp, activation.cpp): broadcasting shape
-// and dtype inference, the adapters from scalar functors to the vectorized CPU loops, and dtype
-// promotion of operands.
+// Shared by the elementwise op families (elementwise*.cpp, activation*.cpp, ...): broadcasting
+// shape and dtype inference, the adapters from scalar functors to the vectorized CPU loops, and
+// dtype promotion of operands.
 #pragma once
 #include <cmath>
 #include <span>
@@ -12,6 +12,17 @@ namespace kiln::detail::elementwise_util {
 
 using op_util::one;
 using op_util::scalar_like;
+
+/// A stateless scalar functor NAME computing EXPR of `x` (type T), the form the vectorized loops
+/// below take: `KILN_UNARY_F(SquareF, x * x)`. Shared by the elementwise and activation families.
+#define KILN_UNARY_F(NAME, EXPR)                     \
+  struct NAME {                                      \
+    explicit NAME(const Attrs&) {}                   \
+    template <class T>                               \
+    [[gnu::always_inline]] T operator()(T x) const { \
+      return EXPR;                                   \
+    }                                                \
+  };
 
 /// Traits of an ordinary elementwise op.
 inline constexpr uint32_t kEw = kElementwise | kFusable | kInplaceable;
