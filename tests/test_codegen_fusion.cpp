@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 
 #include "kiln/codegen/codegen.h"
@@ -54,6 +55,14 @@ std::string fresh_cache() {
   std::string dir =
       std::filesystem::temp_directory_path().string() + "/kiln_cg_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
+  // Removed when the process ends (it holds a ~20 MB precompiled prelude).
+  static const struct RemoveAtExit {
+    std::string d;
+    ~RemoveAtExit() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } remove_at_exit{dir};
   ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
   // These tests check the generated code itself: it must be there on the first call.
   codegen::set_async(false);
@@ -358,6 +367,55 @@ TEST(Codegen, SecondProcessReusesCacheAndCorruptEntryIsRebuilt) {
   EXPECT_EQ(spawn_child("Codegen.ChildProbe"), 3);
   // ... and the rebuilt entry is good again for the one after.
   EXPECT_EQ(spawn_child("Codegen.ChildProbe"), 0);
+  std::filesystem::remove_all(dir);
+}
+
+// Child half of the prelude test: compiles one kernel not in the cache and checks its values.
+TEST(Codegen, PreludeChild) {
+  if (!std::getenv("KILN_CG_CHILD")) GTEST_SKIP() << "runs as the child of PreludeIsPrecompiled";
+  codegen::set_async(false);
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {4, 6});
+  Tensor y = tanh(add(mul(x, 2.5), 1.0));
+  Session s(g);
+  Tensor xv = randn({4, 6});
+  auto a = s.run(y, {{x, xv}}).to_vector<double>();
+  auto b = tanh(add(mul(xv, 2.5), 1.0)).to_vector<double>();
+  bool same = a.size() == b.size();
+  for (size_t i = 0; same && i < a.size(); ++i) same = std::fabs(a[i] - b[i]) <= 1e-6;
+  const auto st = codegen::stats();
+  std::exit(same && st.compiles == 1 && st.failures == 0 ? 0 : 4);
+}
+
+// The prelude is compiled once per cache directory into a header and its .gch; kernels include
+// it. A .gch cut short (a crash mid-write) is noticed by the next process and rebuilt.
+TEST(Codegen, PreludeIsPrecompiledAndACorruptOneIsRebuilt) {
+  std::string dir = fresh_cache();
+  if (!codegen::enabled()) GTEST_SKIP() << "no compiler: " << codegen::stats().last_error;
+  {  // a kernel of its own, compiled here whatever ran before
+    Graph g;
+    Tensor x = g.placeholder("x", Float32, {5, 3});
+    Session s(g);
+    s.run(exp(sub(mul(x, 3.125), 0.0625)), {{x, randn({5, 3})}});
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir));
+  std::filesystem::path gch;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".gch") gch = e.path();
+  if (gch.empty()) GTEST_SKIP() << "the compiler made no precompiled header";
+  const auto size = std::filesystem::file_size(gch);
+  EXPECT_GT(size, 100000u);
+  std::string src;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".cpp") {
+      std::ifstream f(e.path());
+      src.assign(std::istreambuf_iterator<char>(f), {});
+    }
+  EXPECT_NE(src.find("#include \"" + dir + "/prelude-"), std::string::npos) << src.substr(0, 300);
+  std::filesystem::resize_file(gch, 4096);
+  EXPECT_EQ(spawn_child("Codegen.PreludeChild"), 0);
+  // Rebuilt whole (its size varies by a few bytes: GCC records the temporary file's name).
+  EXPECT_GT(std::filesystem::file_size(gch), size - 1000);
   std::filesystem::remove_all(dir);
 }
 

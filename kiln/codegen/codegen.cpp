@@ -2,6 +2,8 @@
 // system compiler, dlopen it, and keep it in a disk cache keyed by a hash of source + options.
 // A cache entry is <key>.so plus <key>.sum (a checksum of the .so): an entry whose checksum does
 // not match is rebuilt, never loaded. Installs itself as the fused op's compiler hook.
+// The prelude every kernel starts with (vector math and the standard headers) is precompiled once
+// per cache directory and compiler: parsing it was ~60% of a kernel's compile.
 #include "kiln/codegen/codegen.h"
 
 #include <dlfcn.h>
@@ -110,7 +112,7 @@ struct Cache {
   // Background compiles (set_async): queued entries, and per entry being compiled the spec
   // slots to fill when it is loaded.
   struct Job {
-    std::string src, key, base;
+    std::string src, key, base, dir;
   };
   bool async = [] {
     const char* e = std::getenv("KILN_CODEGEN_ASYNC");
@@ -165,14 +167,77 @@ struct Built {
   std::string error;
 };
 
-Built build(const std::string& src, const std::string& base) {
+// A unique temporary name beside `path`: compiles write under it and rename, so another process
+// never sees half a file.
+std::string temp_name(const std::string& path) {
+  return str_cat(path, ".", ::getpid(), ".",
+                 std::hash<std::thread::id>()(std::this_thread::get_id()));
+}
+
+std::string prelude_text() { return str_cat(vec_math_source(), "\n", kExprPrelude, "\n"); }
+
+// The prelude as a header in `dir` with its precompiled form beside it (GCC reads
+// <name>.h.gch in place of <name>.h when it is valid for the options; another compiler reads the
+// header), or "" when it cannot be made: kernels then carry the prelude in their source. Named
+// by a hash of compiler, flags and text; the .gch's checksum is checked once per process, and a
+// header or .gch that does not match is rebuilt (the cache directory is private, see
+// cache_dir(), but a crash can leave a file short).
+std::string precompiled_prelude(const std::string& dir) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::string> ready;  // dir -> header path or ""
+  std::lock_guard<std::mutex> lk(mu);
+  if (auto it = ready.find(dir); it != ready.end()) {
+    // (A cache directory removed since is recreated by the caller: make the files again.)
+    struct stat sb {};
+    if (it->second.empty() || ::stat((it->second + ".gch").c_str(), &sb) == 0) return it->second;
+    ready.erase(it);
+  }
+  const std::string text = prelude_text();
+  const std::string opts = compiler() + " " + kFlags;
+  const std::string h =
+      str_cat(dir, "/prelude-",
+              hex(fnv1a(text.data(), text.size(), fnv1a(opts.data(), opts.size()))), ".h");
+  std::string have, gch, sum;
+  if (read_file(h, have) && have == text && read_file(h + ".gch", gch) &&
+      read_file(h + ".sum", sum) && sum == hex(fnv1a(gch.data(), gch.size())))
+    return ready[dir] = h;
+  const std::string tmp = temp_name(h);
+  {
+    std::ofstream f(tmp + ".h");
+    f << text;
+  }
+  const std::string cmd = str_cat("'", compiler(), "' ", kFlags, " -x c++-header -o '", tmp,
+                                  ".h.gch' '", tmp, ".h' > /dev/null 2>&1");
+  std::string out;
+  if (std::system(cmd.c_str()) != 0 || !read_file(tmp + ".h.gch", out)) {
+    std::remove((tmp + ".h").c_str());
+    std::remove((tmp + ".h.gch").c_str());
+    return ready[dir] = "";
+  }
+  {
+    std::ofstream f(tmp + ".sum");
+    f << hex(fnv1a(out.data(), out.size()));
+  }
+  // The header last: a reader that finds it finds its .gch and .sum in place.
+  std::rename((tmp + ".h.gch").c_str(), (h + ".gch").c_str());
+  std::rename((tmp + ".sum").c_str(), (h + ".sum").c_str());
+  std::rename((tmp + ".h").c_str(), h.c_str());
+  return ready[dir] = h;
+}
+
+// `src` is what emit() returns: the prelude, then the kernel. With the prelude precompiled in
+// `dir`, the file compiled includes it instead of repeating it.
+Built build(const std::string& src, const std::string& base, const std::string& dir) {
   Built b;
-  // Compile under temporary names, then rename: another process never sees half an entry.
-  const std::string tmp =
-      str_cat(base, ".", ::getpid(), ".", std::hash<std::thread::id>()(std::this_thread::get_id()));
+  const std::string tmp = temp_name(base);
   {
     std::ofstream f(tmp + ".cpp");
-    f << src;
+    const std::string pre = prelude_text(), h = precompiled_prelude(dir);
+    const size_t at = src.find(pre);
+    if (!h.empty() && at != std::string::npos)
+      f << src.substr(0, at) << "#include \"" << h << "\"\n" << src.substr(at + pre.size());
+    else
+      f << src;
   }
   const std::string cmd = str_cat("'", compiler(), "' ", kFlags, " -o '", tmp, ".so' '", tmp,
                                   ".cpp' > '", tmp, ".log' 2>&1");
@@ -224,7 +289,7 @@ void worker() {
     c.queue.pop_front();
     lk.unlock();
     auto t0 = std::chrono::steady_clock::now();
-    Built b = build(j.src, j.base);
+    Built b = build(j.src, j.base, j.dir);
     const double ms = ms_since(t0);
     lk.lock();
     record(c, j.key, b, ms);
@@ -278,7 +343,7 @@ fused::KernelPtr compile_hook(const fused::Program& p, DType dtype,
   if (!c.compiler_ok) return nullptr;
   if (later && c.async) {
     c.pending[key].push_back(later);
-    c.queue.push_back(Cache::Job{std::move(src), key, base});
+    c.queue.push_back(Cache::Job{std::move(src), key, base, c.st.cache_dir});
     ++c.st.background;
     if (!c.worker_started) {
       c.worker_started = true;
@@ -287,7 +352,7 @@ fused::KernelPtr compile_hook(const fused::Program& p, DType dtype,
     c.work_cv.notify_one();
     return nullptr;
   }
-  Built b = build(src, base);
+  Built b = build(src, base, c.st.cache_dir);
   record(c, key, b, ms_since(t0));
   return b.fn;
 }
@@ -354,7 +419,7 @@ std::string emit(const fused::Program& p, DType dtype, const std::vector<DType>&
                  uint64_t pattern) {
   std::ostringstream os;
   os << "// Kiln fused kernel: " << p.text << "\n";
-  os << vec_math_source() << "\n" << kExprPrelude << "\n";
+  os << prelude_text();
   os << "namespace fused_kernel {\nextern \"C\" void kiln_fused_kernel(long n, const void* const* "
         "in_, "
         "void* const* out_) {\n";
