@@ -20,6 +20,10 @@ const OpHandle add{"add"}, sub{"sub"}, mul{"mul"}, div{"div"}, neg{"neg"};
 const OpHandle cast{"cast"}, clone{"clone"}, expand{"expand"}, expand_as{"expand_as"},
     reshape{"reshape"}, transpose{"transpose"}, permute{"permute"}, cat{"cat"};
 const OpHandle matmul{"matmul"}, addmm{"addmm"};
+const OpHandle relu{"relu"}, conv2d{"conv2d"}, conv2d_grad_input{"conv2d_grad_input"},
+    conv2d_grad_weight{"conv2d_grad_weight"}, conv2d_fused{"conv2d_fused"},
+    conv2d_fused_add{"conv2d_fused_add"}, max_pool2d{"max_pool2d"},
+    max_pool2d_blocked{"max_pool2d_blocked"};
 const OpHandle as_strided{"as_strided"}, as_strided_scatter{"as_strided_scatter"};
 }  // namespace ops
 

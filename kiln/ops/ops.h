@@ -394,6 +394,21 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
               std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
               std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+/// Inference conv2d with its epilogue in one kernel, what the conv_epilogue and block_layout
+/// passes make: relu?(conv2d(x, w) + bias + residual) (bias 1-D [O] and residual optional, not
+/// differentiable). in_block / out_block 8 or 16: x and the output (and the residual) are
+/// channel-blocked [N, C/b, H, W, b] (oneDNN's nChw{b}c); w_blocked: w is
+/// conv_weight_to_blocks(w, in_block). Needs groups = 1 for any blocked layout.
+Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(),
+                    const Tensor& residual = Tensor(), std::vector<int64_t> stride = {1, 1},
+                    std::vector<int64_t> padding = {0, 0}, std::vector<int64_t> dilation = {1, 1},
+                    int64_t groups = 1, bool relu = false, int64_t in_block = 0,
+                    int64_t out_block = 0, bool w_blocked = false);
+/// [N, C, H, W] -> [N, C/b, H, W, b] (channel blocks of b, innermost), and back.
+Tensor to_channel_blocks(const Tensor& x, int64_t b);
+Tensor from_channel_blocks(const Tensor& x);
+/// [O, C, kH, kW] -> [O/b, C/b, kH, kW, b(in), b(out)], conv2d_fused's blocked weights.
+Tensor conv_weight_to_blocks(const Tensor& w, int64_t b);
 /// Transposed convolution (torch.nn.functional.conv_transpose2d): x [N, C_in, H, W] (or
 /// [C_in, H, W]), w [C_in, C_out/groups, kH, kW]; output size (H - 1) stride - 2 padding +
 /// dilation (kH - 1) + output_padding + 1. conv2d's input gradient, and differentiable as it.
@@ -457,6 +472,10 @@ Tensor max_pool1d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0}, std::vector<int64_t> dilation = {1, 1},
                   bool ceil_mode = false);
+/// Inference max pooling of channel-blocked x [N, C/b, H, W, b] (b = 8 or 16; see
+/// to_channel_blocks): values only, not differentiable.
+Tensor max_pool2d_blocked(const Tensor& x, std::vector<int64_t> kernel,
+                          std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0});
 Tensor max_pool3d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0, 0},
                   std::vector<int64_t> dilation = {1, 1, 1}, bool ceil_mode = false);

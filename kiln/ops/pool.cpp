@@ -490,6 +490,88 @@ const OpDef& kAvgPool2dGrad =
             .contiguous_inputs = true,
             .doc = "gradient of avg_pool2d: spreads grad_output / (kH kW) over each window"});
 
+// ---- max_pool2d_blocked: inference max pooling of channel-blocked activations ----------------
+// [N, C/b, H, W, b] -> [N, C/b, OH, OW, b], values only: what the block_layout pass makes of a
+// max_pool2d whose indices nothing reads (ResNet's stem), so the pool needs neither NCHW
+// activations nor an int64 index per output. Each window step is b contiguous lanes.
+
+template <typename T, int64_t B>
+void max_pool_blocked(const Tensor& x, Tensor& y, const PoolP& p) {
+  const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
+  const T* px = x.data_ptr<T>();
+  T* py = y.data_ptr<T>();
+  for_planes(x.size(0) * x.size(1), OH * OW * p.kH * p.kW * B, [&](int64_t pl) {
+    const T* xp = px + pl * H * W * B;
+    T* yp = py + pl * OH * OW * B;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t h0 = std::max<int64_t>(oh * p.sH - p.pH, 0);
+      const int64_t h1 = std::min(oh * p.sH - p.pH + p.kH, H);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t w0 = std::max<int64_t>(ow * p.sW - p.pW, 0);
+        const int64_t w1 = std::min(ow * p.sW - p.pW + p.kW, W);
+        T* out = yp + (oh * OW + ow) * B;
+#ifdef __AVX2__
+        if constexpr (std::is_same_v<T, float>) {
+          // max(best, v) takes v when v is larger or NaN; a NaN already in best stays (the
+          // unordered mask), as max_pool2d's rule has it.
+          __m256 best[B / 8];
+          for (int64_t k = 0; k < B / 8; ++k) best[k] = _mm256_set1_ps(-INFINITY);
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw) {
+              const float* v = xp + (ih * W + iw) * B;
+              for (int64_t k = 0; k < B / 8; ++k) {
+                const __m256 m = _mm256_max_ps(best[k], _mm256_loadu_ps(v + 8 * k));
+                best[k] =
+                    _mm256_blendv_ps(m, best[k], _mm256_cmp_ps(best[k], best[k], _CMP_UNORD_Q));
+              }
+            }
+          for (int64_t k = 0; k < B / 8; ++k) _mm256_storeu_ps(out + 8 * k, best[k]);
+          continue;
+        }
+#endif
+        T best[B];
+        for (int64_t i = 0; i < B; ++i) best[i] = -std::numeric_limits<T>::infinity();
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw) {
+            const T* v = xp + (ih * W + iw) * B;
+            // max_pool2d's rule: v wins when larger or NaN.
+            for (int64_t i = 0; i < B; ++i)
+              best[i] = (v[i] > best[i]) | (v[i] != v[i]) ? v[i] : best[i];
+          }
+        for (int64_t i = 0; i < B; ++i) out[i] = best[i];
+      }
+    }
+  });
+}
+
+const OpDef& kMaxPool2dBlocked = def_op(
+    {.name = "max_pool2d_blocked",
+     .num_inputs = 1,
+     .attr_names = {"kernel", "stride", "padding"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const char* op = "max_pool2d_blocked";
+           const Shape& s = in[0].shape();
+           if (s.rank() != 5 || (s[4] != 8 && s[4] != 16))
+             fail(op, "input must be 5-D [N, C/b, H, W, b] with b = 8 or 16, got shape ", s);
+           op_util::require_float(op, in[0]);
+           Shape ys = check_pool(op, Shape{s[0], s[1], s[2], s[3]}, pool_params(op, a));
+           return one(in[0].dtype(), Shape{ys[0], ys[1], ys[2], ys[3], s[4]});
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           PoolP p = pool_params("max_pool2d_blocked", a);
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d_blocked", [&] {
+             if (in[0].size(4) == 16)
+               max_pool_blocked<scalar_t, 16>(in[0], out[0], p);
+             else
+               max_pool_blocked<scalar_t, 8>(in[0], out[0], p);
+           });
+         },
+     .contiguous_inputs = true,
+     .doc = "inference 2-D max pooling of channel-blocked [N, C/b, H, W, b] activations (values "
+            "only; what the block_layout pass makes of max_pool2d)"});
+
 // ---- the forward-declared helpers ------------------------------------------------------------
 
 Tensor max_pool2d_grad_fn(const Tensor& g, const Tensor& idx, int64_t H, int64_t W) {
@@ -1041,6 +1123,13 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
   return pool_call("max_pool2d", x, [&](const Tensor& x4) {
     return call(kMaxPool2d, {x4}, {k, s, p})[0];
   });
+}
+
+Tensor max_pool2d_blocked(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                          std::vector<int64_t> padding) {
+  Ints k = pair2("max_pool2d_blocked", "kernel", kernel);
+  Ints s = stride.empty() ? k : pair2("max_pool2d_blocked", "stride", stride);
+  return call1(kMaxPool2dBlocked, {x}, {k, s, pair2("max_pool2d_blocked", "padding", padding)});
 }
 
 Tensor max_pool1d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,

@@ -251,14 +251,17 @@ std::vector<ValueLife> program_lifetimes(const Program& p, int64_t* dynamic) {
   }
   // In place: an elementwise op may write over an input buffer of its own size and dtype that
   // it reads last (not through a view: the kernel would read and write different layouts).
+  // An accumulating op (addmm, conv2d_fused_add: each element of input 0 is read before that
+  // element of the output is written) may write over input 0 alone.
   for (const auto& up : nodes) {
     const Node* n = up.get();
-    if (n->kind != NodeKind::Op || !n->op->has(kInplaceable) || !n->op->has(kElementwise) ||
-        n->outputs.size() != 1)
-      continue;
+    if (n->kind != NodeKind::Op || n->outputs.size() != 1) continue;
+    const bool accumulates = n->op->has(kAccumulates) && !n->inputs.empty();
+    if (!accumulates && (!n->op->has(kInplaceable) || !n->op->has(kElementwise))) continue;
     ValueLife& out = lives[static_cast<size_t>(base[n])];
     if (!out.plannable) continue;
-    for (const auto& in : n->inputs) {
+    for (size_t k = 0; k < (accumulates ? 1 : n->inputs.size()); ++k) {
+      const ValueRef& in = n->inputs[k];
       int iv = value(in);
       const ValueLife& src = lives[static_cast<size_t>(iv)];
       if (in.node->kind != NodeKind::Op || !src.plannable || src.last_use != out.def ||
@@ -266,10 +269,13 @@ std::vector<ValueLife> program_lifetimes(const Program& p, int64_t* dynamic) {
           in.node->outputs[static_cast<size_t>(in.index)].dtype != n->outputs[0].dtype)
         continue;
       // add(x, transpose(x)) must not write over x: another input reads it in another order.
+      // An accumulating op reads its other inputs out of order: none may be input 0 at all.
       bool read_through_view = false;
-      for (const auto& other : n->inputs) {
-        int ov = value(other);
-        if (ov == iv) continue;
+      for (size_t q = 0; q < n->inputs.size(); ++q) {
+        if (q == k) continue;
+        int ov = value(n->inputs[q]);
+        if (ov == iv && !accumulates) continue;
+        read_through_view |= ov == iv;
         for (int r : roots[static_cast<size_t>(ov)]) read_through_view |= r == iv;
       }
       if (read_through_view) continue;

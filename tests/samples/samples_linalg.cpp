@@ -259,6 +259,58 @@ OpSample conv_sample(std::string name, Shape xs, Shape ws, ConvCfg c, bool bias,
       .tol32 = 5e-5};
 }
 
+// conv2d_fused(_add): relu?(conv + bias + residual); `block` > 0 runs it on channel blocks
+// (input, residual and output through to/from_channel_blocks, weights conv_weight_to_blocks
+// when the input is blocked too), `block_in` whether the input is blocked.
+OpSample conv_fused_sample(std::string name, Shape xs, Shape ws, ConvCfg c, bool bias,
+                           bool residual, bool relu, int64_t block, bool block_in, uint64_t seed) {
+  int64_t OH = conv_out(xs[2], ws[2], c.stride[0], c.padding[0], c.dilation[0]);
+  int64_t OW = conv_out(xs[3], ws[3], c.stride[1], c.padding[1], c.dilation[1]);
+  Shape ys{xs[0], ws[0], OH, OW};
+  return OpSample{.ops = {residual ? "conv2d_fused_add" : "conv2d_fused"},
+                  .name = std::move(name),
+                  .inputs =
+                      [=] {
+                        In in{rnd(xs, seed), rnd(ws, seed + 1, 0.5)};
+                        in.push_back(bias ? rnd(Shape{ws[0]}, seed + 2) : Tensor());
+                        in.push_back(residual ? rnd(ys, seed + 3) : Tensor());
+                        // Undefined slots are dropped: the sample's inputs are x, w[, bias][,
+                        // residual].
+                        In out;
+                        for (auto& t : in)
+                          if (t.defined()) out.push_back(t);
+                        return out;
+                      },
+                  .run =
+                      [=](const In& in) {
+                        Tensor x = in[0], w = in[1], b = bias ? in[2] : Tensor(),
+                               r = residual ? in[bias ? 3 : 2] : Tensor();
+                        const int64_t bi = block_in ? block : 0;
+                        if (bi) {
+                          x = to_channel_blocks(x, bi);
+                          w = conv_weight_to_blocks(w, bi);
+                        }
+                        if (block && r.defined()) r = to_channel_blocks(r, block);
+                        Tensor y = conv2d_fused(x, w, b, r, c.stride, c.padding, c.dilation,
+                                                c.groups, relu, bi, block, bi != 0);
+                        return block ? from_channel_blocks(y) : y;
+                      },
+                  .reference =
+                      [=](const In& in) {
+                        Tensor y = ref_conv2d(in[0], in[1], bias ? in[2] : Tensor(), c);
+                        std::vector<double> v = vals(y);
+                        if (residual) {
+                          std::vector<double> rv = vals(in[bias ? 3 : 2]);
+                          for (size_t i = 0; i < v.size(); ++i) v[i] += rv[i];
+                        }
+                        if (relu)
+                          for (auto& e : v) e = e > 0 ? e : 0;
+                        return from_vals(v, y.shape());
+                      },
+                  .differentiable = false,
+                  .tol32 = 5e-5};
+}
+
 OpSample matmul_sample(std::string name, Shape as, Shape bs, uint64_t seed) {
   return OpSample{.ops = {"matmul"},
                   .name = std::move(name),
@@ -294,6 +346,20 @@ OpSample addmm_sample(std::string name, Shape is, int64_t m, int64_t k, int64_t 
                           return alpha * v[0] + (beta == 0 ? 0.0 : beta * v[1]);
                         });
                       }};
+}
+
+// max_pool2d_blocked on channel blocks of b, checked against max pooling of the NCHW input.
+OpSample max_pool_blocked_sample(std::string name, Shape xs, PoolCfg c, int64_t b, uint64_t seed) {
+  return OpSample{.ops = {"max_pool2d_blocked"},
+                  .name = std::move(name),
+                  .inputs = [=] { return In{rnd(xs, seed)}; },
+                  .run =
+                      [=](const In& in) {
+                        return from_channel_blocks(max_pool2d_blocked(
+                            to_channel_blocks(in[0], b), c.kernel, c.stride, c.padding));
+                      },
+                  .reference = [=](const In& in) { return ref_max_pool(in[0], c); },
+                  .differentiable = false};
 }
 
 // A sample for both pools on one configuration.
@@ -408,6 +474,20 @@ std::vector<OpSample> all() {
       }(),
       conv_sample("asymmetric", {1, 2, 5, 6}, {2, 2, 2, 3}, {{2, 1}, {1, 0}, {1, 2}, 1}, false, 55),
       conv_sample("all_options", {2, 4, 7, 6}, {6, 2, 3, 2}, {{2, 2}, {1, 1}, {2, 1}, 2}, true, 58),
+      conv_fused_sample("bias_relu", {2, 3, 6, 6}, {4, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true,
+                        false, true, 0, false, 140),
+      conv_fused_sample("groups2_no_epilogue", {2, 4, 5, 5}, {6, 2, 3, 3},
+                        {{1, 1}, {0, 0}, {1, 1}, 2}, false, false, false, 0, false, 143),
+      conv_fused_sample("residual_stride2", {2, 3, 7, 6}, {5, 3, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1},
+                        true, true, true, 0, false, 146),
+      conv_fused_sample("residual_no_relu_no_bias", {2, 2, 5, 5}, {3, 2, 1, 1}, {}, false, true,
+                        false, 0, false, 149),
+      conv_fused_sample("plain_in_blocked_out", {2, 3, 7, 7}, {16, 3, 3, 3},
+                        {{2, 2}, {1, 1}, {1, 1}, 1}, true, false, true, 8, false, 152),
+      conv_fused_sample("blocked_residual_relu", {2, 8, 6, 5}, {16, 8, 3, 3},
+                        {{1, 1}, {1, 1}, {1, 1}, 1}, true, true, true, 8, true, 155),
+      conv_fused_sample("blocked16_stride2_1x1", {2, 16, 7, 7}, {16, 16, 1, 1},
+                        {{2, 2}, {0, 0}, {1, 1}, 1}, false, true, false, 16, true, 158),
 
       OpSample{.ops = {"conv2d_grad_input", "conv2d", "conv2d_grad_weight"},
                .name = "direct_stride2_pad1_groups2",
@@ -512,6 +592,9 @@ std::vector<OpSample> all() {
     s.push_back(std::move(p));
   for (auto& p : pool_samples("3d_input", {2, 5, 5}, {{3, 3}, {2, 2}, {1, 1}}, 83))
     s.push_back(std::move(p));
+  s.push_back(
+      max_pool_blocked_sample("k3_s2_pad1", {2, 16, 7, 6}, {{3, 3}, {2, 2}, {1, 1}}, 16, 84));
+  s.push_back(max_pool_blocked_sample("k2_b8", {3, 8, 5, 4}, {{2, 2}, {}, {0, 0}}, 8, 85));
   return s;
 }
 

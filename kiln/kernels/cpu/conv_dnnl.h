@@ -33,4 +33,23 @@ bool dnnl_conv2d_backward_data_bf16(const ConvShape& s, const uint16_t* gy, cons
 bool dnnl_conv2d_backward_weights_bf16(const ConvShape& s, const uint16_t* x, const uint16_t* gy,
                                        uint16_t* gw);
 
+/// An inference convolution with its epilogue, y = relu?(conv(x, w) + bias + y_in): the bias
+/// added in the kernel, the residual accumulated into y where y holds it on entry (oneDNN's sum
+/// post-op) and relu applied before the result is stored, so none of them is another pass over
+/// memory. Layouts: x and y NCHW (block 0) or channel-blocked [N, C/b, H, W, b] (oneDNN's
+/// nChw{b}c, which its jit kernels compute in; keeping activations in it between convolutions
+/// saves the reorders in and out); w OIHW or, when w_blocked, [O/b, C/b, kH, kW, b, b]
+/// (OIhw{b}i{b}o, b = in_block). float32, groups = 1 when anything is blocked.
+struct ConvFused {
+  ConvShape s;
+  int64_t in_block = 0, out_block = 0;
+  bool w_blocked = false, bias = false, residual = false, relu = false;
+  bool operator==(const ConvFused& o) const;
+};
+bool dnnl_conv2d_fused(const ConvFused& f, const float* x, const float* w, const float* bias,
+                       float* y);
+/// The channel block oneDNN's float32 jit convolutions use on this CPU (16 with AVX-512, 8 with
+/// AVX2), 0 without oneDNN or without either.
+int64_t dnnl_channel_block();
+
 }  // namespace kiln::cpu
