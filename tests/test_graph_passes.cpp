@@ -11,6 +11,7 @@
 #include "kiln/core/allocator.h"
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/graph/node.h"
+#include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 #include "kiln/passes/memory_plan.h"
@@ -551,6 +552,120 @@ TEST(PassAddmm, SgdStepInASessionMatchesThePassSwitchedOff) {
   for (size_t i = 0; i < l_on.size(); ++i) EXPECT_NEAR(l_on[i], l_off[i], 1e-5);
   EXPECT_LT(l_on.back(), l_on.front());
   expect_close(w_on, w_off, 1e-5);
+}
+
+// ---- conv_epilogue and block_layout ----------------------------------------------------------
+
+// A ResNet stem and basic block with a downsampling shortcut, as an imported model makes them:
+// constant weights, conv -> bias -> relu, a max pool, residual adds, a global mean at the end.
+struct ConvNet {
+  Graph g;
+  Tensor x, out, conv_fetched;
+  explicit ConvNet(int64_t c_in = 3) {
+    manual_seed(21);
+    auto w = [&](int64_t o, int64_t i, int64_t k) {
+      return g.constant(mul(randn({o, i, k, k}), 1.0 / std::sqrt(double(i * k * k))));
+    };
+    auto b = [&](int64_t o) { return g.constant(mul(randn({o}), 0.1)); };
+    x = g.placeholder("x", Float32, {2, c_in, 18, 18});
+    Tensor h = relu(conv2d(x, w(16, c_in, 3), b(16), {2, 2}, {1, 1}));
+    h = max_pool2d(h, {3, 3}, {2, 2}, {1, 1});
+    // Identity block: relu(conv(relu(conv(h))) + h).
+    Tensor a = relu(conv2d(h, w(16, 16, 3), b(16), {1, 1}, {1, 1}));
+    h = relu(add(conv2d(a, w(16, 16, 3), b(16), {1, 1}, {1, 1}), h));
+    // Downsampling block: the shortcut is a strided 1x1 conv; no bias on the main path.
+    Tensor d = conv2d(h, w(32, 16, 1), b(32), {2, 2});
+    Tensor m = relu(conv2d(h, w(32, 16, 3), Tensor(), {2, 2}, {1, 1}));
+    h = relu(add(d, conv2d(m, w(32, 32, 3), Tensor(), {1, 1}, {1, 1})));
+    // A conv whose value is also fetched keeps its own node; conv(v) + v may not write over v.
+    conv_fetched = conv2d(h, w(32, 32, 1), Tensor());
+    Tensor self_res = relu(add(conv2d(h, w(32, 32, 3), Tensor(), {1, 1}, {1, 1}), h));
+    out = mean(add(self_res, relu(conv_fetched)), {2, 3});
+  }
+};
+
+TEST(PassConvLayout, ResNetBlocksFuseAndComputeInBlocksWithSameNumbers) {
+  ConvNet net;
+  Program p = program_of({net.out, net.conv_fetched});
+  manual_seed(22);
+  std::map<std::string, Tensor> feeds{{"x", randn({2, 3, 18, 18})}};
+  const_fold(p);
+  auto before = evaluate(p, feeds);
+  // stem (bias, relu), block 1 conv 1 (bias, relu), conv 2 (bias, residual, relu), the
+  // shortcut's bias and one of the downsampling block's convs taking the residual add, the
+  // main path's first conv (relu), conv(h) + h (residual, relu).
+  EXPECT_EQ(fuse_conv_epilogue(p), 6);
+  verify_program(p, "fuse_conv_epilogue");
+  EXPECT_EQ(count_op(p, "conv2d_fused_add"), 3);
+  EXPECT_EQ(count_op(p, "relu"), 1);  // the one after the fetched conv
+  EXPECT_EQ(count_op(p, "add"), 1);   // self_res + relu(conv_fetched)
+  expect_close(before, evaluate(p, feeds), 1e-4);
+  const int blocked = block_layout(p);
+  verify_program(p, "block_layout");
+  if (cpu::dnnl_channel_block() == 0) {
+    EXPECT_EQ(blocked, 0);
+    return;
+  }
+  // 8 convolutions, the max pool, the relu and add after them.
+  EXPECT_EQ(blocked, 11);
+  EXPECT_EQ(count_op(p, "max_pool2d_blocked"), 1);
+  EXPECT_EQ(count_op(p, "max_pool2d"), 0);
+  // The only NCHW copies: the fetched conv's value and the input of the mean.
+  EXPECT_EQ(count_op(p, "clone"), 2);
+  for (const auto& n : p.graph->nodes)
+    if (n->kind == NodeKind::Op && n->op->name.rfind("conv2d_fused", 0) == 0) {
+      EXPECT_EQ(n->attrs.i(7), cpu::dnnl_channel_block()) << "out_block";
+      // Every conv after the stem reads blocks, with its weights blocked once here.
+      const bool stem = n->inputs[0].node->kind == NodeKind::Placeholder;
+      EXPECT_EQ(n->attrs.i(6), stem ? 0 : cpu::dnnl_channel_block()) << "in_block";
+      EXPECT_EQ(n->attrs.i(8), stem ? 0 : 1) << "w_blocked";
+    }
+  expect_close(before, evaluate(p, feeds), 1e-4);
+}
+
+// The default pipeline in a Session (memory plan included: a fused residual add may take the
+// residual's buffer) gives the numbers of the pipeline without the two passes.
+TEST(PassConvLayout, SessionMatchesThePassesSwitchedOff) {
+  ConvNet net;
+  manual_seed(23);
+  Tensor xv = randn({2, 3, 18, 18});
+  std::vector<Tensor> off, on;
+  {
+    DisablePasses d("fuse_conv_epilogue,block_layout");
+    Session s(net.g);
+    off = s.run({net.out, net.conv_fetched}, {{net.x, xv}});
+  }
+  Session s(net.g);
+  on = s.run({net.out, net.conv_fetched}, {{net.x, xv}});
+  auto again = s.run({net.out, net.conv_fetched}, {{net.x, xv}});
+  expect_close(on, off, 1e-4);
+  expect_same(on, again);
+}
+
+// In a training graph the chain conv -> add -> relu still fuses (the gradients read the conv's
+// input and weight and the relu's output, which the fused node gives), block_layout leaves the
+// program alone, and loss and gradient match the passes switched off.
+TEST(PassConvLayout, TrainingGraphFusesWhatItsGradientDoesNotRead) {
+  Graph g;
+  manual_seed(24);
+  Tensor x = g.placeholder("x", Float32, {2, 16, 6, 6});
+  Tensor w = g.variable("w", mul(randn({16, 16, 3, 3}), 0.1));
+  Tensor loss = sum(relu(add(conv2d(x, w, Tensor(), {1, 1}, {1, 1}), x)));
+  Tensor gw = gradients({loss}, {w})[0];
+  std::vector<ValueRef> refs{g.value_of(loss), g.value_of(gw)};
+  Program p = prune(*g.impl(), refs);
+  EXPECT_EQ(fuse_conv_epilogue(p), 1);
+  EXPECT_EQ(block_layout(p), 0);
+  Tensor xv = randn({2, 16, 6, 6});
+  std::vector<Tensor> off, on;
+  {
+    DisablePasses d("fuse_conv_epilogue,block_layout");
+    Session s(g);
+    off = s.run({loss, gw}, {{x, xv}});
+  }
+  Session s(g);
+  on = s.run({loss, gw}, {{x, xv}});
+  expect_close(on, off, 1e-4);
 }
 
 // A transposed matrix read by many matmuls (one per time step) is copied once; one read by a

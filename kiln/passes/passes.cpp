@@ -209,8 +209,8 @@ namespace {
 // Every name KILN_DISABLE_PASSES accepts: each pass's function name, plan_memory (a Session's
 // bound arenas), all and none.
 constexpr const char* kPassNames[] = {
-    "const_fold", "simplify",   "fold_transposes",  "merge_matmul_sums", "cse",
-    "dce",        "fuse_addmm", "fuse_elementwise", "plan_memory"};
+    "const_fold", "simplify",           "fold_transposes", "merge_matmul_sums", "cse",        "dce",
+    "fuse_addmm", "fuse_conv_epilogue", "block_layout",    "fuse_elementwise",  "plan_memory"};
 }  // namespace
 
 bool pass_enabled(const std::string& name) {
@@ -291,6 +291,8 @@ std::string optimize(Program& p) {
   KILN_RUN_PASS(cse);
   KILN_RUN_PASS(dce);
   KILN_RUN_PASS(fuse_addmm);
+  KILN_RUN_PASS(fuse_conv_epilogue);
+  KILN_RUN_PASS(block_layout);
   KILN_RUN_PASS(fuse_elementwise);
 #undef KILN_RUN_PASS
   return os.str();

@@ -37,6 +37,17 @@ int merge_matmul_sums(Program& p);
 /// scaled by a constant (mul or neg), become one addmm that accumulates the product onto x in
 /// its GEMM (an SGD update p - lr * grad of a weight). Returns the number of sums rewritten.
 int fuse_addmm(Program& p);
+/// Pass "conv_epilogue": conv2d -> add(per-channel bias) -> add(residual) -> relu chains (any
+/// non-empty part of one) whose intermediates nothing else reads become one conv2d_fused (or
+/// conv2d_fused_add) node: float32. Returns the number of chains fused.
+int fuse_conv_epilogue(Program& p);
+/// Pass "block_layout": float32 convolutions with groups 1 and static shapes compute in
+/// oneDNN's channel-blocked layout ([N, C/b, H, W, b], b from the CPU), and their outputs stay
+/// blocked through following convolutions, max pools and elementwise ops; any other reader gets
+/// an NCHW copy. Constant weights are blocked once, here. Inference programs only (none that
+/// computes a convolution's gradient); without oneDNN (or without AVX2) it does nothing.
+/// Returns the number of nodes moved to blocks.
+int block_layout(Program& p);
 /// Whether a pass is disabled through KILN_DISABLE_PASSES.
 bool pass_enabled(const std::string& name);
 /// Checks a program's structure (topological order, arities, fetches inside); kiln::Error
