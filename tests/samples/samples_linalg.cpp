@@ -488,6 +488,9 @@ std::vector<OpSample> all() {
                         {{1, 1}, {1, 1}, {1, 1}, 1}, true, true, true, 8, true, 155),
       conv_fused_sample("blocked16_stride2_1x1", {2, 16, 7, 7}, {16, 16, 1, 1},
                         {{2, 2}, {0, 0}, {1, 1}, 1}, false, true, false, 16, true, 158),
+      // 3x3 stride 1 on blocks of 16: oneDNN's Winograd kernel where the CPU has AVX-512.
+      conv_fused_sample("blocked16_3x3_winograd", {2, 32, 9, 10}, {32, 32, 3, 3},
+                        {{1, 1}, {1, 1}, {1, 1}, 1}, true, true, true, 16, true, 161),
 
       OpSample{.ops = {"conv2d_grad_input", "conv2d", "conv2d_grad_weight"},
                .name = "direct_stride2_pad1_groups2",
