@@ -642,6 +642,25 @@ TEST(PassConvLayout, SessionMatchesThePassesSwitchedOff) {
   expect_same(on, again);
 }
 
+// A residual with a dynamic dim may broadcast at run time (size 1): its add stays an add.
+TEST(PassConvLayout, ResidualWithADynamicDimIsNotFused) {
+  Graph g;
+  manual_seed(25);
+  Tensor x = g.placeholder("x", Float32, {2, 16, 6, 6});
+  Tensor r = g.placeholder("r", Float32, {Dim::any(), 16, 6, 6});
+  Tensor w = g.constant(mul(randn({16, 16, 3, 3}), 0.1));
+  Tensor y = add(conv2d(x, w, Tensor(), {1, 1}, {1, 1}), r);
+  Program p = program_of({y});
+  EXPECT_EQ(fuse_conv_epilogue(p), 0);
+  EXPECT_EQ(count_op(p, "add"), 1);
+  Session s(g);
+  Tensor xv = randn({2, 16, 6, 6}), rv = randn({1, 16, 6, 6});
+  Tensor got = s.run({y}, {{x, xv}, {r, rv}})[0];
+  DisablePasses d("fuse_conv_epilogue,block_layout");
+  Session s2(g);
+  expect_close({got}, s2.run({y}, {{x, xv}, {r, rv}}), 1e-5);
+}
+
 // In a training graph the chain conv -> add -> relu still fuses (the gradients read the conv's
 // input and weight and the relu's output, which the fused node gives), block_layout leaves the
 // program alone, and loss and gradient match the passes switched off.

@@ -133,8 +133,9 @@ int fuse_conv_epilogue(Program& p) {
     }
     if (u) {
       const ValueRef* r = other_addend(u, last);
-      if (r && meta(*r).dtype == Float32 && meta(*r).shape == out.shape &&
-          u->outputs[0].shape == out.shape) {
+      // Static and equal: a dynamic dim of the residual could be 1 at run time and broadcast.
+      if (r && meta(*r).dtype == Float32 && meta(*r).shape.is_static() &&
+          meta(*r).shape == out.shape && u->outputs[0].shape == out.shape) {
         residual = *r;
         last = u;
         chain.push_back(u);
