@@ -183,10 +183,17 @@ std::string prelude_text() { return str_cat(vec_math_source(), "\n", kExprPrelud
 // header or .gch that does not match is rebuilt (the cache directory is private, see
 // cache_dir(), but a crash can leave a file short).
 std::string precompiled_prelude(const std::string& dir) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::string> ready;  // dir -> header path or ""
-  static std::unordered_map<std::string, int> without;        // kernels compiled without it
-  std::lock_guard<std::mutex> lk(mu);
+  // Never destroyed, like cache(): the detached background compiler may still be in here while
+  // the process runs its exit handlers (ThreadSanitizer caught the map's destructor racing it).
+  struct State {
+    std::mutex mu;
+    std::unordered_map<std::string, std::string> ready;  // dir -> header path or ""
+    std::unordered_map<std::string, int> without;        // kernels compiled without it
+  };
+  static State* st = new State();
+  auto& ready = st->ready;
+  auto& without = st->without;
+  std::lock_guard<std::mutex> lk(st->mu);
   if (auto it = ready.find(dir); it != ready.end()) {
     // (A cache directory removed since is recreated by the caller: make the files again.)
     struct stat sb {};
