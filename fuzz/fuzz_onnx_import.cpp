@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kiln/onnx/onnx_import.h"
+#include "run_bounded.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
@@ -20,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<kiln::Tensor> fetches;
     for (const auto& o : m.outputs)
       if (o.is_symbolic()) fetches.push_back(o);
-    if (!fetches.empty()) sess.run(fetches, feeds);
+    if (!fetches.empty()) kiln_fuzz::run_bounded(sess, fetches, feeds);
   } catch (const kiln::Error&) {
   }
   return 0;

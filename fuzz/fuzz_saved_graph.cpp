@@ -5,6 +5,7 @@
 
 #include "kiln/onnx/saved_graph.h"
 #include "kiln/onnx/saved_jit.h"
+#include "run_bounded.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
@@ -21,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kiln::Session sess(g.graph);
     std::vector<kiln::Tensor> fetches;
     for (const auto& [name, t] : g.outputs) fetches.push_back(t);
-    sess.run(fetches, feeds);
+    kiln_fuzz::run_bounded(sess, fetches, feeds);
   } catch (const kiln::Error&) {
   }
   return 0;
