@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 
@@ -129,6 +130,14 @@ inline RandomGraph make_random(std::mt19937& rng) {
   return rg;
 }
 
+// Bitwise equality of two float tensors (NaN included, which == would call unequal).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const std::vector<float> x = contiguous(a).to_vector<float>(),
+                           y = contiguous(b).to_vector<float>();
+  return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
 inline void run_random_graphs(int count, bool with_codegen) {
   std::mt19937 rng(1234);
   int fused_graphs = 0, multi_output_graphs = 0;
@@ -158,11 +167,19 @@ inline void run_random_graphs(int count, bool with_codegen) {
         ++multi_output_graphs;
         break;
       }
+    std::vector<Tensor> interpreted;
     for (bool cg : {false, true}) {
       if (cg && !with_codegen) continue;
       fused::set_codegen(cg);
       Session s(g);
       std::vector<Tensor> out = s.run(y, feeds);
+      // Generated code and the interpreter must give the same bits: a session's first runs are
+      // interpreted while its kernel compiles in the background, so any difference would make
+      // the same session answer differently from one run to the next.
+      if (!cg) interpreted = out;
+      for (size_t f = 0; cg && f < nfetch; ++f)
+        ASSERT_TRUE(same_bits(out[f], interpreted[f]))
+            << "graph " << gi << " fetch " << f << ": generated code differs from the interpreter";
       for (size_t f = 0; f < nfetch; ++f) {
         ASSERT_EQ(out[f].shape(), ref[f].shape()) << "graph " << gi << " fetch " << f;
         ASSERT_LT(max_rel_diff(out[f], ref[f]), 1e-5)

@@ -291,12 +291,18 @@ TEST(Codegen, EveryFusableRegistryOpMatchesEagerInBothPaths) {
     if (count_op(p, d->name) == 0 && count_op(p, "fused") == 0) continue;
     EXPECT_EQ(count_op(p, d->name), 0) << d->name << " (" << sample->name << ") was not fused";
     EXPECT_GE(count_op(p, "fused"), 1) << d->name;
+    Tensor interpreted;
     for (bool cg : {false, true}) {
       fused::set_codegen(cg);
       Session s(g);
       const Tensor got = s.run(y, feeds);
       EXPECT_LT(max_rel(got, want), 1e-5)
           << d->name << " (" << sample->name << "), " << (cg ? "generated code" : "interpreter");
+      if (!cg) interpreted = got;
+      if (cg && codegen::enabled()) {
+        EXPECT_TRUE(kiln::testing::same_bits(got, interpreted))
+            << d->name << " (" << sample->name << "): generated code differs from the interpreter";
+      }
     }
     fused::set_codegen(true);
     ++checked;
@@ -431,7 +437,9 @@ TEST(Codegen, PreludeIsPrecompiledAndACorruptOneIsRebuilt) {
 }
 
 // A cold compile does not stall: the first runs interpret while the kernel compiles in the
-// background, and later runs switch to it; every run equals eager.
+// background, and later runs switch to it. Every run equals eager, and every run gives the
+// first run's bits: the switch must not change a session's answers (x * 0.37 + sigmoid(x) is
+// a multiply-add the compiler could contract into one rounding).
 TEST(Codegen, BackgroundCompileSwitchesOverWithEqualResults) {
   std::string dir = fresh_cache();
   if (!codegen::enabled()) GTEST_SKIP() << "no compiler: " << codegen::stats().last_error;
@@ -449,13 +457,20 @@ TEST(Codegen, BackgroundCompileSwitchesOverWithEqualResults) {
       if (std::fabs(a[i] - b[i]) > 1e-6) return false;
     return true;
   };
-  EXPECT_TRUE(close(s.run(y, {{x, xv}})));  // interpreted: the compile was only queued
+  const Tensor first = s.run(y, {{x, xv}});  // interpreted: the compile was only queued
+  EXPECT_TRUE(close(first));
   EXPECT_EQ(codegen::stats().background, before.background + 1);
-  for (int i = 0; i < 50; ++i) EXPECT_TRUE(close(s.run(y, {{x, xv}}))) << "run " << i;
+  for (int i = 0; i < 50; ++i) {
+    const Tensor again = s.run(y, {{x, xv}});
+    EXPECT_TRUE(close(again)) << "run " << i;
+    EXPECT_TRUE(kiln::testing::same_bits(again, first)) << "run " << i;
+  }
   codegen::wait_idle();
   EXPECT_EQ(codegen::stats().compiles, before.compiles + 1);
   EXPECT_EQ(codegen::stats().failures, before.failures);
-  EXPECT_TRUE(close(s.run(y, {{x, xv}})));  // generated code now
+  const Tensor compiled = s.run(y, {{x, xv}});  // generated code now
+  EXPECT_TRUE(close(compiled));
+  EXPECT_TRUE(kiln::testing::same_bits(compiled, first));
   codegen::set_async(false);
   std::filesystem::remove_all(dir);
 }

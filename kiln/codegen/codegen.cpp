@@ -30,10 +30,13 @@ namespace kiln::detail::codegen {
 namespace {
 
 // 512-bit vectors where the CPU has them (GCC's -march=native prefers 256 bits even there; a fused
-// gelu is bound by vector-op throughput: W2 30 -> 35 GB/s at 2 threads), and FMA contraction of
-// a*b+c, which ISO C++ mode turns off (one op fewer per fused multiply-add pair).
+// gelu is bound by vector-op throughput: W2 30 -> 35 GB/s at 2 threads). No FMA contraction:
+// a group's kernel must give the interpreter's bits (one rounding per op), because a session
+// interprets until its kernel is compiled in the background, and contracting x * s + b across
+// two ops made the same Session's first and later runs differ in the last bit (resnet_bn's
+// batch norm in CI). vec_math spells its own multiply-adds as std::fma, so it is unaffected.
 const char* kFlags =
-    "-O3 -march=native -mprefer-vector-width=512 -ffp-contract=fast -std=c++20 -fPIC -shared "
+    "-O3 -march=native -mprefer-vector-width=512 -ffp-contract=off -std=c++20 -fPIC -shared "
     "-fno-math-errno -fno-trapping-math -w";
 
 // Functions the ops' `expr` strings call, over float and double.

@@ -1,5 +1,9 @@
 // Vectorizable float math: exp, tanh, erf written as plain arithmetic so that `omp simd` loops
 // vectorize them (libm's scalar calls would not). float64 uses libm (references, gradcheck).
+// Every multiply-add here is an explicit std::fma: the library compiles with GCC's default
+// contraction and generated fused kernels without any (kiln/codegen), and both inline these
+// functions, so a plain a * b + c would round differently in the two and a fused kernel's
+// interpreted and compiled runs would disagree in the last bit.
 #pragma once
 #include <bit>
 #include <cmath>
@@ -15,7 +19,7 @@ namespace kiln::vec_math {
 [[gnu::always_inline]] inline float expf_fast(float x) {
   // Cody-Waite range reduction: x = n ln2 + r, |r| <= ln2/2; exp(r) by a degree-6 polynomial.
   float xc = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float n = std::fma(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
   float r = std::fma(n, -0.693359375f, xc);
   r = std::fma(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
@@ -38,7 +42,9 @@ namespace kiln::vec_math {
   float e = expf_fast(2.0f * ax);
   float big = 1.0f - 2.0f / (e + 1.0f);
   float x2 = x * x;
-  float small = ax * (1.0f + x2 * (-0.333333333f + x2 * (0.133333333f + x2 * -0.0539682540f)));
+  float small =
+      ax *
+      std::fma(x2, std::fma(x2, std::fma(x2, -0.0539682540f, 0.133333333f), -0.333333333f), 1.0f);
   float t = ax < 0.0625f ? small : big;
   return std::copysign(t, x);
 }
@@ -149,8 +155,8 @@ template <>
 /// gelu's derivative, erf form: Phi(x) + x phi(x).
 template <typename T>
 [[gnu::always_inline]] inline T gelu_erf_grad(T x) {
-  return T(0.5) + T(0.5) * erf<T>(x * T(0.7071067811865476)) +
-         x * std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
+  return std::fma(x * std::exp(T(-0.5) * x * x), T(0.3989422804014327),
+                  std::fma(T(0.5), erf<T>(x * T(0.7071067811865476)), T(0.5)));
 }
 template <>
 [[gnu::always_inline]] inline float gelu_erf_grad<float>(float x) {
@@ -162,7 +168,7 @@ template <>
   float c, y;
   const float r = erf_abs_over_sqrt2(x, &c, &y);
   const float z = -0.5f * y;
-  const float n = (z * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float n = std::fma(z, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
   float rr = std::fma(n, -0.693359375f, z);
   rr = std::fma(n, 2.12194440e-4f, rr);
   float e = 1.9875691500e-4f;
@@ -182,7 +188,7 @@ template <>
 template <typename T>
 [[gnu::always_inline]] inline T gelu_tanh(T x) {
   const T k = T(0.7978845608028654);  // sqrt(2/pi)
-  return T(0.5) * x * (T(1) + tanh<T>(k * (x + T(0.044715) * x * x * x)));
+  return T(0.5) * x * (T(1) + tanh<T>(k * std::fma(T(0.044715) * x * x, x, x)));
 }
 
 }  // namespace kiln::vec_math
