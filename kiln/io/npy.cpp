@@ -10,6 +10,8 @@
 #include <limits>
 #include <sstream>
 
+#include "kiln/io/file.h"
+
 namespace kiln::io {
 namespace {
 
@@ -89,14 +91,6 @@ void put_le(std::string& s, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-std::string read_file(const std::string& path, const char* op) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(op, "cannot open '", path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 Tensor parse_npy(const void* data, size_t size, const std::string& what) {
@@ -132,7 +126,7 @@ Tensor parse_npy(const void* data, size_t size, const std::string& what) {
 }
 
 Tensor read_npy(const std::string& path) {
-  const std::string bytes = read_file(path, kRead);
+  const MappedFile bytes(path, kRead);
   return parse_npy(bytes.data(), bytes.size(), path);
 }
 

@@ -15,6 +15,8 @@
 #include <limits>
 #include <set>
 
+#include "kiln/io/file.h"
+
 using namespace kiln::detail;
 
 namespace kiln::io {
@@ -423,23 +425,12 @@ SafetensorsFile read_safetensors(const std::string& path) {
   if (!std::filesystem::is_regular_file(st))
     fail(op, "'", path, "' is not a regular file",
          std::filesystem::is_directory(st) ? " (it is a directory)" : "");
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail(op, "cannot open '", path, "'");
-  const std::streamoff file_size = in.tellg();
-  if (file_size < 0) fail(op, "cannot read the size of '", path, "'");
-  std::vector<char> buf;
-  try {
-    buf.resize(static_cast<size_t>(file_size));
-  } catch (const std::exception&) {
-    fail(op, "'", path, "' (", file_size, " bytes) does not fit in memory");
-  }
-  in.seekg(0);
-  if (!in.read(buf.data(), file_size)) fail(op, "error reading '", path, "'");
+  const MappedFile buf(path, op);
   const uint64_t size = buf.size();
   if (size < 8)
     fail(op, "'", path, "' is truncated: ", size, " bytes, but the header length alone takes 8");
   uint64_t n = 0;
-  for (int k = 7; k >= 0; --k) n = (n << 8) | static_cast<unsigned char>(buf[k]);
+  for (int k = 7; k >= 0; --k) n = (n << 8) | static_cast<unsigned char>(buf.data()[k]);
   if (n == 0 || n > kMaxHeader)
     fail(op, "'", path, "': bad header length ", n, " (must be 1..", kMaxHeader, ")");
   if (n > size - 8)

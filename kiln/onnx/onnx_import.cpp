@@ -10,6 +10,7 @@
 #include <limits>
 #include <sstream>
 
+#include "kiln/io/file.h"
 #include "kiln/onnx/external_data.h"
 #include "kiln/onnx/onnx_internal.h"
 
@@ -455,13 +456,6 @@ ImportedModel import_impl(const void* data, size_t size, const ImportOptions& op
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(kOp, "cannot open '", path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 }  // namespace
 
 ImportedModel import_model_bytes(const void* data, size_t size, const ImportOptions& options,
@@ -470,12 +464,12 @@ ImportedModel import_model_bytes(const void* data, size_t size, const ImportOpti
 }
 
 ImportedModel import_model(const std::string& path, const ImportOptions& options) {
-  const std::string bytes = read_file(path);
+  const io::MappedFile bytes(path, kOp);
   return import_impl(bytes.data(), bytes.size(), options, path, true, path);
 }
 
 ImportedModel import_model_inputs_only(const std::string& path) {
-  const std::string bytes = read_file(path);
+  const io::MappedFile bytes(path, kOp);
   return import_impl(bytes.data(), bytes.size(), {}, path, false);
 }
 
@@ -538,11 +532,7 @@ void write_tensor_pb(const std::string& path, const Tensor& t, const std::string
 }
 
 Tensor read_tensor_pb(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(kOp, "cannot open '", path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string bytes = ss.str();
+  const io::MappedFile bytes(path, kOp);
   return parse_tensor_pb(bytes.data(), bytes.size(), path);
 }
 

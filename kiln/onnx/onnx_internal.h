@@ -108,8 +108,6 @@ void check_version(const ::onnx::ModelProto& m, const std::string& what);
 /// bytes are not one.
 ::onnx::ModelProto parse_model(const void* data, size_t size, const std::string& what,
                                const char* op);
-/// The whole file at `path` ("[op] cannot open ..." if it cannot be read).
-std::string read_whole_file(const std::string& path, const char* op);
 /// Serializes `m` (external data first when `opts` asks) and writes it to `path`.
 void write_model(::onnx::ModelProto& m, const std::string& path, const SaveOptions& opts,
                  const char* op);

@@ -18,6 +18,7 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/exec/while_body.h"
 #include "kiln/graph/node.h"
+#include "kiln/io/file.h"
 #include "kiln/onnx/external_data.h"
 #include "kiln/onnx/onnx_internal.h"
 
@@ -285,16 +286,6 @@ void write_model(::onnx::ModelProto& m, const std::string& path, const SaveOptio
   return m;
 }
 
-std::string read_whole_file(const std::string& path, const char* op) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) fail(op, "cannot open '", path, "'");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(op, "cannot open '", path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 }  // namespace detail
 
 std::string save_graph_bytes(const Graph& g, const NamedTensors& outputs, const Session* sess) {
@@ -523,7 +514,7 @@ LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& w
 }
 
 LoadedGraph load_graph(const std::string& path) {
-  const std::string bytes = od::read_whole_file(path, kLoad);
+  const io::MappedFile bytes(path, kLoad);
   ::onnx::ModelProto m = od::parse_model(bytes.data(), bytes.size(), path, kLoad);
   od::check_version(m, path);
   od::read_external_data(m, path, kLoad);

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "kiln/graph/node.h"
+#include "kiln/io/file.h"
 #include "kiln/jit/guard_key.h"
 #include "kiln/jit/version.h"
 #include "kiln/onnx/external_data.h"
@@ -246,7 +247,7 @@ LoadedJit load_jit_bytes(const void* data, size_t size, const std::string& what)
 }
 
 LoadedJit load_jit(const std::string& path) {
-  const std::string bytes = detail::read_whole_file(path, kLoad);
+  const io::MappedFile bytes(path, kLoad);
   ::onnx::ModelProto m = detail::parse_model(bytes.data(), bytes.size(), path, kLoad);
   detail::check_version(m, path);
   detail::read_external_data(m, path, kLoad);
