@@ -4,7 +4,11 @@
 // new Graph, so each node is built by the same op with the same attributes.
 #include "kiln/onnx/saved_graph.h"
 
+#include <fcntl.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -511,6 +515,34 @@ LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& w
   od::check_version(m, what);
   od::read_external_data(m, "", kLoad);
   return od::load_graph_model(m, what);
+}
+
+bool is_saved_graph(const std::string& path) {
+  namespace pio = google::protobuf::io;
+  using google::protobuf::internal::WireFormatLite;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  pio::FileInputStream raw(fd);
+  raw.SetCloseOnDelete(true);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  pio::CodedInputStream in(&raw);
+  constexpr int kMetadataProps = 14;  // ModelProto.metadata_props
+  while (const uint32_t tag = in.ReadTag()) {
+    if (WireFormatLite::GetTagFieldNumber(tag) == kMetadataProps &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t len = 0;
+      std::string entry;
+      if (!in.ReadVarint32(&len) || len > (1u << 20) ||
+          !in.ReadString(&entry, static_cast<int>(len)))
+        return false;
+      ::onnx::StringStringEntryProto e;
+      if (e.ParseFromString(entry) && e.key() == kVersionKey) return true;
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return false;
+    }
+  }
+  return false;
 }
 
 LoadedGraph load_graph(const std::string& path) {

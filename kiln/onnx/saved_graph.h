@@ -59,4 +59,10 @@ struct LoadedGraph {
 LoadedGraph load_graph(const std::string& path);
 LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& what = "graph");
 
+/// Whether the file at `path` is a Kiln saved graph (it carries the format-version key), found
+/// by reading the model's top-level fields and skipping the graph, so a large ONNX model costs a
+/// few reads, not a parse: kiln-run picks load_graph or onnx::import_model by it. False for
+/// anything unreadable or malformed (the loader then says what is wrong).
+bool is_saved_graph(const std::string& path);
+
 }  // namespace kiln::onnx

@@ -226,6 +226,57 @@ TEST(SavedGraph, ReducedDtypesRoundTrip) {
   }
 }
 
+// kiln-run's choice between load_graph and import_model: the version key, found without
+// parsing the graph, wherever the writer put it; anything else is "not a saved graph".
+TEST(SavedGraph, IsSavedGraphReadsOnlyTheTopLevel) {
+  const fs::path d = fresh_dir("is_saved");
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(d / name, std::ios::binary) << bytes;
+    return (d / name).string();
+  };
+  const std::string saved = saved_bytes();
+  EXPECT_TRUE(kiln::onnx::is_saved_graph(write("saved.onnx", saved)));
+  // Metadata before the graph (field order is the writer's choice).
+  ::onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(saved));
+  ::onnx::ModelProto meta_first;
+  *meta_first.mutable_metadata_props() = m.metadata_props();
+  const std::string front = meta_first.SerializeAsString() + [&] {
+    ::onnx::ModelProto rest = m;
+    rest.clear_metadata_props();
+    return rest.SerializeAsString();
+  }();
+  EXPECT_TRUE(kiln::onnx::is_saved_graph(write("front.onnx", front)));
+  // A standard ONNX model: the same file without the key, or with other metadata only.
+  ::onnx::ModelProto plain = m;
+  plain.clear_metadata_props();
+  auto* md = plain.add_metadata_props();
+  md->set_key("producer_note");
+  md->set_value("kiln.format_version");
+  EXPECT_FALSE(kiln::onnx::is_saved_graph(write("plain.onnx", plain.SerializeAsString())));
+  // Unreadable or malformed: false, and the loaders give the reason.
+  EXPECT_FALSE(kiln::onnx::is_saved_graph((d / "missing.onnx").string()));
+  EXPECT_FALSE(kiln::onnx::is_saved_graph(d.string()));
+  EXPECT_FALSE(kiln::onnx::is_saved_graph("/dev/zero"));
+  EXPECT_FALSE(kiln::onnx::is_saved_graph(write("empty.onnx", "")));
+  EXPECT_FALSE(kiln::onnx::is_saved_graph(write("junk.onnx", std::string(64, '\xff'))));
+  // A length past the end, and every prefix of the saved file: never a crash.
+  EXPECT_FALSE(
+      kiln::onnx::is_saved_graph(write("long.onnx", std::string("\x3a\xff\xff\xff\x0f", 5))));
+  for (size_t n = 0; n < saved.size(); n += 7)
+    (void)kiln::onnx::is_saved_graph(write("prefix.onnx", saved.substr(0, n)));
+  // The loaders read through a mapping: an empty file, a directory and a device are refused.
+  for (const std::string& bad : {write("empty.onnx", ""), d.string(), std::string("/dev/zero")}) {
+    try {
+      kiln::onnx::load_graph(bad);
+      ADD_FAILURE() << bad << " loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("[load_graph]", 0), 0u) << e.what();
+    }
+  }
+  fs::remove_all(d);
+}
+
 TEST(SavedGraph, NewerVersionIsRefused) {
   ::onnx::ModelProto m;
   ASSERT_TRUE(m.ParseFromString(saved_bytes()));
