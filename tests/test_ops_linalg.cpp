@@ -352,6 +352,37 @@ TEST(Pool, MaxPoolMatchesNaiveWithTiesAndNaN) {
   }
 }
 
+TEST(Pool, BlockedMaxPoolMatchesNchwWithTiesAndNaN) {
+  // max_pool2d_blocked (what block_layout makes of an inference max pool) against max_pool2d,
+  // blocks of 8 (the AVX2 loop) and 16 (AVX-512 where the CPU has it), NaNs planted in the
+  // first window, across an edge, and in the last block's lanes: NaN wherever NCHW has NaN.
+  manual_seed(12);
+  for (int64_t b : {8, 16})
+    for (int64_t k : {2, 3})
+      for (int64_t st : {1, 2}) {
+        Tensor x = cast(randint(0, 4, {2, 2 * b, 9, 11}), Float32);
+        std::vector<float> xv = x.to_vector<float>();
+        for (size_t i : {size_t{0}, size_t{12}, size_t{98}, xv.size() - 1, xv.size() - 13})
+          xv[i] = NAN;
+        x = tensor(xv, {2, 2 * b, 9, 11});
+        const std::vector<float> want = max_pool2d(x, {k, k}, {st, st}, {1, 1}).to_vector<float>();
+        const std::vector<float> got =
+            from_channel_blocks(
+                max_pool2d_blocked(to_channel_blocks(x, b), {k, k}, {st, st}, {1, 1}))
+                .to_vector<float>();
+        ASSERT_EQ(got.size(), want.size());
+        int nans = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          nans += std::isnan(want[i]);
+          if (std::isnan(want[i]))
+            EXPECT_TRUE(std::isnan(got[i])) << "b" << b << " k" << k << " s" << st << " at " << i;
+          else
+            EXPECT_EQ(got[i], want[i]) << "b" << b << " k" << k << " s" << st << " at " << i;
+        }
+        EXPECT_GE(nans, 4);
+      }
+}
+
 // ---- bad inputs ------------------------------------------------------------------------------
 
 // Runs f, which must raise kiln::Error; returns the message.
