@@ -533,7 +533,8 @@ bool is_saved_graph(const std::string& path) {
         WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t len = 0;
       std::string entry;
-      if (!in.ReadVarint32(&len) || len > (1u << 20) ||
+      // Bounded by the file, so a forged length allocates nothing the file does not hold.
+      if (!in.ReadVarint32(&len) || len > (1u << 20) || len > static_cast<uint64_t>(st.st_size) ||
           !in.ReadString(&entry, static_cast<int>(len)))
         return false;
       ::onnx::StringStringEntryProto e;
