@@ -531,14 +531,16 @@ bool is_saved_graph(const std::string& path) {
   while (const uint32_t tag = in.ReadTag()) {
     if (WireFormatLite::GetTagFieldNumber(tag) == kMetadataProps &&
         WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      // The entry is parsed from the stream under a limit of its length, which the file's size
+      // bounds: a forged length allocates nothing up front, and an entry padded with unknown
+      // fields is read as the full parser reads it.
       uint32_t len = 0;
-      std::string entry;
-      // Bounded by the file, so a forged length allocates nothing the file does not hold.
-      if (!in.ReadVarint32(&len) || len > (1u << 20) || len > static_cast<uint64_t>(st.st_size) ||
-          !in.ReadString(&entry, static_cast<int>(len)))
-        return false;
+      if (!in.ReadVarint32(&len) || len > static_cast<uint64_t>(st.st_size)) return false;
+      const auto limit = in.PushLimit(static_cast<int>(len));
       ::onnx::StringStringEntryProto e;
-      if (e.ParseFromString(entry) && e.key() == kVersionKey) return true;
+      if (!e.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) return false;
+      in.PopLimit(limit);
+      if (e.key() == kVersionKey) return true;
     } else if (!WireFormatLite::SkipField(&in, tag)) {
       return false;
     }

@@ -247,6 +247,14 @@ TEST(SavedGraph, IsSavedGraphReadsOnlyTheTopLevel) {
     return rest.SerializeAsString();
   }();
   EXPECT_TRUE(kiln::onnx::is_saved_graph(write("front.onnx", front)));
+  // The version entry padded with 2 MiB of an unknown field: the full parser accepts it, so the
+  // scan must too.
+  ::onnx::ModelProto padded = m;
+  for (auto& p : *padded.mutable_metadata_props())
+    p.GetReflection()->MutableUnknownFields(&p)->AddLengthDelimited(99, std::string(2 << 20, 'x'));
+  const std::string padded_path = write("padded.onnx", padded.SerializeAsString());
+  EXPECT_TRUE(kiln::onnx::is_saved_graph(padded_path));
+  EXPECT_NO_THROW(kiln::onnx::load_graph(padded_path));
   // A standard ONNX model: the same file without the key, or with other metadata only.
   ::onnx::ModelProto plain = m;
   plain.clear_metadata_props();
