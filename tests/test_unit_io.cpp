@@ -2,6 +2,7 @@
 // safetensors round trips, a byte fixture built from the spec and malformed files, and the
 // non-terminal progress output.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "kiln/io/data_loader.h"
 #include "kiln/io/idx.h"
+#include "kiln/io/npy.h"
 #include "kiln/io/progress.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/io/text.h"
@@ -613,6 +615,11 @@ TEST(IoProbe, SafetensorsNeedsARegularFileAndCountsBytesWithoutWrapping) {
   expect_load_error(d.path.string(), "is not a regular file (it is a directory)");
   expect_load_error("/dev/zero", "is not a regular file");
   expect_load_error(d.file("missing.safetensors"), "cannot open");
+  // A FIFO with no writer: refused at once, not waited on (opening it blocked before O_NONBLOCK).
+  const std::string fifo = d.file("pipe.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_load_error(fifo, "is not a regular file");
+  EXPECT_THROW(io::read_npy(fifo), Error);
   // 2^61 F64 elements need 2^64 bytes, which wrapped to 0 and matched data_offsets [0, 0].
   std::string h =
       "{\"a\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952],"

@@ -14,7 +14,9 @@
 namespace kiln::io {
 
 MappedFile::MappedFile(const std::string& path, const char* op) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever; it is
+  // then refused as not a regular file like any other non-file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail(op, "cannot open '", path, "': ", std::strerror(errno));
   struct Closer {
     int fd;

@@ -13,8 +13,9 @@ namespace kiln::io {
 /// window is the one way to a SIGBUS; its contents are treated as hostile as always.
 class MappedFile {
  public:
-  /// Anything but a readable regular file (missing, a directory, a device such as /dev/zero
-  /// that would be read until memory runs out) raises kiln::Error "[op] ...".
+  /// Anything but a readable regular file (missing, a directory, a FIFO that would block, a
+  /// device such as /dev/zero that would be read until memory runs out) raises kiln::Error
+  /// "[op] ...".
   MappedFile(const std::string& path, const char* op);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

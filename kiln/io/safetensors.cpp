@@ -416,15 +416,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 
 SafetensorsFile read_safetensors(const std::string& path) {
   const char* op = "load_safetensors";
-  // Only a regular file has a size to trust: a directory makes the stream throw
-  // std::ios_base::failure, and a device such as /dev/zero would be read until memory runs out.
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st))
-    fail(op, "cannot open '", path, "': ", ec ? ec.message() : "no such file");
-  if (!std::filesystem::is_regular_file(st))
-    fail(op, "'", path, "' is not a regular file",
-         std::filesystem::is_directory(st) ? " (it is a directory)" : "");
+  // MappedFile refuses what is not a regular file: a directory, /dev/zero, a FIFO.
   const MappedFile buf(path, op);
   const uint64_t size = buf.size();
   if (size < 8)

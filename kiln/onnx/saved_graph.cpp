@@ -520,7 +520,7 @@ LoadedGraph load_graph_bytes(const void* data, size_t size, const std::string& w
 bool is_saved_graph(const std::string& path) {
   namespace pio = google::protobuf::io;
   using google::protobuf::internal::WireFormatLite;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: no wait)
   if (fd < 0) return false;
   pio::FileInputStream raw(fd);
   raw.SetCloseOnDelete(true);
@@ -535,7 +535,9 @@ bool is_saved_graph(const std::string& path) {
       // bounds: a forged length allocates nothing up front, and an entry padded with unknown
       // fields is read as the full parser reads it.
       uint32_t len = 0;
-      if (!in.ReadVarint32(&len) || len > static_cast<uint64_t>(st.st_size)) return false;
+      if (!in.ReadVarint32(&len) || len > static_cast<uint64_t>(st.st_size) ||
+          len > static_cast<uint32_t>(std::numeric_limits<int>::max()))
+        return false;
       const auto limit = in.PushLimit(static_cast<int>(len));
       ::onnx::StringStringEntryProto e;
       if (!e.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) return false;

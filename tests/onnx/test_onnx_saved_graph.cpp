@@ -3,6 +3,7 @@
 // as a child (--child DIR) that loads each file and checks its outputs equal the parent's bit
 // for bit. Also: a newer format version, truncated and bit-flipped files give kiln::Error.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -266,6 +267,9 @@ TEST(SavedGraph, IsSavedGraphReadsOnlyTheTopLevel) {
   EXPECT_FALSE(kiln::onnx::is_saved_graph((d / "missing.onnx").string()));
   EXPECT_FALSE(kiln::onnx::is_saved_graph(d.string()));
   EXPECT_FALSE(kiln::onnx::is_saved_graph("/dev/zero"));
+  const std::string fifo = (d / "pipe.onnx").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_FALSE(kiln::onnx::is_saved_graph(fifo));  // no writer: not waited on
   EXPECT_FALSE(kiln::onnx::is_saved_graph(write("empty.onnx", "")));
   EXPECT_FALSE(kiln::onnx::is_saved_graph(write("junk.onnx", std::string(64, '\xff'))));
   // A length past the end, and every prefix of the saved file: never a crash.
@@ -274,7 +278,8 @@ TEST(SavedGraph, IsSavedGraphReadsOnlyTheTopLevel) {
   for (size_t n = 0; n < saved.size(); n += 7)
     (void)kiln::onnx::is_saved_graph(write("prefix.onnx", saved.substr(0, n)));
   // The loaders read through a mapping: an empty file, a directory and a device are refused.
-  for (const std::string& bad : {write("empty.onnx", ""), d.string(), std::string("/dev/zero")}) {
+  for (const std::string& bad :
+       {write("empty.onnx", ""), d.string(), std::string("/dev/zero"), fifo}) {
     try {
       kiln::onnx::load_graph(bad);
       ADD_FAILURE() << bad << " loaded";
