@@ -1,5 +1,6 @@
-// kiln._C.nn: the C++ modules (Linear, Conv2d, BatchNorm2d, LSTM, ...). python/kiln/nn.py wraps
-// each in a Python kiln.nn.Module, so that C++ layers and Python-written modules nest freely.
+// kiln._C.nn: the C++ modules (Linear, Conv2d, BatchNorm2d, LSTM, ...) for C++-style use from
+// Python. kiln.nn (python/kiln/nn/) wraps TransformerBlock and MoE as Python Modules; its torch
+// layers are Python modules over the same ops, so they nest with user-written ones.
 #include "common.h"
 
 namespace kiln::python {

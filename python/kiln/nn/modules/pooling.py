@@ -1,0 +1,261 @@
+"""Pooling, padding, resampling and other one-call modules with torch.nn's arguments: each is a
+functional call with the arguments it was built with."""
+from ... import _C
+from .. import functional as F
+from .module import Module
+
+
+def _ntuple(v, n):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+class _Fn(Module):
+    """A module whose forward is one functional call with the arguments it was built with."""
+    _fn = None
+
+    def __init__(self, **kw):
+        super().__init__()
+        object.__setattr__(self, "_kw", kw)
+
+    def forward(self, x):
+        return type(self)._fn(x, **self._kw)
+
+    def extra_repr(self):
+        return ", ".join(f"{k}={v!r}" for k, v in self._kw.items())
+
+
+class MaxPool1d(_Fn):
+    _fn = staticmethod(_C.max_pool1d)
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         dilation=dilation, ceil_mode=ceil_mode, return_indices=return_indices)
+
+
+class MaxPool2d(MaxPool1d):
+    _fn = staticmethod(_C.max_pool2d)
+
+
+class MaxPool3d(MaxPool1d):
+    _fn = staticmethod(_C.max_pool3d)
+
+
+class AvgPool1d(_Fn):
+    _fn = staticmethod(_C.avg_pool1d)
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+
+
+class AvgPool3d(_Fn):
+    _fn = staticmethod(_C.avg_pool3d)
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+                         ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+                         divisor_override=divisor_override)
+
+
+class MaxUnpool1d(_Fn):
+    _fn = staticmethod(_C.max_unpool1d)
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+
+    def forward(self, x, indices, output_size=None):
+        return type(self)._fn(x, indices, output_size=output_size, **self._kw)
+
+
+class MaxUnpool2d(MaxUnpool1d):
+    _fn = staticmethod(_C.max_unpool2d)
+
+
+class MaxUnpool3d(MaxUnpool1d):
+    _fn = staticmethod(_C.max_unpool3d)
+
+
+class LPPool1d(_Fn):
+    _fn = staticmethod(_C.lp_pool1d)
+
+    def __init__(self, norm_type, kernel_size, stride=None, ceil_mode=False):
+        super().__init__(norm_type=norm_type, kernel_size=kernel_size, stride=stride,
+                         ceil_mode=ceil_mode)
+
+
+class LPPool2d(LPPool1d):
+    _fn = staticmethod(_C.lp_pool2d)
+
+
+class AdaptiveAvgPool1d(_Fn):
+    _fn = staticmethod(_C.adaptive_avg_pool1d)
+
+    def __init__(self, output_size):
+        super().__init__(output_size=output_size)
+
+
+class AdaptiveAvgPool2d(AdaptiveAvgPool1d):
+    _fn = staticmethod(_C.adaptive_avg_pool2d)
+
+
+class AdaptiveAvgPool3d(AdaptiveAvgPool1d):
+    _fn = staticmethod(_C.adaptive_avg_pool3d)
+
+
+class AdaptiveMaxPool1d(_Fn):
+    _fn = staticmethod(_C.adaptive_max_pool1d)
+
+    def __init__(self, output_size, return_indices=False):
+        super().__init__(output_size=output_size, return_indices=return_indices)
+
+
+class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
+    _fn = staticmethod(_C.adaptive_max_pool2d)
+
+
+class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
+    _fn = staticmethod(_C.adaptive_max_pool3d)
+
+
+class PixelShuffle(_Fn):
+    _fn = staticmethod(_C.pixel_shuffle)
+
+    def __init__(self, upscale_factor):
+        super().__init__(upscale_factor=upscale_factor)
+
+
+class PixelUnshuffle(_Fn):
+    _fn = staticmethod(_C.pixel_unshuffle)
+
+    def __init__(self, downscale_factor):
+        super().__init__(downscale_factor=downscale_factor)
+
+
+class Unfold(_Fn):
+    _fn = staticmethod(_C._unfold)
+
+    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__(kernel_size=kernel_size, dilation=dilation, padding=padding,
+                         stride=stride)
+
+
+class Fold(_Fn):
+    _fn = staticmethod(_C._fold)
+
+    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__(output_size=output_size, kernel_size=kernel_size, dilation=dilation,
+                         padding=padding, stride=stride)
+
+
+class Upsample(_Fn):
+    _fn = staticmethod(_C.interpolate)
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None):
+        super().__init__(size=size, scale_factor=scale_factor, mode=mode,
+                         align_corners=align_corners,
+                         recompute_scale_factor=recompute_scale_factor)
+
+
+class LocalResponseNorm(_Fn):
+    _fn = staticmethod(_C.local_response_norm)
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
+        super().__init__(size=size, alpha=alpha, beta=beta, k=k)
+
+
+class _Pad(_Fn):
+    _fn = staticmethod(_C.pad)
+    _mode, _n = "constant", 1
+
+    def __init__(self, padding, value=None):
+        pad = _ntuple(padding, 2 * self._n)
+        kw = {"pad": list(pad), "mode": self._mode}
+        if value is not None:
+            kw["value"] = value
+        super().__init__(**kw)
+
+
+def _pad_class(name, mode, n, with_value=False):
+    if with_value:
+        def __init__(self, padding, value):
+            _Pad.__init__(self, padding, value)
+    else:
+        def __init__(self, padding):
+            _Pad.__init__(self, padding)
+    return type(name, (_Pad,), {"__init__": __init__, "_mode": mode, "_n": n,
+                                "__doc__": f"torch.nn.{name}: F.pad mode '{mode}'."})
+
+
+ReflectionPad1d = _pad_class("ReflectionPad1d", "reflect", 1)
+ReflectionPad2d = _pad_class("ReflectionPad2d", "reflect", 2)
+ReflectionPad3d = _pad_class("ReflectionPad3d", "reflect", 3)
+ReplicationPad1d = _pad_class("ReplicationPad1d", "replicate", 1)
+ReplicationPad2d = _pad_class("ReplicationPad2d", "replicate", 2)
+ReplicationPad3d = _pad_class("ReplicationPad3d", "replicate", 3)
+CircularPad1d = _pad_class("CircularPad1d", "circular", 1)
+CircularPad2d = _pad_class("CircularPad2d", "circular", 2)
+CircularPad3d = _pad_class("CircularPad3d", "circular", 3)
+ZeroPad2d = _pad_class("ZeroPad2d", "constant", 2)
+ConstantPad1d = _pad_class("ConstantPad1d", "constant", 1, True)
+ConstantPad2d = _pad_class("ConstantPad2d", "constant", 2, True)
+ConstantPad3d = _pad_class("ConstantPad3d", "constant", 3, True)
+
+
+class AvgPool2d(AvgPool3d):
+    _fn = staticmethod(_C.avg_pool2d)
+
+
+class UpsamplingNearest2d(Upsample):
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size=size, scale_factor=scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size=size, scale_factor=scale_factor, mode="bilinear",
+                         align_corners=True)
+
+
+class ChannelShuffle(Module):
+    """Splits the channels of [N, C, ...] into groups and interleaves them."""
+
+    def __init__(self, groups):
+        super().__init__()
+        self.groups = groups
+
+    def forward(self, input):
+        n, c = input.shape[0], input.shape[1]
+        rest = list(input.shape[2:])
+        g = self.groups
+        if c % g:
+            raise _C.ValueError(f"[ChannelShuffle] channels {c} must be divisible by groups {g}")
+        return input.reshape([n, g, c // g] + rest).transpose(1, 2).reshape([n, c] + rest)
+
+    def extra_repr(self):
+        return f"groups={self.groups}"
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim=1, eps=1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return _C.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class PairwiseDistance(Module):
+    def __init__(self, p=2.0, eps=1e-6, keepdim=False):
+        super().__init__()
+        self.norm, self.eps, self.keepdim = p, eps, keepdim
+
+    def forward(self, x1, x2):
+        return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, Module)
+           and v.__module__ == __name__ and not n.startswith("_")]

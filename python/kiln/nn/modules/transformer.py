@@ -1,0 +1,364 @@
+"""MultiheadAttention and the Transformer encoder/decoder layers and stacks with torch.nn's
+arguments, parameter names (in_proj_weight, out_proj.weight, linear1, norm1, ...), masks
+(attn_mask bool True = masked out or additive float; key_padding_mask True = ignore) and
+initialization; Kiln's own TransformerBlock and MoE (C++ modules) are here too."""
+import copy
+import math
+
+from ... import _C
+from .. import functional as F
+from .. import init
+from .container import ModuleList
+from .linear import Dropout, Linear
+from .module import Module, Parameter, _CppModule, _device_str
+from .normalization import LayerNorm
+
+
+def _additive_mask(mask, dtype, who, name):
+    """A bool mask (True = not allowed) or a float one (added to the scores) as a float mask."""
+    if mask is None:
+        return None
+    if mask.dtype == _C.bool:
+        return _C.where(mask, float("-inf"), 0.0).to(dtype)
+    if not mask.dtype.is_floating_point:
+        raise _C.TypeError(f"[{who}] only bool and floating types of {name} are supported, got "
+                           f"{mask.dtype}")
+    return mask.to(dtype) if mask.dtype != dtype else mask
+
+
+class MultiheadAttention(Module):
+    """torch.nn.MultiheadAttention: forward(query, key, value, key_padding_mask=None,
+    need_weights=True, attn_mask=None, average_attn_weights=True) -> (output, weights or None);
+    [L, N, E] inputs ([N, L, E] with batch_first, or unbatched [L, E])."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None):
+        super().__init__()
+        _device_str(device)
+        dt = dtype or _C.float32
+        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
+            raise _C.ValueError(f"[MultiheadAttention] embed_dim ({embed_dim}) must be divisible "
+                                f"by num_heads ({num_heads}), both positive")
+        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.batch_first, self.head_dim = batch_first, embed_dim // num_heads
+        self.add_zero_attn = add_zero_attn
+        E = embed_dim
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Parameter(_C.empty(3 * E, E, dtype=dt))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = Parameter(_C.empty(E, E, dtype=dt))
+            self.k_proj_weight = Parameter(_C.empty(E, self.kdim, dtype=dt))
+            self.v_proj_weight = Parameter(_C.empty(E, self.vdim, dtype=dt))
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = Parameter(_C.empty(3 * E, dtype=dt))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = Linear(E, E, bias=bias, dtype=dt)
+        if add_bias_kv:
+            self.bias_k = Parameter(_C.empty(1, 1, E, dtype=dt))
+            self.bias_v = Parameter(_C.empty(1, 1, E, dtype=dt))
+        else:
+            self.bias_k = self.bias_v = None
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        if self._qkv_same_embed_dim:
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            init.xavier_uniform_(self.q_proj_weight)
+            init.xavier_uniform_(self.k_proj_weight)
+            init.xavier_uniform_(self.v_proj_weight)
+        if self.in_proj_bias is not None:
+            init.constant_(self.in_proj_bias, 0.0)
+            init.constant_(self.out_proj.bias, 0.0)
+        if self.bias_k is not None:
+            init.xavier_normal_(self.bias_k)
+            init.xavier_normal_(self.bias_v)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True):
+        who = "MultiheadAttention"
+        batched = query.dim() == 3
+        if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
+            raise _C.ValueError(f"[{who}] query, key and value must all be 2-D (unbatched) or "
+                                f"3-D, got shapes {tuple(query.shape)}, {tuple(key.shape)}, "
+                                f"{tuple(value.shape)}")
+        if not batched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        elif self.batch_first:
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        L, N, E = query.shape
+        H, hd = self.num_heads, self.head_dim
+        if E != self.embed_dim:
+            raise _C.ValueError(f"[{who}] query's last dim {E} must be embed_dim "
+                                f"{self.embed_dim}")
+        b = self.in_proj_bias
+        bq, bk, bv = (None, None, None) if b is None else (b[0:E], b[E:2 * E], b[2 * E:])
+        if self._qkv_same_embed_dim:
+            w = self.in_proj_weight
+            wq, wk, wv = w[0:E], w[E:2 * E], w[2 * E:]
+        else:
+            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        q = _C.linear(query, wq, bq)
+        k = _C.linear(key, wk, bk)
+        v = _C.linear(value, wv, bv)
+        dtype = q.dtype
+        attn_mask = _additive_mask(attn_mask, dtype, who, "attn_mask")
+        kpm = _additive_mask(key_padding_mask, dtype, who, "key_padding_mask")
+        if attn_mask is not None and attn_mask.dim() == 2:
+            attn_mask = attn_mask.unsqueeze(0)  # [1, L, S]
+        if self.bias_k is not None:
+            k = _C.cat([k, self.bias_k.expand(1, N, E)], 0)
+            v = _C.cat([v, self.bias_v.expand(1, N, E)], 0)
+            if attn_mask is not None:
+                attn_mask = F.pad(attn_mask, [0, 1])
+            if kpm is not None:
+                kpm = F.pad(kpm, [0, 1])
+        # [L, N, E] -> [N * H, L, hd]
+        q = q.reshape(L, N * H, hd).transpose(0, 1)
+        k = k.reshape(k.shape[0], N * H, hd).transpose(0, 1)
+        v = v.reshape(v.shape[0], N * H, hd).transpose(0, 1)
+        if self.add_zero_attn:
+            k = _C.cat([k, _C.zeros(N * H, 1, hd, dtype=dtype)], 1)
+            v = _C.cat([v, _C.zeros(N * H, 1, hd, dtype=dtype)], 1)
+            if attn_mask is not None:
+                attn_mask = F.pad(attn_mask, [0, 1])
+            if kpm is not None:
+                kpm = F.pad(kpm, [0, 1])
+        S = k.shape[1]
+        if kpm is not None:
+            if tuple(kpm.shape) != (N, S):
+                raise _C.ValueError(f"[{who}] key_padding_mask must be [{N}, {S}] (batch, source "
+                                    f"length), got {tuple(key_padding_mask.shape)}")
+            kpm = kpm.reshape(N, 1, 1, S).expand(N, H, 1, S).reshape(N * H, 1, S)
+            attn_mask = kpm if attn_mask is None else attn_mask + kpm
+        scores = _C.matmul(q * (1.0 / math.sqrt(hd)), k.transpose(1, 2))  # [N*H, L, S]
+        if attn_mask is not None:
+            scores = scores + attn_mask
+        weights = _C.softmax(scores, -1)
+        if self.dropout > 0.0 and self.training:
+            weights = F.dropout(weights, self.dropout, True)
+        out = _C.matmul(weights, v)  # [N*H, L, hd]
+        out = out.transpose(0, 1).reshape(L, N, E)
+        out = _C.linear(out, self.out_proj.weight, self.out_proj.bias)
+        if batched and self.batch_first:
+            out = out.transpose(0, 1)
+        elif not batched:
+            out = out.squeeze(1)
+        if not need_weights:
+            return out, None
+        weights = weights.reshape(N, H, L, S)
+        if average_attn_weights:
+            weights = weights.mean(1)
+        if not batched:
+            weights = weights.squeeze(0)
+        return out, weights
+
+
+def _get_activation(activation):
+    if activation == "relu":
+        return F.relu
+    if activation == "gelu":
+        return F.gelu
+    if callable(activation):
+        return activation
+    raise _C.ValueError(f"[Transformer] activation should be relu/gelu or a callable, not "
+                        f"{activation!r}")
+
+
+class TransformerEncoderLayer(Module):
+    """Self-attention then a feed-forward block, each with dropout, a residual and LayerNorm
+    (after each, or before with norm_first), as torch.nn.TransformerEncoderLayer."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=F.relu,
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, device=None,
+                 dtype=None):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
+                                            batch_first=batch_first, **kw)
+        self.linear1 = Linear(d_model, dim_feedforward, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, **kw)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, **kw)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, **kw)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.activation = _get_activation(activation)
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None):
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask)
+            x = x + self._ff_block(self.norm2(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask))
+            x = self.norm2(x + self._ff_block(x))
+        return x
+
+    def _sa_block(self, x, attn_mask, key_padding_mask):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False)[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerDecoderLayer(Module):
+    """Self-attention, attention to the encoder's memory, then feed-forward, as
+    torch.nn.TransformerDecoderLayer."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=F.relu,
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, device=None,
+                 dtype=None):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
+                                            batch_first=batch_first, **kw)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
+                                                 batch_first=batch_first, **kw)
+        self.linear1 = Linear(d_model, dim_feedforward, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, **kw)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, **kw)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, **kw)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, **kw)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+        self.activation = _get_activation(activation)
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None):
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask, memory_key_padding_mask)
+            x = x + self._ff_block(self.norm3(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask))
+            x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask))
+            x = self.norm3(x + self._ff_block(x))
+        return x
+
+    def _sa_block(self, x, attn_mask, key_padding_mask):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False)[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask):
+        x = self.multihead_attn(x, mem, mem, attn_mask=attn_mask,
+                                key_padding_mask=key_padding_mask, need_weights=False)[0]
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+def _get_clones(module, n):
+    return ModuleList([copy.deepcopy(module) for _ in range(n)])
+
+
+class TransformerEncoder(Module):
+    """num_layers copies of encoder_layer (independent parameters), then an optional norm."""
+
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
+                 mask_check=True):
+        super().__init__()
+        self.layers = _get_clones(encoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, src, mask=None, src_key_padding_mask=None):
+        out = src
+        for mod in self.layers:
+            out = mod(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask)
+        return self.norm(out) if self.norm is not None else out
+
+
+class TransformerDecoder(Module):
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        super().__init__()
+        self.layers = _get_clones(decoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None):
+        out = tgt
+        for mod in self.layers:
+            out = mod(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                      tgt_key_padding_mask=tgt_key_padding_mask,
+                      memory_key_padding_mask=memory_key_padding_mask)
+        return self.norm(out) if self.norm is not None else out
+
+
+class Transformer(Module):
+    """Encoder-decoder Transformer (torch.nn.Transformer); parameters with more than one dim
+    xavier-uniform initialized."""
+
+    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
+                 dim_feedforward=2048, dropout=0.1, activation=F.relu, custom_encoder=None,
+                 custom_decoder=None, layer_norm_eps=1e-5, batch_first=False, norm_first=False,
+                 device=None, dtype=None):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            layer = TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, activation,
+                                            layer_norm_eps, batch_first, norm_first, **kw)
+            self.encoder = TransformerEncoder(layer, num_encoder_layers,
+                                              LayerNorm(d_model, eps=layer_norm_eps, **kw))
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            layer = TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout, activation,
+                                            layer_norm_eps, batch_first, norm_first, **kw)
+            self.decoder = TransformerDecoder(layer, num_decoder_layers,
+                                              LayerNorm(d_model, eps=layer_norm_eps, **kw))
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        for p in self.parameters():
+            if p.dim() > 1:
+                init.xavier_uniform_(p)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+                src_key_padding_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None):
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz, device=None, dtype=None):
+        """[sz, sz] float mask: -inf above the diagonal, 0 elsewhere."""
+        return _C.triu(_C.full([sz, sz], float("-inf"), dtype=dtype or _C.float32), 1)
+
+
+def _cpp_class(name, doc):
+    cpp_cls = getattr(_C.nn, name)
+
+    def __init__(self, *args, **kwargs):
+        extra = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        _CppModule.__init__(self, cpp_cls(*args, **kwargs), extra)
+
+    return type(name, (_CppModule,), {"__init__": __init__, "__doc__": doc})
+
+
+TransformerBlock = _cpp_class("TransformerBlock", "Kiln's pre-LayerNorm GPT block (causal by "
+                              "default; MoE MLP with moe_experts > 0), a C++ module.")
+MoE = _cpp_class("MoE", "Mixture of experts with top-k routing; route(x) gives (y, aux_loss).")

@@ -1,0 +1,153 @@
+"""kiln.nn's RNN, LSTM, GRU and cells against torch 1.13's: torch's state_dict loads by name
+(the same keys and shapes), and outputs, final states and gradients match, for stacked,
+bidirectional, batch_first, projected, unbatched and packed inputs."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kiln  # noqa: E402
+import kiln.nn as nn  # noqa: E402
+
+
+def kt(a, grad=False):
+    t = kiln.tensor(np.array(a, order="C"))
+    return t.requires_grad_() if grad else t
+
+
+def copy_weights(tm, km):
+    sd = tm.state_dict()
+    assert list(km.state_dict()) == list(sd)
+    for k, v in sd.items():
+        assert tuple(km.state_dict()[k].shape) == tuple(v.shape), k
+    km.load_state_dict({k: kt(v.detach().numpy()) for k, v in sd.items()})
+
+
+def close(k, t, tol=1e-5):
+    np.testing.assert_allclose(k.detach().numpy(), t.detach().numpy(), rtol=tol, atol=tol)
+
+
+def run_pair(cls, kwargs, x, state=None):
+    torch.manual_seed(0)
+    tm = getattr(torch.nn, cls)(**kwargs)
+    km = getattr(nn, cls)(**kwargs)
+    copy_weights(tm, km)
+    tx, kx = torch.tensor(x, requires_grad=True), kt(x, True)
+    if state is None:
+        to, ts = tm(tx)
+        ko, ks = km(kx)
+    elif isinstance(state, tuple):
+        to, ts = tm(tx, tuple(torch.tensor(s) for s in state))
+        ko, ks = km(kx, tuple(kt(s) for s in state))
+    else:
+        to, ts = tm(tx, torch.tensor(state))
+        ko, ks = km(kx, kt(state))
+    close(ko, to)
+    ts = ts if isinstance(ts, tuple) else (ts,)
+    ks = ks if isinstance(ks, tuple) else (ks,)
+    loss_t = (to * to).sum() + sum(s.sum() for s in ts)
+    loss_k = (ko * ko).sum() + sum(s.sum() for s in ks)
+    for a, b in zip(ks, ts):
+        close(a, b)
+    loss_t.backward()
+    loss_k.backward()
+    close(kx.grad, tx.grad, 1e-4)
+    kp = dict(km.named_parameters())
+    for n, p in tm.named_parameters():
+        close(kp[n].grad, p.grad, 1e-4)
+    return km
+
+
+rng = np.random.default_rng(1)
+X = rng.standard_normal((5, 3, 4)).astype(np.float32)  # [T, B, in]
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("layers,bidir", [(1, False), (2, True), (3, False)])
+def test_stacked_and_bidirectional(cls, layers, bidir):
+    run_pair(cls, {"input_size": 4, "hidden_size": 6, "num_layers": layers,
+                   "bidirectional": bidir}, X)
+
+
+def test_batch_first_initial_state_and_relu():
+    xb = np.ascontiguousarray(X.transpose(1, 0, 2))
+    h0 = rng.standard_normal((4, 3, 6)).astype(np.float32)
+    c0 = rng.standard_normal((4, 3, 6)).astype(np.float32)
+    run_pair("LSTM", {"input_size": 4, "hidden_size": 6, "num_layers": 2, "batch_first": True,
+                      "bidirectional": True}, xb, (h0, c0))
+    run_pair("GRU", {"input_size": 4, "hidden_size": 6, "num_layers": 2, "batch_first": True,
+                     "bidirectional": True}, xb, h0)
+    run_pair("RNN", {"input_size": 4, "hidden_size": 6, "nonlinearity": "relu", "bias": False},
+             X, h0[:1])
+
+
+def test_proj_size_and_unbatched():
+    run_pair("LSTM", {"input_size": 4, "hidden_size": 6, "num_layers": 2, "proj_size": 3,
+                      "bidirectional": True}, X)
+    run_pair("GRU", {"input_size": 4, "hidden_size": 6, "num_layers": 2}, X[:, 0])
+
+
+def test_dropout_between_layers_only_in_training():
+    km = nn.LSTM(4, 6, num_layers=2, dropout=0.5)
+    x = kt(X)
+    km.eval()
+    a, _ = km(x)
+    b, _ = km(x)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    km.train()
+    kiln.manual_seed(3)
+    c, _ = km(x)
+    assert not np.allclose(a.numpy(), c.numpy())
+
+
+@pytest.mark.parametrize("cls", ["LSTMCell", "GRUCell", "RNNCell"])
+def test_cells(cls):
+    torch.manual_seed(0)
+    tm, km = getattr(torch.nn, cls)(4, 5), getattr(nn, cls)(4, 5)
+    copy_weights(tm, km)
+    x = X[0]
+    th, kh = None, None
+    tx, kx = torch.tensor(x, requires_grad=True), kt(x, True)
+    for _ in range(3):  # the state carried over steps, as a user loop does
+        th = tm(tx, th)
+        kh = km(kx, kh)
+    to = th[0] if isinstance(th, tuple) else th
+    ko = kh[0] if isinstance(kh, tuple) else kh
+    close(ko, to)
+    to.sum().backward()
+    ko.sum().backward()
+    close(kx.grad, tx.grad, 1e-4)
+    one = km(kx[0])  # unbatched
+    assert tuple((one[0] if isinstance(one, tuple) else one).shape) == (5,)
+
+
+def test_packed_sequences_match_torch():
+    from torch.nn.utils.rnn import pack_padded_sequence as tpack, pad_packed_sequence as tpad
+    from kiln.nn.utils.rnn import pack_padded_sequence as kpack, pad_packed_sequence as kpad
+    lengths = [3, 5, 2]
+    torch.manual_seed(0)
+    tm, km = torch.nn.GRU(4, 6, bidirectional=True), nn.GRU(4, 6, bidirectional=True)
+    copy_weights(tm, km)
+    tp = tpack(torch.tensor(X), lengths, enforce_sorted=False)
+    kp = kpack(kt(X), lengths, enforce_sorted=False)
+    np.testing.assert_array_equal(kp.batch_sizes.numpy(), tp.batch_sizes.numpy())
+    close(kp.data, tp.data)
+    to, th = tm(tp)
+    ko, kh = km(kp)
+    close(kh, th)
+    (tpo, tl), (kpo, kl) = tpad(to), kpad(ko)
+    np.testing.assert_array_equal(kl.numpy(), tl.numpy())
+    close(kpo, tpo)
+
+
+def test_state_dict_names_and_repr():
+    tm = torch.nn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True, proj_size=2)
+    km = nn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True, proj_size=2)
+    assert list(km.state_dict()) == list(tm.state_dict())
+    assert repr(km) == repr(tm)
+    assert repr(nn.GRU(3, 4)) == repr(torch.nn.GRU(3, 4))
+    bound = 1 / np.sqrt(6)
+    w = km.weight_ih_l0.detach().numpy()
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
+    with pytest.raises(ValueError):
+        km(kt(np.zeros((2, 3, 5), np.float32)))  # wrong input_size
