@@ -1,0 +1,718 @@
+"""The torch.Tensor surface that lives in Python: device placement (Tensor.device, to, cpu,
+cuda), .data, view_as and friends, in-place random initialisers (normal_, uniform_, ...) and
+in-place forms of elementwise ops, __format__ of 0-d tensors, indexing with a range,
+FloatTensor & co. and Tensor.type, and the factories with torch's keyword arguments (device=,
+dtype=, requires_grad=, generator=, out=), randperm, multinomial, normal and the *_like family.
+
+install(namespace) patches kiln.Tensor and returns the factories for kiln/__init__.py to export.
+"""
+import builtins
+import math
+import numbers
+
+from . import _C
+from ._device import CPU, _backend, _check_device, device
+from ._generator import Generator, _using, manual_seed, initial_seed, seed
+
+_T = _C.Tensor
+_dtype = type(_C.float32)
+_bool, _int, _float = builtins.bool, builtins.int, builtins.float
+
+
+def _has(name):
+    return name in _T.__dict__
+
+
+# ---- factories ------------------------------------------------------------------------------
+
+def _finish(r, requires_grad, out, op):
+    if requires_grad:
+        r.requires_grad_(True)
+    if out is not None:
+        if tuple(out.shape) != tuple(r.shape):
+            raise _C.ValueError(
+                f"[{op}] out= has shape {tuple(out.shape)} but the result has shape "
+                f"{tuple(r.shape)}; Kiln does not resize out= tensors")
+        out.copy_(r)
+        return out
+    return r
+
+
+def _sizes(size, op):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        return tuple(size[0])
+    for s in size:
+        if not isinstance(s, numbers.Integral):
+            raise _C.TypeError(
+                f"[{op}] size must be ints or one tuple of ints, got {type(s).__name__}")
+    return tuple(size)
+
+
+def _sized_factory(name):
+    raw = getattr(_C, name)
+
+    def factory(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False,
+                pin_memory=False, generator=None, memory_format=None, **kw):
+        if "size" in kw:
+            size = (kw.pop("size"),)
+        if kw:
+            raise _C.TypeError(f"[{name}] unexpected keyword argument {next(iter(kw))!r}")
+        if device is not None:
+            _check_device(device, name)
+        shape = _sizes(size, name)
+        if generator is not None:
+            with _using(generator):
+                r = raw(shape, dtype=dtype)
+        else:
+            r = raw(shape, dtype=dtype)
+        return _finish(r, requires_grad, out, name)
+
+    factory.__name__ = factory.__qualname__ = name
+    factory.__doc__ = (f"{name}(*size, out=None, dtype=None, layout=None, device=None, "
+                       f"requires_grad=False): as torch.{name}. {raw.__doc__ or ''}")
+    return factory
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A tensor holding a copy of `data` (torch.tensor)."""
+    _check_device(device, "tensor")
+    if isinstance(data, (list, tuple)) and data and any(isinstance(e, _T) for e in data):
+        data = [e.tolist() if isinstance(e, _T) else e for e in data]
+    return _C.tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """Shares memory with a tensor or NumPy array when it can (torch.as_tensor)."""
+    _check_device(device, "as_tensor")
+    return _C.as_tensor(data, dtype=dtype)
+
+
+def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None,
+         requires_grad=False, pin_memory=False):
+    """torch.full: the dtype follows fill_value (bool, int64, float32) unless given."""
+    _check_device(device, "full")
+    if dtype is None:
+        if isinstance(fill_value, _bool):
+            dtype = _C.bool
+        elif isinstance(fill_value, numbers.Integral):
+            dtype = _C.int64
+    if isinstance(size, numbers.Integral):
+        size = (size,)
+    return _finish(_C.full(tuple(size), fill_value, dtype=dtype), requires_grad, out, "full")
+
+
+def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, device=None,
+           requires_grad=False):
+    _check_device(device, "arange")
+    if isinstance(start, _T):
+        start = start.item()
+    if isinstance(end, _T):
+        end = end.item()
+    if isinstance(step, _T):
+        step = step.item()
+    return _finish(_C.arange(start, end, step, dtype=dtype), requires_grad, out, "arange")
+
+
+def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None,
+             requires_grad=False):
+    _check_device(device, "linspace")
+    return _finish(_C.linspace(_float(start), _float(end), _int(steps), dtype=dtype),
+                   requires_grad, out, "linspace")
+
+
+def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None, device=None,
+             requires_grad=False):
+    """torch.logspace: base ** linspace(start, end, steps)."""
+    _check_device(device, "logspace")
+    exps = _C.linspace(_float(start), _float(end), _int(steps), dtype=_C.float64)
+    r = _C.pow(_C.full(tuple(exps.shape), _float(base), dtype=_C.float64), exps)
+    return _finish(r.to(dtype or _C.float32), requires_grad, out, "logspace")
+
+
+def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    _check_device(device, "eye")
+    return _finish(_C.eye(n, m, dtype=dtype), requires_grad, out, "eye")
+
+
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, requires_grad=False,
+                  pin_memory=False):
+    _check_device(device, "scalar_tensor")
+    return _finish(_C.scalar_tensor(s, dtype=dtype), requires_grad, None, "scalar_tensor")
+
+
+def randint(*args, size=None, generator=None, out=None, dtype=None, layout=None, device=None,
+            requires_grad=False, pin_memory=False, low=None, high=None):
+    """randint(high, size) or randint(low, high, size), as torch.randint (int64 by default)."""
+    pos = list(args)
+    if size is None and pos and isinstance(pos[-1], (tuple, list)):
+        size = pos.pop()
+    if high is None and pos:
+        high = pos.pop()
+    if low is None:
+        low = pos.pop() if pos else 0
+    if pos or high is None or size is None:
+        raise _C.TypeError(
+            "[randint] expected randint(high, size) or randint(low, high, size), got "
+            f"{len(args)} positional arguments")
+    _check_device(device, "randint")
+    if _int(high) <= _int(low):
+        raise _C.ValueError(
+            f"[randint] random_ expects 'from' to be less than 'to', but got from={low} >= "
+            f"to={high}")
+    with _using(generator):
+        r = _C.randint(_int(low), _int(high), tuple(size), dtype=dtype)
+    return _finish(r, requires_grad, out, "randint")
+
+
+def _like(name, make):
+    def like(input, *args, dtype=None, layout=None, device=None, requires_grad=False,
+             memory_format=None, generator=None, **kw):
+        _check_device(device, name)
+        d = input.dtype if dtype is None else dtype
+        with _using(generator):
+            r = make(input, d, *args, **kw)
+        return _finish(r, requires_grad, None, name)
+
+    like.__name__ = like.__qualname__ = name
+    like.__doc__ = f"{name}(input, ...): as torch.{name} (dtype, device, requires_grad)."
+    return like
+
+
+def _randint_like(t, d, low_or_high, high=None):
+    low, hi = (0, low_or_high) if high is None else (low_or_high, high)
+    return _C.randint(_int(low), _int(hi), tuple(t.shape), dtype=d)
+
+
+def _float_only(op, d):
+    if not d.is_floating_point:
+        raise _C.TypeError(f"[{op}] expects a floating point dtype, got {d}")
+
+
+def _rand_like(t, d):
+    _float_only("rand_like", d)
+    return _C.rand(tuple(t.shape), dtype=d)
+
+
+def _randn_like(t, d):
+    _float_only("randn_like", d)
+    return _C.randn(tuple(t.shape), dtype=d)
+
+
+def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=None,
+             requires_grad=False, pin_memory=False):
+    """A random permutation of 0..n-1 (int64), as torch.randperm: the argsort of n float64
+    uniform draws (ties have probability ~n^2 / 2^53)."""
+    _check_device(device, "randperm")
+    n = _int(n)
+    if n < 0:
+        raise _C.ValueError(f"[randperm] n must be non-negative, got {n}")
+    with _using(generator):
+        keys = _C.rand((n,), dtype=_C.float64)
+    r = _C.argsort(keys) if n else _C.zeros((0,), dtype=_C.int64)
+    if dtype is not None and dtype != r.dtype:
+        r = r.to(dtype)
+    return _finish(r, requires_grad, out, "randperm")
+
+
+def multinomial(input, num_samples, replacement=False, *, generator=None, out=None):
+    """Indices drawn from the categorical distributions in the rows of `input` (weights, not
+    necessarily normalised), as torch.multinomial: with replacement by inverse CDF, without by
+    the Gumbel-top-k trick (the same distribution as drawing one at a time)."""
+    if input.dim() not in (1, 2):
+        raise _C.ValueError(f"[multinomial] prob_dist must be 1 or 2 dim, got {input.dim()}")
+    k = input.shape[-1]
+    num_samples = _int(num_samples)
+    if num_samples <= 0:
+        raise _C.ValueError(f"[multinomial] cannot sample n_sample <= 0 samples, got {num_samples}")
+    if not replacement and num_samples > k:
+        raise _C.ValueError(
+            f"[multinomial] cannot sample n_sample > prob_dist.size(-1) samples without "
+            f"replacement (n_sample={num_samples}, size={k})")
+    p = input.detach().to(_C.float64)
+    rows = p if p.dim() == 2 else p.reshape(1, k)
+    if _bool((rows < 0).any()) or not _bool(_C.isfinite(rows).all()):
+        raise _C.ValueError("[multinomial] probability tensor contains either inf, nan or "
+                            "element < 0")
+    total = rows.sum(1, keepdim=True)
+    if _bool((total <= 0).any()):
+        raise _C.ValueError("[multinomial] invalid multinomial distribution (sum of "
+                            "probabilities <= 0)")
+    n = rows.shape[0]
+    with _using(generator):
+        u = _C.rand((n, num_samples if replacement else k), dtype=_C.float64)
+    if replacement:
+        cdf = (rows / total).cumsum(1)
+        # The first category whose cdf exceeds u (categories of weight 0 are never taken).
+        idx = (u.unsqueeze(2) >= cdf.unsqueeze(1)).sum(2).clamp(0, k - 1)
+        # Skip zero-weight categories a rounding of the last cdf could land on.
+        r = idx
+    else:
+        gumbel = -_C.log(-_C.log(u.clamp(1e-300, 1.0)))
+        keys = _C.where(rows > 0, _C.log(rows) + gumbel, _C.full((n, k), -math.inf,
+                                                                   dtype=_C.float64))
+        r = keys.topk(num_samples, 1).indices
+    r = r.to(_C.int64)
+    if input.dim() == 1:
+        r = r.reshape(num_samples)
+    return _finish(r, False, out, "multinomial")
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None, layout=None,
+           device=None, pin_memory=False, requires_grad=False):
+    """torch.normal's overloads: (Tensor mean, Tensor std), (Tensor mean, float std),
+    (float mean, Tensor std) (the broadcast shape, the tensor's dtype) and
+    (float mean, float std, size)."""
+    _check_device(device, "normal")
+    tm, ts = isinstance(mean, _T), isinstance(std, _T)
+    if tm or ts:
+        if size is not None:
+            raise _C.TypeError("[normal] size= is only for float mean and std")
+        ref = mean if tm else std
+        shape = _C.broadcast_shapes(tuple(mean.shape), tuple(std.shape)) if tm and ts \
+            else tuple(ref.shape)
+        if ts and _bool((std < 0).any()):
+            raise _C.ValueError("[normal] expects all elements of std >= 0.0")
+        with _using(generator):
+            z = _C.randn(tuple(shape), dtype=ref.dtype)
+        r = (z * (std.detach() if ts else std) + (mean.detach() if tm else mean))
+    else:
+        if size is None:
+            raise _C.TypeError("[normal] normal(float mean, float std) needs size=")
+        if std < 0:
+            raise _C.ValueError(f"[normal] expects std >= 0.0, but found std {std}")
+        if isinstance(size, numbers.Integral):
+            size = (size,)
+        with _using(generator):
+            r = _C.randn(tuple(size), dtype=dtype) * _float(std) + _float(mean)
+    return _finish(r, requires_grad, out, "normal")
+
+
+def bernoulli(input, p=None, *, generator=None, out=None):
+    """1 with probability input (or p) per element, in input's dtype (torch.bernoulli)."""
+    probs = input if p is None else _C.full(tuple(input.shape), _float(p), dtype=input.dtype)
+    with _using(generator):
+        u = _C.rand(tuple(input.shape), dtype=_C.float64)
+    r = (u < probs.detach().to(_C.float64)).to(input.dtype)
+    return _finish(r, False, out, "bernoulli")
+
+
+# ---- Tensor methods -------------------------------------------------------------------------
+
+_to_dtype = _T.to  # the binding: to(dtype)
+
+
+def _to(self, *args, **kwargs):
+    """to(dtype), to(device, dtype=None), to(other), each with non_blocking= and copy=, as
+    torch.Tensor.to. Returns self when nothing changes (unless copy=True)."""
+    dev = dtype = None
+    pos = list(args)
+    if pos:
+        a = pos.pop(0)
+        if isinstance(a, _dtype):
+            dtype = a
+        elif isinstance(a, _T):
+            dtype, dev = a.dtype, CPU
+        elif a is not None:
+            dev = a
+            if pos and (isinstance(pos[0], _dtype) or pos[0] is None):
+                dtype = pos.pop(0)
+    non_blocking = kwargs.pop("non_blocking", pos.pop(0) if pos else False)
+    copy = kwargs.pop("copy", pos.pop(0) if pos else False)
+    kwargs.pop("memory_format", None)
+    if "device" in kwargs:
+        dev = kwargs.pop("device")
+    if "dtype" in kwargs:
+        dtype = kwargs.pop("dtype")
+    if pos or kwargs:
+        raise _C.TypeError(f"[to] unexpected arguments {pos or list(kwargs)}; expected "
+                           "to(dtype), to(device, dtype), to(tensor), non_blocking=, copy=")
+    del non_blocking  # every transfer is synchronous on the CPU
+    r, copied = self, False
+    if dtype is not None and dtype != self.dtype:
+        r, copied = _to_dtype(self, dtype), True
+    if dev is not None:
+        r = _backend(dev).transfer(r, copy and not copied)
+    elif copy and not copied:
+        r = r.clone()
+    return r
+
+
+def _cpu(self, memory_format=None):
+    return self
+
+
+def _cuda(self, device=None, non_blocking=False, memory_format=None):
+    _backend("cuda" if device is None or isinstance(device, numbers.Integral) else device)
+
+
+def _get_device(self):
+    return -1
+
+
+def _data_get(self):
+    return self.detach()
+
+
+def _data_set(self, value):
+    if not isinstance(value, _T):
+        raise _C.TypeError(f"[data] expected a tensor, got {type(value).__name__}")
+    if tuple(value.shape) != tuple(self.shape) or value.dtype != self.dtype:
+        raise _C.ValueError(
+            f"[data] Kiln replaces .data in place: the new value must have the tensor's shape "
+            f"{tuple(self.shape)} and dtype {self.dtype}, got {tuple(value.shape)} "
+            f"{value.dtype}")
+    prev = _C.is_grad_enabled()
+    _C._set_grad_enabled(False)
+    try:
+        self.copy_(value)
+    finally:
+        _C._set_grad_enabled(prev)
+
+
+def _format(self, spec):
+    if self.dim() == 0 and not self.is_symbolic:
+        return self.item().__format__(spec)
+    return object.__format__(self, spec)
+
+
+def _fill_with(self, values):
+    """Writes values into self in place (autograd sees a write, as torch's in-place ops)."""
+    return self.copy_(values)
+
+
+def _shape(self):
+    return tuple(self.shape)
+
+
+def _normal_(self, mean=0.0, std=1.0, *, generator=None):
+    with _using(generator):
+        z = _C.randn(_shape(self), dtype=self.dtype)
+    return _fill_with(self, z * _float(std) + _float(mean))
+
+
+def _uniform_(self, a=0.0, b=1.0, *, generator=None, **kw):
+    a, b = kw.pop("from", a), kw.pop("to", b)
+    with _using(generator):
+        u = _C.rand(_shape(self), dtype=_C.float64)
+    return _fill_with(self, (u * (_float(b) - _float(a)) + _float(a)).to(self.dtype))
+
+
+def _exponential_(self, lambd=1.0, *, generator=None):
+    with _using(generator):
+        u = _C.rand(_shape(self), dtype=_C.float64)
+    return _fill_with(self, (-_C.log1p(-u) / _float(lambd)).to(self.dtype))
+
+
+def _cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
+    with _using(generator):
+        u = _C.rand(_shape(self), dtype=_C.float64)
+    return _fill_with(self, (_C.tan((u - 0.5) * math.pi) * sigma + median).to(self.dtype))
+
+
+def _log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+    with _using(generator):
+        z = _C.randn(_shape(self), dtype=_C.float64)
+    return _fill_with(self, _C.exp(z * std + mean).to(self.dtype))
+
+
+def _geometric_(self, p, *, generator=None):
+    with _using(generator):
+        u = _C.rand(_shape(self), dtype=_C.float64)
+    return _fill_with(self, _C.ceil(_C.log1p(-u) / math.log1p(-p)).clamp(1, None).to(self.dtype))
+
+
+def _bernoulli_(self, p=0.5, *, generator=None):
+    probs = p.to(_C.float64) if isinstance(p, _T) else _float(p)
+    with _using(generator):
+        u = _C.rand(_shape(self), dtype=_C.float64)
+    return _fill_with(self, (u < probs).to(self.dtype))
+
+
+def _random_(self, *args, generator=None, **kw):
+    """random_(), random_(to), random_(from, to): integers in [from, to)."""
+    a = list(args)
+    lo, hi = kw.pop("from", None), kw.pop("to", None)
+    if len(a) == 2:
+        lo, hi = a
+    elif len(a) == 1:
+        hi = a[0]
+    lo = 0 if lo is None else lo
+    if hi is None:  # up to the largest integer the dtype holds exactly, as torch
+        d = self.dtype
+        hi = {_C.float32: 2 ** 24 + 1, _C.float64: 2 ** 53 + 1, _C.float16: 2 ** 11 + 1,
+              _C.bfloat16: 2 ** 8 + 1, _C.bool: 2, _C.uint8: 256, _C.int8: 128,
+              _C.int16: 2 ** 15, _C.int32: 2 ** 31}.get(d, 2 ** 63 - 1)
+    with _using(generator):
+        r = _C.randint(_int(lo), _int(hi), _shape(self), dtype=_C.int64)
+    return _fill_with(self, r.to(self.dtype))
+
+
+def _bernoulli_method(self, p=None, *, generator=None):
+    return bernoulli(self, p, generator=generator)
+
+
+def _multinomial_method(self, num_samples, replacement=False, *, generator=None):
+    return multinomial(self, num_samples, replacement, generator=generator)
+
+
+def _view_as(self, other):
+    return self.view(*other.shape)
+
+
+def _reshape_as(self, other):
+    return self.reshape(*other.shape)
+
+
+def _type_as(self, other):
+    return self.to(other.dtype)
+
+
+def _new(make):
+    def new(self, *size, dtype=None, device=None, requires_grad=False, layout=None,
+            pin_memory=False):
+        _check_device(device, make.__name__)
+        shape = _sizes(size, "new")
+        return _finish(make(shape, dtype or self.dtype), requires_grad, None, "new")
+    return new
+
+
+def _new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False,
+              layout=None, pin_memory=False):
+    _check_device(device, "new_full")
+    return _finish(_C.full(tuple(size), fill_value, dtype=dtype or self.dtype), requires_grad,
+                   None, "new_full")
+
+
+def _new_tensor(self, data, dtype=None, device=None, requires_grad=False, layout=None,
+                pin_memory=False):
+    _check_device(device, "new_tensor")
+    if isinstance(data, _T):
+        data = data.detach().clone()
+        return _finish(data.to(dtype or data.dtype), requires_grad, None, "new_tensor")
+    return tensor(data, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+
+_orig_add_, _orig_sub_ = _T.add_, _T.sub_
+
+
+def _with_alpha(orig, name):
+    def op(self, other, *args, alpha=1):
+        if args:  # the deprecated add_(alpha, other) form
+            if len(args) != 1 or not isinstance(other, numbers.Number):
+                raise _C.TypeError(f"[{name}] expected {name}(other, alpha=1)")
+            alpha, other = other, args[0]
+        if alpha != 1:
+            other = other * alpha
+        return orig(self, other)
+    op.__name__ = name
+    return op
+
+
+def _binary_with_alpha(fn, name):
+    def op(input, other, *, alpha=1, out=None):
+        r = fn(input, other * alpha if alpha != 1 else other)
+        return _finish(r, False, out, name)
+    op.__name__ = name
+    return op
+
+
+# Out-of-place ops whose in-place form (name_) torch has, built as self.copy_(op(self, ...)).
+_INPLACE_FROM = (
+    "abs", "acos", "asin", "atan", "atan2", "ceil", "clamp_min", "clamp_max", "cos", "cosh",
+    "erf", "erfinv", "exp", "exp2", "expm1", "floor", "fmod", "frac", "lerp", "log", "log10",
+    "log1p", "log2", "logical_not", "masked_fill", "pow", "reciprocal", "remainder", "round",
+    "rsqrt", "sigmoid", "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh", "trunc",
+    "addcmul", "addcdiv", "addmm", "baddbmm", "floor_divide", "hardtanh", "leaky_relu", "elu",
+    "silu", "gelu", "where", "index_add", "masked_scatter", "nan_to_num", "logit", "deg2rad",
+    "rad2deg", "digamma", "lgamma", "sgn", "xlogy", "hypot", "copysign", "maximum", "minimum",
+    "tril", "triu", "renorm", "clip", "float_power", "fmax", "fmin",
+)
+
+
+def _inplace_of(name):
+    fn = getattr(_T, name)
+
+    def op(self, *args, **kwargs):
+        return self.copy_(fn(self, *args, **kwargs))
+
+    op.__name__ = name + "_"
+    op.__doc__ = f"In-place {name}: self.copy_(self.{name}(...))."
+    return op
+
+
+class _TensorTypeMeta(type):
+    """kiln.FloatTensor & co.: isinstance(t, kiln.FloatTensor) checks the dtype, and calling
+    one builds a tensor of that dtype from sizes (uninitialised) or data."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, _T) and obj.dtype == cls.dtype
+
+    def __call__(cls, *args, device=None):
+        _check_device(device, cls.__name__)
+        if not args:
+            return _C.empty((0,), dtype=cls.dtype)
+        if all(isinstance(a, numbers.Integral) and not isinstance(a, _bool) for a in args):
+            return _C.empty(tuple(args), dtype=cls.dtype)
+        if len(args) == 1:
+            a = args[0]
+            if isinstance(a, _T):
+                return a.to(cls.dtype)
+            return tensor(a, dtype=cls.dtype)
+        raise _C.TypeError(f"[{cls.__name__}] expected sizes or one sequence of data")
+
+
+_TYPES = (("FloatTensor", "float32"), ("DoubleTensor", "float64"), ("HalfTensor", "float16"),
+          ("BFloat16Tensor", "bfloat16"), ("LongTensor", "int64"), ("IntTensor", "int32"),
+          ("ShortTensor", "int16"), ("CharTensor", "int8"), ("ByteTensor", "uint8"),
+          ("BoolTensor", "bool"))
+_TENSOR_TYPES = {n: _TensorTypeMeta(n, (), {"dtype": getattr(_C, d), "__module__": "kiln"})
+                 for n, d in _TYPES}
+_TYPE_OF_DTYPE = {t.dtype: n for n, t in _TENSOR_TYPES.items()}
+
+
+def _type(self, dtype=None, non_blocking=False, **kwargs):
+    """type(): 'kiln.FloatTensor' & co.; type(t) converts to a dtype, a kiln.FloatTensor-like
+    class or its name ('torch.LongTensor' is accepted too)."""
+    if dtype is None:
+        return "kiln." + _TYPE_OF_DTYPE.get(self.dtype, "Tensor")
+    if isinstance(dtype, str):
+        parts = dtype.split(".")
+        if "cuda" in parts:
+            _backend("cuda")
+        t = _TENSOR_TYPES.get(parts[-1])
+        if t is None:
+            raise _C.ValueError(f"[type] invalid type: {dtype!r}")
+        dtype = t.dtype
+    elif isinstance(dtype, type) and hasattr(dtype, "dtype"):
+        dtype = dtype.dtype
+    elif isinstance(dtype, type):
+        _backend("cuda")  # kiln.cuda.FloatTensor & co.
+    return self if dtype == self.dtype else _to_dtype(self, dtype)
+
+
+_orig_getitem, _orig_setitem = _T.__getitem__, _T.__setitem__
+
+
+def _key(key):
+    if type(key) is range:
+        return list(key)
+    if type(key) is tuple:
+        return tuple(list(k) if type(k) is range else k for k in key)
+    return key
+
+
+def _getitem(self, key):
+    try:
+        return _orig_getitem(self, key)
+    except TypeError:
+        k = _key(key)
+        if k is key:
+            raise
+        return _orig_getitem(self, k)
+
+
+def _setitem(self, key, value):
+    try:
+        return _orig_setitem(self, key, value)
+    except TypeError:
+        k = _key(key)
+        if k is key:
+            raise
+        return _orig_setitem(self, k, value)
+
+
+_orig_init = _T.__init__
+
+
+def _init(self, *args, dtype=None, requires_grad=False, device=None):
+    """kiln.Tensor(*sizes) (uninitialised float32), kiln.Tensor(data) (float32 unless dtype=),
+    kiln.Tensor() (empty), as torch.Tensor."""
+    _check_device(device, "Tensor")
+    if not args:
+        _orig_init(self, [], dtype=dtype or _C.float32, requires_grad=requires_grad)
+    elif all(isinstance(a, numbers.Integral) and not isinstance(a, (_bool, _T)) for a in args):
+        _orig_init(self, _C.empty(tuple(args), dtype=dtype or _C.float32),
+                   requires_grad=requires_grad)
+    elif len(args) == 1:
+        data = args[0]
+        if isinstance(data, (list, tuple)) and any(isinstance(e, _T) for e in data):
+            data = [e.tolist() if isinstance(e, _T) else e for e in data]
+        if dtype is None and not isinstance(data, _T):
+            dtype = _C.float32
+        _orig_init(self, data, dtype=dtype, requires_grad=requires_grad)
+    else:
+        raise _C.TypeError("[Tensor] expected Tensor(*sizes) or Tensor(data)")
+
+
+def install(ns):
+    """Patches kiln.Tensor and puts the factories into the namespace `ns` (kiln's globals)."""
+    T = _T
+    T.device = property(lambda self: CPU, doc="Where the tensor lives (always cpu today).")
+    T.is_cuda = property(lambda self: False)
+    T.is_cpu = property(lambda self: True)
+    T.is_mps = property(lambda self: False)
+    T.is_meta = property(lambda self: False)
+    T.is_sparse = property(lambda self: False)
+    T.is_quantized = property(lambda self: False)
+    T.layout = property(lambda self: "strided")
+    T.data = property(_data_get, _data_set, doc="The tensor's values, detached from autograd.")
+    T.to = _to
+    T.cpu = _cpu
+    T.cuda = _cuda
+    T.get_device = _get_device
+    T.pin_memory = lambda self, device=None: self
+    T.is_pinned = lambda self, device=None: False
+    T.share_memory_ = lambda self: self
+    T.is_shared = lambda self: False
+    T.__format__ = _format
+    T.__getitem__ = _getitem
+    T.__setitem__ = _setitem
+    T.__init__ = _init
+    T.type = _type
+    T.normal_ = _normal_
+    T.uniform_ = _uniform_
+    T.exponential_ = _exponential_
+    T.cauchy_ = _cauchy_
+    T.log_normal_ = _log_normal_
+    T.geometric_ = _geometric_
+    T.bernoulli_ = _bernoulli_
+    T.random_ = _random_
+    T.add_ = _with_alpha(_orig_add_, "add_")
+    T.sub_ = _with_alpha(_orig_sub_, "sub_")
+    for name, fn in (("view_as", _view_as), ("reshape_as", _reshape_as),
+                     ("type_as", _type_as), ("bernoulli", _bernoulli_method),
+                     ("multinomial", _multinomial_method),
+                     ("new_zeros", _new(lambda s, d: _C.zeros(s, dtype=d))),
+                     ("new_ones", _new(lambda s, d: _C.ones(s, dtype=d))),
+                     ("new_empty", _new(lambda s, d: _C.empty(s, dtype=d))),
+                     ("new_full", _new_full), ("new_tensor", _new_tensor),
+                     ("nelement", lambda self: self.numel()),
+                     ("ndimension", lambda self: self.dim())):
+        if not _has(name):
+            setattr(T, name, fn)
+    for name in _INPLACE_FROM:
+        if hasattr(T, name) and not _has(name + "_"):
+            setattr(T, name + "_", _inplace_of(name))
+
+    for name in ("zeros", "ones", "empty", "rand", "randn"):
+        ns[name] = _sized_factory(name)
+    for fn in (tensor, as_tensor, full, arange, linspace, logspace, eye, scalar_tensor, randint,
+               randperm, multinomial, normal, bernoulli):
+        ns[fn.__name__] = fn
+    ns["zeros_like"] = _like("zeros_like", lambda t, d: _C.zeros(_shape(t), dtype=d))
+    ns["ones_like"] = _like("ones_like", lambda t, d: _C.ones(_shape(t), dtype=d))
+    ns["empty_like"] = _like("empty_like", lambda t, d: _C.empty(_shape(t), dtype=d))
+    ns["full_like"] = _like("full_like", lambda t, d, v: _C.full(_shape(t), v, dtype=d))
+    ns["rand_like"] = _like("rand_like", _rand_like)
+    ns["randn_like"] = _like("randn_like", _randn_like)
+    ns["randint_like"] = _like("randint_like", _randint_like)
+    for name in ("add", "sub"):
+        if name in ns:
+            ns[name] = _binary_with_alpha(ns[name], name)
+    ns["subtract"] = ns.get("sub")
+    ns.update(_TENSOR_TYPES)
+    ns["device"] = device
+    ns["Generator"] = Generator
+    ns["manual_seed"] = manual_seed
+    ns["initial_seed"] = initial_seed
+    ns["seed"] = seed

@@ -1,0 +1,9 @@
+"""kiln.backends.mps: Apple's Metal backend, which Kiln does not have."""
+
+
+def is_available():
+    return False
+
+
+def is_built():
+    return False
