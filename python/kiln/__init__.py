@@ -40,6 +40,29 @@ class no_grad:
         return wrapper
 
 
+class inference_mode(no_grad):
+    """inference_mode(mode=True): torch.inference_mode; Kiln has no separate inference
+    tensors, so it is no_grad (or nothing with mode=False)."""
+
+    def __init__(self, mode=True):
+        self._mode = _builtins.bool(mode)
+
+    def __enter__(self):
+        self._prev = _C.is_grad_enabled()
+        if self._mode:
+            _C._set_grad_enabled(False)
+        return self
+
+    def __call__(self, fn):
+        mode = self._mode
+
+        @_functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with inference_mode(mode):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
 class enable_grad(no_grad):
     """Context manager (and decorator) that turns autograd recording back on."""
 
@@ -169,7 +192,17 @@ _sys = __import__("sys")
 _sys.modules[__name__ + ".return_types"] = return_types  # noqa: F821 (exported just above)
 del _sys
 
+# PyTorch's Python-side surface: devices, factories with device=/generator=, Tensor methods
+# (to, data, normal_, ...), Generator (python/kiln/_tensor_api.py).
+from . import _tensor_api  # noqa: E402
+_tensor_api.install(globals())
+from ._generator import default_generator  # noqa: E402
+from . import autograd, cuda, backends  # noqa: E402
+from .autograd import Variable  # noqa: E402,F401
+
 from . import nn, optim, io, linalg  # noqa: E402  (they use the names above)
+from . import utils  # noqa: E402
+from .serialization import save, load  # noqa: E402,F401
 
 # kiln.cpu.amp.autocast(dtype=..., enabled=...): torch.cpu.amp.autocast's spelling.
 _types = __import__("types")
