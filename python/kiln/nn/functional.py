@@ -401,3 +401,13 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
         d_an = _C.minimum(d_an, dist(positive, negative))
     loss = _C.clamp_min(margin + d_ap - d_an, 0.0)
     return _reduce(loss, reduction, "triplet_margin_with_distance_loss")
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    return rrelu(input, lower, upper, training, True)
+
+
+from ._functional_more import (affine_grid, channel_shuffle, ctc_loss,  # noqa: E402,F401
+                               embedding_bag, grid_sample, gumbel_softmax,
+                               multi_head_attention_forward, multilabel_margin_loss,
+                               native_channel_shuffle, pdist)

@@ -7,7 +7,7 @@ from .activation import (CELU, ELU, GELU, GLU, SELU, Hardshrink, Hardsigmoid,  #
                          ReLU, ReLU6, RReLU, Sigmoid, SiLU, Softmax, Softmax2d, Softmin,
                          Softplus, Softshrink, Softsign, Tanh, Tanhshrink, Threshold)
 from .linear import (AlphaDropout, Bilinear, Dropout, Dropout1d, Dropout2d,  # noqa: F401
-                     Dropout3d, Embedding, FeatureAlphaDropout, Flatten, Identity, Linear,
+                     Dropout3d, Embedding, EmbeddingBag, FeatureAlphaDropout, Flatten, Identity, Linear,
                      Unflatten)
 from .conv import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,  # noqa: F401
                    ConvTranspose3d)
@@ -20,3 +20,4 @@ from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBas
 from .transformer import (MoE, MultiheadAttention, Transformer,  # noqa: F401
                           TransformerBlock, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer)
+from .lazy import *  # noqa: F401,F403

@@ -195,7 +195,7 @@ class PReLU(Module):
     def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
         super().__init__()
         from .module import _device_str
-        _device_str(device)
+        _device_str(device, type(self).__name__)
         self.num_parameters = num_parameters
         self.weight = Parameter(_C.full([num_parameters], init, dtype=dtype or _C.float32))
 

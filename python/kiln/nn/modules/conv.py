@@ -23,7 +23,7 @@ class _ConvNd(Module):
                  transposed, output_padding, groups, bias, padding_mode, device=None, dtype=None):
         super().__init__()
         name = type(self).__name__
-        _device_str(device)
+        _device_str(device, type(self).__name__)
         dt = dtype or _C.float32
         n = self._n
         if groups <= 0:

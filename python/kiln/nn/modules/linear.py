@@ -8,8 +8,8 @@ from .. import init
 from .module import Module, Parameter, _device_str
 
 
-def _factory(device, dtype):
-    _device_str(device)
+def _factory(device, dtype, op):
+    _device_str(device, op)
     return dtype or _C.float32
 
 
@@ -27,7 +27,7 @@ class Linear(Module):
 
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
-        dt = _factory(device, dtype)
+        dt = _factory(device, dtype, type(self).__name__)
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(_C.empty(out_features, in_features, dtype=dt))
         if bias:
@@ -57,7 +57,7 @@ class Bilinear(Module):
     def __init__(self, in1_features, in2_features, out_features, bias=True, device=None,
                  dtype=None):
         super().__init__()
-        dt = _factory(device, dtype)
+        dt = _factory(device, dtype, type(self).__name__)
         self.in1_features, self.in2_features = in1_features, in2_features
         self.out_features = out_features
         self.weight = Parameter(_C.empty(out_features, in1_features, in2_features, dtype=dt))
@@ -86,7 +86,7 @@ class Embedding(Module):
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
                  device=None, dtype=None):
         super().__init__()
-        dt = _factory(device, dtype)
+        dt = _factory(device, dtype, type(self).__name__)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
@@ -202,3 +202,54 @@ class AlphaDropout(_DropoutNd):
 class FeatureAlphaDropout(_DropoutNd):
     def forward(self, input):
         return F.feature_alpha_dropout(input, self.p, self.training)
+
+
+class EmbeddingBag(Module):
+    """Sums, means or maxes of embedding rows per bag (weight ~ N(0, 1), as torch)."""
+
+    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
+                 scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
+                 include_last_offset=False, padding_idx=None, device=None, dtype=None):
+        super().__init__()
+        dt = _factory(device, dtype, "EmbeddingBag")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.mode, self.sparse = scale_grad_by_freq, mode, sparse
+        self.include_last_offset = include_last_offset
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise _C.ValueError(f"[EmbeddingBag] padding_idx {padding_idx} must be within "
+                                    f"num_embeddings {num_embeddings}")
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        if _weight is None:
+            self.weight = Parameter(_C.empty(num_embeddings, embedding_dim, dtype=dt))
+            init.normal_(self.weight)
+            if padding_idx is not None:
+                self.weight.detach()[padding_idx] = 0.0
+        else:
+            self.weight = Parameter(_weight)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, max_norm=None, norm_type=2.0,
+                        scale_grad_by_freq=False, mode="mean", sparse=False,
+                        include_last_offset=False, padding_idx=None):
+        rows, cols = embeddings.shape
+        m = cls(rows, cols, max_norm, norm_type, scale_grad_by_freq, mode, sparse, embeddings,
+                include_last_offset, padding_idx)
+        m.weight.requires_grad_(not freeze)
+        return m
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
+                               self.scale_grad_by_freq, self.mode, self.sparse,
+                               per_sample_weights, self.include_last_offset, self.padding_idx)
+
+    def extra_repr(self):
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        s += f", mode={self.mode}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s

@@ -198,5 +198,21 @@ class GaussianNLLLoss(_Loss):
                                     reduction=self.reduction)
 
 
+
+class CTCLoss(_Loss):
+    def __init__(self, blank=0, reduction="mean", zero_infinity=False):
+        super().__init__(reduction=reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank,
+                          self.reduction, self.zero_infinity)
+
+
+class MultiLabelMarginLoss(_Loss):
+    def forward(self, input, target):
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, Module)
            and v.__module__ == __name__ and not n.startswith("_")]

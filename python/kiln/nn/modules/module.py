@@ -30,13 +30,22 @@ class Parameter(metaclass=_ParameterMeta):
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
-def _device_str(device):
-    """'cpu' for any spelling of the CPU (str, kiln.device, index 0); a clear error otherwise."""
+def _device_str(device, op="Module.to"):
+    """Checks that Kiln serves `device` (None, a str, a kiln.device, an int ordinal) and gives
+    'cpu'; any other device raises a kiln.Error naming it. kiln.device's backend table decides
+    where it exists, so a CUDA backend plugs in there without changes here."""
     if device is None:
         return None
+    try:
+        from ..._device import _check_device
+    except ImportError:  # a build without kiln.device: only the CPU spelled as a string
+        _check_device = None
+    if _check_device is not None:
+        _check_device(device, op)
+        return "cpu"
     name = str(device) if not isinstance(device, int) else f"cuda:{device}"
     if name.split(":")[0] != "cpu":
-        raise _C.Error(f"[Module.to] device '{name}' is not available: Kiln runs on the CPU "
+        raise _C.Error(f"[{op}] device '{name}' is not available: Kiln runs on the CPU "
                        f"(kiln.cuda.is_available() is False); use 'cpu'")
     return "cpu"
 
@@ -368,17 +377,17 @@ class Module:
         return self
 
     def cuda(self, device=None):
-        _device_str("cuda" if device is None else device)
+        _device_str("cuda" if device is None else device, "Module.cuda")
         return self
 
     def xpu(self, device=None):
-        _device_str("xpu")
+        _device_str("xpu", "Module.xpu")
 
     def ipu(self, device=None):
-        _device_str("ipu")
+        _device_str("ipu", "Module.ipu")
 
     def to_empty(self, *, device):
-        _device_str(device)
+        _device_str(device, "Module.to_empty")
         return self._apply(lambda t: _C.empty_like(t))
 
     def double(self):

@@ -9,7 +9,7 @@ class _NormBase(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, device=None, dtype=None):
         super().__init__()
-        _device_str(device)
+        _device_str(device, type(self).__name__)
         dt = dtype or _C.float32
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
@@ -94,7 +94,7 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, device=None,
                  dtype=None):
         super().__init__()
-        _device_str(device)
+        _device_str(device, type(self).__name__)
         dt = dtype or _C.float32
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -120,7 +120,7 @@ class GroupNorm(Module):
 
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None):
         super().__init__()
-        _device_str(device)
+        _device_str(device, type(self).__name__)
         dt = dtype or _C.float32
         if num_channels % num_groups:
             raise _C.ValueError(f"[GroupNorm] num_channels ({num_channels}) must be divisible by "
@@ -141,29 +141,18 @@ class GroupNorm(Module):
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
                  track_running_stats=False, device=None, dtype=None):
-        super().__init__()
-        _device_str(device)
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        self.weight = Parameter(_C.ones(num_features)) if affine else None
-        self.bias = Parameter(_C.zeros(num_features)) if affine else None
-        if track_running_stats:
-            self.register_buffer("running_mean", _C.zeros(num_features))
-            self.register_buffer("running_var", _C.ones(num_features))
-        else:
-            self.running_mean = self.running_var = None
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
 
-    def forward(self, x):
+    def forward(self, input):
         use_input_stats = self.training or not self.track_running_stats
-        return _C.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                                use_input_stats, self.momentum, self.eps)
-
-    def extra_repr(self):
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+        return _C.instance_norm(input, self.running_mean, self.running_var, self.weight,
+                                self.bias, use_input_stats,
+                                0.1 if self.momentum is None else self.momentum, self.eps)
 
 
 class InstanceNorm1d(_InstanceNorm):

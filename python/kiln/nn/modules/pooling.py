@@ -205,6 +205,40 @@ ConstantPad2d = _pad_class("ConstantPad2d", "constant", 2, True)
 ConstantPad3d = _pad_class("ConstantPad3d", "constant", 3, True)
 
 
+class CrossMapLRN2d(Module):
+    """Local response normalization across the channels of a 4-D input, with the channel
+    windows of torch's legacy running-sum implementation (near the first channels they are not
+    centred as LocalResponseNorm's are)."""
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input):
+        if input.dim() != 4:
+            raise _C.ValueError(f"[CrossMapLRN2d] expects a 4-D input, got shape "
+                                f"{tuple(input.shape)}")
+        n, c, h, w = input.shape
+        # Which squares each channel's scale sums: torch's recurrence, replayed on index sets.
+        pre = int((self.size - 1) / 2 + 1)
+        window = set(range(min(pre, c)))
+        rows = [sorted(window)]
+        for ch in range(1, c):
+            if ch < c - pre + 1:
+                window.add(ch + pre - 1)
+            if ch > pre:
+                window.discard(ch - pre)
+            rows.append(sorted(window))
+        m = [[1.0 if j in r else 0.0 for j in range(c)] for r in rows]
+        mat = _C.tensor(m, dtype=input.dtype)                       # [C, C]
+        sq = (input * input).reshape(n, c, h * w)
+        scale = _C.matmul(mat, sq).reshape(n, c, h, w) * (self.alpha / self.size) + self.k
+        return input * scale ** (-self.beta)
+
+    def extra_repr(self):
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
 class AvgPool2d(AvgPool3d):
     _fn = staticmethod(_C.avg_pool2d)
 

@@ -43,7 +43,7 @@ class RNNBase(Module):
                  batch_first=False, dropout=0.0, bidirectional=False, proj_size=0, device=None,
                  dtype=None):
         super().__init__()
-        _device_str(device)
+        _device_str(device, type(self).__name__)
         dt = dtype or _C.float32
         name = {"LSTM": "LSTM", "GRU": "GRU"}.get(mode, "RNN")
         if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) \
@@ -291,7 +291,7 @@ class GRU(RNNBase):
 class RNNCellBase(Module):
     def __init__(self, input_size, hidden_size, bias, num_chunks, device=None, dtype=None):
         super().__init__()
-        _device_str(device)
+        _device_str(device, type(self).__name__)
         dt = dtype or _C.float32
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         self.weight_ih = Parameter(_C.empty(num_chunks * hidden_size, input_size, dtype=dt))

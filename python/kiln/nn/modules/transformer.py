@@ -3,7 +3,6 @@ arguments, parameter names (in_proj_weight, out_proj.weight, linear1, norm1, ...
 (attn_mask bool True = masked out or additive float; key_padding_mask True = ignore) and
 initialization; Kiln's own TransformerBlock and MoE (C++ modules) are here too."""
 import copy
-import math
 
 from ... import _C
 from .. import functional as F
@@ -12,18 +11,6 @@ from .container import ModuleList
 from .linear import Dropout, Linear
 from .module import Module, Parameter, _CppModule, _device_str
 from .normalization import LayerNorm
-
-
-def _additive_mask(mask, dtype, who, name):
-    """A bool mask (True = not allowed) or a float one (added to the scores) as a float mask."""
-    if mask is None:
-        return None
-    if mask.dtype == _C.bool:
-        return _C.where(mask, float("-inf"), 0.0).to(dtype)
-    if not mask.dtype.is_floating_point:
-        raise _C.TypeError(f"[{who}] only bool and floating types of {name} are supported, got "
-                           f"{mask.dtype}")
-    return mask.to(dtype) if mask.dtype != dtype else mask
 
 
 class MultiheadAttention(Module):
@@ -35,7 +22,7 @@ class MultiheadAttention(Module):
                  add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
                  dtype=None):
         super().__init__()
-        _device_str(device)
+        _device_str(device, type(self).__name__)
         dt = dtype or _C.float32
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
             raise _C.ValueError(f"[MultiheadAttention] embed_dim ({embed_dim}) must be divisible "
@@ -85,83 +72,19 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True):
-        who = "MultiheadAttention"
         batched = query.dim() == 3
-        if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
-            raise _C.ValueError(f"[{who}] query, key and value must all be 2-D (unbatched) or "
-                                f"3-D, got shapes {tuple(query.shape)}, {tuple(key.shape)}, "
-                                f"{tuple(value.shape)}")
-        if not batched:
-            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
-            if key_padding_mask is not None:
-                key_padding_mask = key_padding_mask.unsqueeze(0)
-        elif self.batch_first:
+        if batched and self.batch_first:
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
-        L, N, E = query.shape
-        H, hd = self.num_heads, self.head_dim
-        if E != self.embed_dim:
-            raise _C.ValueError(f"[{who}] query's last dim {E} must be embed_dim "
-                                f"{self.embed_dim}")
-        b = self.in_proj_bias
-        bq, bk, bv = (None, None, None) if b is None else (b[0:E], b[E:2 * E], b[2 * E:])
-        if self._qkv_same_embed_dim:
-            w = self.in_proj_weight
-            wq, wk, wv = w[0:E], w[E:2 * E], w[2 * E:]
-        else:
-            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        q = _C.linear(query, wq, bq)
-        k = _C.linear(key, wk, bk)
-        v = _C.linear(value, wv, bv)
-        dtype = q.dtype
-        attn_mask = _additive_mask(attn_mask, dtype, who, "attn_mask")
-        kpm = _additive_mask(key_padding_mask, dtype, who, "key_padding_mask")
-        if attn_mask is not None and attn_mask.dim() == 2:
-            attn_mask = attn_mask.unsqueeze(0)  # [1, L, S]
-        if self.bias_k is not None:
-            k = _C.cat([k, self.bias_k.expand(1, N, E)], 0)
-            v = _C.cat([v, self.bias_v.expand(1, N, E)], 0)
-            if attn_mask is not None:
-                attn_mask = F.pad(attn_mask, [0, 1])
-            if kpm is not None:
-                kpm = F.pad(kpm, [0, 1])
-        # [L, N, E] -> [N * H, L, hd]
-        q = q.reshape(L, N * H, hd).transpose(0, 1)
-        k = k.reshape(k.shape[0], N * H, hd).transpose(0, 1)
-        v = v.reshape(v.shape[0], N * H, hd).transpose(0, 1)
-        if self.add_zero_attn:
-            k = _C.cat([k, _C.zeros(N * H, 1, hd, dtype=dtype)], 1)
-            v = _C.cat([v, _C.zeros(N * H, 1, hd, dtype=dtype)], 1)
-            if attn_mask is not None:
-                attn_mask = F.pad(attn_mask, [0, 1])
-            if kpm is not None:
-                kpm = F.pad(kpm, [0, 1])
-        S = k.shape[1]
-        if kpm is not None:
-            if tuple(kpm.shape) != (N, S):
-                raise _C.ValueError(f"[{who}] key_padding_mask must be [{N}, {S}] (batch, source "
-                                    f"length), got {tuple(key_padding_mask.shape)}")
-            kpm = kpm.reshape(N, 1, 1, S).expand(N, H, 1, S).reshape(N * H, 1, S)
-            attn_mask = kpm if attn_mask is None else attn_mask + kpm
-        scores = _C.matmul(q * (1.0 / math.sqrt(hd)), k.transpose(1, 2))  # [N*H, L, S]
-        if attn_mask is not None:
-            scores = scores + attn_mask
-        weights = _C.softmax(scores, -1)
-        if self.dropout > 0.0 and self.training:
-            weights = F.dropout(weights, self.dropout, True)
-        out = _C.matmul(weights, v)  # [N*H, L, hd]
-        out = out.transpose(0, 1).reshape(L, N, E)
-        out = _C.linear(out, self.out_proj.weight, self.out_proj.bias)
+        out, weights = F.multi_head_attention_forward(
+            query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
+            self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
+            self.out_proj.weight, self.out_proj.bias, training=self.training,
+            key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
+            use_separate_proj_weight=not self._qkv_same_embed_dim,
+            q_proj_weight=self.q_proj_weight, k_proj_weight=self.k_proj_weight,
+            v_proj_weight=self.v_proj_weight, average_attn_weights=average_attn_weights)
         if batched and self.batch_first:
             out = out.transpose(0, 1)
-        elif not batched:
-            out = out.squeeze(1)
-        if not need_weights:
-            return out, None
-        weights = weights.reshape(N, H, L, S)
-        if average_attn_weights:
-            weights = weights.mean(1)
-        if not batched:
-            weights = weights.squeeze(0)
         return out, weights
 
 
