@@ -161,3 +161,12 @@ def test_lazy_modules_and_cross_map_lrn():
     assert list(ki.state_dict()) == list(ti.state_dict())
     img = rng.standard_normal((2, 6, 3, 3)).astype(np.float32)
     close(nn.CrossMapLRN2d(3, 1e-2)(kt(img)), torch.nn.CrossMapLRN2d(3, 1e-2)(torch.tensor(img)))
+
+
+def test_conv_tbc():
+    x = rng.standard_normal((7, 2, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 4)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    for pad in (0, 1):
+        close(F.conv_tbc(kt(x), kt(w), kt(b), pad),
+              TF.conv_tbc(torch.tensor(x), torch.tensor(w), torch.tensor(b), pad))

@@ -206,3 +206,66 @@ def test_default_initialization_is_torchs():
     assert np.abs(b).max() <= 1 / np.sqrt(fan_in)
     e = nn.Embedding(1000, 64, padding_idx=0).weight.detach().numpy()
     assert abs(e[1:].std() - 1) < 0.02 and np.all(e[0] == 0)
+
+
+def test_weight_norm_and_spectral_norm_match_torch():
+    torch.manual_seed(0)
+    x = np.random.default_rng(1).standard_normal((4, 5)).astype(np.float32)
+    for dim in (0, None):
+        tm = torch.nn.utils.weight_norm(torch.nn.Linear(5, 3), dim=dim)
+        km = nn.utils.weight_norm(nn.Linear(5, 3), dim=dim)
+        assert list(km.state_dict()) == list(tm.state_dict())
+        km.load_state_dict({n: kt(v.detach().numpy()) for n, v in tm.state_dict().items()})
+        to, ko = tm(torch.tensor(x)), km(kt(x))
+        np.testing.assert_allclose(ko.detach().numpy(), to.detach().numpy(), rtol=1e-5, atol=1e-6)
+        to.sum().backward()
+        ko.sum().backward()
+        np.testing.assert_allclose(km.weight_g.grad.numpy(), tm.weight_g.grad.numpy(), rtol=1e-4,
+                                   atol=1e-6)
+        nn.utils.remove_weight_norm(km)
+        assert list(km.state_dict()) == ["bias", "weight"]
+    tm = torch.nn.utils.spectral_norm(torch.nn.Linear(5, 3))
+    km = nn.utils.spectral_norm(nn.Linear(5, 3))
+    assert list(km.state_dict()) == list(tm.state_dict())
+    km.load_state_dict({n: kt(v.detach().numpy()) for n, v in tm.state_dict().items()})
+    for train in (True, True, False):   # power iterations in training, none in eval
+        tm.train(train), km.train(train)
+        to, ko = tm(torch.tensor(x)), km(kt(x))
+        np.testing.assert_allclose(ko.detach().numpy(), to.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(km.weight_u.numpy(), tm.weight_u.numpy(), rtol=1e-4, atol=1e-6)
+    nn.utils.remove_spectral_norm(km)
+    assert "weight" in km.state_dict()
+
+
+def test_fuse_conv_bn_and_skip_init():
+    torch.manual_seed(0)
+    tc, tb = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+    tb.running_mean.uniform_(-1, 1), tb.running_var.uniform_(0.5, 2)
+    kc, kb = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+    kc.load_state_dict({n: kt(v.detach().numpy()) for n, v in tc.state_dict().items()})
+    kb.load_state_dict({n: kt(v.detach().numpy()) for n, v in tb.state_dict().items()})
+    for m in (tc, tb, kc, kb):
+        m.eval()
+    x = np.random.default_rng(2).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    to = torch.nn.utils.fuse_conv_bn_eval(tc, tb)(torch.tensor(x))
+    fused = nn.utils.fuse_conv_bn_eval(kc, kb)
+    np.testing.assert_allclose(fused(kt(x)).detach().numpy(), to.detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(fused(kt(x)).detach().numpy(), kb(kc(kt(x))).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+    m = nn.utils.skip_init(nn.Linear, 3, 2)
+    assert isinstance(m, nn.Linear) and tuple(m.weight.shape) == (2, 3)
+
+
+def test_load_state_dict_post_hook_can_clear_keys():
+    m = nn.Sequential(nn.Linear(2, 2))
+    seen = []
+
+    def hook(module, keys):
+        seen.append(list(keys.unexpected_keys))
+        keys.unexpected_keys.clear()     # accepted, as torch lets a hook do
+    m.register_load_state_dict_post_hook(hook)
+    sd = dict(m.state_dict())
+    sd["stale"] = kiln.zeros(1)
+    m.load_state_dict(sd)
+    assert seen == [["stale"]]

@@ -403,6 +403,13 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     return _reduce(loss, reduction, "triplet_margin_with_distance_loss")
 
 
+def conv_tbc(input, weight, bias, pad=0):
+    """1-D convolution over time-major input [T, B, C_in] with weight [K, C_in, C_out]."""
+    x = input.permute(1, 2, 0)                                   # [B, C_in, T]
+    y = _C.conv1d(x, weight.permute(2, 1, 0), bias, 1, pad)      # [B, C_out, T']
+    return y.permute(2, 0, 1)
+
+
 def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
     return rrelu(input, lower, upper, training, True)
 

@@ -1,6 +1,6 @@
 """The module classes of kiln.nn, one file per concept as torch.nn.modules."""
 from .module import Module, Parameter, _CppModule  # noqa: F401
-from .container import (ModuleDict, ModuleList, ParameterDict, ParameterList,  # noqa: F401
+from .container import (Container, ModuleDict, ModuleList, ParameterDict, ParameterList,  # noqa: F401
                         Sequential)
 from .activation import (CELU, ELU, GELU, GLU, SELU, Hardshrink, Hardsigmoid,  # noqa: F401
                          Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU,

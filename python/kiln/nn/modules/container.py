@@ -14,6 +14,18 @@ def _index(i, n, who):
     return i % n
 
 
+class Container(Module):
+    """torch's deprecated container: Container(name=module, ...)."""
+
+    def __init__(self, **kwargs):
+        super().__init__()
+        import warnings
+        warnings.warn("nn.Container is deprecated. All of it's functionality is now implemented "
+                      "in nn.Module. Subclass that instead.", stacklevel=2)
+        for key, value in kwargs.items():
+            self.add_module(key, value)
+
+
 class Sequential(Module):
     """Modules applied in order: Sequential(m0, m1, ...) or Sequential(OrderedDict(name=m))."""
 

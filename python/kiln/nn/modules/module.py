@@ -235,6 +235,13 @@ class Module:
         """hook(module, input_tuple) before forward; a non-None result replaces the input."""
         return self._add_hook(self._forward_pre_hooks, hook)
 
+    def register_load_state_dict_post_hook(self, hook):
+        """hook(module, incompatible_keys) after load_state_dict; it may edit the key lists
+        (which strict checking then sees), as torch's."""
+        if "_load_state_dict_post_hooks" not in self.__dict__:
+            object.__setattr__(self, "_load_state_dict_post_hooks", OrderedDict())
+        return self._add_hook(self._load_state_dict_post_hooks, hook)
+
     # ---- traversal (torch's order: a module's own entries, then each child's) ----
     def _local_parameters(self):
         return self._parameters.items()
@@ -437,6 +444,10 @@ class Module:
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
+        result = _IncompatibleKeys(missing, unexpected)
+        for m in self.modules():
+            for hook in list(m.__dict__.get("_load_state_dict_post_hooks", {}).values()):
+                hook(m, result)
         if strict and (missing or unexpected):
             raise _C.Error(f"[load_state_dict] Error(s) in loading state_dict for "
                            f"{type(self).__name__}: missing keys {missing}, unexpected keys "
@@ -453,7 +464,7 @@ class Module:
         for k, v in vals.items():
             dst = own[k].detach()
             dst.copy_(v if v.dtype == dst.dtype else v.to(dst.dtype))
-        return _IncompatibleKeys(missing, unexpected)
+        return result
 
     # ---- copying ----
     def __deepcopy__(self, memo):
