@@ -170,3 +170,25 @@ def test_conv_tbc():
     for pad in (0, 1):
         close(F.conv_tbc(kt(x), kt(w), kt(b), pad),
               TF.conv_tbc(torch.tensor(x), torch.tensor(w), torch.tensor(b), pad))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_fractional_max_pool(n):
+    shape = (2, 3, 9, 8) if n == 2 else (2, 3, 7, 6, 8)
+    x = rng.standard_normal(shape).astype(np.float32)
+    samples = rng.random((2, 3, n)).astype(np.float32)
+    out = (4,) * n if n == 2 else (3, 3, 4)
+    tfn = getattr(TF, f"fractional_max_pool{n}d")
+    kfn = getattr(F, f"fractional_max_pool{n}d")
+    tx, kx = torch.tensor(x, requires_grad=True), kt(x, True)
+    to, ti = tfn(tx, 2, output_size=out, return_indices=True,
+                 _random_samples=torch.tensor(samples))
+    ko, ki = kfn(kx, 2, output_size=out, return_indices=True, _random_samples=kt(samples))
+    close(ko, to)
+    np.testing.assert_array_equal(ki.numpy(), ti.numpy())
+    to.sum().backward()
+    ko.sum().backward()
+    close(kx.grad, tx.grad)
+    m = getattr(nn, f"FractionalMaxPool{n}d")(3, output_ratio=0.5)
+    assert tuple(m(kt(x)).shape) == tuple(getattr(torch.nn, f"FractionalMaxPool{n}d")(
+        3, output_ratio=0.5)(torch.tensor(x)).shape)

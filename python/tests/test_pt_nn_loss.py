@@ -122,3 +122,24 @@ def test_constructor_arguments_are_torchs():
             assert ours[k].default == theirs[k].default, (name, k)
     with pytest.raises(ValueError):
         nn.MSELoss(reduction="avg")(kt(X), kt(Y))
+
+
+def test_adaptive_log_softmax_with_loss():
+    torch.manual_seed(0)
+    tm = torch.nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 12], div_value=2.0, head_bias=True)
+    km = nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 12], div_value=2.0, head_bias=True)
+    assert list(km.state_dict()) == list(tm.state_dict())
+    km.load_state_dict({k: kt(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    x = rng.standard_normal((7, 8)).astype(np.float32)
+    y = np.array([0, 4, 5, 11, 12, 19, 3], np.int64)
+    tx, kx = tt(x, True), kt(x, True)
+    to, ko = tm(tx, torch.tensor(y)), km(kx, kt(y))
+    np.testing.assert_allclose(ko.output.detach().numpy(), to.output.detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(ko.loss.item(), to.loss.item(), rtol=1e-5)
+    to.loss.backward()
+    ko.loss.backward()
+    np.testing.assert_allclose(kx.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(km.log_prob(kt(x)).detach().numpy(),
+                               tm.log_prob(tt(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(km.predict(kt(x)).numpy(), tm.predict(tt(x)).numpy())

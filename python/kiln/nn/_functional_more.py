@@ -425,3 +425,92 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     if not batched:
         weights = weights.squeeze(0)
     return out, weights
+
+
+def _fractional_sequences(samples, in_size, out_size, pool):
+    """torch's generate_intervals in float32 for every plane: [N, C, out] window starts."""
+    N, C = samples.shape[0], samples.shape[1]
+    if out_size > 1:
+        alpha = _C.tensor(float(in_size - pool), dtype=_C.float32) / float(out_size - 1)
+        i = _C.arange(out_size - 1, dtype=_C.float32).reshape(1, 1, -1)
+        s = samples.unsqueeze(-1)
+        head = _C.floor((i + s) * alpha) - _C.floor(s * alpha)
+        tail = _C.full([N, C, 1], float(in_size - pool), dtype=_C.float32)
+        return _C.cat([head, tail], 2).to(_C.int64)
+    return _C.full([N, C, out_size], float(in_size - pool), dtype=_C.float32).to(_C.int64)
+
+
+def _fractional_max_pool(name, input, kernel_size, output_size, output_ratio, return_indices,
+                         _random_samples, n):
+    batched = input.dim() == n + 2
+    if input.dim() not in (n + 1, n + 2):
+        raise _C.ValueError(f"[{name}] expects a {n + 1}-D or {n + 2}-D input, got shape "
+                            f"{tuple(input.shape)}")
+    x = input if batched else input.unsqueeze(0)
+    N, C = x.shape[0], x.shape[1]
+    sizes = list(x.shape[2:])
+    k = list(kernel_size) if isinstance(kernel_size, (tuple, list)) else [kernel_size] * n
+    if output_size is None:
+        if output_ratio is None:
+            raise _C.ValueError(f"[{name}] requires specifying either an output_size or an "
+                                f"output_ratio")
+        r = list(output_ratio) if isinstance(output_ratio, (tuple, list)) else [output_ratio] * n
+        out = [int(s * q) for s, q in zip(sizes, r)]
+    else:
+        out = list(output_size) if isinstance(output_size, (tuple, list)) else [output_size] * n
+    for s, o, kk in zip(sizes, out, k):
+        if o + kk - 1 > s:
+            raise _C.ValueError(f"[{name}] output_size {out} too large for kernel {k} and input "
+                                f"{sizes}")
+    samples = _random_samples if _random_samples is not None else \
+        _C.rand(N, C, n, dtype=_C.float32)
+    samples = samples.to(_C.float32)
+    # torch's samples: 2-D takes [..., 0] for the width and [..., 1] for the height; 3-D takes
+    # them in dim order (time, height, width).
+    order = [1, 0] if n == 2 else list(range(n))
+    seqs = [_fractional_sequences(samples[:, :, order[d]], sizes[d], out[d], k[d])
+            for d in range(n)]
+    # Flat input index of every (output position, kernel offset): [N, C, *out, *k].
+    idx = None
+    stride = 1
+    for d in reversed(range(n)):
+        shape = [N, C] + [out[e] if e == d else 1 for e in range(n)] + [1] * n
+        start = seqs[d].reshape(shape)
+        off_shape = [1, 1] + [1] * n + [k[e] if e == d else 1 for e in range(n)]
+        pos = (start + _C.arange(k[d]).reshape(off_shape)) * stride
+        idx = pos if idx is None else idx + pos
+        stride *= sizes[d]
+    full = [N, C] + out + k
+    idx = idx.expand(*full).reshape(N, C, -1)
+    vals = _C.gather(x.reshape(N, C, -1), 2, idx).reshape([N, C] + out + [-1])
+    best, arg = vals.max(-1)
+    y = best if batched else best.squeeze(0)
+    if not return_indices:
+        return y
+    flat_idx = _C.gather(idx.reshape([N, C] + out + [-1]), -1, arg.unsqueeze(-1)).squeeze(-1)
+    return y, (flat_idx if batched else flat_idx.squeeze(0))
+
+
+def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=None,
+                          return_indices=False, _random_samples=None):
+    """Max pooling over pseudo-random, overlapping windows (torch's fractional max pooling)."""
+    return _fractional_max_pool("fractional_max_pool2d", input, kernel_size, output_size,
+                                output_ratio, return_indices, _random_samples, 2)
+
+
+def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=None,
+                          return_indices=False, _random_samples=None):
+    return _fractional_max_pool("fractional_max_pool3d", input, kernel_size, output_size,
+                                output_ratio, return_indices, _random_samples, 3)
+
+
+def fractional_max_pool2d_with_indices(input, kernel_size, output_size=None, output_ratio=None,
+                                       return_indices=False, _random_samples=None):
+    return fractional_max_pool2d(input, kernel_size, output_size, output_ratio, True,
+                                 _random_samples)
+
+
+def fractional_max_pool3d_with_indices(input, kernel_size, output_size=None, output_ratio=None,
+                                       return_indices=False, _random_samples=None):
+    return fractional_max_pool3d(input, kernel_size, output_size, output_ratio, True,
+                                 _random_samples)

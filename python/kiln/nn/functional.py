@@ -415,6 +415,8 @@ def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
 
 
 from ._functional_more import (affine_grid, channel_shuffle, ctc_loss,  # noqa: E402,F401
-                               embedding_bag, grid_sample, gumbel_softmax,
+                               embedding_bag, fractional_max_pool2d,
+                               fractional_max_pool2d_with_indices, fractional_max_pool3d,
+                               fractional_max_pool3d_with_indices, grid_sample, gumbel_softmax,
                                multi_head_attention_forward, multilabel_margin_loss,
                                native_channel_shuffle, pdist)

@@ -132,13 +132,12 @@ def dirac_(tensor, groups=1):
         raise _C.ValueError("[dirac_] dim 0 must be divisible by groups")
     out_per = shape[0] // groups
     min_dim = min(out_per, shape[1])
-    import numpy as np
-    w = np.zeros(shape, dtype=np.float64)
+    w = _C.zeros(*shape, dtype=_float(tensor))
+    centre = tuple(s // 2 for s in shape[2:])
     for g in range(groups):
         for i in range(min_dim):
-            idx = (g * out_per + i, i) + tuple(s // 2 for s in shape[2:])
-            w[idx] = 1
-    return _fill(tensor, _C.tensor(w))
+            w[(g * out_per + i, i) + centre] = 1.0
+    return _fill(tensor, w)
 
 
 def xavier_uniform_(tensor, gain=1.0):

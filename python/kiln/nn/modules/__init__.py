@@ -21,3 +21,4 @@ from .transformer import (MoE, MultiheadAttention, Transformer,  # noqa: F401
                           TransformerBlock, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer)
 from .lazy import *  # noqa: F401,F403
+from .adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: F401

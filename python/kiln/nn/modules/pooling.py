@@ -205,6 +205,39 @@ ConstantPad2d = _pad_class("ConstantPad2d", "constant", 2, True)
 ConstantPad3d = _pad_class("ConstantPad3d", "constant", 3, True)
 
 
+class FractionalMaxPool2d(Module):
+    """Max pooling over pseudo-random overlapping windows; output_size or output_ratio."""
+    _fn = staticmethod(F.fractional_max_pool2d)
+    _n = 2
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                 _random_samples=None):
+        super().__init__()
+        if output_size is None and output_ratio is None:
+            raise _C.ValueError(f"[{type(self).__name__}] requires specifying either an "
+                                f"output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise _C.ValueError(f"[{type(self).__name__}] only one of output_size and "
+                                f"output_ratio may be specified")
+        ratio = _ntuple(output_ratio, self._n) if output_ratio is not None else None
+        if ratio is not None and not all(0 < r < 1 for r in ratio):
+            raise _C.ValueError(f"[{type(self).__name__}] output_ratio must be between 0 and "
+                                f"1 (got {output_ratio})")
+        self.kernel_size = _ntuple(kernel_size, self._n)
+        self.output_size = _ntuple(output_size, self._n) if output_size is not None else None
+        self.output_ratio, self.return_indices = ratio, return_indices
+        self.register_buffer("_random_samples", _random_samples)
+
+    def forward(self, input):
+        return type(self)._fn(input, self.kernel_size, self.output_size, self.output_ratio,
+                              self.return_indices, _random_samples=self._random_samples)
+
+
+class FractionalMaxPool3d(FractionalMaxPool2d):
+    _fn = staticmethod(F.fractional_max_pool3d)
+    _n = 3
+
+
 class CrossMapLRN2d(Module):
     """Local response normalization across the channels of a 4-D input, with the channel
     windows of torch's legacy running-sum implementation (near the first channels they are not
