@@ -269,3 +269,16 @@ def test_load_state_dict_post_hook_can_clear_keys():
     sd["stale"] = kiln.zeros(1)
     m.load_state_dict(sd)
     assert seen == [["stale"]]
+
+
+def test_frozen_parameter_stays_a_parameter():
+    # The pretrained-embedding pattern: a Parameter that does not require grad.
+    emb = nn.Embedding(4, 3)
+    emb.weight = nn.Parameter(kiln.ones(4, 3), requires_grad=False)
+    assert "weight" in emb.state_dict() and isinstance(emb.weight, nn.Parameter)
+    assert not emb.weight.requires_grad
+    assert [n for n, _ in emb.named_parameters()] == ["weight"]
+    import copy
+    twin = copy.deepcopy(emb)
+    assert isinstance(twin.weight, nn.Parameter) and twin.weight is not emb.weight
+    assert not isinstance(kiln.ones(2), nn.Parameter)

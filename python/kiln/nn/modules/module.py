@@ -1,6 +1,7 @@
 """kiln.nn.Module and Parameter: subclassable in Python as torch.nn.Module is (write forward,
 assign parameters and submodules as attributes), with torch's traversal order, state_dict key
 names, dtype/device moves and hooks; _CppModule puts a Kiln C++ module inside such a tree."""
+import weakref
 from collections import OrderedDict, namedtuple
 
 from ... import _C
@@ -8,22 +9,39 @@ from ... import _C
 Tensor = _C.Tensor
 
 
+# The tensors nn.Parameter made, by id, each with a weak reference that drops its entry when
+# the tensor goes: Kiln has one tensor type, so this is how a Parameter(requires_grad=False)
+# (a frozen weight) is still known as a parameter.
+_PARAMETERS = {}
+
+
+def _mark_parameter(t):
+    key = id(t)
+    _PARAMETERS[key] = weakref.ref(t, lambda _, key=key: _PARAMETERS.pop(key, None))
+
+
+def _is_marked(obj):
+    ref = _PARAMETERS.get(id(obj))
+    return ref is not None and ref() is obj
+
+
 class _ParameterMeta(type):
-    # Kiln has one tensor type: a parameter is a leaf tensor that requires grad, so
-    # isinstance(t, nn.Parameter) asks exactly that (what torch programs' init loops test).
+    # isinstance(t, nn.Parameter): a tensor nn.Parameter made, or any leaf tensor that
+    # requires grad (what torch programs' init loops test).
     def __instancecheck__(cls, obj):
-        return isinstance(obj, Tensor) and obj.requires_grad and obj.is_leaf
+        return isinstance(obj, Tensor) and ((obj.requires_grad and obj.is_leaf) or _is_marked(obj))
 
 
 class Parameter(metaclass=_ParameterMeta):
-    """Parameter(data=None, requires_grad=True): a leaf tensor (sharing data's memory) that
-    requires grad; assigned to a Module attribute it is a parameter."""
+    """Parameter(data=None, requires_grad=True): a leaf tensor (sharing data's memory);
+    assigned to a Module attribute it is a parameter, even with requires_grad=False."""
 
     def __new__(cls, data=None, requires_grad=True):
         if data is None:
             data = _C.empty(0)
         t = data.detach()
         t.requires_grad_(requires_grad)
+        _mark_parameter(t)
         return t
 
 
@@ -97,7 +115,8 @@ class Module:
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign before Module.__init__() call")
         params, bufs, mods = self._parameters, self._buffers, self._modules
-        if isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
+        if isinstance(value, Tensor) and ((value.requires_grad and value.is_leaf)
+                                          or _is_marked(value)):
             bufs.pop(name, None), mods.pop(name, None), self.__dict__.pop(name, None)
             params[name] = value
         elif isinstance(value, Module):
@@ -146,8 +165,8 @@ class Module:
             if not isinstance(param, Tensor):
                 raise _C.TypeError(f"[Module.register_parameter] '{name}': expected a tensor "
                                    f"(nn.Parameter) or None, got {type(param).__name__}")
-            if not param.requires_grad:
-                param.requires_grad_(True)
+            if not param.requires_grad and not _is_marked(param):
+                param.requires_grad_(True)  # a plain tensor becomes a trainable parameter
         self._buffers.pop(name, None), self._modules.pop(name, None)
         self._parameters[name] = param
 
@@ -358,6 +377,7 @@ class Module:
                 continue
             newp = q.detach()
             newp.requires_grad_(p.requires_grad)
+            _mark_parameter(newp)
             if p.grad is not None:
                 newp.grad = fn(p.grad).detach()
             self._parameters[n] = newp
@@ -480,6 +500,8 @@ class Module:
                         c = t.detach().clone()
                         if t.requires_grad:
                             c.requires_grad_(True)
+                        if store is m._parameters:
+                            _mark_parameter(c)
                         memo[id(t)] = c
         new = type(self).__new__(type(self))
         memo[id(self)] = new
