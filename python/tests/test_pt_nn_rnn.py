@@ -151,3 +151,21 @@ def test_state_dict_names_and_repr():
     assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
     with pytest.raises(ValueError):
         km(kt(np.zeros((2, 3, 5), np.float32)))  # wrong input_size
+
+
+def test_dynamic_length_under_jit_runs_the_cpp_loop():
+    # jit marks a changing sequence length dynamic; the Python step loop cannot count the
+    # steps then, so the module runs Kiln's C++ RNN (a while_loop) on the same parameters.
+    lstm = nn.LSTM(4, 6, num_layers=2, batch_first=True)
+
+    @kiln.jit
+    def f(x):
+        out, (h, c) = lstm(x)
+        return out.sum() + h.sum()
+
+    for T in (5, 6, 9):
+        x = kt(rng.standard_normal((3, T, 4)).astype(np.float32))
+        eager = lstm(x)
+        ref = eager[0].sum() + eager[1][0].sum()
+        np.testing.assert_allclose(f(x).item(), ref.item(), rtol=1e-4)
+    assert "_cpp_rnn" in lstm.__dict__   # the dynamic-length path ran

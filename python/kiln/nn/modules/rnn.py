@@ -171,6 +171,8 @@ class RNNBase(Module):
         dirs = 2 if self.bidirectional else 1
         B = x.shape[1]
         real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
+        if x.shape[0] is None or x.shape[0] < 0:  # a time dim known only at run time (a graph, or jit's dynamic dims)
+            return self._dynamic_length_forward(x, hx, batched, name)
         h0, c0 = self._initial_state(hx, batched, B, real_hidden, x.dtype, name)
         layer_in = x
         hs, cs = [], []
@@ -203,6 +205,34 @@ class RNNBase(Module):
         elif self.batch_first:
             output = output.transpose(0, 1)
         return output, ((h_n, c_n) if self.mode == "LSTM" else h_n)
+
+    def _dynamic_length_forward(self, x, hx, batched, name):
+        """Kiln's C++ RNN on this module's parameters: it builds the steps as one while_loop
+        when the length is symbolic, where a Python loop cannot count the steps."""
+        if self.bidirectional or self.proj_size or (self.dropout and self.training) \
+                or not batched:
+            raise _C.ValueError(f"[{name}] a time dim of unknown length (a graph or a jit trace "
+                                f"with dynamic dims) needs a batched, unidirectional {name} "
+                                f"without proj_size or training dropout; got "
+                                f"{self.extra_repr()}")
+        cpp = self.__dict__.get("_cpp_rnn")
+        if cpp is None:
+            if self.mode == "LSTM":
+                cpp = _C.nn.LSTM(self.input_size, self.hidden_size, self.num_layers, self.bias)
+            elif self.mode == "GRU":
+                cpp = _C.nn.GRU(self.input_size, self.hidden_size, self.num_layers, self.bias)
+            else:
+                cpp = _C.nn.RNN(self.input_size, self.hidden_size, self.num_layers,
+                                self.nonlinearity, self.bias)
+            object.__setattr__(self, "_cpp_rnn", cpp)
+        swap = _C.nn.ParameterSwap(cpp, self._flat_weights)
+        try:
+            out, state = cpp(x, tuple(hx) if isinstance(hx, list) else hx)
+        finally:
+            swap.close()
+        if self.batch_first:
+            out = out.transpose(0, 1)
+        return out, state
 
     def _permute_hidden(self, hx, perm):
         if isinstance(hx, tuple):
