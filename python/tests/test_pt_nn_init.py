@@ -55,7 +55,8 @@ def test_distributions_match_torch(name, args, kwargs):
     assert kstd == pytest.approx(tstd, rel=0.02)
     assert kmean == pytest.approx(tmean, abs=0.02 * tstd + 1e-3)
     if "uniform" in name or name == "trunc_normal_":
-        assert kmin == pytest.approx(tmin, abs=0.01 * tstd) and kmax == pytest.approx(tmax, abs=0.01 * tstd)
+        assert kmin == pytest.approx(tmin, abs=0.01 * tstd)
+        assert kmax == pytest.approx(tmax, abs=0.01 * tstd)
 
 
 def test_constant_eye_dirac_orthogonal_sparse():

@@ -22,7 +22,8 @@ def build(lib):
     class Net(lib.nn.Module):
         def __init__(self):
             super().__init__()
-            self.convs = lib.nn.ModuleDict({"a": lib.nn.Conv2d(1, 2, 3), "b": lib.nn.Conv1d(2, 2, 1)})
+            self.convs = lib.nn.ModuleDict({"a": lib.nn.Conv2d(1, 2, 3),
+                                            "b": lib.nn.Conv1d(2, 2, 1)})
             self.ps = lib.nn.ParameterList([lib.nn.Parameter(lib.ones(2)),
                                             lib.nn.Parameter(lib.zeros(3))])
             self.pd = lib.nn.ParameterDict({"x": lib.nn.Parameter(lib.ones(1))})
@@ -282,3 +283,93 @@ def test_frozen_parameter_stays_a_parameter():
     twin = copy.deepcopy(emb)
     assert isinstance(twin.weight, nn.Parameter) and twin.weight is not emb.weight
     assert not isinstance(kiln.ones(2), nn.Parameter)
+
+
+# (class, positional args, keyword args, input shape | "idx" | "pair" | None for two [2, 3])
+LAYER_CASES = [
+ ("Conv1d", (3, 4, 3), dict(padding=2, padding_mode="reflect"), (2, 3, 9)),
+ ("Conv2d", (3, 4, 3), dict(padding="same", dilation=2), (2, 3, 9, 9)),
+ ("Conv2d", (4, 4, (3, 2)), dict(stride=2, groups=2, padding_mode="circular", padding=1),
+  (2, 4, 9, 9)),
+ ("Conv3d", (2, 3, 2), dict(padding=1, padding_mode="replicate"), (1, 2, 5, 5, 5)),
+ ("ConvTranspose1d", (3, 2, 3), dict(stride=2, output_padding=1), (2, 3, 7)),
+ ("ConvTranspose2d", (3, 2, 3), dict(stride=2, padding=1, dilation=2), (2, 3, 5, 5)),
+ ("ConvTranspose3d", (2, 2, 2), dict(stride=2), (1, 2, 3, 3, 3)),
+ ("BatchNorm1d", (4,), dict(momentum=None), (6, 4)),
+ ("BatchNorm2d", (4,), dict(affine=False), (3, 4, 5, 5)),
+ ("BatchNorm3d", (2,), dict(), (3, 2, 3, 3, 3)),
+ ("GroupNorm", (2, 4), dict(), (3, 4, 5)),
+ ("LayerNorm", ((5, 5),), dict(), (3, 4, 5, 5)),
+ ("InstanceNorm2d", (4,), dict(affine=True, track_running_stats=True), (3, 4, 5, 5)),
+ ("PReLU", (4,), dict(), (2, 4, 3)),
+ ("Softmax2d", (), dict(), (2, 3, 4, 4)),
+ ("LogSoftmax", (1,), dict(), (2, 3, 4)),
+ ("Softmin", (1,), dict(), (2, 3)),
+ ("Bilinear", (3, 3, 5), dict(), None),
+ ("Upsample", (), dict(scale_factor=2, mode="bilinear", align_corners=False), (1, 2, 3, 3)),
+ ("UpsamplingBilinear2d", (), dict(scale_factor=2), (1, 2, 3, 3)),
+ ("MaxPool2d", (3,), dict(stride=2, ceil_mode=True, padding=1), (1, 2, 8, 8)),
+ ("AvgPool2d", (3,), dict(stride=2, count_include_pad=False, padding=1), (1, 2, 8, 8)),
+ ("AdaptiveAvgPool2d", ((2, 3),), dict(), (1, 2, 7, 8)),
+ ("AdaptiveMaxPool1d", (3,), dict(), (1, 2, 7)),
+ ("ReflectionPad2d", ((1, 2, 0, 1),), dict(), (1, 2, 4, 4)),
+ ("ConstantPad1d", (2, 3.5), dict(), (1, 2, 4)),
+ ("ZeroPad2d", (1,), dict(), (1, 2, 3, 3)),
+ ("Unfold", (2,), dict(stride=1), (1, 2, 4, 4)),
+ ("PixelShuffle", (2,), dict(), (1, 8, 2, 2)),
+ ("Hardshrink", (0.3,), dict(), (3, 4)),
+ ("Softshrink", (0.3,), dict(), (3, 4)),
+ ("Threshold", (0.1, 20.0), dict(), (3, 4)),
+ ("RReLU", (), dict(), (3, 4)),
+ ("CELU", (0.5,), dict(), (3, 4)),
+ ("Softplus", (2, 5), dict(), (3, 4)),
+ ("GLU", (), dict(), (3, 4)),
+ ("Unflatten", (1, (2, 2)), dict(), (3, 4)),
+ ("Flatten", (0,), dict(), (3, 4, 2)),
+ ("Embedding", (10, 3), dict(padding_idx=1, max_norm=1.0), "idx"),
+ ("LocalResponseNorm", (3,), dict(), (2, 5, 3, 3)),
+ ("CosineSimilarity", (), dict(), "pair"),
+ ("PairwiseDistance", (), dict(), "pair"),
+ ("Identity", (3,), dict(foo=1), (2, 2)),
+]
+
+
+@pytest.mark.parametrize("name,args,kw,shape", LAYER_CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(LAYER_CASES)])
+def test_layer_matches_torch(name, args, kw, shape):
+    """torch's state_dict loads, repr is torch's, and in train and eval mode outputs, input
+    and parameter gradients and updated buffers are torch's."""
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    tm, km = getattr(torch.nn, name)(*args, **kw), getattr(nn, name)(*args, **kw)
+    assert list(km.state_dict()) == list(tm.state_dict())
+    km.load_state_dict({k: kt(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    assert repr(km) == repr(tm)
+    for mode in ("train", "eval"):
+        getattr(tm, mode)(), getattr(km, mode)()
+        if name == "RReLU" and mode == "train":
+            continue   # random slopes
+        if shape == "idx":
+            ins = [np.array([[1, 2, 3], [4, 1, 9]])]
+        elif shape == "pair":
+            ins = [rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2)]
+        elif shape is None:
+            ins = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2)]
+        else:
+            ins = [rng.standard_normal(shape).astype(np.float32)]
+        tin = [torch.tensor(a, requires_grad=a.dtype == np.float32) for a in ins]
+        kin = [kt(a, a.dtype == np.float32) for a in ins]
+        to, ko = tm(*tin), km(*kin)
+        np.testing.assert_allclose(ko.detach().numpy(), to.detach().numpy(), rtol=1e-4, atol=1e-5)
+        (to * to).sum().backward()
+        (ko * ko).sum().backward()
+        for a, b in zip(kin, tin):
+            if b.grad is not None:
+                np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-3, atol=1e-4)
+        kp = dict(km.named_parameters())
+        for n, p in tm.named_parameters():
+            np.testing.assert_allclose(kp[n].grad.numpy(), p.grad.numpy(), rtol=1e-3, atol=1e-4,
+                                       err_msg=n)
+        kb = dict(km.named_buffers())
+        for n, b in tm.named_buffers():
+            np.testing.assert_allclose(kb[n].numpy(), b.numpy(), rtol=1e-4, atol=1e-5, err_msg=n)

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Writes docs/pytorch_coverage.md: for each function, Tensor method, nn module (with its
 constructor arguments), initializer, optimizer, scheduler, data utility and device call a PyTorch
-program reaches for, Kiln's Python name or "missing". The lists come from the installed torch 1.13 (Debian's python3-torch),
-not from a hand-kept table, so the page cannot silently leave a function out, and Kiln's side
-is looked up in the built package, so it cannot claim a name that does not exist.
+program reaches for, Kiln's Python name or "missing". The lists come from the installed torch
+1.13 (Debian's python3-torch), not from a hand-kept table, so the page cannot silently leave a
+name out, and Kiln's side is looked up in the built package, so it cannot claim a name that
+does not exist.
 python/tests/test_coverage.py regenerates the page and fails when it differs from the file.
 
 Run after a build: PYTHONPATH=build/release/python python3 python/tools/gen_coverage.py
@@ -60,7 +61,8 @@ def onnx17_torch_names():
 
 def linalg_names():
     return sorted(n for n in dir(torch.linalg) if not n.startswith("_")
-                  and callable(getattr(torch.linalg, n)) and not inspect.isclass(getattr(torch.linalg, n)))
+                  and callable(getattr(torch.linalg, n))
+                  and not inspect.isclass(getattr(torch.linalg, n)))
 
 
 def _public(space, keep):
@@ -96,7 +98,8 @@ def nn_utils_names():
 
 
 def optim_names():
-    return _public(torch.optim, lambda o: inspect.isclass(o) and issubclass(o, torch.optim.Optimizer))
+    return _public(torch.optim,
+                   lambda o: inspect.isclass(o) and issubclass(o, torch.optim.Optimizer))
 
 
 def lr_scheduler_names():
@@ -188,7 +191,8 @@ SECTIONS = [
     ("torch", "torch ops that ONNX opset 17 exports", onnx17_torch_names,
      "The `torch.<op>` functions for which torch 1.13's ONNX exporter has a symbolic function "
      "at opset 17 or below: the math a model that deploys through ONNX may use."),
-    ("linalg", "torch.linalg", linalg_names, "Every public function of `torch.linalg` (torch 1.13)."),
+    ("linalg", "torch.linalg", linalg_names,
+     "Every public function of `torch.linalg` (torch 1.13)."),
     ("tensor", "torch.Tensor methods and attributes", tensor_names,
      "Every public attribute of `torch.Tensor` (torch 1.13): methods and properties."),
     ("nn", "torch.nn modules", nn_module_names,
@@ -197,7 +201,8 @@ SECTIONS = [
     ("module", "torch.nn.Module methods", nn_module_method_names,
      "Every public method of `torch.nn.Module` (torch 1.13)."),
     ("init", "torch.nn.init", nn_init_names,
-     "Every function of `torch.nn.init` (torch 1.13), the deprecated spellings without `_` included."),
+     "Every function of `torch.nn.init` (torch 1.13), the deprecated spellings without `_` "
+     "included."),
     ("nn_utils", "torch.nn.utils", nn_utils_names,
      "Every public function of `torch.nn.utils` (torch 1.13)."),
     ("optim", "torch.optim optimizers", optim_names,

@@ -1,14 +1,14 @@
 """The module classes of kiln.nn, one file per concept as torch.nn.modules."""
 from .module import Module, Parameter, _CppModule  # noqa: F401
-from .container import (Container, ModuleDict, ModuleList, ParameterDict, ParameterList,  # noqa: F401
-                        Sequential)
+from .container import (Container, ModuleDict, ModuleList, ParameterDict,  # noqa: F401
+                        ParameterList, Sequential)
 from .activation import (CELU, ELU, GELU, GLU, SELU, Hardshrink, Hardsigmoid,  # noqa: F401
                          Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU,
                          ReLU, ReLU6, RReLU, Sigmoid, SiLU, Softmax, Softmax2d, Softmin,
                          Softplus, Softshrink, Softsign, Tanh, Tanhshrink, Threshold)
 from .linear import (AlphaDropout, Bilinear, Dropout, Dropout1d, Dropout2d,  # noqa: F401
-                     Dropout3d, Embedding, EmbeddingBag, FeatureAlphaDropout, Flatten, Identity, Linear,
-                     Unflatten)
+                     Dropout3d, Embedding, EmbeddingBag, FeatureAlphaDropout, Flatten,
+                     Identity, Linear, Unflatten)
 from .conv import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,  # noqa: F401
                    ConvTranspose3d)
 from .pooling import *  # noqa: F401,F403

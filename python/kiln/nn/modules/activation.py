@@ -128,7 +128,8 @@ class RReLU(Module):
         return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
 
     def extra_repr(self):
-        return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")
+        s = f"lower={self.lower}, upper={self.upper}"
+        return s + (", inplace=True" if self.inplace else "")
 
 
 class Threshold(Module):

@@ -97,8 +97,7 @@ class _ConvNd(Module):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}")
         if self.padding != (0,) * n:
-            s += f", padding={self.padding!r}" if isinstance(self.padding, str) \
-                else f", padding={self.padding}"
+            s += f", padding={self.padding}"
         if self.dilation != (1,) * n:
             s += f", dilation={self.dilation}"
         if self.output_padding != (0,) * n:

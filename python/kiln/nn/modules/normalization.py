@@ -50,8 +50,9 @@ class _BatchNorm(_NormBase):
 
     def forward(self, input):
         if input.dim() not in self._dims:
-            raise _C.ValueError(f"[{type(self).__name__}] expected {' or '.join(map(str, self._dims))}"
-                                f"-D input, got shape {tuple(input.shape)}")
+            dims = " or ".join(map(str, self._dims))
+            raise _C.ValueError(f"[{type(self).__name__}] expected {dims}-D input, got shape "
+                                f"{tuple(input.shape)}")
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
@@ -147,9 +148,8 @@ class _InstanceNorm(_NormBase):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
 
     def forward(self, input):
+        # torch's instance norm leaves num_batches_tracked as it is (only batch norm counts).
         use_input_stats = self.training or not self.track_running_stats
-        if self.training and self.track_running_stats:
-            self.num_batches_tracked.add_(1)
         return _C.instance_norm(input, self.running_mean, self.running_var, self.weight,
                                 self.bias, use_input_stats,
                                 0.1 if self.momentum is None else self.momentum, self.eps)

@@ -10,25 +10,38 @@ def _ntuple(v, n):
 
 
 class _Fn(Module):
-    """A module whose forward is one functional call with the arguments it was built with."""
+    """A module whose forward is one functional call with the arguments it was built with;
+    the arguments read as attributes (m.kernel_size), and _repr is torch's extra_repr."""
     _fn = None
+    _repr = None
 
     def __init__(self, **kw):
         super().__init__()
         object.__setattr__(self, "_kw", kw)
 
-    def forward(self, x):
-        return type(self)._fn(x, **self._kw)
+    def __getattr__(self, name):
+        kw = self.__dict__.get("_kw")
+        if kw is not None and name in kw:
+            return kw[name]
+        return Module.__getattr__(self, name)
+
+    def forward(self, input):
+        return type(self)._fn(input, **self._kw)
 
     def extra_repr(self):
+        if self._repr is not None:
+            return self._repr.format(**self._kw)
         return ", ".join(f"{k}={v!r}" for k, v in self._kw.items())
 
 
 class MaxPool1d(_Fn):
     _fn = staticmethod(_C.max_pool1d)
+    _repr = ("kernel_size={kernel_size}, stride={stride}, padding={padding}, "
+             "dilation={dilation}, ceil_mode={ceil_mode}")
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False):
+        stride = stride if stride is not None else kernel_size
         super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
                          dilation=dilation, ceil_mode=ceil_mode, return_indices=return_indices)
 
@@ -43,18 +56,23 @@ class MaxPool3d(MaxPool1d):
 
 class AvgPool1d(_Fn):
     _fn = staticmethod(_C.avg_pool1d)
+    _repr = "kernel_size={kernel_size}, stride={stride}, padding={padding}"
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True):
-        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
+        kernel_size = _ntuple(kernel_size, 1)  # torch keeps AvgPool1d's sizes as 1-tuples
+        stride = _ntuple(stride, 1) if stride is not None else kernel_size
+        super().__init__(kernel_size=kernel_size, stride=stride, padding=_ntuple(padding, 1),
                          ceil_mode=ceil_mode, count_include_pad=count_include_pad)
 
 
 class AvgPool3d(_Fn):
     _fn = staticmethod(_C.avg_pool3d)
+    _repr = "kernel_size={kernel_size}, stride={stride}, padding={padding}"
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True, divisor_override=None):
+        stride = stride if stride is not None else kernel_size
         super().__init__(kernel_size=kernel_size, stride=stride, padding=padding,
                          ceil_mode=ceil_mode, count_include_pad=count_include_pad,
                          divisor_override=divisor_override)
@@ -62,24 +80,33 @@ class AvgPool3d(_Fn):
 
 class MaxUnpool1d(_Fn):
     _fn = staticmethod(_C.max_unpool1d)
+    _repr = "kernel_size={kernel_size}, stride={stride}, padding={padding}"
+    _n = 1
 
     def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__(kernel_size=kernel_size, stride=stride, padding=padding)
+        n = self._n
+        super().__init__(kernel_size=_ntuple(kernel_size, n),
+                         stride=_ntuple(stride if stride is not None else kernel_size, n),
+                         padding=_ntuple(padding, n))
 
-    def forward(self, x, indices, output_size=None):
-        return type(self)._fn(x, indices, output_size=output_size, **self._kw)
+    def forward(self, input, indices, output_size=None):
+        return type(self)._fn(input, indices, output_size=output_size, **self._kw)
 
 
 class MaxUnpool2d(MaxUnpool1d):
     _fn = staticmethod(_C.max_unpool2d)
+    _n = 2
 
 
 class MaxUnpool3d(MaxUnpool1d):
     _fn = staticmethod(_C.max_unpool3d)
+    _n = 3
 
 
 class LPPool1d(_Fn):
     _fn = staticmethod(_C.lp_pool1d)
+    _repr = ("norm_type={norm_type}, kernel_size={kernel_size}, stride={stride}, "
+             "ceil_mode={ceil_mode}")
 
     def __init__(self, norm_type, kernel_size, stride=None, ceil_mode=False):
         super().__init__(norm_type=norm_type, kernel_size=kernel_size, stride=stride,
@@ -92,6 +119,7 @@ class LPPool2d(LPPool1d):
 
 class AdaptiveAvgPool1d(_Fn):
     _fn = staticmethod(_C.adaptive_avg_pool1d)
+    _repr = "output_size={output_size}"
 
     def __init__(self, output_size):
         super().__init__(output_size=output_size)
@@ -107,6 +135,7 @@ class AdaptiveAvgPool3d(AdaptiveAvgPool1d):
 
 class AdaptiveMaxPool1d(_Fn):
     _fn = staticmethod(_C.adaptive_max_pool1d)
+    _repr = "output_size={output_size}"
 
     def __init__(self, output_size, return_indices=False):
         super().__init__(output_size=output_size, return_indices=return_indices)
@@ -122,6 +151,7 @@ class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
 
 class PixelShuffle(_Fn):
     _fn = staticmethod(_C.pixel_shuffle)
+    _repr = "upscale_factor={upscale_factor}"
 
     def __init__(self, upscale_factor):
         super().__init__(upscale_factor=upscale_factor)
@@ -129,6 +159,7 @@ class PixelShuffle(_Fn):
 
 class PixelUnshuffle(_Fn):
     _fn = staticmethod(_C.pixel_unshuffle)
+    _repr = "downscale_factor={downscale_factor}"
 
     def __init__(self, downscale_factor):
         super().__init__(downscale_factor=downscale_factor)
@@ -136,6 +167,7 @@ class PixelUnshuffle(_Fn):
 
 class Unfold(_Fn):
     _fn = staticmethod(_C._unfold)
+    _repr = "kernel_size={kernel_size}, dilation={dilation}, padding={padding}, stride={stride}"
 
     def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
         super().__init__(kernel_size=kernel_size, dilation=dilation, padding=padding,
@@ -144,6 +176,8 @@ class Unfold(_Fn):
 
 class Fold(_Fn):
     _fn = staticmethod(_C._fold)
+    _repr = ("output_size={output_size}, kernel_size={kernel_size}, dilation={dilation}, "
+             "padding={padding}, stride={stride}")
 
     def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
         super().__init__(output_size=output_size, kernel_size=kernel_size, dilation=dilation,
@@ -155,13 +189,26 @@ class Upsample(_Fn):
 
     def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
                  recompute_scale_factor=None):
+        if isinstance(scale_factor, (tuple, list)):
+            scale_factor = tuple(float(f) for f in scale_factor)
+        elif scale_factor:
+            scale_factor = float(scale_factor)
+        else:
+            scale_factor = None
         super().__init__(size=size, scale_factor=scale_factor, mode=mode,
                          align_corners=align_corners,
                          recompute_scale_factor=recompute_scale_factor)
 
+    def extra_repr(self):
+        kw = self._kw
+        info = (f"scale_factor={kw['scale_factor']!r}" if kw["scale_factor"] is not None
+                else f"size={kw['size']!r}")
+        return info + f", mode={kw['mode']}"
+
 
 class LocalResponseNorm(_Fn):
     _fn = staticmethod(_C.local_response_norm)
+    _repr = "{size}, alpha={alpha}, beta={beta}, k={k}"
 
     def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
         super().__init__(size=size, alpha=alpha, beta=beta, k=k)
@@ -177,6 +224,14 @@ class _Pad(_Fn):
         if value is not None:
             kw["value"] = value
         super().__init__(**kw)
+        object.__setattr__(self, "padding", pad)
+        if value is not None:
+            object.__setattr__(self, "value", value)
+
+    def extra_repr(self):
+        if "value" in self._kw and type(self).__name__ != "ZeroPad2d":
+            return f"padding={self.padding}, value={self.value}"
+        return f"{self.padding}"
 
 
 def _pad_class(name, mode, n, with_value=False):

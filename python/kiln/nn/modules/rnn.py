@@ -171,7 +171,8 @@ class RNNBase(Module):
         dirs = 2 if self.bidirectional else 1
         B = x.shape[1]
         real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
-        if x.shape[0] is None or x.shape[0] < 0:  # a time dim known only at run time (a graph, or jit's dynamic dims)
+        # A time dim known only at run time (a graph, or jit's dynamic dims) reads as None.
+        if x.shape[0] is None or x.shape[0] < 0:
             return self._dynamic_length_forward(x, hx, batched, name)
         h0, c0 = self._initial_state(hx, batched, B, real_hidden, x.dtype, name)
         layer_in = x
