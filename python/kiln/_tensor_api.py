@@ -376,8 +376,10 @@ def _format(self, spec):
 
 
 def _fill_with(self, values):
-    """Writes values into self in place (autograd sees a write, as torch's in-place ops)."""
-    return self.copy_(values)
+    """Writes values into self in place (autograd sees a write, as torch's in-place ops);
+    returns self itself, as torch's in-place methods do."""
+    self.copy_(values)
+    return self
 
 
 def _shape(self):
@@ -503,7 +505,8 @@ def _with_alpha(orig, name):
             alpha, other = other, args[0]
         if alpha != 1:
             other = other * alpha
-        return orig(self, other)
+        orig(self, other)
+        return self
     op.__name__ = name
     return op
 
@@ -533,7 +536,19 @@ def _inplace_of(name):
     fn = getattr(_T, name)
 
     def op(self, *args, **kwargs):
-        return self.copy_(fn(self, *args, **kwargs))
+        r = fn(self, *args, **kwargs)
+        if _C.is_grad_enabled() and (self.requires_grad or r.requires_grad) and \
+                hasattr(_C, "_write_result"):
+            # The node of r saved self: the inplace writer snapshots it before the write.
+            if self.requires_grad and self.is_leaf:
+                raise _C.Error(
+                    f"[{name}_] a leaf tensor that requires grad (shape {tuple(self.shape)}) "
+                    f"cannot be modified in place in grad mode; use {name}() or wrap the update "
+                    "in kiln.no_grad()")
+            _C._write_result(self, r if r.dtype == self.dtype else r.to(self.dtype), name + "_")
+        else:
+            self.copy_(r)
+        return self
 
     op.__name__ = name + "_"
     op.__doc__ = f"In-place {name}: self.copy_(self.{name}(...))."

@@ -125,6 +125,8 @@ _SAFE_GLOBALS = {
     ("builtins", "str"): str, ("builtins", "bytes"): bytes, ("builtins", "slice"): slice,
     ("builtins", "bytearray"): bytearray, ("kiln._device", "device"): _device_cls,
     ("torch", "device"): _device_cls,
+    # Protocol 2 pickles bytes as _codecs.encode(str, "latin1"): a pure conversion.
+    ("_codecs", "encode"): __import__("codecs").encode,
 }
 
 

@@ -1,9 +1,13 @@
 // Bindings behind kiln's PyTorch-compatible Python layer: the op that records a user's
-// kiln.autograd.Function on the tape, so backward() calls the Python backward it defines.
+// kiln.autograd.Function on the tape, so backward() calls the Python backward it defines, and
+// the ONNX exporter under kiln.onnx.export (when the extension links kiln_onnx: KILN_PY_ONNX).
 #include "common.h"
 
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/registry/op_def.h"
+#if KILN_PY_ONNX
+#include "kiln/onnx/onnx_export.h"
+#endif
 
 namespace kiln::python {
 namespace {
@@ -74,6 +78,20 @@ const OpDef& kPyFunction = detail::def_op({
     .doc = "a Python kiln.autograd.Function: outputs computed in Python, backward a Python call",
 });
 
+// The in-place write of a value computed out of place, under autograd: kiln's inplace writer
+// (engine.cpp) snapshots what r's node saved from self's storage, writes, and gives self r's
+// history, as the C++ in-place ops do. Python's exp_, sigmoid_, ... (kiln/_tensor_api.py) use it.
+struct CopyInto {
+  const Tensor* src;
+  Tensor* dst;
+};
+
+void copy_into(void* ctx) {
+  auto* c = static_cast<CopyInto*>(ctx);
+  NoGradGuard ng;
+  c->dst->copy_(*c->src);
+}
+
 }  // namespace
 
 void init_torch_compat(py::module_& m, TensorClass&) {
@@ -100,8 +118,36 @@ void init_torch_compat(py::module_& m, TensorClass&) {
       py::arg("token"), py::arg("outputs"), py::arg("inputs"), py::arg("ctx_id"),
       "Records a kiln.autograd.Function call: returns the outputs as new tensors whose grad_fn "
       "calls the Function's backward.");
+  m.def(
+      "_write_result",
+      [](Tensor& self, const Tensor& r, const std::string& name) {
+        if (!detail::inplace_writer()) raise(error_type(), "[" + name + "] autograd is not linked in");
+        if (r.shape() != self.shape() || r.dtype() != self.dtype())
+          raise(error_type(), str_cat("[", name, "] result ", r.dtype(), r.shape(),
+                                      " does not fit the tensor ", self.dtype(), self.shape()));
+        CopyInto c{&r, &self};
+        detail::inplace_writer()(name.c_str(), self, r, &copy_into, &c);
+      },
+      py::arg("self"), py::arg("result"), py::arg("name"),
+      "Writes `result` (computed from self out of place) into self with autograd, as kiln's "
+      "in-place ops do.");
   m.def("_capturing", &detail::capturing,
         "Whether a JIT trace is capturing op calls on this thread.");
+#if KILN_PY_ONNX
+  m.def(
+      "_export_onnx",
+      [](const std::string& path, const Graph& g, const std::vector<std::string>& names,
+         const std::vector<Tensor>& outputs) {
+        if (names.size() != outputs.size())
+          raise(value_error_type(), "[onnx.export] one name per output");
+        onnx::NamedTensors named;
+        for (size_t k = 0; k < names.size(); ++k) named.emplace_back(names[k], outputs[k]);
+        py::gil_scoped_release nogil;
+        onnx::export_onnx(path, g, named);
+      },
+      py::arg("path"), py::arg("graph"), py::arg("names"), py::arg("outputs"),
+      "Writes the part of `graph` computing `outputs` as standard ONNX (opset 17).");
+#endif
 }
 
 }  // namespace kiln::python

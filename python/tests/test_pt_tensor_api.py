@@ -1,0 +1,248 @@
+# torch.Tensor's Python surface against torch 1.13: .data, view_as & co., *_like, in-place
+# initialisers, __format__, range indexing, FloatTensor & co., Tensor.type, randperm,
+# multinomial, normal, bernoulli, randint's overloads and kiln.Generator.
+import math
+
+import numpy as np
+import pytest
+
+import kiln
+
+torch = pytest.importorskip("torch")
+
+
+def name_of(dtype):
+    return str(dtype).split(".")[-1]
+
+
+def test_data_is_detached_and_shares_storage():
+    w = kiln.ones(3, requires_grad=True)
+    d = w.data
+    assert not d.requires_grad and d.is_leaf
+    d.mul_(2)  # writes reach w, as torch's .data
+    assert w.tolist() == [2.0, 2.0, 2.0] and w.requires_grad
+    w.data = kiln.zeros(3)
+    assert w.tolist() == [0.0, 0.0, 0.0] and w.requires_grad
+    # The old optimizer idiom.
+    (w * 3).sum().backward()
+    w.data.add_(w.grad.data, alpha=-0.5)
+    assert w.tolist() == [-1.5, -1.5, -1.5]
+    with pytest.raises(kiln.Error):
+        w.data = kiln.zeros(4)
+
+
+def test_view_as_reshape_as_type_as_new():
+    a, b = kiln.arange(6.0), kiln.zeros(2, 3, dtype=kiln.int64)
+    ta, tb = torch.arange(6.0), torch.zeros(2, 3, dtype=torch.int64)
+    assert a.view_as(b).tolist() == ta.view_as(tb).tolist()
+    assert a.reshape_as(b).shape == tuple(ta.reshape_as(tb).shape)
+    assert name_of(a.type_as(b).dtype) == name_of(ta.type_as(tb).dtype)
+    for m, args in [("new_zeros", (2,)), ("new_ones", ((2, 2),)), ("new_full", ((2,), 7)),
+                    ("new_empty", (3,)), ("new_tensor", ([1, 2],))]:
+        k, t = getattr(b, m)(*args), getattr(tb, m)(*args)
+        assert k.shape == tuple(t.shape) and name_of(k.dtype) == name_of(t.dtype), m
+    assert a.nelement() == 6 and b.ndimension() == 2
+
+
+@pytest.mark.parametrize("name,args", [
+    ("zeros_like", ()), ("ones_like", ()), ("full_like", (2.5,)), ("empty_like", ()),
+    ("rand_like", ()), ("randn_like", ()), ("randint_like", (5,)), ("randint_like", (2, 5)),
+])
+def test_like(name, args):
+    base_k, base_t = kiln.ones(2, 3, dtype=kiln.float64), torch.ones(2, 3, dtype=torch.float64)
+    k, t = getattr(kiln, name)(base_k, *args), getattr(torch, name)(base_t, *args)
+    assert k.shape == tuple(t.shape) and name_of(k.dtype) == name_of(t.dtype)
+    k = getattr(kiln, name)(base_k, *args, dtype=kiln.float32)
+    assert k.dtype == kiln.float32
+    if name in ("full_like", "zeros_like", "ones_like"):
+        assert k.tolist() == getattr(torch, name)(base_t, *args, dtype=torch.float32).tolist()
+    if name == "randint_like":
+        lo, hi = (0, args[0]) if len(args) == 1 else args
+        v = getattr(kiln, name)(kiln.zeros(1000), *args)
+        assert v.min().item() >= lo and v.max().item() < hi
+
+
+def test_inplace_initialisers():
+    x = kiln.empty(20000)
+    assert x.normal_(2.0, 0.5) is x
+    assert abs(x.mean().item() - 2.0) < 0.02 and abs(x.std().item() - 0.5) < 0.02
+    x.uniform_(-1, 3)
+    assert x.min().item() >= -1 and x.max().item() < 3 and abs(x.mean().item() - 1.0) < 0.05
+    x.exponential_(2.0)
+    assert x.min().item() >= 0 and abs(x.mean().item() - 0.5) < 0.02
+    x.bernoulli_(0.3)
+    assert set(np.unique(x.numpy()).tolist()) <= {0.0, 1.0} and abs(x.mean().item() - 0.3) < 0.02
+    x.random_(0, 5)
+    assert set(np.unique(x.numpy()).tolist()) == {0.0, 1.0, 2.0, 3.0, 4.0}
+    x.log_normal_(0.0, 0.25)
+    assert x.min().item() > 0
+    x.geometric_(0.5)
+    assert x.min().item() >= 1
+    x.cauchy_()
+    assert abs(float(np.median(x.numpy()))) < 0.05
+    assert x.fill_(3).tolist()[:2] == [3.0, 3.0] and x.zero_().sum().item() == 0
+    # A leaf that requires grad refuses in-place writes in grad mode, as torch.
+    w = kiln.ones(3, requires_grad=True)
+    with pytest.raises(kiln.Error):
+        w.normal_()
+    with kiln.no_grad():
+        w.uniform_(0, 1)
+    assert w.requires_grad
+
+
+@pytest.mark.parametrize("name,args", [
+    ("exp_", ()), ("sqrt_", ()), ("log_", ()), ("sigmoid_", ()), ("tanh_", ()), ("abs_", ()),
+    ("pow_", (2,)), ("clamp_min_", (0.5,)), ("floor_", ()), ("reciprocal_", ()),
+    ("addcmul_", ("o", "o")), ("lerp_", ("o", 0.25)), ("masked_fill_", ("m", 0.0)),
+])
+def test_inplace_math_matches_torch(name, args):
+    base = np.array([0.3, 1.7, 2.2, 0.9], dtype=np.float32)
+    k, t = kiln.tensor(base), torch.tensor(base)
+    ka = [kiln.tensor(base) if a == "o" else kiln.tensor(base > 1) if a == "m" else a
+          for a in args]
+    ta = [torch.tensor(base) if a == "o" else torch.tensor(base > 1) if a == "m" else a
+          for a in args]
+    assert getattr(k, name)(*ka) is k
+    getattr(t, name)(*ta)
+    np.testing.assert_allclose(k.numpy(), t.numpy(), rtol=1e-6)
+
+
+def test_inplace_math_keeps_autograd():
+    a = kiln.tensor([0.5, 1.0], requires_grad=True)
+    ta = torch.tensor([0.5, 1.0], requires_grad=True)
+    b, tb = a * 2, ta * 2
+    b.exp_()
+    tb.exp_()
+    b.sum().backward()
+    tb.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-6)
+
+
+def test_add_with_alpha():
+    a, ta = kiln.ones(3), torch.ones(3)
+    a.add_(kiln.full((3,), 2.0), alpha=-0.5)
+    ta.add_(torch.full((3,), 2.0), alpha=-0.5)
+    assert a.tolist() == ta.tolist()
+    assert kiln.add(kiln.ones(2), kiln.ones(2), alpha=3).tolist() == [4.0, 4.0]
+    assert kiln.sub(kiln.ones(2), kiln.ones(2), alpha=3).tolist() == [-2.0, -2.0]
+
+
+def test_format_of_0d_tensor():
+    k, t = kiln.tensor(1.23456), torch.tensor(1.23456)
+    assert "{:.2f}".format(k) == "{:.2f}".format(t) == "1.23"
+    assert "{}".format(kiln.tensor(63)) == "{}".format(torch.tensor(63)) == "63"
+    assert f"{k:>10.3e}" == f"{t:>10.3e}"
+    # Not 0-d: format() with no spec is str(), a spec raises.
+    assert "{}".format(kiln.ones(2)) == str(kiln.ones(2))
+    with pytest.raises(TypeError):
+        "{:.2f}".format(kiln.ones(2))
+
+
+def test_index_with_range():
+    k, t = kiln.arange(12).reshape(3, 4), torch.arange(12).reshape(3, 4)
+    assert k[range(1, 3)].tolist() == t[range(1, 3)].tolist()
+    assert k[:, range(0, 4, 2)].tolist() == t[:, range(0, 4, 2)].tolist()
+    k[range(2)] = 0
+    t[range(2)] = 0
+    assert k.tolist() == t.tolist()
+
+
+def test_tensor_types():
+    assert kiln.FloatTensor(2, 3).shape == (2, 3) and kiln.FloatTensor(2, 3).dtype == kiln.float32
+    for kname in ("FloatTensor", "DoubleTensor", "LongTensor", "IntTensor", "ByteTensor",
+                  "BoolTensor", "HalfTensor"):
+        k, t = getattr(kiln, kname)([1, 0, 1]), getattr(torch, kname)([1, 0, 1])
+        assert name_of(k.dtype) == name_of(t.dtype) and k.tolist() == t.tolist()
+        assert isinstance(k, getattr(kiln, kname)) and isinstance(k, kiln.Tensor)
+    assert not isinstance(kiln.ones(2), kiln.LongTensor)
+    assert kiln.ones(2).type() == "kiln.FloatTensor"
+    assert kiln.ones(2, dtype=kiln.int64).type() == "kiln.LongTensor"
+    for target, tt in [(kiln.LongTensor, torch.LongTensor), ("torch.DoubleTensor",) * 2,
+                       (kiln.int32, torch.int32)]:
+        assert name_of(kiln.ones(2).type(target).dtype) == name_of(torch.ones(2).type(tt).dtype)
+    x = kiln.ones(2)
+    assert x.type(kiln.float32) is x
+    with pytest.raises(kiln.Error, match="cuda"):
+        x.type("torch.cuda.FloatTensor")
+    # kiln.Tensor as torch.Tensor: sizes give an uninitialised float tensor, data a float one.
+    assert kiln.Tensor(2, 3).shape == tuple(torch.Tensor(2, 3).shape)
+    assert kiln.Tensor([1, 2]).dtype == kiln.float32 and kiln.Tensor().shape == (0,)
+
+
+def test_randint_overloads():
+    for args, kw in [((10, (3,)), {}), ((2, 5, (2, 2)), {}), ((3,), {"size": (4,)}),
+                     ((), {"low": 1, "high": 4, "size": (5,)})]:
+        k, t = kiln.randint(*args, **kw), torch.randint(*args, **kw)
+        assert k.shape == tuple(t.shape) and name_of(k.dtype) == name_of(t.dtype)
+    v = kiln.randint(2, 5, (2000,))
+    assert v.min().item() == 2 and v.max().item() == 4
+    assert kiln.randint(0, 3, (2,), dtype=kiln.int32).dtype == kiln.int32
+    with pytest.raises(kiln.Error):
+        kiln.randint(5, 5, (2,))
+
+
+def test_randperm():
+    p = kiln.randperm(100)
+    assert p.dtype == kiln.int64 and sorted(p.tolist()) == list(range(100))
+    assert p.tolist() != list(range(100))
+    assert kiln.randperm(0).shape == (0,)
+    assert kiln.randperm(5, dtype=kiln.float32).dtype == kiln.float32
+
+
+def test_multinomial():
+    w = kiln.tensor([0.0, 1.0, 3.0])
+    s = kiln.multinomial(w, 4000, replacement=True)
+    t = torch.multinomial(torch.tensor([0.0, 1.0, 3.0]), 4000, replacement=True)
+    assert s.shape == tuple(t.shape) and name_of(s.dtype) == name_of(t.dtype)
+    counts = np.bincount(s.numpy(), minlength=3)
+    assert counts[0] == 0 and abs(counts[2] / 4000 - 0.75) < 0.03
+    # Without replacement: distinct, and never a zero-weight category.
+    for _ in range(20):
+        r = kiln.multinomial(kiln.tensor([1.0, 0.0, 2.0, 5.0]), 3).tolist()
+        assert len(set(r)) == 3 and 1 not in r
+    rows = kiln.multinomial(kiln.tensor([[1.0, 0.0], [0.0, 1.0]]), 1)
+    assert rows.tolist() == [[0], [1]]
+    assert w.multinomial(2).shape == (2,)
+    with pytest.raises(kiln.Error):
+        kiln.multinomial(w, 4)  # more than the categories without replacement
+    with pytest.raises(kiln.Error):
+        kiln.multinomial(kiln.tensor([1.0, -1.0]), 1)
+
+
+def test_normal_overloads():
+    for args in [(kiln.zeros(2, 3), kiln.ones(2, 3)), (kiln.zeros(4), 2.0),
+                 (1.0, kiln.ones(5)), (0.0, 1.0, (3, 2))]:
+        targs = [torch.tensor(a.numpy()) if isinstance(a, kiln.Tensor) else a for a in args]
+        k, t = kiln.normal(*args), torch.normal(*targs)
+        assert k.shape == tuple(t.shape) and name_of(k.dtype) == name_of(t.dtype)
+    big = kiln.normal(3.0, 2.0, (20000,))
+    assert abs(big.mean().item() - 3.0) < 0.05 and abs(big.std().item() - 2.0) < 0.05
+    m = kiln.normal(kiln.full((20000,), -1.0), 0.5)
+    assert abs(m.mean().item() + 1.0) < 0.02
+    assert kiln.normal(0.0, 1.0, size=(2,), dtype=kiln.float64).dtype == kiln.float64
+
+
+def test_bernoulli():
+    p = kiln.full((10000,), 0.25, dtype=kiln.float64)
+    b = kiln.bernoulli(p)
+    assert b.dtype == kiln.float64 and abs(b.mean().item() - 0.25) < 0.02
+    assert p.bernoulli().shape == (10000,)
+
+
+def test_generator_streams():
+    g = kiln.Generator().manual_seed(7)
+    a = kiln.rand(4, generator=g)
+    g.manual_seed(7)
+    assert kiln.rand(4, generator=g).tolist() == a.tolist()
+    # A generator's draws leave the global stream alone.
+    kiln.manual_seed(1)
+    x1 = kiln.rand(3)
+    kiln.manual_seed(1)
+    kiln.randn(5, generator=kiln.Generator().manual_seed(3))
+    assert kiln.rand(3).tolist() == x1.tolist()
+    assert kiln.manual_seed(5).initial_seed() == 5 and kiln.initial_seed() == 5
+    state = g.get_state()
+    u = kiln.randperm(10, generator=g)
+    g.set_state(state)
+    assert kiln.randperm(10, generator=g).tolist() == u.tolist()
+    assert math.isfinite(kiln.empty(3).normal_(generator=g).sum().item())
