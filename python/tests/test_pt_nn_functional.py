@@ -192,3 +192,21 @@ def test_fractional_max_pool(n):
     m = getattr(nn, f"FractionalMaxPool{n}d")(3, output_ratio=0.5)
     assert tuple(m(kt(x)).shape) == tuple(getattr(torch.nn, f"FractionalMaxPool{n}d")(
         3, output_ratio=0.5)(torch.tensor(x)).shape)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_channel_dropout_noise_shapes_are_torchs():
+    # Which entries share one draw: torch 1.13's rules per rank (dropout2d on [N, F] drops
+    # single elements, on [N, C, L] whole rows; dropout3d on [C, D, H, W] whole channels).
+    # (function, shape, how many leading dims index one draw)
+    cases = [("dropout1d", (3, 40), 1), ("dropout1d", (2, 3, 40), 2), ("dropout2d", (50, 60), 2),
+             ("dropout2d", (2, 3, 40), 2), ("dropout2d", (2, 3, 4, 10), 2),
+             ("dropout3d", (3, 4, 5, 6), 1), ("dropout3d", (2, 3, 2, 5, 4), 2)]
+    for name, shape, lead in cases:
+        y = getattr(F, name)(kiln.ones(*shape), p=0.5).numpy()
+        t = getattr(TF, name)(torch.ones(*shape), p=0.5).numpy()
+        for a in (y, t):   # one value per draw, and the draws differ
+            maps = a.reshape(a.shape[:lead] + (-1,))
+            assert {len(set(m.ravel())) for m in maps.reshape(-1, maps.shape[-1])} == {1}, \
+                (name, shape)
+        assert y.shape == t.shape and set(np.unique(y)) <= {0.0, 2.0}

@@ -85,29 +85,70 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     from .. import linalg
     return linalg.vector_norm(x1 - x2 + eps, p, -1, keepdim)
 
-def _channel_dropout(name, rank, input, p, training, inplace):
+def _feature_dropout(name, input, p, training, inplace):
+    """torch's feature_dropout: one keep/drop draw per (dim 0, dim 1) pair, the rest of each
+    feature map shared, scaled by 1/(1-p)."""
     if p < 0 or p > 1:
-        raise _C.ValueError(f"[{name}] p must be in [0, 1], got {p}")
-    if input.dim() not in (rank + 1, rank + 2):
-        raise _C.ValueError(f"[{name}] expects a {rank + 1}-D or {rank + 2}-D input, got shape "
-                            f"{tuple(input.shape)}")
+        raise _C.ValueError(f"[{name}] dropout probability has to be between 0 and 1, but got "
+                            f"{p}")
+    if input.dim() < 2:
+        raise _C.Error(f"[{name}] expects an input with a channel dim (2-D or more), got shape "
+                       f"{tuple(input.shape)}")
     if not training or p == 0:
         return input
-    # One draw per channel (per sample), zeroing whole feature maps, scaled by 1/(1-p).
-    lead = input.dim() - rank
-    shape = list(input.shape[:lead]) + [1] * rank
+    shape = list(input.shape[:2]) + [1] * (input.dim() - 2)
     keep = (_C.rand(*shape, dtype=input.dtype) >= p).to(input.dtype)
     out = input * keep * (0.0 if p == 1 else 1.0 / (1.0 - p))
     return _inplace(input, out, inplace)
 
+
+def _unbatched_feature_dropout(name, input, p, training, inplace, batched):
+    if batched:
+        return _feature_dropout(name, input, p, training, inplace)
+    out = _feature_dropout(name, input.unsqueeze(0), p, training, False)
+    if not training or p == 0:
+        return input
+    return _inplace(input, out.squeeze(0), inplace)
+
+
 def dropout1d(input, p=0.5, training=True, inplace=False):
-    return _channel_dropout("dropout1d", 1, input, p, training, inplace)
+    """Zeroes whole channels of [N, C, L] (or [C, L])."""
+    if input.dim() not in (2, 3):
+        raise _C.Error(f"[dropout1d] Expected 2D or 3D input, but received a {input.dim()}D "
+                       f"input (shape {tuple(input.shape)})")
+    return _unbatched_feature_dropout("dropout1d", input, p, training, inplace,
+                                      input.dim() == 3)
+
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
-    return _channel_dropout("dropout2d", 2, input, p, training, inplace)
+    """Zeroes whole channels of [N, C, H, W]; as torch 1.13, other ranks warn and drop per
+    (dim 0, dim 1) pair (a 3-D input is read as [N, C, L], a 2-D one element by element)."""
+    import warnings
+    d = input.dim()
+    if d not in (3, 4):
+        warnings.warn(f"dropout2d: Received a {d}-D input to dropout2d, which is deprecated and "
+                      f"will result in an error in a future release. To retain the behavior and "
+                      f"silence this warning, please use dropout instead.", stacklevel=2)
+    if d == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise "
+                      "1D dropout behavior is desired - input is interpreted as shape (N, C, L), "
+                      "where C is the channel dim.", stacklevel=2)
+    return _feature_dropout("dropout2d", input, p, training, inplace)
+
 
 def dropout3d(input, p=0.5, training=True, inplace=False):
-    return _channel_dropout("dropout3d", 3, input, p, training, inplace)
+    """Zeroes whole channels of [N, C, D, H, W] (or [C, D, H, W])."""
+    d = input.dim()
+    if d not in (4, 5):
+        import warnings
+        warnings.warn(f"dropout3d: Received a {d}-D input to dropout3d, which is deprecated and "
+                      f"will result in an error in a future release. To retain the behavior and "
+                      f"silence this warning, please use dropout instead.", stacklevel=2)
+    if d < 2:  # torch would read a 1-D input as one channel; Kiln asks for a channel dim
+        raise _C.Error(f"[dropout3d] expects an input with a channel dim (2-D or more), got "
+                       f"shape {tuple(input.shape)}")
+    return _unbatched_feature_dropout("dropout3d", input, p, training, inplace, d == 5)
+
 
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
     return _C.interpolate(input, size, scale_factor, mode, align_corners)
