@@ -122,8 +122,8 @@ class LBFGS(Optimizer):
 
             prev_flat_grad = flat_grad.clone()
             prev_loss = loss
-            if state["n_iter"] == 1:
-                t = min(1.0, 1.0 / float(flat_grad.abs().sum())) * lr
+            if state["n_iter"] == 1:  # a 0-d tensor, as torch computes it
+                t = min(1.0, 1.0 / flat_grad.abs().sum()) * lr
             else:
                 t = lr
 

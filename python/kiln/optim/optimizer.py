@@ -9,6 +9,7 @@ optimizer is rebuilt with its state carried over. Options the C++ optimizers lac
 maximize, amsgrad) run a Python update instead. Subclasses written by users (torch style:
 `defaults` dict, `self.param_groups`, `self.state[p]`) work as in torch.
 """
+import copy
 from collections import defaultdict
 
 from .. import _C
@@ -181,14 +182,19 @@ class Optimizer:
                 raise _C.ValueError(f"[load_state_dict] state for unknown parameter index {k}")
             entry = {}
             for name, val in v.items():
-                if isinstance(val, _T) and name != "step" and val.is_floating_point():
-                    val = val.to(p.dtype)
+                # Copies, as torch's deepcopy: the loaded dict stays the caller's.
+                if isinstance(val, _T):
+                    val = val.detach().clone()
+                    if name != "step" and val.is_floating_point():
+                        val = val.to(p.dtype)
+                else:
+                    val = copy.deepcopy(val)
                 entry[name] = val
             state[p] = entry
         for mine, theirs in zip(self.param_groups, groups):
             for k, v in theirs.items():
                 if k != "params":
-                    mine[k] = v
+                    mine[k] = copy.deepcopy(v)
         self._import_state(state)
 
 
