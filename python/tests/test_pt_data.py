@@ -193,3 +193,15 @@ def test_training_loop_over_a_loader():
             ((xb @ w + b - yb) ** 2).mean().backward()
             opt.step()
     np.testing.assert_allclose(w.detach().numpy().ravel(), [1.0, -2.0, 0.5], atol=1e-2)
+
+
+def test_torch_port_example_runs(tmp_path):
+    import os
+    import subprocess
+    import sys
+    root = os.environ.get("KILN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+    script = os.path.join(root, "examples", "python", "torch_port_regression.py")
+    r = subprocess.run([sys.executable, script, "--epochs", "10", "--checkpoint",
+                        str(tmp_path / "c.pt")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "epoch  10" in r.stdout and "restored from" in r.stdout
