@@ -100,6 +100,9 @@ def test_apply_dtype_and_device_moves():
         k.cuda()
     m = nn.Linear(3, 2, dtype=kiln.float64)
     assert m.weight.dtype == kiln.float64
+    if hasattr(kiln, "FloatTensor"):   # torch's tensor-type spelling
+        assert m.type(kiln.FloatTensor).weight.dtype == kiln.float32
+    assert m.type(kiln.float64).bias.dtype == kiln.float64
     with pytest.raises(RuntimeError):
         nn.Linear(3, 2, device="cuda")
 

@@ -430,8 +430,11 @@ class Module:
         return self._cast_floating(_C.bfloat16)
 
     def type(self, dst_type):
-        """Every parameter and buffer to dst_type (integer ones too, as torch)."""
-        return self._apply(lambda t: t.to(dst_type))
+        """Every parameter and buffer to dst_type, a dtype or a tensor type such as
+        kiln.DoubleTensor (integer ones too, as torch)."""
+        if isinstance(dst_type, _C.dtype):
+            return self._apply(lambda t: t.to(dst_type))
+        return self._apply(lambda t: t.type(dst_type))
 
     # ---- state ----
     def _state_entries(self, keep_vars):
