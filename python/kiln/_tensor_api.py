@@ -731,3 +731,5 @@ def install(ns):
     ns["manual_seed"] = manual_seed
     ns["initial_seed"] = initial_seed
     ns["seed"] = seed
+    from . import _torch_misc
+    _torch_misc.install(ns)

@@ -246,3 +246,34 @@ def test_generator_streams():
     g.set_state(state)
     assert kiln.randperm(10, generator=g).tolist() == u.tolist()
     assert math.isfinite(kiln.empty(3).normal_(generator=g).sum().item())
+
+
+def test_torch_level_names():
+    for d in ("float32", "float64", "float16", "bfloat16"):
+        k, t = kiln.finfo(getattr(kiln, d)), torch.finfo(getattr(torch, d))
+        for f in ("bits", "eps", "max", "min", "tiny", "resolution"):
+            assert getattr(k, f) == getattr(t, f), (d, f)
+    for d in ("int8", "int16", "int32", "int64", "uint8"):
+        k, t = kiln.iinfo(getattr(kiln, d)), torch.iinfo(getattr(torch, d))
+        assert (k.bits, k.max, k.min) == (t.bits, t.max, t.min)
+    assert kiln.finfo().eps == torch.finfo().eps
+    assert kiln.Size([2, 3]) == torch.Size([2, 3]) == (2, 3) and kiln.Size([2, 3]).numel() == 6
+    assert kiln.inf == torch.inf and kiln.nan != kiln.nan
+    assert kiln.get_default_dtype() == kiln.float32
+    kiln.set_default_dtype(kiln.float32)
+    with pytest.raises(kiln.Error):
+        kiln.set_default_dtype(kiln.float64)
+    kiln.use_deterministic_algorithms(True)
+    assert kiln.are_deterministic_algorithms_enabled()
+    kiln.use_deterministic_algorithms(False)
+    vals = [1.0, float("inf"), float("nan"), -2.0]
+    other = [1.0 + 1e-6, float("inf"), float("nan"), -2.1]
+    for eq_nan in (False, True):
+        assert kiln.isclose(kiln.tensor(vals), kiln.tensor(other), equal_nan=eq_nan).tolist() == \
+            torch.isclose(torch.tensor(vals), torch.tensor(other), equal_nan=eq_nan).tolist()
+    assert kiln.allclose(kiln.ones(2), kiln.ones(2) + 1e-9) and not kiln.equal(kiln.ones(2),
+                                                                               kiln.ones(3))
+    assert kiln.ones(2).allclose(kiln.ones(2)) and kiln.typename(kiln.ones(1)) == "kiln.FloatTensor"
+    assert kiln.is_floating_point(kiln.ones(1)) and not kiln.is_floating_point(kiln.arange(2))
+    assert kiln.version.cuda is torch.version.cuda is None
+    assert kiln.zeros(2, memory_format=kiln.contiguous_format).shape == (2,)
