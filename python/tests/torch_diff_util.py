@@ -203,8 +203,12 @@ class Case:
     pytest item it runs in. tol: (rtol, atol) over the dtype defaults."""
 
     def __init__(self, fn, args=(), kwargs=None, name=None, ops=None, group=None, tol=None,
-                 grad=None, tag=""):
+                 grad=None, tag="", mode="eager"):
         self.fn, self.args, self.kwargs = fn, list(args), dict(kwargs or {})
+        self.mode = mode  # eager, jit (kiln.jit) or graph (placeholders and a Session)
+        if mode != "eager":
+            tag = (tag + "-" if tag else "") + mode
+            grad = False
         fname = fn if isinstance(fn, str) else (name or fn.__name__)
         self.name = name or fname
         base = self.name.split(":")[-1].split(".")[-1]
@@ -244,6 +248,35 @@ class Case:
         leaves = []
         args = [materialize(lib, a, vals, leaves) for a in self.args]
         kwargs = {k: materialize(lib, v, vals, leaves) for k, v in self.kwargs.items()}
+        if lib.is_kiln and self.mode != "eager":
+            return self._call_traced(lib, args, kwargs), leaves
+        return self._invoke(lib, args, kwargs), leaves
+
+    def _call_traced(self, lib, args, kwargs):
+        """The call with its tensor arguments traced: through kiln.jit, or as placeholders of a
+        Graph run by a Session; the graph's inferred dtypes and shapes must be the results'."""
+        pos = [i for i, a in enumerate(args) if isinstance(a, kiln.Tensor)]
+
+        def body(*ts):
+            a = list(args)
+            for i, t in zip(pos, ts):
+                a[i] = t
+            return self._invoke(lib, a, kwargs)
+        if self.mode == "jit":
+            return kiln.jit(body)(*[args[i] for i in pos])
+        g = kiln.Graph()
+        phs = [g.placeholder(args[i].dtype, list(args[i].shape)) for i in pos]
+        out = body(*phs)
+        flat = _flat_tensors(out)
+        res = kiln.Session(g).run(flat, {p: args[i] for p, i in zip(phs, pos)})
+        for sym, r in zip(flat, res):
+            if sym.dtype != r.dtype or tuple(sym.shape) != tuple(r.shape):
+                raise InferMismatch(f"graph infers {dtype_name(sym.dtype)}{list(sym.shape)}, "
+                                    f"runs to {dtype_name(r.dtype)}{list(r.shape)}")
+        it = iter(res)
+        return _rebuild(out, it)
+
+    def _invoke(self, lib, args, kwargs):
         fn = self.fn
         if callable(fn):
             out = fn(lib, *args, **kwargs)
@@ -256,7 +289,20 @@ class Case:
             for part in fn.split("."):
                 obj = getattr(obj, part)
             out = obj(*args, **kwargs)
-        return out, leaves
+        return out
+
+
+class InferMismatch(Exception):
+    """A graph's inferred dtype or shape is not what running it gives."""
+
+
+def _rebuild(x, it):
+    if is_tensor(x):
+        return next(it)
+    if isinstance(x, (tuple, list)):
+        return type(x)(_rebuild(v, it) for v in x) if type(x) in (tuple, list) else \
+            tuple(_rebuild(v, it) for v in x)
+    return x
 
 
 # ---- normalizing and comparing results ----------------------------------------------------------
@@ -380,7 +426,8 @@ def is_kiln_error(e):
 class Outcome:
     """kind: agree, agree_raise, agree_binding (both refuse a type, kiln via the binding layer),
     or a difference: dtype, shape, values, grad, structure, refused (kiln.Error where torch
-    works), binding (a non-kiln exception), accepted (kiln works where torch raises)."""
+    works), binding (a non-kiln exception), accepted (kiln works where torch raises), infer (a
+    graph's inferred dtype or shape is not its result's)."""
 
     def __init__(self, case, kind, detail=""):
         self.case, self.kind, self.detail = case, kind, detail
@@ -413,6 +460,8 @@ def run_case(case, oracle_f32=False):
             tout, tleaves = case.call(tl)
     except Exception as e:  # noqa: BLE001
         terr = e
+    if isinstance(kerr, InferMismatch):
+        return Outcome(case, "infer", str(kerr))
     if kerr is not None:
         msg = f"{type(kerr).__name__}: {str(kerr).splitlines()[0][:160] if str(kerr) else ''}"
         if not is_kiln_error(kerr):
@@ -462,8 +511,6 @@ def run_case(case, oracle_f32=False):
 
 def _call_f32(case, tl):
     """torch on float32 copies of the bf16 arguments (where torch 1.13 is wrong in bf16)."""
-    class F32Lib(Lib):
-        pass
     orig = make_tensor
 
     def patched(lib, values, dtype, grad=False):
@@ -505,12 +552,16 @@ def glob_filter(ids, pattern):
 
 
 class DocRow:
-    def __init__(self, key, kind, call, torch_does, kiln_does, reason):
-        self.key, self.kind, self.call = key, kind, call
+    """A row of the table: keys (patterns over case ids, * the only wildcard), the kind of
+    difference, and the text."""
+
+    def __init__(self, keys, kind, call, torch_does, kiln_does, reason):
+        self.keys, self.kind, self.call = keys, kind, call
+        self.key = " ".join(keys)
         self.torch_does, self.kiln_does, self.reason = torch_does, kiln_does, reason
 
     def matches(self, case_id):
-        return glob_match(self.key, case_id)
+        return any(glob_match(k, case_id) for k in self.keys)
 
 
 def load_documented(path=DOC):
@@ -527,7 +578,8 @@ def load_documented(path=DOC):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             if len(cells) != 6:
                 raise AssertionError(f"{path}: a row needs 6 cells: {line!r}")
-            rows.append(DocRow(cells[0].strip("`"), *cells[1:]))
+            keys = re.findall(r"`([^`]+)`", cells[0])
+            rows.append(DocRow(keys, *cells[1:]))
     return rows
 
 

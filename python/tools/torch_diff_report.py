@@ -8,6 +8,7 @@ import argparse
 import glob
 import importlib
 import os
+import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -18,6 +19,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--list", action="store_true", help="print every difference, by kind")
     ap.add_argument("--only", default="", help="a substring of the case files to run")
+    ap.add_argument("--propose", action="store_true",
+                    help="print KNOWN_BUGS candidates: the silent differences, shapes as *")
     args = ap.parse_args()
     sys.path.insert(0, TESTS)
     import torch_diff_util as U
@@ -26,6 +29,7 @@ def main():
         return 1
     total = U.Tally()
     kinds = {}
+    proposals = {}
     for path in sorted(glob.glob(os.path.join(TESTS, "test_torch_diff_*.py"))):
         name = os.path.splitext(os.path.basename(path))[0]
         if args.only not in name:
@@ -44,9 +48,17 @@ def main():
                   known=known is not None)
             if o.differs and row is None:
                 kinds.setdefault(o.kind, []).append((known, o.line()))
+                if not known:
+                    pat = re.sub(r"\[[0-9,]*\]", "[*]", case.id)
+                    proposals.setdefault(name, {}).setdefault(pat, (o.kind, o.detail[:70]))
         print(t.summary(name[len("test_torch_diff_"):]))
         total.merge(t)
     print(total.summary("total"))
+    if args.propose:
+        for name, pats in proposals.items():
+            print(f"\n# {name}: {len(pats)} patterns")
+            for pat, (kind, detail) in sorted(pats.items()):
+                print(f"    {pat!r}: {(kind + ': ' + detail)!r},")
     if args.list:
         for kind in sorted(kinds):
             print(f"\n## {kind} ({len(kinds[kind])})")

@@ -1,0 +1,225 @@
+"""Differential suite against torch 1.13, elementwise part: unary math, binary arithmetic,
+comparisons, logical and bitwise ops through functions, Tensor methods, operators and in-place
+forms, over the dtype matrix (bool, int32, int64, float32, float64, bfloat16), Python scalars of
+each kind, broadcast, 0-d and empty shapes; float64 cases also compare gradients. The engine is
+torch_diff_util; deliberate differences are in docs/torch_differences.md."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_diff_util import (BINARY_SHAPES, DTYPES, UNARY_SHAPES, Case, D,  # noqa: E402
+                             T, install_tests)
+
+# Differences still to fix (issue 35): each key is a pattern over case ids (* matches anything,
+# ? one character); its cases run as one strict xfail, which fails once they all agree with
+# torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
+# docs/torch_differences.md.
+KNOWN_BUGS = {
+    'sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
+    '.sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
+    'floor_divide(*':
+        'accepted/dtype: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    '.floor_divide(*':
+        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    'remainder(*':
+        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+    '.remainder(*':
+        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+    'fmod(*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
+    '.fmod(*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
+    'pow(*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    '.pow(*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    'maximum(*': 'grad/refused: [maximum] input must be numeric, got bool (shape [2, 3])',
+    'minimum(*': 'refused: [minimum] input must be numeric, got bool (shape [2, 3])',
+    'op:floordiv(*': 'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    'op:floordiv(?:*':
+        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    'op:mod(*': 'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+    'op:mod(?:*': 'accepted: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+    'op:pow(*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    'op:pow(?:*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    'op:and_(?:*': "binding: Typeunsupported operand type(s) for &: 'bool' and 'kiln._C.Tens",
+    'op:or_(?:*': "binding: Typeunsupported operand type(s) for |: 'bool' and 'kiln._C.Tens",
+    'op:xor(?:*': "binding: Typeunsupported operand type(s) for ^: 'bool' and 'kiln._C.Tens",
+    'op:lshift(?:*': "binding: Typeunsupported operand type(s) for <<: 'bool' and 'kiln._C.Ten",
+    'op:rshift(?:*': "binding: Typeunsupported operand type(s) for >>: 'bool' and 'kiln._C.Ten",
+    'op:pos(*': 'accepted: torch raises RuntimeThe `+` operator, on a bool tensor is not s',
+    'clamp(*': 'dtype/refused/values: [clamp] input must be numeric, got bool (shape [2, 3])',
+    'clamp_min(*': 'dtype/refused/values: [clamp] input must be numeric, got bool (shape [2, 3])',
+    'clamp_max(*': 'dtype/refused: [clamp] input must be numeric, got bool (shape [2, 3])',
+    'clip(*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
+    'addcdiv(*': 'accepted/values: torch raises RuntimeInteger division with addcdiv is no longer',
+    'addcmul(*': 'dtype: out: kiln float32 vs torch int32',
+    'lerp(*': 'accepted: torch raises Runtimeexpected dtype bool for `end` but got dtype',
+}
+
+SCALARS = {"bool": True, "int": 2, "float": 2.5}
+
+# name: value domain of the input (pos: > 0, unit: (-1, 1), ge1: >= 1, nonneg, nonzero)
+UNARY = {
+    "abs": "any", "neg": "any", "exp": "any", "exp2": "any", "expm1": "any", "log": "pos",
+    "log2": "pos", "log10": "pos", "log1p": "nonneg", "sqrt": "pos", "rsqrt": "pos",
+    "sin": "any", "cos": "any", "tan": "unit", "asin": "unit", "acos": "unit", "atan": "any",
+    "sinh": "any", "cosh": "any", "tanh": "any", "asinh": "any", "acosh": "ge1",
+    "atanh": "unit", "sigmoid": "any", "erf": "any", "floor": "any", "ceil": "any",
+    "trunc": "any", "frac": "any", "round": "any", "sign": "any", "reciprocal": "nonzero",
+    "square": "any", "fix": "any", "relu": "any", "isnan": "any", "isinf": "any",
+    "isfinite": "any", "logical_not": "any", "bitwise_not": "any", "nan_to_num": "any",
+    "arcsin": "unit", "arccos": "unit", "arctan": "any", "arcsinh": "any", "arccosh": "ge1",
+    "arctanh": "unit", "negative": "any", "positive": "any", "signbit": "any",
+    "sgn": "any", "deg2rad": "any", "rad2deg": "any", "logit": "prob", "erfc": "any",
+    "erfinv": "unit", "lgamma": "pos", "digamma": "pos", "i0": "any", "sinc": "any",
+}
+NO_GRAD = {"floor", "ceil", "trunc", "round", "sign", "fix", "isnan", "isinf", "isfinite",
+           "logical_not", "bitwise_not", "signbit", "sgn"}
+
+# name: (domain of a, domain of b)
+BINARY = {
+    "add": ("any", "any"), "sub": ("any", "any"), "mul": ("any", "any"),
+    "div": ("any", "nonzero"), "true_divide": ("any", "nonzero"),
+    "floor_divide": ("any", "nonzero"), "remainder": ("any", "nonzero"),
+    "fmod": ("any", "nonzero"), "pow": ("pos", "small"), "atan2": ("any", "nonzero"),
+    "maximum": ("any", "any"), "minimum": ("any", "any"), "fmax": ("any", "any"),
+    "fmin": ("any", "any"), "eq": ("any", "any"), "ne": ("any", "any"), "lt": ("any", "any"),
+    "le": ("any", "any"), "gt": ("any", "any"), "ge": ("any", "any"),
+    "logical_and": ("any", "any"), "logical_or": ("any", "any"),
+    "logical_xor": ("any", "any"), "bitwise_and": ("any", "any"),
+    "bitwise_or": ("any", "any"), "bitwise_xor": ("any", "any"),
+    "bitwise_left_shift": ("nonneg", "small"), "bitwise_right_shift": ("any", "small"),
+    "hypot": ("any", "any"), "copysign": ("any", "any"), "xlogy": ("nonneg", "pos"),
+    "rsub": ("any", "any"), "multiply": ("any", "any"), "subtract": ("any", "any"),
+    "divide": ("any", "nonzero"), "arctan2": ("any", "nonzero"),
+}
+SMOOTH = {"add", "sub", "mul", "div", "true_divide", "pow", "atan2", "maximum", "minimum",
+          "hypot", "xlogy", "rsub", "multiply", "subtract", "divide", "arctan2", "fmax", "fmin"}
+# Python operators: operator.<name> and the registry op each reaches.
+OPERATORS = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div",
+             "floordiv": "floor_divide", "mod": "remainder", "pow": "pow", "and_": "bitwise_and",
+             "or_": "bitwise_or", "xor": "bitwise_xor", "lshift": "bitwise_left_shift",
+             "rshift": "bitwise_right_shift", "eq": "eq", "ne": "ne", "lt": "lt", "le": "le",
+             "gt": "gt", "ge": "ge"}
+INPLACE = ["add_", "sub_", "mul_", "div_"]
+DOM_OF_OP = {"truediv": ("any", "nonzero"), "floordiv": ("any", "nonzero"),
+             "mod": ("any", "nonzero"), "pow": ("pos", "small"), "lshift": ("nonneg", "small"),
+             "rshift": ("any", "small"), "div_": ("any", "nonzero")}
+
+# The dtype-matrix shapes: same shape, 0-d on either side (0-d tensors do not promote a
+# dimensioned tensor within its category), both 0-d, and empty.
+MATRIX_SHAPES = [((2, 3), (2, 3)), ((2, 3), ()), ((), (2, 3)), ((), ()), ((0, 3), (3,))]
+
+
+def grad_ok(name, dtype, smooth):
+    return dtype == "float64" and smooth
+
+
+def unary_cases():
+    out = []
+    for name, dom in UNARY.items():
+        for dt in DTYPES:
+            for shape in UNARY_SHAPES:
+                g = grad_ok(name, dt, name not in NO_GRAD)
+                out.append(Case(name, [T(shape, dt, dom, grad=g)]))
+                if shape == (2, 3):
+                    out.append(Case("." + name, [T(shape, dt, dom, grad=g)]))
+    return out
+
+
+def binary_cases():
+    out = []
+    for name, (da, db) in BINARY.items():
+        smooth = name in SMOOTH
+        for a in DTYPES:
+            for b in DTYPES:
+                for sa, sb in MATRIX_SHAPES:
+                    g = a == b == "float64" and smooth
+                    out.append(Case(name, [T(sa, a, da, grad=g), T(sb, b, db, grad=g)]))
+        for sa, sb in BINARY_SHAPES:  # broadcasting, float64 with gradients
+            if (sa, sb) not in MATRIX_SHAPES:
+                out.append(Case(name, [T(sa, "float64", da, grad=smooth),
+                                       T(sb, "float64", db, grad=smooth)]))
+        for a in DTYPES:
+            for kind, s in SCALARS.items():
+                if db == "nonzero" and kind == "bool":
+                    s = True
+                g = a == "float64" and smooth
+                out.append(Case(name, [T((2, 3), a, da, grad=g), s]))
+                out.append(Case("." + name, [T((2, 3), a, da, grad=g), s]))
+                out.append(Case(name, [T((), a, da), s], tag="0d"))
+    return out
+
+
+def operator_cases():
+    out = []
+    for op, reg in OPERATORS.items():
+        da, db = DOM_OF_OP.get(op, ("any", "any"))
+        for a in DTYPES:
+            for b in DTYPES:
+                out.append(Case("op:" + op, [T((2, 3), a, da), T((3,), b, db)], ops=[reg]))
+            for kind, s in SCALARS.items():
+                out.append(Case("op:" + op, [T((2, 3), a, da), s], ops=[reg]))
+                # the scalar on the left: __radd__ & co.
+                out.append(Case("op:" + op, [s, T((2, 3), a, db)], ops=[reg]))
+    for op in ["neg", "invert", "abs", "pos"]:
+        for a in DTYPES:
+            out.append(Case("op:" + op, [T((2, 3), a)], ops=[{"invert": "bitwise_not",
+                                                               "pos": "neg"}.get(op, op)]))
+    return out
+
+
+def inplace_cases():
+    out = []
+    for name in INPLACE:
+        da, db = DOM_OF_OP.get(name, ("any", "any"))
+        for a in DTYPES:
+            for b in DTYPES:
+                out.append(Case("." + name, [T((2, 3), a, da), T((3,), b, db)],
+                                ops=[name[:-1]]))
+            for kind, s in SCALARS.items():
+                out.append(Case("." + name, [T((2, 3), a, da), s], ops=[name[:-1]]))
+    return out
+
+
+def mixed_cases():
+    """Ops with extra number arguments: clamp, lerp, addcmul/addcdiv, where, nan_to_num, round
+    with decimals, the activation-like elementwise ops with parameters."""
+    out = []
+    for dt in DTYPES:
+        x = T((2, 3), dt)
+        for kind, s in SCALARS.items():
+            out.append(Case("clamp", [x], {"min": s}, tag=kind))
+            out.append(Case("clamp", [x], {"max": s}, tag=kind))
+            out.append(Case("clamp_min", [x, s]))
+            out.append(Case("clamp_max", [x, s]))
+            out.append(Case("where", [T((2, 3), "bool"), x, s]))
+            out.append(Case("where", [T((2, 3), "bool"), s, x]))
+            out.append(Case("masked_fill", [x, T((2, 3), "bool"), s]))
+            out.append(Case("masked_fill", [x, T((3,), "bool"), s], tag="bcast"))
+            out.append(Case(".fill_", [T((2, 3), dt), s], ops=["fill"]))
+            out.append(Case("full_like", [x, s]))
+        out.append(Case("clamp", [x], {"min": -1, "max": 1.5}))
+        out.append(Case("clamp", [x]))
+        out.append(Case("clip", [x], {"min": -1, "max": 2}))
+        out.append(Case("clamp", [x], {"min": T((3,), dt), "max": T((2, 1), dt, "pos")},
+                        tag="tensors"))
+        for b in DTYPES:
+            out.append(Case("where", [T((2, 3), "bool"), x, T((3,), b)]))
+            out.append(Case("lerp", [T((2, 3), dt, grad=dt == b == "float64"),
+                                     T((3,), b, grad=dt == b == "float64"), 0.25]))
+            out.append(Case("addcmul", [x, T((3,), b), T((2, 1), b)], {"value": 2}))
+            out.append(Case("addcdiv", [x, T((3,), b), T((2, 1), b, "nonzero")],
+                            {"value": 0.5}))
+        out.append(Case("where", [T((2, 3), dt)]))
+        out.append(Case("round", [x], {"decimals": 1}))
+        out.append(Case("nan_to_num", [x], {"nan": 0.0, "posinf": 1.0}))
+        for dt2 in DTYPES:
+            out.append(Case(".to", [x, D(dt2)], ops=["cast"]))
+    for kind, s in SCALARS.items():
+        out.append(Case("full", [(2,), s]))
+        out.append(Case("full", [(2,), s], {"dtype": D("float32")}))
+        out.append(Case("where", [T((2, 3), "bool"), s, 2]))
+        out.append(Case("where", [T((2, 3), "bool"), s, 1.5]))
+    return out
+
+
+CASES = unary_cases() + binary_cases() + operator_cases() + inplace_cases() + mixed_cases()
+install_tests(globals(), CASES, KNOWN_BUGS, "elementwise")
