@@ -16,11 +16,11 @@ from test_torch_diff_elementwise import BINARY, SCALARS, UNARY  # noqa: E402
 # docs/torch_differences.md.
 KNOWN_BUGS = {
     'sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    'floor_divide(*': 'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    'floor_divide(*': 'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
     'remainder(*':
-        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
-    'fmod(*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
-    'pow(*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
+    'fmod(*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
+    'pow(*': 'accepted: torch: "pow" not implemented for \'Bool\'',
     'maximum(*': 'refused: [maximum] input must be numeric, got bool (shape [2, 3])',
     'minimum(*': 'refused: [minimum] input must be numeric, got bool (shape [2, 3])',
     'clamp(*': 'dtype/refused/values: [clamp] input must be numeric, got bool (shape [2, 3])',

@@ -23,7 +23,7 @@ KNOWN_BUGS = {
     'F.softmin(*': 'refused: [softmax] input must be float32 or float64, got int32 (shape [0',
     'F.prelu(*': 'shape: out: kiln (1,) vs torch ()',
     'F.hinge_embedding_loss(*':
-        'accepted/dtype: torch raises Runtimemean(): could not infer output dtype. Input',
+        'accepted/dtype: torch: mean(): could not infer output dtype. Input',
     'F.binary_cross_entropy_with_logits(*':
         'dtype/values: out: at () kiln 1.282586064810554 vs torch 1.2825860613957047',
     'F.conv1d(*': 'refused: [conv2d] expects two float32 or two float64 tensors, got int32',

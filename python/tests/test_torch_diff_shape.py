@@ -19,9 +19,9 @@ KNOWN_BUGS = {
     'index_add(*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
     'scatter_reduce(*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
     'index_put(*': 'refused: [index_put] input must be numeric, got bool (shape [3, 3])',
-    'getitem(*': 'accepted: torch raises IndexThe shape of the mask [3] at index 0 does not',
+    'getitem(*': 'accepted: torch: The shape of the mask [3] at index 0 does not',
     'linspace(?:*': 'refused: [linspace] expected a floating dtype, got int32',
-    'F.one_hot(*': 'binding: Typeone_hot(): incompatible function arguments. The following a',
+    'F.one_hot(*': 'binding: one_hot(): incompatible function arguments. The following a',
 }
 
 
