@@ -376,3 +376,37 @@ def test_layer_matches_torch(name, args, kw, shape):
         kb = dict(km.named_buffers())
         for n, b in tm.named_buffers():
             np.testing.assert_allclose(kb[n].numpy(), b.numpy(), rtol=1e-4, atol=1e-5, err_msg=n)
+
+
+def test_full_backward_hook_matches_torch():
+    if not hasattr(kiln._C, "_function_record"):
+        pytest.skip("this kiln._C cannot record Python autograd Functions")
+    got = {}
+
+    def build(lib, key):
+        m = lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.Tanh(), lib.nn.Linear(4, 2))
+
+        def hook(mod, grad_input, grad_output):
+            got[key] = ([None if g is None else g.detach().numpy().copy() for g in grad_input],
+                        [g.detach().numpy().copy() for g in grad_output])
+            return tuple(None if g is None else g * 2 for g in grad_input)
+        m[2].register_full_backward_hook(hook)
+        return m
+    tm, km = build(torch, "torch"), build(kiln, "kiln")
+    km.load_state_dict({n: kt(v.detach().numpy()) for n, v in tm.state_dict().items()})
+    x = np.random.default_rng(3).standard_normal((5, 3)).astype(np.float32)
+    tx, kx = torch.tensor(x, requires_grad=True), kt(x, True)
+    (tm(tx) ** 2).sum().backward()
+    (km(kx) ** 2).sum().backward()
+    for a, b in zip(got["kiln"][0] + got["kiln"][1], got["torch"][0] + got["torch"][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # the doubled grad_input flows on to the earlier layers and the input
+    np.testing.assert_allclose(kx.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(km[0].weight.grad.numpy(), tm[0].weight.grad.numpy(), rtol=1e-5,
+                               atol=1e-6)
+    # no input needs a gradient: the hook still runs, with grad_input (None,)
+    calls = []
+    lin = nn.Linear(3, 2)
+    lin.register_full_backward_hook(lambda m, gi, go: calls.append((gi, len(go))))
+    lin(kiln.randn(4, 3)).sum().backward()
+    assert calls == [((None,), 1)]

@@ -226,17 +226,25 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
-        if not self._forward_hooks and not self._forward_pre_hooks:
+        backward_hooks = self.__dict__.get("_backward_hooks")
+        if not self._forward_hooks and not self._forward_pre_hooks and not backward_hooks:
             return self.forward(*args, **kwargs)
         for hook in list(self._forward_pre_hooks.values()):
             r = hook(self, args)
             if r is not None:
                 args = r if isinstance(r, tuple) else (r,)
+        bw = None
+        if backward_hooks:
+            from ._hooks import BackwardHook
+            bw = BackwardHook(self, list(backward_hooks.values()), len(args))
+            args = bw.setup_inputs(args)
         out = self.forward(*args, **kwargs)
         for hook in list(self._forward_hooks.values()):
             r = hook(self, args, out)
             if r is not None:
                 out = r
+        if bw is not None:
+            out = bw.setup_outputs(out)
         return out
 
     _call_impl = __call__
@@ -253,6 +261,19 @@ class Module:
     def register_forward_pre_hook(self, hook):
         """hook(module, input_tuple) before forward; a non-None result replaces the input."""
         return self._add_hook(self._forward_pre_hooks, hook)
+
+    def register_full_backward_hook(self, hook):
+        """hook(module, grad_input, grad_output) when the gradients of the module's inputs are
+        computed; grad_input and grad_output are tuples (None where an input or output is not a
+        tensor or needs no gradient), and a tuple it returns replaces grad_input (torch's)."""
+        from . import _hooks
+        if not _hooks.available():
+            raise _C.Error("[register_full_backward_hook] this build of kiln._C cannot record "
+                           "Python autograd Functions (torch_compat.cpp), which module backward "
+                           "hooks run on")
+        if "_backward_hooks" not in self.__dict__:
+            object.__setattr__(self, "_backward_hooks", OrderedDict())
+        return self._add_hook(self._backward_hooks, hook)
 
     def register_load_state_dict_post_hook(self, hook):
         """hook(module, incompatible_keys) after load_state_dict; it may edit the key lists
@@ -591,11 +612,6 @@ class _CppModule(Module):
 
     def forward(self, x):
         return self._cpp(x)
-
-    def __call__(self, *args, **kwargs):
-        if self._forward_hooks or self._forward_pre_hooks:
-            return Module.__call__(self, *args, **kwargs)
-        return self.forward(*args, **kwargs)
 
     def train(self, mode=True):
         self._cpp.train(bool(mode))
