@@ -25,3 +25,4 @@ from .. import _C as _C_ext
 
 Tensor = _C_ext.Tensor
 del _C_ext
+from . import parameter  # noqa: F401,E402
