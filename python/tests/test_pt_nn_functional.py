@@ -210,3 +210,19 @@ def test_channel_dropout_noise_shapes_are_torchs():
             assert {len(set(m.ravel())) for m in maps.reshape(-1, maps.shape[-1])} == {1}, \
                 (name, shape)
         assert y.shape == t.shape and set(np.unique(y)) <= {0.0, 2.0}
+
+
+def test_compositions_keep_torchs_dtype_and_shape():
+    ki, ti = kiln.tensor([1, 2, 3]), torch.tensor([1, 2, 3])
+    k, t = F.threshold(ki, 1.5, -1.0), TF.threshold(ti, 1.5, -1.0)
+    assert k.tolist() == t.tolist() and str(k.dtype).split(".")[-1] == str(t.dtype).split(".")[-1]
+    x = np.array([0.2, -1.0, 0.7], np.float32)
+    for name in ("hardshrink", "softshrink"):
+        kb = getattr(F, name)(kt(x).to(kiln.bfloat16))
+        assert kb.dtype == kiln.bfloat16
+    assert tuple(F.prelu(kiln.tensor(-2.0), kiln.tensor([0.25])).shape) == \
+        tuple(TF.prelu(torch.tensor(-2.0), torch.tensor([0.25])).shape) == ()
+    idx = np.array([0, 3, 1])
+    np.testing.assert_array_equal(F.one_hot(kt(idx)).numpy(), TF.one_hot(torch.tensor(idx)).numpy())
+    y = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    close(F.softmin(kt(y)), TF.softmin(torch.tensor(y), dim=1))

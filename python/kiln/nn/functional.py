@@ -16,74 +16,90 @@ def _inplace(input, out, inplace):
     return input
 
 
-relu = _C.relu
-gelu = _C.gelu
 silu = _C.silu
 sigmoid = _C.sigmoid
 tanh = _C.tanh
-leaky_relu = _C.leaky_relu
-elu = _C.elu
 softplus = _C.softplus
+
+
 # inplace=True writes the result into the input (torch's in-place form) and returns it.
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     return _inplace(input, _C.hardtanh(input, min_val, max_val), inplace)
 
+
 def relu6(input, inplace=False):
     return _inplace(input, _C.relu6(input), inplace)
+
 
 def hardswish(input, inplace=False):
     return _inplace(input, _C.hardswish(input), inplace)
 
+
 def hardsigmoid(input, inplace=False):
     return _inplace(input, _C.hardsigmoid(input), inplace)
+
 
 def mish(input, inplace=False):
     return _inplace(input, _C.mish(input), inplace)
 
+
 def selu(input, inplace=False):
     return _inplace(input, _C.selu(input), inplace)
+
 
 def celu(input, alpha=1.0, inplace=False):
     return _inplace(input, _C.celu(input, alpha), inplace)
 
 logsigmoid = _C.logsigmoid
 glu = _C.glu
+
+
 # Compositions of Kiln ops (so autograd, graphs and jit see ordinary ops), as torch's
 # definitions of the same names.
 def softsign(input):
     return input / (_C.abs(input) + 1.0)
 
+
 def tanhshrink(input):
     return input - _C.tanh(input)
 
+
 def hardshrink(input, lambd=0.5):
-    return _C.where(_C.abs(input) > lambd, input, 0.0)
+    return _C.where(_C.abs(input) > lambd, input, _C.zeros_like(input))
+
 
 def softshrink(input, lambd=0.5):
     if lambd < 0:
         raise _C.ValueError(f"[softshrink] lambd must be >= 0, got {lambd}")
     return _C.where(input > lambd, input - lambd,
-                    _C.where(input < -lambd, input + lambd, 0.0))
+                    _C.where(input < -lambd, input + lambd, _C.zeros_like(input)))
+
 
 def threshold(input, threshold, value, inplace=False):
-    return _inplace(input, _C.where(input > threshold, input, float(value)), inplace)
+    # The replacement takes input's dtype (an int tensor stays int, bfloat16 stays bfloat16).
+    return _inplace(input, _C.where(input > threshold, input, _C.full_like(input, value)),
+                    inplace)
+
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
-    if dim is None:
-        raise _C.ValueError("[softmin] dim is required (torch's implicit dim is deprecated)")
     x = input if dtype is None else input.to(dtype)
-    return _C.softmax(-x, dim)
+    return _C.softmax(-x, _softmax_dim(dim, input))
+
 
 def prelu(input, weight):
     """max(0, x) + weight * min(0, x); weight has 1 or C (= input.shape[1]) elements."""
     w = weight
     if input.dim() >= 2 and weight.numel() > 1:
         w = weight.reshape([weight.numel()] + [1] * (input.dim() - 2))
+    elif input.dim() == 0 and weight.numel() == 1:
+        w = weight.reshape([])  # a 0-d input gives a 0-d result, as torch
     return _C.where(input > 0, input, w * input)
+
 
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     from .. import linalg
     return linalg.vector_norm(x1 - x2 + eps, p, -1, keepdim)
+
 
 def _feature_dropout(name, input, p, training, inplace):
     """torch's feature_dropout: one keep/drop draw per (dim 0, dim 1) pair, the rest of each
@@ -153,36 +169,43 @@ def dropout3d(input, p=0.5, training=True, inplace=False):
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
     return _C.interpolate(input, size, scale_factor, mode, align_corners)
 
+
 def upsample_nearest(input, size=None, scale_factor=None):
     return _C.interpolate(input, size, scale_factor, "nearest")
+
 
 def upsample_bilinear(input, size=None, scale_factor=None):
     return _C.interpolate(input, size, scale_factor, "bilinear", True)
 
-softmax = _C.softmax
-log_softmax = _C.log_softmax
+
 
 # torch's trailing-underscore in-place forms.
 def relu_(input):
     return _inplace(input, _C.relu(input), True)
 
+
 def elu_(input, alpha=1.0):
     return _inplace(input, _C.elu(input, alpha), True)
+
 
 def leaky_relu_(input, negative_slope=0.01):
     return _inplace(input, _C.leaky_relu(input, negative_slope), True)
 
+
 def hardtanh_(input, min_val=-1.0, max_val=1.0):
     return _inplace(input, _C.hardtanh(input, min_val, max_val), True)
+
 
 def selu_(input):
     return _inplace(input, _C.selu(input), True)
 
+
 def celu_(input, alpha=1.0):
     return _inplace(input, _C.celu(input, alpha), True)
 
+
 def threshold_(input, threshold, value):
-    return _inplace(input, _C.where(input > threshold, input, float(value)), True)
+    return _inplace(input, _C.where(input > threshold, input, _C.full_like(input, value)), True)
 linear = _C.linear
 conv2d = _C.conv2d
 conv1d = _C.conv1d
@@ -191,20 +214,13 @@ avg_pool2d = _C.avg_pool2d
 adaptive_avg_pool2d = _C.adaptive_avg_pool2d
 layer_norm = _C.layer_norm
 batch_norm = _C.batch_norm
-dropout = _C.dropout
-embedding = _C.embedding
-one_hot = _C.one_hot
 pad = _C.pad
 interpolate = _C.interpolate
 normalize = _C.normalize
 cosine_similarity = _C.cosine_similarity
 cross_entropy = _C.cross_entropy
 nll_loss = _C.nll_loss
-mse_loss = _C.mse_loss
-binary_cross_entropy_with_logits = _C.binary_cross_entropy_with_logits
-smooth_l1_loss = _C.smooth_l1_loss
 huber_loss = _C.huber_loss
-l1_loss = _C.l1_loss
 binary_cross_entropy = _C.binary_cross_entropy
 kl_div = _C.kl_div
 cosine_embedding_loss = _C.cosine_embedding_loss
@@ -253,6 +269,7 @@ local_response_norm = _C.local_response_norm
 
 
 # ---- torch's signatures where Kiln's op takes fewer arguments ----
+
 
 def _reduction(size_average, reduce, reduction):
     """torch's legacy size_average/reduce pair to a reduction string (None means True)."""
@@ -461,3 +478,10 @@ from ._functional_more import (affine_grid, channel_shuffle, ctc_loss,  # noqa: 
                                fractional_max_pool3d_with_indices, grid_sample, gumbel_softmax,
                                multi_head_attention_forward, multilabel_margin_loss,
                                native_channel_shuffle, pdist)
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 one-hot rows; num_classes=-1 takes the largest index + 1, as torch."""
+    if num_classes < 0:
+        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
+    return _C.one_hot(tensor, num_classes)
