@@ -239,5 +239,41 @@ def linalg_cases():
     return out
 
 
-CASES = reduce_cases() + product_cases() + linalg_cases()
+NAN, INF = float("nan"), float("inf")
+# rows: a NaN among numbers, all -inf, +inf and -inf, all equal
+EDGE_ROWS = [[1.0, NAN, 3.0, -1.0], [-INF, -INF, -INF, -INF], [INF, -INF, 0.0, 2.0],
+             [2.0, 2.0, 2.0, 2.0]]
+
+
+def _topk_values(m, x, k):
+    return m.topk(x, k).values
+
+
+def edge_cases():
+    """Reductions over rows holding NaN, infinities and ties: NaN propagation of max/min/sum,
+    argmax picking the NaN, sort placing NaN last, softmax and logsumexp of -inf rows, std of
+    one element, nan-reductions."""
+    out = []
+    for dt in ["float32", "float64", "bfloat16"]:
+        x = T((4, 4), dt, values=EDGE_ROWS)
+        for name in ["sum", "prod", "mean", "amax", "amin", "argmax", "argmin", "logsumexp",
+                     "nansum", "nanmean", "std", "var", "median", "nanmedian", "cumsum",
+                     "cumprod", "cummax", "cummin", "logcumsumexp", "softmax", "log_softmax",
+                     "max", "min", "sort", "argsort", "all", "any", "count_nonzero", "norm"]:
+            args = [x, 1]
+            out.append(Case(name, args, tag="edges"))
+        out.append(Case("max", [x], tag="edges-all"))
+        # values only: which of tied elements topk returns is not specified
+        out.append(Case(_topk_values, [x, 2], name="topk", tag="edges"))
+        out.append(Case("std", [T((1,), dt)], tag="one"))
+        out.append(Case("var", [T((1, 3), dt), 0], tag="one"))
+        out.append(Case("mean", [T((0,), dt)], tag="empty"))
+        out.append(Case("sum", [T((0, 3), dt), 0], tag="empty"))
+        out.append(Case("prod", [T((0,), dt)], tag="empty"))
+        out.append(Case("logsumexp", [T((0,), dt), 0], tag="empty"))
+        out.append(Case("amax", [T((0, 3), dt), 1], tag="empty"))
+    return out
+
+
+CASES = reduce_cases() + product_cases() + linalg_cases() + edge_cases()
 install_tests(globals(), CASES, KNOWN_BUGS, "reductions and linear algebra")
