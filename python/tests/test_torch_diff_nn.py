@@ -14,6 +14,7 @@ from torch_diff_util import DTYPES, FLOATS, Case, T, install_tests  # noqa: E402
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
+    'F.gelu(f32[12]=*#edges': 'values: gelu(-30.) is 1.8e-06 in float32 (torch 0; gelu(30.) 30.000002)',
     'F.hardsigmoid(*': 'grad: grad[0]: at (0, 0) kiln -0.25 vs torch -0.2500000074505806',
     'F.hardshrink(*': 'dtype: out: kiln float32 vs torch bfloat16',
     'F.softshrink(*': 'dtype: out: kiln float32 vs torch bfloat16',
@@ -264,5 +265,31 @@ def autocast_cases():
     return out
 
 
-CASES = activation_cases() + loss_cases() + conv_cases() + autocast_cases()
+EDGES = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 30.0, -30.0, 100.0, -100.0,
+         1e-30, 3.0, -3.0]
+
+
+def edge_cases():
+    """The activations at NaN, infinities, signed zeros and large magnitudes (overflow paths of
+    softplus, logsigmoid, silu, mish, gelu...)."""
+    out = []
+    for dt in ["float32", "float64", "bfloat16"]:
+        for name, (kw, _) in ACTIVATIONS.items():
+            if name in ("glu",):
+                continue
+            out.append(Case("F." + name, [T((len(EDGES),), dt, values=EDGES)], kw,
+                            tag="edges"))
+        out.append(Case("F.cross_entropy", [T((2, 3), dt, values=[[0.0, -float("inf"), 1.0],
+                                                                  [100.0, -100.0, 0.0]]),
+                                            T((2,), "int64", values=[0, 2])], tag="edges"))
+        out.append(Case("F.binary_cross_entropy_with_logits",
+                        [T((4,), dt, values=[100.0, -100.0, 0.0, 30.0]),
+                         T((4,), dt, values=[0.0, 1.0, 0.5, 1.0])], tag="edges"))
+        out.append(Case("F.binary_cross_entropy", [T((3,), dt, values=[0.0, 1.0, 0.5]),
+                                                   T((3,), dt, values=[1.0, 0.0, 0.5])],
+                        tag="edges"))
+    return out
+
+
+CASES = activation_cases() + loss_cases() + conv_cases() + autocast_cases() + edge_cases()
 install_tests(globals(), CASES, KNOWN_BUGS, "nn.functional and autocast")
