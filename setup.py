@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -37,7 +37,8 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    packages=["kiln"],
+    # kiln and its subpackages (kiln.nn, kiln.nn.modules, kiln.optim, kiln.utils.data, ...).
+    packages=["kiln"] + ["kiln." + p for p in find_packages(os.path.join(ROOT, "python", "kiln"))],
     package_dir={"kiln": "python/kiln"},
     package_data={"kiln": ["*.pyi", "py.typed"]},
     ext_modules=[Extension("kiln._C", sources=[])],
