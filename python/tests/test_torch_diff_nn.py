@@ -22,7 +22,6 @@ KNOWN_BUGS = {
     'F.softmax(*': 'refused: [softmax] input must be float32 or float64, got bool (shape [0,',
     'F.log_softmax(*': 'refused: [log_softmax] input must be float32 or float64, got bool (shape',
     'F.softmin(*': 'refused: [softmax] input must be float32 or float64, got int32 (shape [0',
-    'F.prelu(*': 'shape: out: kiln (1,) vs torch ()',
     'F.hinge_embedding_loss(*':
         'accepted/dtype: torch: mean(): could not infer output dtype. Input',
     'F.binary_cross_entropy_with_logits(*':

@@ -355,6 +355,27 @@ def more_cases():
                               x.reshape(1, 1, 1, 2, 3).expand(1, 1, 3, 2, 3).contiguous(), 2,
                               output_size=(1, 1, 1))[1])]:
             out.append(C(_random_of(name, fn), [x], name=name, ops=[]))
+    for a in U.DTYPES:
+        x = T((2, 3), a)
+        out.append(C("is_floating_point", [x], ops=[]))
+        out.append(C("is_complex", [x], ops=[]))
+        out.append(C(".is_complex", [x], ops=[]))
+        out.append(C("typename", [x], ops=[]))
+        for b in U.DTYPES:
+            out.append(C("equal", [T((2, 3), a, "nonneg"), T((2, 3), b, "nonneg")], ops=[]))
+            out.append(C(".equal", [T((2, 3), a, "small"), T((2, 3), b, "small")], ops=[]))
+            out.append(C("isclose", [T((2, 3), a), T((3,), b)]))
+            out.append(C(".isclose", [T((2, 3), a), T((3,), b)]))
+            out.append(C("allclose", [T((2, 3), a), T((3,), b)], ops=[]))
+            out.append(C(".allclose", [T((2, 3), a), T((3,), b)], ops=[]))
+    near = [[1.0, 1.00001, float("nan")], [float("inf"), -0.0, 1e-9]]
+    for dt in ["float32", "float64"]:
+        a = T((2, 3), dt, values=[[1.0, 1.0, float("nan")], [float("inf"), 0.0, 0.0]])
+        out.append(C("isclose", [a, T((2, 3), dt, values=near)], tag="near"))
+        out.append(C("isclose", [a, T((2, 3), dt, values=near)], {"equal_nan": True},
+                     tag="near"))
+        out.append(C("allclose", [a, T((2, 3), dt, values=near)], {"atol": 1e-8}, tag="near"))
+        out.append(C("equal", [a, a], tag="nan", ops=[]))
     out.append(C(_random("randperm", lambda m: m.randperm(5)), [], name="randperm", ops=[]))
     out.append(C(_random("normal", lambda m: m.normal(0.0, 1.0, (2, 3))), [], name="normal",
                  tag="size", ops=[]))
@@ -387,8 +408,6 @@ KNOWN_BUGS = {
     '.remainder(*': 'accepted: torch: "remainder_cpu" not implemented for \'Bool\'',
     '.fmod(*': 'accepted: torch: "fmod_cpu" not implemented for \'Bool\'',
     '.pow(*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    '.maximum(*': 'refused: [maximum] input must be numeric, got bool (shape [2, 3])',
-    '.minimum(*': 'refused: [minimum] input must be numeric, got bool (shape [2, 3])',
     '.addcdiv(*': 'accepted: torch: Integer division with addcdiv is no longer',
     '.addcmul(*': 'dtype: out: kiln float32 vs torch int32',
     '.lerp(*': 'accepted: torch: expected dtype float for `end` but got dtyp',
