@@ -659,6 +659,59 @@ def _init(self, *args, dtype=None, requires_grad=False, device=None):
         raise _C.TypeError("[Tensor] expected Tensor(*sizes) or Tensor(data)")
 
 
+def _param_marks():
+    """kiln.nn's (is_marked, mark) for Parameters, or None before kiln.nn is importable."""
+    try:
+        from .nn.modules.module import _is_marked, _mark_parameter
+        return _is_marked, _mark_parameter
+    except ImportError:
+        return None
+
+
+def _deepcopy(self, memo):
+    """copy.deepcopy(t): a leaf's clone with its own memory, requires_grad and .grad (and
+    Parameter-ness) kept, as torch; non-leaf tensors refuse, as torch's do."""
+    if id(self) in memo:
+        return memo[id(self)]
+    if not self.is_leaf:
+        raise _C.Error("[deepcopy] only tensors created explicitly by the user (graph leaves) "
+                       "support the deepcopy protocol; detach() it first")
+    if self.is_symbolic:
+        raise _C.Error("[deepcopy] a symbolic tensor (in a Graph or a jit trace) has no values")
+    new = self.detach().clone()
+    if self.requires_grad:
+        new.requires_grad_(True)
+    marks = _param_marks()
+    if marks and marks[0](self):
+        marks[1](new)
+    memo[id(self)] = new
+    g = self.grad
+    if g is not None:
+        new.grad = _deepcopy(g, memo)
+    return new
+
+
+def _reduce_ex(self, protocol):
+    """Pickling outside kiln.save (multiprocessing, copy.copy): the values as bytes."""
+    from .serialization import _dtype_name, _tensor_bytes
+    if self.is_symbolic:
+        raise _C.Error("[pickle] a symbolic tensor (in a Graph or a jit trace) has no values")
+    marks = _param_marks()
+    return (_rebuild, (_tensor_bytes(self), _dtype_name(self.dtype), tuple(self.shape),
+                       bool(self.requires_grad), bool(marks and marks[0](self))))
+
+
+def _rebuild(raw, dtype, shape, requires_grad, is_param=False):
+    from .serialization import _tensor_from_bytes
+    t = _tensor_from_bytes(raw, dtype, list(shape), "pickle")
+    if requires_grad:
+        t.requires_grad_(True)
+    marks = _param_marks()
+    if is_param and marks:
+        marks[1](t)
+    return t
+
+
 def install(ns):
     """Patches kiln.Tensor and puts the factories into the namespace `ns` (kiln's globals)."""
     T = _T
@@ -680,6 +733,8 @@ def install(ns):
     T.share_memory_ = lambda self: self
     T.is_shared = lambda self: False
     T.__format__ = _format
+    T.__deepcopy__ = _deepcopy
+    T.__reduce_ex__ = _reduce_ex
     T.__getitem__ = _getitem
     T.__setitem__ = _setitem
     T.__init__ = _init

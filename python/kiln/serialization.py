@@ -72,6 +72,12 @@ def _tensor_from_bytes(raw, name, shape, where):
     return _C.tensor(a.copy())
 
 
+def _is_parameter(t):
+    from ._tensor_api import _param_marks
+    marks = _param_marks()
+    return bool(marks and marks[0](t))
+
+
 def _open_write(f):
     if isinstance(f, (str, os.PathLike)):
         return open(f, "wb"), True
@@ -95,7 +101,7 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=4, _use_new_zipfile_seria
                     k = seen[id(o)] = len(tensors)
                     tensors.append(o)
                 return ("kiln.tensor", k, _dtype_name(o.dtype), tuple(o.shape),
-                        bool(o.requires_grad), type(o).__name__ == "Parameter")
+                        bool(o.requires_grad), _is_parameter(o))
             return None
 
     buf = io.BytesIO()

@@ -277,3 +277,29 @@ def test_torch_level_names():
     assert kiln.is_floating_point(kiln.ones(1)) and not kiln.is_floating_point(kiln.arange(2))
     assert kiln.version.cuda is torch.version.cuda is None
     assert kiln.zeros(2, memory_format=kiln.contiguous_format).shape == (2,)
+
+
+def test_deepcopy_and_pickle():
+    import copy
+    import pickle
+    t, tt = kiln.randn(2, 3, requires_grad=True), torch.randn(2, 3, requires_grad=True)
+    (t * 2).sum().backward()
+    (tt * 2).sum().backward()
+    for src in (t, tt):
+        c = copy.deepcopy(src)
+        assert c.requires_grad and c.is_leaf and c.data_ptr() != src.data_ptr()
+        assert c.grad.tolist() == src.grad.tolist() and c.tolist() == src.tolist()
+    with pytest.raises(RuntimeError):
+        copy.deepcopy(tt * 2)
+    with pytest.raises(kiln.Error):
+        copy.deepcopy(t * 2)
+    shared = {"a": t, "b": t}
+    c = copy.deepcopy(shared)
+    assert c["a"] is c["b"]
+    sd = copy.deepcopy(kiln.nn.Linear(2, 2).state_dict())
+    assert set(sd) == {"weight", "bias"}
+    assert isinstance(copy.deepcopy(kiln.nn.Parameter(kiln.ones(2))), kiln.nn.Parameter)
+    for x in (t, kiln.arange(5)[1::2], kiln.ones(2, dtype=kiln.bfloat16), kiln.tensor(True)):
+        y = pickle.loads(pickle.dumps(x))
+        assert y.dtype == x.dtype and y.shape == x.shape and y.tolist() == x.tolist()
+        assert y.requires_grad == x.requires_grad
