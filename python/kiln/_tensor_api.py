@@ -494,6 +494,23 @@ def _new_tensor(self, data, dtype=None, device=None, requires_grad=False, layout
     return tensor(data, dtype=dtype or self.dtype, requires_grad=requires_grad)
 
 
+def _legacy_new(self, *args, device=None):
+    """Tensor.new (torch's legacy constructor): new(*sizes) uninitialised, new(data) a copy,
+    new() empty; the dtype is self's."""
+    _check_device(device, "new")
+    if not args:
+        return _C.empty((0,), dtype=self.dtype)
+    if all(isinstance(a, numbers.Integral) and not isinstance(a, _bool) for a in args):
+        return _C.empty(tuple(args), dtype=self.dtype)
+    if len(args) == 1:
+        if isinstance(args[0], (tuple, list)) and args[0] and \
+                all(isinstance(a, numbers.Integral) for a in args[0]) and \
+                type(args[0]).__name__ == "Size":
+            return _C.empty(tuple(args[0]), dtype=self.dtype)
+        return tensor(args[0], dtype=self.dtype)
+    raise _C.TypeError("[new] expected new(*sizes) or new(data)")
+
+
 _orig_add_, _orig_sub_ = _T.add_, _T.sub_
 
 
@@ -756,7 +773,7 @@ def install(ns):
                      ("new_ones", _new(lambda s, d: _C.ones(s, dtype=d))),
                      ("new_empty", _new(lambda s, d: _C.empty(s, dtype=d))),
                      ("new_full", _new_full), ("new_tensor", _new_tensor),
-                     ("nelement", lambda self: self.numel()),
+                     ("nelement", lambda self: self.numel()), ("new", _legacy_new),
                      ("ndimension", lambda self: self.dim())):
         if not _has(name):
             setattr(T, name, fn)

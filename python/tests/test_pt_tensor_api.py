@@ -42,6 +42,9 @@ def test_view_as_reshape_as_type_as_new():
         k, t = getattr(b, m)(*args), getattr(tb, m)(*args)
         assert k.shape == tuple(t.shape) and name_of(k.dtype) == name_of(t.dtype), m
     assert a.nelement() == 6 and b.ndimension() == 2
+    for args in [(2, 3), ([1, 2],), ()]:
+        k, t = b.new(*args), tb.new(*args)
+        assert k.shape == tuple(t.shape) and name_of(k.dtype) == name_of(t.dtype)
 
 
 @pytest.mark.parametrize("name,args", [
