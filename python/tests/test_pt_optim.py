@@ -64,8 +64,10 @@ def test_optimizer_matches_torch(name, groups):
     np.testing.assert_allclose(kb, tb, rtol=2e-5, atol=2e-6)
 
 
-def test_lbfgs_matches_torch():
-    make = lambda L, p: L.optim.LBFGS(p, lr=0.5, max_iter=5, history_size=4)  # noqa: E731
+@pytest.mark.parametrize("line_search", [None, "strong_wolfe"])
+def test_lbfgs_matches_torch(line_search):
+    make = lambda L, p: L.optim.LBFGS(p, lr=0.5, max_iter=5, history_size=4,  # noqa: E731
+                                      line_search_fn=line_search)
     kw, kb, kopt = run(kiln, make, steps=3, closure=True)
     tw, tb, topt = run(torch, make, steps=3, closure=True)
     # One step agrees to float32 rounding (2e-7); the curvature pairs amplify those roundings

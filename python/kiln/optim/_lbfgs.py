@@ -1,8 +1,110 @@
 """kiln.optim.LBFGS: torch.optim.LBFGS (limited-memory BFGS over the flattened parameters,
-step(closure) re-evaluating the loss), following torch 1.13's algorithm step for step with a
-fixed step size (line_search_fn=None)."""
+step(closure) re-evaluating the loss), following torch 1.13's algorithm step for step, with a
+fixed step (line_search_fn=None) or torch's strong-Wolfe line search ("strong_wolfe").
+Scalars of the line search are Python floats (torch keeps some as float32 tensors)."""
+import math
+
 from .. import _C
 from .optimizer import Optimizer
+
+
+def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
+    """The minimiser of the cubic through (x1, f1, g1) and (x2, f2, g2), clamped to bounds."""
+    if bounds is not None:
+        xmin_bound, xmax_bound = bounds
+    else:
+        xmin_bound, xmax_bound = (x1, x2) if x1 <= x2 else (x2, x1)
+    d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
+    d2_square = d1 ** 2 - g1 * g2
+    if d2_square >= 0:
+        d2 = math.sqrt(d2_square)
+        if x1 <= x2:
+            min_pos = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
+        else:
+            min_pos = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2))
+        return min(max(min_pos, xmin_bound), xmax_bound)
+    return (xmin_bound + xmax_bound) / 2.0
+
+
+def _dot(a, b):
+    return float((a * b).sum())
+
+
+def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_change=1e-9,
+                  max_ls=25):
+    """torch's line search: bracket a step satisfying the strong Wolfe conditions, then zoom
+    with cubic interpolation. Returns (loss, flat grad, step, evaluations)."""
+    d_norm = float(d.abs().max())
+    g = g.clone()
+    f_new, g_new = obj_func(x, t, d)
+    ls_func_evals = 1
+    gtd_new = _dot(g_new, d)
+    t_prev, f_prev, g_prev, gtd_prev = 0, f, g, gtd
+    done = False
+    ls_iter = 0
+    while ls_iter < max_ls:
+        if f_new > (f + c1 * t * gtd) or (ls_iter > 1 and f_new >= f_prev):
+            bracket, bracket_f = [t_prev, t], [f_prev, f_new]
+            bracket_g, bracket_gtd = [g_prev, g_new.clone()], [gtd_prev, gtd_new]
+            break
+        if abs(gtd_new) <= -c2 * gtd:
+            bracket, bracket_f, bracket_g = [t], [f_new], [g_new]
+            done = True
+            break
+        if gtd_new >= 0:
+            bracket, bracket_f = [t_prev, t], [f_prev, f_new]
+            bracket_g, bracket_gtd = [g_prev, g_new.clone()], [gtd_prev, gtd_new]
+            break
+        min_step = t + 0.01 * (t - t_prev)
+        max_step = t * 10
+        tmp = t
+        t = _cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new,
+                               bounds=(min_step, max_step))
+        t_prev, f_prev, g_prev, gtd_prev = tmp, f_new, g_new.clone(), gtd_new
+        f_new, g_new = obj_func(x, t, d)
+        ls_func_evals += 1
+        gtd_new = _dot(g_new, d)
+        ls_iter += 1
+    if ls_iter == max_ls:
+        bracket, bracket_f, bracket_g = [0, t], [f, f_new], [g, g_new]
+
+    insuf_progress = False
+    low_pos, high_pos = (0, 1) if bracket_f[0] <= bracket_f[-1] else (1, 0)
+    while not done and ls_iter < max_ls:
+        if abs(bracket[1] - bracket[0]) * d_norm < tolerance_change:
+            break
+        t = _cubic_interpolate(bracket[0], bracket_f[0], bracket_gtd[0],
+                               bracket[1], bracket_f[1], bracket_gtd[1])
+        eps = 0.1 * (max(bracket) - min(bracket))
+        if min(max(bracket) - t, t - min(bracket)) < eps:
+            if insuf_progress or t >= max(bracket) or t <= min(bracket):
+                if abs(t - max(bracket)) < abs(t - min(bracket)):
+                    t = max(bracket) - eps
+                else:
+                    t = min(bracket) + eps
+                insuf_progress = False
+            else:
+                insuf_progress = True
+        else:
+            insuf_progress = False
+        f_new, g_new = obj_func(x, t, d)
+        ls_func_evals += 1
+        gtd_new = _dot(g_new, d)
+        ls_iter += 1
+        if f_new > (f + c1 * t * gtd) or f_new >= bracket_f[low_pos]:
+            bracket[high_pos], bracket_f[high_pos] = t, f_new
+            bracket_g[high_pos], bracket_gtd[high_pos] = g_new.clone(), gtd_new
+            low_pos, high_pos = (0, 1) if bracket_f[0] <= bracket_f[1] else (1, 0)
+        else:
+            if abs(gtd_new) <= -c2 * gtd:
+                done = True
+            elif gtd_new * (bracket[high_pos] - bracket[low_pos]) >= 0:
+                bracket[high_pos], bracket_f[high_pos] = bracket[low_pos], bracket_f[low_pos]
+                bracket_g[high_pos] = bracket_g[low_pos]
+                bracket_gtd[high_pos] = bracket_gtd[low_pos]
+            bracket[low_pos], bracket_f[low_pos] = t, f_new
+            bracket_g[low_pos], bracket_gtd[low_pos] = g_new.clone(), gtd_new
+    return bracket_f[low_pos], bracket_g[low_pos], bracket[low_pos], ls_func_evals
 
 
 class LBFGS(Optimizer):
@@ -13,10 +115,9 @@ class LBFGS(Optimizer):
                  tolerance_change=1e-9, history_size=100, line_search_fn=None):
         if max_eval is None:
             max_eval = max_iter * 5 // 4
-        if line_search_fn not in (None,):
-            raise _C.ValueError(
-                f"[LBFGS] line_search_fn={line_search_fn!r} is not supported; Kiln's LBFGS "
-                "takes fixed steps (line_search_fn=None)")
+        if line_search_fn not in (None, "strong_wolfe"):
+            raise _C.ValueError(f"[LBFGS] only 'strong_wolfe' is supported as line_search_fn, "
+                                f"got {line_search_fn!r}")
         super().__init__(params, dict(lr=lr, max_iter=max_iter, max_eval=max_eval,
                                       tolerance_grad=tolerance_grad,
                                       tolerance_change=tolerance_change,
@@ -39,6 +140,14 @@ class LBFGS(Optimizer):
             n = p.numel()
             p.add_(update[offset:offset + n].reshape(*p.shape) * step_size)
             offset += n
+
+    def _directional_evaluate(self, closure, x, t, d):
+        self._add_grad(t, d)
+        loss = float(closure())
+        flat_grad = self._gather_flat_grad()
+        for p, pdata in zip(self._params, x):
+            p.copy_(pdata)
+        return loss, flat_grad
 
     def step(self, closure):
         if closure is None:
@@ -132,12 +241,23 @@ class LBFGS(Optimizer):
                 break
 
             ls_func_evals = 0
-            self._add_grad(t, d)
-            if n_iter != max_iter:
-                loss = float(closure())
-                flat_grad = self._gather_flat_grad()
+            if group["line_search_fn"] == "strong_wolfe":
+                x_init = [p.clone() for p in self._params]
+
+                def obj_func(x, step, direction):
+                    return self._directional_evaluate(closure, x, step, direction)
+
+                loss, flat_grad, t, ls_func_evals = _strong_wolfe(
+                    obj_func, x_init, float(t), d, loss, flat_grad, gtd)
+                self._add_grad(t, d)
                 opt_cond = float(flat_grad.abs().max()) <= tolerance_grad
-                ls_func_evals = 1
+            else:
+                self._add_grad(t, d)
+                if n_iter != max_iter:
+                    loss = float(closure())
+                    flat_grad = self._gather_flat_grad()
+                    opt_cond = float(flat_grad.abs().max()) <= tolerance_grad
+                    ls_func_evals = 1
             current_evals += ls_func_evals
             state["func_evals"] += ls_func_evals
 
