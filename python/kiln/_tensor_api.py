@@ -53,6 +53,8 @@ def _sized_factory(name):
 
     def factory(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False,
                 pin_memory=False, generator=None, memory_format=None, **kw):
+        if not kw and device is None and generator is None and out is None:
+            return raw(*size, dtype=dtype, requires_grad=requires_grad)  # the common call
         if "size" in kw:
             size = (kw.pop("size"),)
         if kw:
