@@ -57,3 +57,53 @@ def jit(fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
 
 def is_tensor(obj: Any) -> bool: ...
 def numel(t: Tensor) -> int: ...
+
+
+# ---- PyTorch's Python-side surface (kiln/_tensor_api.py, _device.py, _generator.py, ...) ----
+from . import (autograd as autograd, backends as backends, cuda as cuda, onnx as onnx,  # noqa: E402
+               utils as utils)
+from ._device import device as device  # noqa: E402
+from ._generator import Generator as Generator, default_generator as default_generator  # noqa: E402
+from ._torch_misc import (Size as Size, finfo as finfo, iinfo as iinfo,  # noqa: E402
+                          allclose as allclose, isclose as isclose, equal as equal,
+                          get_default_dtype as get_default_dtype,
+                          set_default_dtype as set_default_dtype)
+from .autograd import Variable as Variable  # noqa: E402
+from .serialization import save as save, load as load  # noqa: E402
+
+
+class inference_mode(no_grad):
+    def __init__(self, mode: bool = True) -> None: ...
+
+
+def manual_seed(seed: int) -> Generator: ...
+def initial_seed() -> int: ...
+def seed() -> int: ...
+def randperm(n: int, *, generator: Optional[Generator] = None, out: Any = None,
+             dtype: Any = None, layout: Any = None, device: Any = None,
+             requires_grad: bool = False, pin_memory: bool = False) -> Tensor: ...
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
+                generator: Optional[Generator] = None, out: Any = None) -> Tensor: ...
+def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *,
+           generator: Optional[Generator] = None, out: Any = None, dtype: Any = None,
+           layout: Any = None, device: Any = None, pin_memory: bool = False,
+           requires_grad: bool = False) -> Tensor: ...
+def bernoulli(input: Tensor, p: Optional[float] = None, *,
+              generator: Optional[Generator] = None, out: Any = None) -> Tensor: ...
+def rand_like(input: Tensor, **kwargs: Any) -> Tensor: ...
+def randn_like(input: Tensor, **kwargs: Any) -> Tensor: ...
+def randint_like(input: Tensor, *args: Any, **kwargs: Any) -> Tensor: ...
+def logspace(start: float, end: float, steps: int, base: float = 10.0,
+             **kwargs: Any) -> Tensor: ...
+
+
+FloatTensor: Any
+DoubleTensor: Any
+HalfTensor: Any
+BFloat16Tensor: Any
+LongTensor: Any
+IntTensor: Any
+ShortTensor: Any
+CharTensor: Any
+ByteTensor: Any
+BoolTensor: Any
