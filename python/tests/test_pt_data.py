@@ -205,3 +205,25 @@ def test_torch_port_example_runs(tmp_path):
                         str(tmp_path / "c.pt")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "epoch  10" in r.stdout and "restored from" in r.stdout
+
+
+@pytest.mark.parametrize("n,drop_last", [(10, False), (10, True), (11, False), (11, True)])
+def test_distributed_sampler_shares(n, drop_last):
+    ds = list(range(n))
+    for shuffle in (False, True):
+        parts = [list(kd.DistributedSampler(ds, num_replicas=3, rank=r, shuffle=shuffle,
+                                            drop_last=drop_last)) for r in range(3)]
+        tparts = [list(td.DistributedSampler(ds, num_replicas=3, rank=r, shuffle=shuffle,
+                                             drop_last=drop_last)) for r in range(3)]
+        assert [len(p) for p in parts] == [len(p) for p in tparts]
+        if not shuffle:
+            assert parts == tparts
+        assert set(i for p in parts for i in p) <= set(ds)
+        if not drop_last:
+            assert set(i for p in parts for i in p) == set(ds)
+    s = kd.DistributedSampler(ds, num_replicas=2, rank=0)
+    first = list(s)
+    s.set_epoch(1)
+    assert list(s) != first or n < 3
+    with pytest.raises(kiln.Error):
+        kd.DistributedSampler(ds)

@@ -6,4 +6,5 @@ from .sampler import (Sampler, SequentialSampler, RandomSampler,  # noqa: F401
                       SubsetRandomSampler, WeightedRandomSampler, BatchSampler)
 from .dataloader import (DataLoader, default_collate, default_convert,  # noqa: F401
                          get_worker_info)
-from . import dataset, sampler, dataloader  # noqa: F401
+from .distributed import DistributedSampler  # noqa: F401
+from . import dataset, sampler, dataloader, distributed  # noqa: F401
