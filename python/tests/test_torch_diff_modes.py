@@ -1,13 +1,14 @@
 """Differential suite against torch 1.13 in the traced modes: the elementwise, reduction and
 product calls of the dtype matrix run through kiln.jit and as a Graph of placeholders run by a
 Session, compared against torch like the eager calls; the graph's inferred dtype and shape must
-also be what running it gives (the one promotion table serving every mode). Engine:
+also be what running it gives (the one promotion table serving every mode); and the nn,
+reduction and linear-algebra calls under autocast in both. Engine:
 torch_diff_util; deliberate differences: docs/torch_differences.md."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch_diff_util import DTYPES, Case, T, install_tests  # noqa: E402
+from torch_diff_util import DTYPES, Case, T, _walk, install_tests  # noqa: E402
 from test_torch_diff_elementwise import BINARY, SCALARS, UNARY  # noqa: E402
 
 # Differences still to fix (issue 35): each key is a pattern over case ids (* matches anything,
@@ -15,6 +16,28 @@ from test_torch_diff_elementwise import BINARY, SCALARS, UNARY  # noqa: E402
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
+    'F.l1_loss(bf16*#autocast': 'dtype: bf16 loss stays bf16 under autocast (torch float32)',
+    'F.soft_margin_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
+    'F.poisson_nll_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
+    'F.margin_ranking_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
+    'F.hinge_embedding_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
+    'F.cosine_embedding_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
+    'F.triplet_margin_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
+    'F.cross_entropy(bf16*#autocast':
+        'dtype: probability targets / label smoothing stay bf16 under autocast (torch float32)',
+    'F.interpolate(f32*#autocast': 'dtype: f32 nearest interpolate becomes bf16 (torch keeps f32)',
+    'F.unfold(f32*#autocast': 'dtype: f32 unfold becomes bf16 under autocast (torch keeps f32)',
+    "einsum('i,j->ij',f32*#autocast": 'dtype: f32 outer einsum becomes bf16 (torch keeps f32)',
+    'pinverse(f32*#autocast': 'dtype: pinverse runs in bf16 under autocast (torch float32)',
+    'F.conv_transpose?d(bf16*#autocast':
+        'dtype: bf16 transposed convolutions stay bf16 under autocast (torch float32)',
+    'F.*pool3d(bf16*#autocast': 'dtype: bf16 3-D pools stay bf16 under autocast (torch float32)',
+    'F.local_response_norm(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
+    'F.binary_cross_entropy(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
+    'linalg.*(bf16*#autocast':
+        'dtype: inv/solve/cholesky/qr/svdvals/eigvalsh/matrix_norm stay bf16 (torch float32)',
+    'median(*#autocast': 'refused: median of an empty tensor (torch: nan)',
+    'topk(bf16[],*#autocast': 'refused: topk of a 0-d tensor',
     'sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
     'floor_divide(*': 'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
     'remainder(*':
@@ -60,5 +83,30 @@ def mode_cases():
     return out
 
 
-CASES = mode_cases()
+def autocast_cases():
+    """The float32 and bfloat16 calls of the nn, reduction and linear-algebra tables under
+    autocast("cpu", bfloat16) in both, one per call and shapes: which ops run in bfloat16,
+    which in float32, and what mixed inputs give."""
+    import test_torch_diff_nn as nn_cases
+    import test_torch_diff_reduce as reduce_cases
+    out, seen = [], set()
+    for c in nn_cases.CASES + reduce_cases.CASES:
+        if c.mode != "eager" or not isinstance(c.fn, str) or c.fn.startswith("."):
+            continue
+        ts = [t for t in _walk([c.args, c.kwargs]) if isinstance(t, T)]
+        if not ts or ts[0].dtype not in ("float32", "bfloat16") or c.id.endswith("#edges"):
+            continue
+        key = (c.fn, ts[0].dtype, tuple(t.shape for t in ts))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Case(c.fn, c.args, c.kwargs, ops=c.ops, mode="autocast", grad=False,
+                        tol=(3e-2, 0.1)))
+    for name, (da, db) in BINARY.items():
+        out.append(Case(name, [T((2, 3), "float32", da), T((3,), "bfloat16", db)],
+                        mode="autocast", tol=(3e-2, 0.1)))
+    return out
+
+
+CASES = mode_cases() + autocast_cases()
 install_tests(globals(), CASES, KNOWN_BUGS, "traced modes (jit, graph)")

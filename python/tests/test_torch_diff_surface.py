@@ -323,6 +323,8 @@ def more_cases():
         out.append(C(".new_full", [x, (2,), 3], ops=[]))
         out.append(C(".new_tensor", [x, [1, 2]], ops=[]))
         out.append(C(_new_like("new_empty", (2,)), [x], name=".new_empty", ops=[]))
+        out.append(C(_new_like("new", 2, 3), [x], name=".new", ops=[]))
+        out.append(C(".new", [x, [1, 2]], ops=[], tag="data"))
     for dt in ["float32", "float64"]:
         x = T((2, 3), dt, "prob")
         for name, fn in [("rand_like", lambda m, x: m.rand_like(x)),

@@ -40,11 +40,8 @@ def main():
             continue
         t = U.Tally()
         for case in suite.cases:
-            row = suite.doc_row(case)
-            oracle = row is not None and row.kind == "torch-bf16-bug"
-            o = U.run_case(case, oracle_f32=oracle)
-            known = U.match_pattern(suite.known, case.id)
-            t.add(o, documented=row is not None and (o.differs or oracle),
+            o, row, known, _ = suite.check(case)
+            t.add(o, documented=row is not None and (o.differs or row.kind == "torch-bf16-bug"),
                   known=known is not None)
             if o.differs and row is None:
                 kinds.setdefault(o.kind, []).append((known, o.line()))
