@@ -246,3 +246,23 @@ def test_scheduler_state_dict_and_chaining():
         return sd["last_epoch"], s2.last_epoch, s2.get_last_lr()
 
     assert run_sched(kiln) == run_sched(torch)
+
+
+def test_frozen_then_unfrozen_parameters():
+    def run_freeze(lib):
+        w = lib.tensor([1.0, 2.0], requires_grad=True)
+        b = lib.tensor([0.5], requires_grad=False)
+        opt = lib.optim.SGD([w, b], lr=0.1, momentum=0.9)
+        for step in range(4):
+            if step == 2:
+                b.requires_grad_(True)
+            opt.zero_grad()
+            ((w * w).sum() + (b * w).sum() if step < 2 else (w * w).sum() + (b * b * w).sum()
+             ).backward()
+            opt.step()
+        return w.detach().numpy().tolist(), b.detach().numpy().tolist()
+
+    kw, kb = run_freeze(kiln)
+    tw, tb = run_freeze(torch)
+    np.testing.assert_allclose(kw, tw, rtol=1e-6)
+    np.testing.assert_allclose(kb, tb, rtol=1e-6)

@@ -222,7 +222,9 @@ class _EngineOptimizer(Optimizer):
         return True
 
     def _key(self, group):
-        return tuple(repr(group[k]) for k in self._HYPER) + tuple(id(p) for p in group["params"])
+        # The parameters that require grad are the C++ optimizer's: unfreezing one rebuilds it.
+        return tuple(repr(group[k]) for k in self._HYPER) + tuple(
+            (id(p), p.requires_grad) for p in group["params"])
 
     def _engine(self, i, group):
         key = self._key(group)
@@ -237,17 +239,35 @@ class _EngineOptimizer(Optimizer):
             return None
         eng = self._make(params, group)
         if cur is not None and cur[1] is not None:
-            try:  # carry the state over (slots that exist on both sides)
-                old = dict(cur[1].state_dict())
-                names = {n for n, _ in eng.state_dict()}
-                new = [(n, t) for n, t in old.items() if n in names or n.startswith("state.")]
-                new = [(n, t) for n, t in new if n != "lr"] + [("lr", _C.tensor(group["lr"],
-                                                                 dtype=_C.float64))]
-                eng.load_state_dict(new)
-            except _C.Error:
-                pass  # e.g. momentum switched on: no buffers to carry
-        self._engines[i] = (key, eng)
+            self._carry_state(cur[1], cur[2], eng, params, group)
+        self._engines[i] = (key, eng, params)
         return eng
+
+    @staticmethod
+    def _carry_state(old, old_params, eng, params, group):
+        """Moves the old C++ optimizer's slots to the new one by parameter; a parameter the
+        old one did not optimize starts from zero slots (SGD's first momentum step then
+        equals torch's; Adam's shared step counter is the C++ optimizers' own)."""
+        sd = dict(old.state_dict())
+        slots, names = {}, []
+        for n, t in sd.items():
+            if n.startswith("state."):
+                _, k, slot = n.split(".", 2)
+                slots.setdefault(id(old_params[int(k)]), {})[slot] = t
+                if slot not in names:
+                    names.append(slot)
+        if not names:
+            return  # no slots yet (before the first step, or momentum was off)
+        pairs = [("step", sd["step"]), ("lr", _C.tensor(group["lr"], dtype=_C.float64))]
+        for k, p in enumerate(params):
+            have = slots.get(id(p), {})
+            for slot in names:
+                pairs.append((f"state.{k}.{slot}", have.get(
+                    slot, _C.zeros(tuple(p.shape), dtype=p.dtype))))
+        try:
+            eng.load_state_dict(pairs)
+        except _C.Error:
+            pass  # another slot layout (RMSprop's centered switched): the state starts over
 
     def step(self, closure=None):
         loss = None
@@ -270,7 +290,7 @@ class _EngineOptimizer(Optimizer):
             cur = self._engines.get(i)
             if cur is None or cur[1] is None:
                 continue
-            params = [p for p in group["params"] if p.requires_grad]
+            params = cur[2]
             sd = dict(cur[1].state_dict())
             step = sd.get("step")
             for n, t in sd.items():
