@@ -17,7 +17,6 @@ from torch_diff_util import (BINARY_SHAPES, DTYPES, UNARY_SHAPES, Case, D,  # no
 KNOWN_BUGS = {
     "div(f*;rounding_mode='floor')#edges": "values: div(inf, 2, rounding_mode='floor') inf (nan)",
     "div(bf16*;rounding_mode='floor')#edges": "values: as f32: inf // 2 gives inf, torch nan",
-    'nan_to_num(bf16*': 'values: bf16 inf stays inf (torch: the bf16 max 3.39e38)',
     'sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
     '.sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
     'floor_divide(*':
