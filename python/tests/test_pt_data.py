@@ -227,3 +227,14 @@ def test_distributed_sampler_shares(n, drop_last):
     assert list(s) != first or n < 3
     with pytest.raises(kiln.Error):
         kd.DistributedSampler(ds)
+
+
+def test_subsets_of_a_tensor_dataset_batch_like_samples():
+    ds = tensor_ds(kiln, kd)
+    inner = kd.Subset(ds, [9, 7, 5, 3, 1, 0])
+    outer = kd.Subset(inner, [5, 0, 2, 3])
+    got = [as_lists(b) for b in kd.DataLoader(outer, batch_size=3)]
+    by_sample = [as_lists(kd.default_collate([outer[i] for i in range(j, min(j + 3, 4))]))
+                 for j in (0, 3)]
+    assert got == by_sample
+    assert [y for _, ys in kd.DataLoader(outer, batch_size=4) for y in ys.tolist()] == [0, 9, 5, 3]

@@ -3,14 +3,15 @@ size, shuffle, sampler, batch_sampler, drop_last, collate_fn with default_collat
 generator). Loading runs in this process: num_workers > 0 is accepted and gives the same
 batches in the same order as torch's worker processes would.
 
-A TensorDataset with the default collate is batched by indexing each tensor with the batch's
-indices (one gather per tensor) rather than stacking samples one by one: the same values.
+A TensorDataset (or a Subset of one, as random_split makes) with the default collate is batched
+by indexing each tensor with the batch's indices (one gather per tensor) rather than stacking
+samples one by one: the same values.
 """
 import collections.abc
 import numbers
 
 from ... import _C
-from .dataset import IterableDataset, TensorDataset
+from .dataset import IterableDataset, Subset, TensorDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
 _T = _C.Tensor
@@ -96,6 +97,13 @@ def default_collate(batch):
     raise _C.TypeError(
         "[default_collate] default_collate: batch must contain tensors, numpy arrays, numbers, "
         f"dicts or lists; found {t.__name__}")
+
+
+def _base(ds):
+    """The dataset under any Subsets."""
+    while type(ds) is Subset:
+        ds = ds.dataset
+    return ds
 
 
 def get_worker_info():
@@ -189,14 +197,18 @@ class DataLoader:
             return self._iter_iterable()
         if self.batch_sampler is None:
             return (self.collate_fn(self.dataset[i]) for i in self.sampler)
-        if self._auto_collate and type(self.dataset) is TensorDataset:
+        if self._auto_collate and type(_base(self.dataset)) is TensorDataset:
             return self._iter_tensors()
         return (self.collate_fn([self.dataset[i] for i in batch])
                 for batch in self.batch_sampler)
 
     def _iter_tensors(self):
-        tensors = self.dataset.tensors
+        tensors = _base(self.dataset).tensors
         for batch in self.batch_sampler:
+            ds = self.dataset
+            while type(ds) is Subset:  # outermost first: its indices index the next dataset
+                batch = [int(ds.indices[i]) for i in batch]
+                ds = ds.dataset
             idx = _C.tensor(list(batch), dtype=_C.int64)
             yield [t[idx] for t in tensors]
 
