@@ -16,43 +16,101 @@ from torch_diff_util import (BINARY_SHAPES, DTYPES, UNARY_SHAPES, Case, D,  # no
 # docs/torch_differences.md.
 KNOWN_BUGS = {
     "div(f*;rounding_mode='floor')#edges": "values: div(inf, 2, rounding_mode='floor') inf (nan)",
-    "div(bf16*;rounding_mode='floor')#edges": "values: as f32: inf // 2 gives inf, torch nan",
-    'sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    '.sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    'floor_divide(*':
-        'accepted/dtype: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    '.floor_divide(*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    'remainder(*':
-        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
-    '.remainder(*':
-        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
-    'fmod(*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
-    '.fmod(*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
-    'pow(*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    '.pow(*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    'maximum(*': 'grad/refused: [maximum] input must be numeric, got bool (shape [2, 3])',
-    'minimum(*': 'refused: [minimum] input must be numeric, got bool (shape [2, 3])',
-    'op:floordiv(*': 'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    'op:floordiv(?:*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    'op:mod(*': 'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
+    "div(bf16*;rounding_mode='floor')#edges": 'values: as f32: inf // 2 gives inf, torch nan',
+    'sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
+    'sign(f32[*': 'values: out: at (0,) kiln nan vs torch 0.0',
+    'sign(f64[*': 'values: out: at (0,) kiln nan vs torch 0.0',
+    'sign(bf16[*': 'values: out: at (0,) kiln nan vs torch 0.0',
+    '.sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
+    'floor_divide(b[*':
+        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    'floor_divide(bf16[*': 'dtype/values: out: kiln float32 vs torch bfloat16',
+    'floor_divide(f32[*': 'values: out: at (6,) kiln inf vs torch nan',
+    'floor_divide(f64[*': 'values: out: at (6,) kiln inf vs torch nan',
+    '.floor_divide(b[*':
+        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    'remainder(b[*':
+        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+    'remainder(i32[*': 'dtype: out: kiln float32 vs torch int32',
+    'remainder(i64[*': 'dtype: out: kiln float32 vs torch int64',
+    '.remainder(b[*':
+        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+    '.remainder(i32[*': 'dtype: out: kiln float32 vs torch int32',
+    '.remainder(i64[*': 'dtype: out: kiln float32 vs torch int64',
+    'fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
+    'fmod(i32[*': 'dtype: out: kiln float32 vs torch int32',
+    'fmod(i64[*': 'dtype: out: kiln float32 vs torch int64',
+    '.fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
+    '.fmod(i32[*': 'dtype: out: kiln float32 vs torch int32',
+    '.fmod(i64[*': 'dtype: out: kiln float32 vs torch int64',
+    'pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    '.pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    'maximum(b[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(i32[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(i64[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(f32[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(f64[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(bf16[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'minimum(b[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(i32[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(i64[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(f32[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(f64[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(bf16[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'op:floordiv(b[*':
+        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    'op:floordiv(?:*': 'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
+    'op:mod(b[*':
+        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
     'op:mod(?:*': 'accepted: torch: "remainder_cpu" not implemented for \'Bool\'',
-    'op:pow(*': 'accepted: torch: "pow" not implemented for \'Bool\'',
+    'op:mod(i32[*': 'dtype: out: kiln float32 vs torch int32',
+    'op:mod(i64[*': 'dtype: out: kiln float32 vs torch int64',
+    'op:pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
     'op:pow(?:*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    'op:and_(?:*': "binding: unsupported operand type(s) for &: 'bool' and 'kiln._C.Tens",
-    'op:or_(?:*': "binding: unsupported operand type(s) for |: 'bool' and 'kiln._C.Tens",
-    'op:xor(?:*': "binding: unsupported operand type(s) for ^: 'bool' and 'kiln._C.Tens",
-    'op:lshift(?:*': "binding: unsupported operand type(s) for <<: 'bool' and 'kiln._C.Ten",
-    'op:rshift(?:*': "binding: unsupported operand type(s) for >>: 'bool' and 'kiln._C.Ten",
-    'op:pos(*': 'accepted: torch: The `+` operator, on a bool tensor is not s',
-    'clamp(*': 'dtype/refused/values: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'clamp_min(*': 'dtype/refused/values: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'clamp_max(*': 'dtype/refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'clip(*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'addcdiv(*': 'accepted/values: torch: Integer division with addcdiv is no longer',
-    'addcmul(*': 'dtype: out: kiln float32 vs torch int32',
-    'lerp(*': 'accepted: torch: expected dtype bool for `end` but got dtype',
+    'op:pos(b[*': 'accepted: torch raises RuntimeThe `+` operator, on a bool tensor is not suppor',
+    'clamp(b[*': 'accepted/refused: [clamp] input must be numeric, got bool (shape [2, 3])',
+    'clamp_min(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
+    'clamp_min(i32[*': 'dtype: out: kiln int32 vs torch float32',
+    'clamp_min(i64[*': 'dtype: out: kiln int64 vs torch float32',
+    'clamp_max(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
+    'clamp_max(i32[*': 'dtype: out: kiln int32 vs torch float32',
+    'clamp_max(i64[*': 'dtype: out: kiln int64 vs torch float32',
+    'clip(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
+    'addcdiv(b[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    'addcdiv(i32[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    'addcdiv(i64[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    'addcdiv(f32[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    'addcdiv(f64[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    'addcdiv(bf16[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    'addcmul(b[*':
+        'accepted/dtype: torch raises Runtime"addcmul_cpu_out" not implemented for \'Boo',
+    'addcmul(i32[*': 'dtype: out: kiln float32 vs torch int32',
+    'addcmul(i64[*': 'dtype: out: kiln float32 vs torch int64',
+    'lerp(b[*': 'accepted: torch raises Runtimeexpected dtype bool for `end` but got dtype floa',
+    'lerp(i32[*': 'accepted: torch raises Runtimeexpected dtype int for `end` but got dtype float',
+    'lerp(i64[*': 'accepted: torch raises Runtimeexpected dtype long int for `end` but got dtype ',
+    'lerp(f32[*': 'accepted: torch raises Runtimeexpected dtype float for `end` but got dtype boo',
+    'lerp(f64[*': 'accepted: torch raises Runtimeexpected dtype double for `end` but got dtype bo',
+    'lerp(bf16[*':
+        'accepted: torch raises Runtimeexpected dtype c10::BFloat16 for `end` but got d',
 }
 
 SCALARS = {"bool": True, "int": 2, "float": 2.5}

@@ -38,16 +38,54 @@ KNOWN_BUGS = {
         'dtype: inv/solve/cholesky/qr/svdvals/eigvalsh/matrix_norm stay bf16 (torch float32)',
     'median(*#autocast': 'refused: median of an empty tensor (torch: nan)',
     'topk(bf16[],*#autocast': 'refused: topk of a 0-d tensor',
-    'sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    'floor_divide(*': 'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    'remainder(*':
-        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
-    'fmod(*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
-    'pow(*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    'maximum(*': 'refused: [maximum] input must be numeric, got bool (shape [2, 3])',
-    'minimum(*': 'refused: [minimum] input must be numeric, got bool (shape [2, 3])',
-    'clamp(*': 'dtype/refused/values: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'full_like(*': 'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node o',
+    'sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
+    'floor_divide(b[*':
+        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    'remainder(b[*':
+        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+    'remainder(i32[*': 'dtype: out: kiln float32 vs torch int32',
+    'remainder(i64[*': 'dtype: out: kiln float32 vs torch int64',
+    'fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
+    'fmod(i32[*': 'dtype: out: kiln float32 vs torch int32',
+    'fmod(i64[*': 'dtype: out: kiln float32 vs torch int64',
+    'pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    'maximum(b[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(i32[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(i64[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(f32[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(f64[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'maximum(bf16[*':
+        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
+    'minimum(b[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(i32[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(i64[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(f32[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(f64[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'minimum(bf16[*':
+        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
+    'clamp(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
+    'full_like(b[*':
+        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
+    'full_like(i32[*':
+        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
+    'full_like(i64[*':
+        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
+    'full_like(f32[*':
+        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
+    'full_like(f64[*':
+        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
+    'full_like(bf16[*':
+        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
 }
 
 MODES = ["jit", "graph"]

@@ -15,33 +15,94 @@ from torch_diff_util import DTYPES, FLOATS, Case, T, install_tests  # noqa: E402
 # docs/torch_differences.md.
 KNOWN_BUGS = {
     'F.gelu(f32[12]=*#edges': 'values: gelu(-30.) is 1.8e-06 in float32 (torch 0)',
-    'F.hardsigmoid(*': 'grad: grad[0]: at (0, 0) kiln -0.25 vs torch -0.2500000074505806',
-    'F.hardshrink(*': 'dtype: out: kiln float32 vs torch bfloat16',
-    'F.softshrink(*': 'dtype: out: kiln float32 vs torch bfloat16',
-    'F.threshold(*': 'dtype: out: kiln float32 vs torch int32',
-    'F.softmax(*': 'refused: [softmax] input must be float32 or float64, got bool (shape [0,',
-    'F.log_softmax(*': 'refused: [log_softmax] input must be float32 or float64, got bool (shape',
-    'F.softmin(*': 'refused: [softmax] input must be float32 or float64, got int32 (shape [0',
-    'F.hinge_embedding_loss(*':
-        'accepted/dtype: torch: mean(): could not infer output dtype. Input',
-    'F.binary_cross_entropy_with_logits(*':
+    'F.hardsigmoid(b[*':
+        'accepted: torch raises Runtime"hardsigmoid_cpu" not implemented for \'Bool\'',
+    'F.hardsigmoid(i32[*':
+        'accepted: torch raises Runtime"hardsigmoid_cpu" not implemented for \'Int\'',
+    'F.hardsigmoid(i64[*':
+        'accepted: torch raises Runtime"hardsigmoid_cpu" not implemented for \'Long\'',
+    'F.hardsigmoid(f64[*': 'grad: grad[0]: at (0, 0) kiln -0.25 vs torch -0.2500000074505806',
+    'F.hardshrink(i32[*':
+        'accepted: torch raises Runtime"hardshrink_cpu" not implemented for \'Int\'',
+    'F.hardshrink(i64[*':
+        'accepted: torch raises Runtime"hardshrink_cpu" not implemented for \'Long\'',
+    'F.hardshrink(f32[*': 'values: out: at (0,) kiln 0.0 vs torch nan',
+    'F.hardshrink(f64[*': 'values: out: at (0,) kiln 0.0 vs torch nan',
+    'F.hardshrink(bf16[*': 'values: out: at (0,) kiln 0.0 vs torch nan',
+    'F.softshrink(i32[*':
+        'accepted: torch raises Runtime"softshrink_cpu" not implemented for \'Int\'',
+    'F.softshrink(i64[*':
+        'accepted: torch raises Runtime"softshrink_cpu" not implemented for \'Long\'',
+    'F.threshold(b[*':
+        'accepted: torch raises Runtime"threshold_cpu" not implemented for \'Bool\'',
+    'F.threshold(f32[*': 'values: out: at (0,) kiln -1.0 vs torch nan',
+    'F.threshold(f64[*': 'values: out: at (0,) kiln -1.0 vs torch nan',
+    'F.threshold(bf16[*': 'values: out: at (0,) kiln -1.0 vs torch nan',
+    'F.softmax(b[*':
+        'refused: [softmax] input must be float32 or float64, got bool (shape [0, 4])',
+    'F.softmax(i32[*':
+        'refused: [softmax] input must be float32 or float64, got int32 (shape [0, 4])',
+    'F.softmax(i64[*':
+        'refused: [softmax] input must be float32 or float64, got int64 (shape [0, 4])',
+    'F.log_softmax(b[*':
+        'refused: [log_softmax] input must be float32 or float64, got bool (shape [0, 4',
+    'F.log_softmax(i32[*':
+        'refused: [log_softmax] input must be float32 or float64, got int32 (shape [0, ',
+    'F.log_softmax(i64[*':
+        'refused: [log_softmax] input must be float32 or float64, got int64 (shape [0, ',
+    'F.softmin(i32[*':
+        'refused: [softmax] input must be float32 or float64, got int32 (shape [0, 4])',
+    'F.softmin(i64[*':
+        'refused: [softmax] input must be float32 or float64, got int64 (shape [0, 4])',
+    'F.hinge_embedding_loss(i32[*':
+        'accepted/dtype: torch raises Runtimemean(): could not infer output dtype. Inpu',
+    'F.hinge_embedding_loss(i64[*':
+        'accepted/dtype: torch raises Runtimemean(): could not infer output dtype. Inpu',
+    'F.binary_cross_entropy_with_logits(f32[*':
         'dtype/values: out: at () kiln 1.282586064810554 vs torch 1.2825860613957047',
-    'F.conv1d(*': 'refused: [conv2d] expects two float32 or two float64 tensors, got int32',
-    'F.conv2d(*': 'refused: [conv2d] expects two float32 or two float64 tensors, got int32',
-    'F.conv3d(*': 'refused: [conv2d] expects two float32 or two float64 tensors, got int32',
-    'F.linear(*': 'refused: [matmul] only floating dtypes are supported, got int32 and int3',
-    'F.conv_transpose1d(*':
-        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors,',
-    'F.conv_transpose2d(*':
-        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors,',
-    'F.conv_transpose3d(*':
-        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors,',
-    'F.avg_pool1d(*': 'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shap',
-    'F.avg_pool2d(*': 'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shap',
-    'F.avg_pool3d(*': 'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shap',
-    'F.local_response_norm(*':
-        'refused: [local_response_norm] input must be float32 or float64, got int',
-    'F.group_norm(*': 'values: out: at (0, 2, 0) kiln 0.828125 vs torch 0.859375',
+    'F.binary_cross_entropy_with_logits(f64[*': 'dtype: out: kiln float64 vs torch float32',
+    'F.binary_cross_entropy_with_logits(bf16[*':
+        'values: out: at () kiln 0.96748865 vs torch 0.96781415',
+    'F.conv1d(i32[*':
+        'refused: [conv2d] expects two float32 or two float64 tensors, got int32 [2, 2,',
+    'F.conv1d(i64[*':
+        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [2, 2,',
+    'F.conv2d(i32[*':
+        'refused: [conv2d] expects two float32 or two float64 tensors, got int32 [1, 2,',
+    'F.conv2d(i64[*':
+        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [1, 2,',
+    'F.conv3d(i32[*':
+        'refused: [conv2d] expects two float32 or two float64 tensors, got int32 [3, 4,',
+    'F.conv3d(i64[*':
+        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [3, 4,',
+    'F.linear(i32[*':
+        'refused: [matmul] only floating dtypes are supported, got int32 and int32 (sha',
+    'F.linear(i64[*':
+        'refused: [matmul] only floating dtypes are supported, got int64 and int64 (sha',
+    'F.conv_transpose1d(i64[*':
+        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
+    'F.conv_transpose1d(bf16[*':
+        'accepted: torch raises RuntimeGiven groups=1, weight of size [2, 3, 1, 3], exp',
+    'F.conv_transpose2d(i64[*':
+        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
+    'F.conv_transpose2d(bf16[*':
+        'accepted: torch raises RuntimeGiven groups=1, weight of size [2, 3, 3, 3], exp',
+    'F.conv_transpose3d(i64[*':
+        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
+    'F.conv_transpose3d(bf16[*': 'shape: out: kiln (1, 2, 6, 6, 6) vs torch (1, 2, 1, 1, 1)',
+    'F.avg_pool1d(i64[*':
+        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [2, ',
+    'F.avg_pool2d(i64[*':
+        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
+    'F.avg_pool3d(i64[*':
+        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
+    'F.avg_pool3d(bf16[*':
+        'accepted: torch raises Runtime"avg_pool3d_out_frame" not implemented for \'BFlo',
+    'F.local_response_norm(i64[*':
+        'refused: [local_response_norm] input must be float32 or float64, got int64 (sh',
+    'F.local_response_norm(bf16[*':
+        'accepted: torch raises Runtime"avg_pool3d_out_frame" not implemented for \'BFlo',
+    'F.group_norm(bf16[*': 'values: out: at (0, 2, 0) kiln 0.828125 vs torch 0.859375',
 }
 
 # name: (kwargs, domain)

@@ -15,13 +15,24 @@ from torch_diff_util import DTYPES, Case, D, L, T, install_tests  # noqa: E402
 # docs/torch_differences.md.
 KNOWN_BUGS = {
     'cat(*': 'refused: [cat] tensor 1 has shape [0], expected rank 2 like [2, 3]',
-    'scatter_add(*': 'refused: [scatter_add] input must be numeric, got bool (shape [2, 3])',
-    'index_add(*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
-    'scatter_reduce(*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
-    'index_put(*': 'refused: [index_put] input must be numeric, got bool (shape [3, 3])',
-    'getitem(*': 'accepted: torch: The shape of the mask [3] at index 0 does not',
+    'scatter_add(b[*': 'refused: [scatter_add] input must be numeric, got bool (shape [2, 3])',
+    'index_add(b[*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
+    'scatter_reduce(b[*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
+    'index_put(b[*': 'refused: [index_put] input must be numeric, got bool (shape [3, 3])',
+    'getitem(b[*':
+        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
+    'getitem(i32[*':
+        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
+    'getitem(i64[*':
+        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
+    'getitem(f32[*':
+        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
+    'getitem(f64[*':
+        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
+    'getitem(bf16[*':
+        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
     'linspace(?:*': 'refused: [linspace] expected a floating dtype, got int32',
-    'F.one_hot(*': 'binding: one_hot(): incompatible function arguments. The following a',
+    'F.one_hot(i32[*': 'accepted: torch raises Runtimeone_hot is only applicable to index tensor.',
 }
 
 

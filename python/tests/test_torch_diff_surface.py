@@ -439,58 +439,187 @@ def second_cases():
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    '.sign(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    '.floor_divide(*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    '.remainder(*': 'accepted: torch: "remainder_cpu" not implemented for \'Bool\'',
-    '.fmod(*': 'accepted: torch: "fmod_cpu" not implemented for \'Bool\'',
-    '.pow(*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    '.addcdiv(*': 'accepted: torch: Integer division with addcdiv is no longer',
-    '.addcmul(*': 'dtype: out: kiln float32 vs torch int32',
-    '.lerp(*': 'accepted: torch: expected dtype float for `end` but got dtyp',
-    '.mode(*': 'refused: [mode] input must be numeric, got bool (shape [2, 3])',
-    '.inner(*': 'accepted: torch: expected scalar type Int but found Bool',
-    '.addbmm(*': 'dtype/values: out: kiln int64 vs torch int32',
-    '.scatter_add(*': 'refused: [scatter_add] input must be numeric, got bool (shape [2, 3])',
-    '.index_add(*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
-    '.scatter_reduce(*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
-    '.acos_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.asin_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.atan2_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.atan_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.cos_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.cosh_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.erf_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.exp2_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.exp_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.expm1_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.floor_divide_(*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    '.fmod_(*': 'accepted: torch: "fmod_cpu" not implemented for \'Bool\'',
-    '.index_add_(*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
-    '.lerp_(*': 'accepted: torch: expected dtype float for `end` but got dtyp',
-    '.log10_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.log1p_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.log2_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.log_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.pow_(*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    '.reciprocal_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.remainder_(*': 'accepted: torch: "remainder_cpu" not implemented for \'Bool\'',
-    '.rsqrt_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.scatter_reduce_(*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
-    '.sigmoid_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.sign_(*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    '.sin_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.sinh_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.sqrt_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.square_(*': 'accepted: torch: Found dtype Bool but expected Long',
-    '.tan_(*': "accepted: torch: result type Float can't be cast to the desi",
-    '.tanh_(*': "accepted: torch: result type Float can't be cast to the desi",
-    'F.fractional_max_pool3d(*':
-        'accepted: torch: fractional_max_pool3d_out(): pool height 2',
-    'F.fractional_max_pool3d_with_indices(*':
-        'accepted: torch: fractional_max_pool3d_out(): pool height 2',
-    'cat(*': "accepted: torch raises Typecat(): argument 'tensors' (position 1) must be",
+    '.sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
+    '.floor_divide(b[*':
+        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    '.remainder(b[*': 'accepted: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+    '.fmod(b[*': 'accepted: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
+    '.pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    '.addcdiv(b[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    '.addcdiv(i32[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    '.addcdiv(i64[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    '.addcdiv(f32[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    '.addcdiv(f64[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    '.addcdiv(bf16[*':
+        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+    '.addcmul(b[*': 'accepted: torch raises Runtime"addcmul_cpu_out" not implemented for \'Bool\'',
+    '.addcmul(i32[*': 'dtype: out: kiln float32 vs torch int32',
+    '.addcmul(i64[*': 'dtype: out: kiln float32 vs torch int64',
+    '.lerp(f32[*':
+        'accepted: torch raises Runtimeexpected dtype float for `end` but got dtype boo',
+    '.lerp(f64[*':
+        'accepted: torch raises Runtimeexpected dtype double for `end` but got dtype bo',
+    '.lerp(bf16[*':
+        'accepted: torch raises Runtimeexpected dtype c10::BFloat16 for `end` but got d',
+    '.mode(b[*': 'refused: [mode] input must be numeric, got bool (shape [2, 3])',
+    '.inner(b[*': 'accepted: torch raises Runtime"addmm_impl_cpu_" not implemented for \'Bool\'',
+    '.inner(i32[*': 'accepted: torch raises Runtimeexpected scalar type Int but found Bool',
+    '.inner(i64[*': 'accepted: torch raises Runtimeexpected scalar type Long but found Bool',
+    '.inner(f32[*': 'accepted: torch raises Runtimeexpected scalar type Float but found Bool',
+    '.inner(f64[*': 'accepted: torch raises Runtimeexpected scalar type Double but found Bool',
+    '.inner(bf16[*': 'accepted: torch raises Runtimeexpected scalar type BFloat16 but found Bool',
+    '.addbmm(i32[*': 'dtype: out: kiln int64 vs torch int32',
+    '.addbmm(bf16[*': 'values: out: at (1, 0) kiln 0.328125 vs torch 0.3125',
+    '.scatter_add(b[*': 'refused: [scatter_add] input must be numeric, got bool (shape [2, 3])',
+    '.index_add(b[*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
+    '.scatter_reduce(b[*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
+    '.acos_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.acos_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.acos_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.asin_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.asin_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.asin_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.atan2_(b[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.atan2_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.atan2_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.atan_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.atan_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.atan_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.cos_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.cos_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.cos_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.cosh_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.cosh_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.cosh_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.erf_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.erf_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.erf_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.exp2_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.exp2_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.exp2_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.exp_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.exp_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.exp_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.expm1_(b[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.expm1_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.expm1_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.floor_divide_(b[*':
+        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+    '.fmod_(b[*': 'accepted: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
+    '.index_add_(b[*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
+    '.lerp_(f32[*':
+        'accepted: torch raises Runtimeexpected dtype float for `end` but got dtype boo',
+    '.lerp_(f64[*':
+        'accepted: torch raises Runtimeexpected dtype double for `end` but got dtype bo',
+    '.lerp_(bf16[*':
+        'accepted: torch raises Runtimeexpected dtype c10::BFloat16 for `end` but got d',
+    '.log10_(b[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log10_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log10_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log1p_(b[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log1p_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log1p_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log2_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log2_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log2_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.log_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.pow_(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    '.reciprocal_(b[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.reciprocal_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.reciprocal_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.remainder_(b[*':
+        'accepted: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+    '.rsqrt_(b[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.rsqrt_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.rsqrt_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.scatter_reduce_(b[*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
+    '.sigmoid_(b[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sigmoid_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sigmoid_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sign_(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
+    '.sin_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sin_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sin_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sinh_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sinh_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sinh_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sqrt_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sqrt_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.sqrt_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.square_(b[*': 'accepted: torch raises RuntimeFound dtype Bool but expected Long',
+    '.tan_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.tan_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.tan_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.tanh_(b[*': "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.tanh_(i32[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    '.tanh_(i64[*':
+        "accepted: torch raises Runtimeresult type Float can't be cast to the desired o",
+    'F.fractional_max_pool3d(f32[*':
+        'accepted: torch raises Runtimefractional_max_pool3d_out(): pool height 2 too l',
+    'F.fractional_max_pool3d(f64[*':
+        'accepted: torch raises Runtimefractional_max_pool3d_out(): pool height 2 too l',
+    'F.fractional_max_pool3d_with_indices(f32[*':
+        'accepted: torch raises Runtimefractional_max_pool3d_out(): pool height 2 too l',
+    'F.fractional_max_pool3d_with_indices(f64[*':
+        'accepted: torch raises Runtimefractional_max_pool3d_out(): pool height 2 too l',
+    'cat(f32[*': "accepted: torch raises Typecat(): argument 'tensors' (position 1) must be tupl",
 }
 
 CASES = (_method_twins() + _inplace_twins() + surface_cases() + more_cases() +
