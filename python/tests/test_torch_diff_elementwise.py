@@ -31,18 +31,10 @@ KNOWN_BUGS = {
         'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
     'remainder(b[*':
         'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
-    'remainder(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    'remainder(i64[*': 'dtype: out: kiln float32 vs torch int64',
     '.remainder(b[*':
         'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
-    '.remainder(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    '.remainder(i64[*': 'dtype: out: kiln float32 vs torch int64',
     'fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
-    'fmod(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    'fmod(i64[*': 'dtype: out: kiln float32 vs torch int64',
     '.fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
-    '.fmod(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    '.fmod(i64[*': 'dtype: out: kiln float32 vs torch int64',
     'pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
     '.pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
     'maximum(b[*':
@@ -75,8 +67,6 @@ KNOWN_BUGS = {
     'op:mod(b[*':
         'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
     'op:mod(?:*': 'accepted: torch: "remainder_cpu" not implemented for \'Bool\'',
-    'op:mod(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    'op:mod(i64[*': 'dtype: out: kiln float32 vs torch int64',
     'op:pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
     'op:pow(?:*': 'accepted: torch: "pow" not implemented for \'Bool\'',
     'op:pos(b[*': 'accepted: torch raises RuntimeThe `+` operator, on a bool tensor is not suppor',
@@ -316,6 +306,22 @@ def edge_cases():
         out.append(Case("pow", [a, T((len(INT_PAIRS),), dt, values=[0, 1, 2, 3, 0, 1, 2, 3])],
                         tag="edges"))
         out.append(Case("bitwise_right_shift", [a, 1], tag="edges"))
+        # division by zero: torch raises ZeroDivisionError for every integer form but true
+        # division (INT_MIN // -1 is left out: torch 1.13 dies of SIGFPE on it)
+        zero = T((2,), dt, values=[0, 1])
+        for name in ["floor_divide", "remainder", "fmod", "true_divide"]:
+            out.append(Case(name, [T((2,), dt, values=[5, -3]), zero], tag="zero"))
+            out.append(Case(name, [T((2,), dt, values=[5, -3]), 0], tag="zero"))
+        for mode in ["trunc", "floor"]:
+            out.append(Case("div", [T((2,), dt, values=[5, -3]), zero],
+                            {"rounding_mode": mode}, tag="zero"))
+        # wrap-around, as two's complement
+        lo, hi = (-2 ** 31, 2 ** 31 - 1) if dt == "int32" else (-2 ** 63, 2 ** 63 - 1)
+        big = T((3,), dt, values=[hi, lo, hi - 1])
+        for name, args in [("add", [big, 1]), ("sub", [big, 2]), ("mul", [big, 3]),
+                           ("neg", [big]), ("abs", [big]), ("square", [big]),
+                           ("cumsum", [big, 0]), ("add", [big, big])]:
+            out.append(Case(name, args, tag="wrap"))
         out.append(Case("bitwise_left_shift", [a, 2], tag="edges"))
     return out
 

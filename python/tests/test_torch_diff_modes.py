@@ -43,11 +43,7 @@ KNOWN_BUGS = {
         'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
     'remainder(b[*':
         'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
-    'remainder(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    'remainder(i64[*': 'dtype: out: kiln float32 vs torch int64',
     'fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
-    'fmod(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    'fmod(i64[*': 'dtype: out: kiln float32 vs torch int64',
     'pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
     'maximum(b[*':
         "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",

@@ -245,7 +245,7 @@ class Case:
         rng = np.random.RandomState(zlib.crc32(self.id.encode()) & 0x7FFFFFFF)
         vals = {}
         for t in _walk([self.args, self.kwargs]):
-            vals[id(t)] = t.values.astype(np.float64) if t.values is not None else \
+            vals[id(t)] = t.values if t.values is not None else \
                 domain_values(rng, t.shape, t.dtype, t.dom)
         leaves = []
         args = [materialize(lib, a, vals, leaves) for a in self.args]
