@@ -225,3 +225,39 @@ def test_gradcheck():
     with pytest.raises(kiln.Error):
         kiln.autograd.gradcheck(BadGrad.apply, (x,))
     assert kiln.autograd.gradcheck(BadGrad.apply, (x,), raise_exception=False) is False
+
+
+def test_functional_jacobian_hessian_vjp_jvp():
+    def f(lib):
+        return lambda x, y: (x.sin() * y.unsqueeze(1)).sum(1) + (y ** 3)
+
+    def g(x):
+        return (x ** 3).sum() + (x[0] * x[1])
+
+    xs = np.array([[0.1, 0.2], [0.3, -0.4], [1.0, 2.0]], np.float32)
+    ys = np.array([0.5, -1.5, 2.0], np.float32)
+    kx, ky, tx, ty = kiln.tensor(xs), kiln.tensor(ys), torch.tensor(xs), torch.tensor(ys)
+    kj = kiln.autograd.functional.jacobian(f(kiln), (kx, ky))
+    tj = torch.autograd.functional.jacobian(f(torch), (tx, ty))
+    assert len(kj) == len(tj) == 2
+    for a, b in zip(kj, tj):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    kj1 = kiln.autograd.functional.jacobian(lambda x: x.exp(), kiln.tensor(ys))
+    assert kj1.shape == (3, 3)
+    v = np.array([1.0, -2.0, 0.5], np.float32)
+    for name, args in [("hessian", ()), ("vhp", (v,)), ("hvp", (v,))]:
+        kr = getattr(kiln.autograd.functional, name)(g, kiln.tensor(ys),
+                                                    *[kiln.tensor(a) for a in args])
+        tr = getattr(torch.autograd.functional, name)(g, torch.tensor(ys),
+                                                     *[torch.tensor(a) for a in args])
+        kr, tr = (kr[1], tr[1]) if isinstance(tr, tuple) else (kr, tr)
+        np.testing.assert_allclose(kr.numpy(), tr.numpy(), rtol=1e-5, atol=1e-6)
+    vv = np.ones((3,), np.float32)
+    ko, kv = kiln.autograd.functional.vjp(f(kiln), (kx, ky), kiln.tensor(vv))
+    to, tv = torch.autograd.functional.vjp(f(torch), (tx, ty), torch.tensor(vv))
+    np.testing.assert_allclose(ko.numpy(), to.numpy(), rtol=1e-6)
+    for a, b in zip(kv, tv):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    ko, kv = kiln.autograd.functional.jvp(lambda y: y ** 2, kiln.tensor(ys), kiln.tensor(v))
+    to, tv = torch.autograd.functional.jvp(lambda y: y ** 2, torch.tensor(ys), torch.tensor(v))
+    np.testing.assert_allclose(kv.numpy(), tv.numpy(), rtol=1e-6)

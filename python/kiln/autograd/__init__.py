@@ -1,9 +1,9 @@
 """kiln.autograd: torch.autograd's namespace. Function (custom ops with a Python backward),
 grad and backward with torch's arguments, Variable (torch's deprecated wrapper: the tensor
-itself), the grad-mode switches and gradcheck."""
+itself), the grad-mode switches, gradcheck, and functional (jacobian, hessian, vjp, jvp, ...)."""
 from .. import _C
 from .function import Function, FunctionCtx, once_differentiable  # noqa: F401
-from . import function  # noqa: F401
+from . import function, functional  # noqa: F401
 
 _T = _C.Tensor
 
