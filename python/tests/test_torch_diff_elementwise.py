@@ -37,30 +37,6 @@ KNOWN_BUGS = {
     '.fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
     'pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
     '.pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
-    'maximum(b[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(i32[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(i64[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(f32[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(f64[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(bf16[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'minimum(b[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(i32[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(i64[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(f32[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(f64[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(bf16[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
     'op:floordiv(b[*':
         'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
     'op:floordiv(?:*': 'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',

@@ -45,30 +45,6 @@ KNOWN_BUGS = {
         'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
     'fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
     'pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
-    'maximum(b[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(i32[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(i64[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(f32[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(f64[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'maximum(bf16[*':
-        "accepted: torch raises Typemaximum(): argument 'other' (position 2) must be Te",
-    'minimum(b[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(i32[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(i64[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(f32[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(f64[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
-    'minimum(bf16[*':
-        "accepted: torch raises Typeminimum(): argument 'other' (position 2) must be Te",
     'clamp(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
     'full_like(b[*':
         'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',

@@ -16,26 +16,10 @@ from torch_diff_util import DTYPES, FLOATS, Case, T, install_tests  # noqa: E402
 KNOWN_BUGS = {
     'F.hardswish(f64[6]=*#edges': 'grad: at x = 3 kiln 1, torch 1.5 (torch: x/3 + 1/2 on [-3, 3])',
     'F.gelu(f32[12]=*#edges': 'values: gelu(-30.) is 1.8e-06 in float32 (torch 0)',
-    'F.hardsigmoid(b[*':
-        'accepted: torch raises Runtime"hardsigmoid_cpu" not implemented for \'Bool\'',
-    'F.hardsigmoid(i32[*':
-        'accepted: torch raises Runtime"hardsigmoid_cpu" not implemented for \'Int\'',
-    'F.hardsigmoid(i64[*':
-        'accepted: torch raises Runtime"hardsigmoid_cpu" not implemented for \'Long\'',
     'F.hardsigmoid(f64[*': 'grad: grad[0]: at (0, 0) kiln -0.25 vs torch -0.2500000074505806',
-    'F.hardshrink(i32[*':
-        'accepted: torch raises Runtime"hardshrink_cpu" not implemented for \'Int\'',
-    'F.hardshrink(i64[*':
-        'accepted: torch raises Runtime"hardshrink_cpu" not implemented for \'Long\'',
     'F.hardshrink(f32[*': 'values: out: at (0,) kiln 0.0 vs torch nan',
     'F.hardshrink(f64[*': 'values: out: at (0,) kiln 0.0 vs torch nan',
     'F.hardshrink(bf16[*': 'values: out: at (0,) kiln 0.0 vs torch nan',
-    'F.softshrink(i32[*':
-        'accepted: torch raises Runtime"softshrink_cpu" not implemented for \'Int\'',
-    'F.softshrink(i64[*':
-        'accepted: torch raises Runtime"softshrink_cpu" not implemented for \'Long\'',
-    'F.threshold(b[*':
-        'accepted: torch raises Runtime"threshold_cpu" not implemented for \'Bool\'',
     'F.threshold(f32[*': 'values: out: at (0,) kiln -1.0 vs torch nan',
     'F.threshold(f64[*': 'values: out: at (0,) kiln -1.0 vs torch nan',
     'F.threshold(bf16[*': 'values: out: at (0,) kiln -1.0 vs torch nan',
@@ -82,27 +66,18 @@ KNOWN_BUGS = {
         'refused: [matmul] only floating dtypes are supported, got int64 and int64 (sha',
     'F.conv_transpose1d(i64[*':
         'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
-    'F.conv_transpose1d(bf16[*':
-        'accepted: torch raises RuntimeGiven groups=1, weight of size [2, 3, 1, 3], exp',
     'F.conv_transpose2d(i64[*':
         'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
-    'F.conv_transpose2d(bf16[*':
-        'accepted: torch raises RuntimeGiven groups=1, weight of size [2, 3, 3, 3], exp',
     'F.conv_transpose3d(i64[*':
         'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
-    'F.conv_transpose3d(bf16[*': 'shape: out: kiln (1, 2, 6, 6, 6) vs torch (1, 2, 1, 1, 1)',
     'F.avg_pool1d(i64[*':
         'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [2, ',
     'F.avg_pool2d(i64[*':
         'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
     'F.avg_pool3d(i64[*':
         'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
-    'F.avg_pool3d(bf16[*':
-        'accepted: torch raises Runtime"avg_pool3d_out_frame" not implemented for \'BFlo',
     'F.local_response_norm(i64[*':
         'refused: [local_response_norm] input must be float32 or float64, got int64 (sh',
-    'F.local_response_norm(bf16[*':
-        'accepted: torch raises Runtime"avg_pool3d_out_frame" not implemented for \'BFlo',
     'F.group_norm(bf16[*': 'values: out: at (0, 2, 0) kiln 0.828125 vs torch 0.859375',
 }
 

@@ -39,21 +39,15 @@ KNOWN_BUGS = {
         'refused: [log_softmax] input must be float32 or float64, got int32 (shape [0, ',
     'log_softmax(i64[*':
         'refused: [log_softmax] input must be float32 or float64, got int64 (shape [0, ',
-    'topk(b[*': 'accepted: torch raises Runtime"topk_cpu" not implemented for \'Bool\'',
     'topk(bf16[*': 'refused: [topk] input must have at least one dim, got a 0-d tensor',
     'max(f64[*': 'grad: grad[0]: at (0, 1) kiln -0.75 vs torch -1.5',
-    'dot(b[*': 'accepted: torch raises Runtime"dot" not implemented for \'Bool\'',
     'dot(i32[*': 'dtype: out: kiln int64 vs torch int32',
-    'vdot(b[*': 'accepted: torch raises Runtime"dot" not implemented for \'Bool\'',
     'vdot(i32[*': 'dtype: out: kiln int64 vs torch int32',
-    'inner(b[*': 'accepted: torch raises Runtime"addmm_impl_cpu_" not implemented for \'Bool\'',
     'inner(i32[*': 'accepted/dtype: torch raises Runtimeexpected scalar type Int but found Bool',
     'inner(i64[*': 'accepted: torch raises Runtimeexpected scalar type Long but found Bool',
     'inner(f32[*': 'accepted: torch raises Runtimeexpected scalar type Float but found Bool',
     'inner(f64[*': 'accepted: torch raises Runtimeexpected scalar type Double but found Bool',
     'inner(bf16[*': 'accepted: torch raises Runtimeexpected scalar type BFloat16 but found Bool',
-    'tensordot(b[*':
-        'accepted: torch raises Runtime"addmm_impl_cpu_" not implemented for \'Bool\'',
     'tensordot(i32[*':
         'accepted/dtype: torch raises Runtimeexpected scalar type Int but found Bool',
     'tensordot(i64[*': 'accepted: torch raises Runtimeexpected scalar type Long but found Bool',

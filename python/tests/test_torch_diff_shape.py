@@ -19,20 +19,7 @@ KNOWN_BUGS = {
     'index_add(b[*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
     'scatter_reduce(b[*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
     'index_put(b[*': 'refused: [index_put] input must be numeric, got bool (shape [3, 3])',
-    'getitem(b[*':
-        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
-    'getitem(i32[*':
-        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
-    'getitem(i64[*':
-        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
-    'getitem(f32[*':
-        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
-    'getitem(f64[*':
-        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
-    'getitem(bf16[*':
-        'accepted: torch raises Indextensors used as indices must be long, byte or bool',
     'linspace(?:*': 'refused: [linspace] expected a floating dtype, got int32',
-    'F.one_hot(i32[*': 'accepted: torch raises Runtimeone_hot is only applicable to index tensor.',
 }
 
 

@@ -457,7 +457,6 @@ KNOWN_BUGS = {
         'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
     '.addcdiv(bf16[*':
         'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
-    '.addcmul(b[*': 'accepted: torch raises Runtime"addcmul_cpu_out" not implemented for \'Bool\'',
     '.addcmul(i32[*': 'dtype: out: kiln float32 vs torch int32',
     '.addcmul(i64[*': 'dtype: out: kiln float32 vs torch int64',
     '.lerp(f32[*':
@@ -467,12 +466,6 @@ KNOWN_BUGS = {
     '.lerp(bf16[*':
         'accepted: torch raises Runtimeexpected dtype c10::BFloat16 for `end` but got d',
     '.mode(b[*': 'refused: [mode] input must be numeric, got bool (shape [2, 3])',
-    '.inner(b[*': 'accepted: torch raises Runtime"addmm_impl_cpu_" not implemented for \'Bool\'',
-    '.inner(i32[*': 'accepted: torch raises Runtimeexpected scalar type Int but found Bool',
-    '.inner(i64[*': 'accepted: torch raises Runtimeexpected scalar type Long but found Bool',
-    '.inner(f32[*': 'accepted: torch raises Runtimeexpected scalar type Float but found Bool',
-    '.inner(f64[*': 'accepted: torch raises Runtimeexpected scalar type Double but found Bool',
-    '.inner(bf16[*': 'accepted: torch raises Runtimeexpected scalar type BFloat16 but found Bool',
     '.addbmm(i32[*': 'dtype: out: kiln int64 vs torch int32',
     '.addbmm(bf16[*': 'values: out: at (1, 0) kiln 0.328125 vs torch 0.3125',
     '.scatter_add(b[*': 'refused: [scatter_add] input must be numeric, got bool (shape [2, 3])',
