@@ -52,6 +52,10 @@ OPTIMIZERS = {
                                                              centered=True),
     "adagrad": lambda L, p: L.optim.Adagrad(p, lr=0.1, lr_decay=0.01, weight_decay=0.01),
     "adadelta": lambda L, p: L.optim.Adadelta(p, lr=1.0, rho=0.9, weight_decay=0.01),
+    "adamax": lambda L, p: L.optim.Adamax(p, lr=0.01, weight_decay=0.01),
+    "nadam": lambda L, p: L.optim.NAdam(p, lr=0.01, weight_decay=0.01),
+    "radam": lambda L, p: L.optim.RAdam(p, lr=0.01, weight_decay=0.01),
+    "rprop": lambda L, p: L.optim.Rprop(p, lr=0.01),
 }
 
 

@@ -1,0 +1,171 @@
+"""More of torch.optim in Python, following torch 1.13's single-tensor updates: Adamax, NAdam,
+RAdam and Rprop."""
+import math
+
+import numpy as np
+
+from .. import _C
+from ._optimizers import _PythonOptimizer, _check
+
+
+def _zeros(p):
+    return _C.zeros(tuple(p.shape), dtype=p.dtype)
+
+
+def _adam_checks(name, lr, eps, betas, weight_decay):
+    _check(0.0 <= lr, f"[{name}] Invalid learning rate: {lr}")
+    _check(0.0 <= eps, f"[{name}] Invalid epsilon value: {eps}")
+    _check(0.0 <= betas[0] < 1.0, f"[{name}] Invalid beta parameter at index 0: {betas[0]}")
+    _check(0.0 <= betas[1] < 1.0, f"[{name}] Invalid beta parameter at index 1: {betas[1]}")
+    _check(0.0 <= weight_decay, f"[{name}] Invalid weight_decay value: {weight_decay}")
+
+
+class Adamax(_PythonOptimizer):
+    """Adamax(params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, foreach=None, *,
+    maximize=False, differentiable=False): Adam with an infinity-norm second moment."""
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 foreach=None, *, maximize=False, differentiable=False):
+        _adam_checks("Adamax", lr, eps, betas, weight_decay)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable))
+
+    def _group_step(self, g):
+        (b1, b2), eps, wd, lr = g["betas"], g["eps"], g["weight_decay"], g["lr"]
+        for p in g["params"]:
+            if p.grad is None:
+                continue
+            grad = -p.grad if g["maximize"] else p.grad
+            st = self.state[p]
+            if not st:
+                st["step"] = _C.tensor(0.0)
+                st["exp_avg"], st["exp_inf"] = _zeros(p), _zeros(p)
+            st["step"] = st["step"] + 1
+            step = float(st["step"])
+            if wd != 0:
+                grad = grad + p * wd
+            st["exp_avg"].mul_(b1).add_(grad * (1 - b1))
+            st["exp_inf"].copy_(_C.maximum(st["exp_inf"] * b2, grad.abs() + eps))
+            clr = lr / (1 - b1 ** step)
+            p.sub_(st["exp_avg"] / st["exp_inf"] * clr)
+
+
+class NAdam(_PythonOptimizer):
+    """NAdam(params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+    momentum_decay=4e-3, foreach=None, *, differentiable=False): Adam with Nesterov momentum."""
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 momentum_decay=4e-3, foreach=None, *, differentiable=False):
+        _adam_checks("NAdam", lr, eps, betas, weight_decay)
+        _check(0.0 <= momentum_decay, f"[NAdam] Invalid momentum_decay value: {momentum_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, momentum_decay=momentum_decay,
+                                      foreach=foreach, differentiable=differentiable))
+
+    def _group_step(self, g):
+        (b1, b2), eps, wd, lr, md = (g["betas"], g["eps"], g["weight_decay"], g["lr"],
+                                     g["momentum_decay"])
+        for p in g["params"]:
+            if p.grad is None:
+                continue
+            grad = p.grad
+            st = self.state[p]
+            if not st:
+                st["step"] = _C.tensor(0.0)
+                st["mu_product"] = _C.tensor(1.0)
+                st["exp_avg"], st["exp_avg_sq"] = _zeros(p), _zeros(p)
+            st["step"] = st["step"] + 1
+            step = float(st["step"])
+            bc2 = 1 - b2 ** step
+            if wd != 0:
+                grad = grad + p * wd
+            mu = b1 * (1.0 - 0.5 * (0.96 ** (step * md)))
+            mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * md)))
+            # torch 1.13 keeps mu_product as a float32 tensor (products rounded to float32) and
+            # takes mu_product_next as mu_product * mu * mu_next (mu twice); as it does.
+            f32 = np.float32
+            mu_product = f32(float(st["mu_product"])) * f32(mu)
+            st["mu_product"] = _C.tensor(float(mu_product))
+            mu_product_next = float(mu_product * f32(mu) * f32(mu_next))
+            mu_product = float(mu_product)
+            st["exp_avg"].mul_(b1).add_(grad * (1 - b1))
+            st["exp_avg_sq"].mul_(b2).add_(grad * grad * (1 - b2))
+            denom = (st["exp_avg_sq"] / bc2).sqrt() + eps
+            p.add_(grad / denom * (-lr * (1.0 - mu) / (1.0 - mu_product)))
+            p.add_(st["exp_avg"] / denom * ((-lr * mu_next) / (1.0 - mu_product_next)))
+
+
+class RAdam(_PythonOptimizer):
+    """RAdam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, foreach=None, *,
+    differentiable=False): Adam with the variance rectification term."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 foreach=None, *, differentiable=False):
+        _adam_checks("RAdam", lr, eps, betas, weight_decay)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, foreach=foreach,
+                                      differentiable=differentiable))
+
+    def _group_step(self, g):
+        (b1, b2), eps, wd, lr = g["betas"], g["eps"], g["weight_decay"], g["lr"]
+        rho_inf = 2 / (1 - b2) - 1
+        for p in g["params"]:
+            if p.grad is None:
+                continue
+            grad = p.grad
+            st = self.state[p]
+            if not st:
+                st["step"] = _C.tensor(0.0)
+                st["exp_avg"], st["exp_avg_sq"] = _zeros(p), _zeros(p)
+            st["step"] = st["step"] + 1
+            step = float(st["step"])
+            if wd != 0:
+                grad = grad + p * wd
+            st["exp_avg"].mul_(b1).add_(grad * (1 - b1))
+            st["exp_avg_sq"].mul_(b2).add_(grad * grad * (1 - b2))
+            bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+            corrected = st["exp_avg"] / bc1
+            rho_t = rho_inf - 2 * step * (b2 ** step) / bc2
+            if rho_t > 5.0:
+                rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf /
+                                 ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+                adaptive = math.sqrt(bc2) / (st["exp_avg_sq"].sqrt() + eps)
+                p.sub_(corrected * lr * adaptive * rect)
+            else:
+                p.sub_(corrected * lr)
+
+
+class Rprop(_PythonOptimizer):
+    """Rprop(params, lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), foreach=None, *,
+    maximize=False, differentiable=False): per-element steps grown or shrunk by the sign of
+    successive gradients."""
+
+    def __init__(self, params, lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), foreach=None,
+                 *, maximize=False, differentiable=False):
+        _check(0.0 <= lr, f"[Rprop] Invalid learning rate: {lr}")
+        _check(0.0 < etas[0] < 1.0 < etas[1], f"[Rprop] Invalid eta values: {etas[0]}, "
+                                               f"{etas[1]}")
+        super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes),
+                                      foreach=foreach, maximize=maximize,
+                                      differentiable=differentiable))
+
+    def _group_step(self, g):
+        (eta_minus, eta_plus), (smin, smax) = g["etas"], g["step_sizes"]
+        for p in g["params"]:
+            if p.grad is None:
+                continue
+            grad = -p.grad if g["maximize"] else p.grad
+            st = self.state[p]
+            if not st:
+                st["step"] = 0
+                st["prev"] = _zeros(p)
+                st["step_size"] = _C.full(tuple(p.shape), float(g["lr"]), dtype=p.dtype)
+            st["step"] += 1
+            prod = (grad * st["prev"]).sign()
+            one = _C.ones(tuple(p.shape), dtype=p.dtype)
+            factor = _C.where(prod > 0, one * eta_plus, _C.where(prod < 0, one * eta_minus, one))
+            st["step_size"].copy_((st["step_size"] * factor).clamp(smin, smax))
+            grad = _C.where(prod < 0, _zeros(p), grad)
+            p.sub_(grad.sign() * st["step_size"])
+            st["prev"].copy_(grad)
