@@ -197,7 +197,35 @@ SCHEDULES = {
         three_phase=True),
     "warm_restarts": lambda L, o: L.optim.lr_scheduler.CosineAnnealingWarmRestarts(
         o, T_0=3, T_mult=2, eta_min=0.001),
+    "polynomial": lambda L, o: L.optim.lr_scheduler.PolynomialLR(o, total_iters=6, power=2.0),
+    "chained": lambda L, o: L.optim.lr_scheduler.ChainedScheduler([
+        L.optim.lr_scheduler.ConstantLR(o, factor=0.5, total_iters=2),
+        L.optim.lr_scheduler.ExponentialLR(o, gamma=0.9)]),
 }
+
+CYCLIC = {
+    "triangular": dict(base_lr=0.01, max_lr=0.1, step_size_up=3),
+    "triangular2": dict(base_lr=0.01, max_lr=0.1, step_size_up=2, step_size_down=3,
+                        mode="triangular2"),
+    "exp_range": dict(base_lr=[0.01, 0.02], max_lr=0.1, step_size_up=2, mode="exp_range",
+                      gamma=0.9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CYCLIC))
+def test_cyclic_lr_matches_torch(name):
+    def lrs(lib):
+        w, b = lib.ones(2, requires_grad=True), lib.ones(1, requires_grad=True)
+        opt = lib.optim.SGD([{"params": [w]}, {"params": [b]}], lr=0.1, momentum=0.9)
+        sched = lib.optim.lr_scheduler.CyclicLR(opt, **CYCLIC[name])
+        out = []
+        for _ in range(12):
+            opt.step()
+            sched.step()
+            out.append(sched.get_last_lr() + [g["momentum"] for g in opt.param_groups])
+        return out
+
+    assert lrs(kiln) == lrs(torch)
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))

@@ -548,3 +548,110 @@ class SequentialLR(LRScheduler):
         else:
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
+
+
+class PolynomialLR(LRScheduler):
+    """lr * (1 - epoch / total_iters) ** power, reaching 0 at total_iters."""
+
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1, verbose=False):
+        self.total_iters = total_iters
+        self.power = power
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def get_lr(self):
+        if self.last_epoch == 0 or self.last_epoch > self.total_iters:
+            return [group["lr"] for group in self.optimizer.param_groups]
+        decay = ((1.0 - self.last_epoch / self.total_iters) /
+                 (1.0 - (self.last_epoch - 1) / self.total_iters)) ** self.power
+        return [group["lr"] * decay for group in self.optimizer.param_groups]
+
+    def _get_closed_form_lr(self):
+        return [base_lr * (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) **
+                self.power for base_lr in self.base_lrs]
+
+
+class CyclicLR(LRScheduler):
+    """lr cycling between base_lr and max_lr (triangular, triangular2, exp_range or a
+    scale_fn), momentum the other way when cycle_momentum; stepped per batch."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
+                 mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
+                 cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1,
+                 verbose=False):
+        self.optimizer = optimizer
+        base_lrs = _per_group(optimizer, "base_lr", base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = _per_group(optimizer, "max_lr", max_lr)
+        step_size_up = float(step_size_up)
+        step_size_down = float(step_size_down) if step_size_down is not None else step_size_up
+        self.total_size = step_size_up + step_size_down
+        self.step_ratio = step_size_up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise _C.ValueError("[CyclicLR] mode is invalid and scale_fn is None")
+        self.mode = mode
+        self.gamma = gamma
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = scale_mode if scale_fn is not None else \
+            ("iterations" if mode == "exp_range" else "cycle")
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in getattr(optimizer, "defaults", {}):
+                raise _C.ValueError("[CyclicLR] optimizer must support momentum with "
+                                    "`cycle_momentum` option enabled")
+            base_momentums = _per_group(optimizer, "base_momentum", base_momentum)
+            if last_epoch == -1:
+                for m, group in zip(base_momentums, optimizer.param_groups):
+                    group["momentum"] = m
+            self.base_momentums = [group["momentum"] for group in optimizer.param_groups]
+            self.max_momentums = _per_group(optimizer, "max_momentum", max_momentum)
+        super().__init__(optimizer, last_epoch, verbose)
+        self.base_lrs = base_lrs
+
+    def scale_fn(self, x):
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        scale_factor = x / self.step_ratio if x <= self.step_ratio else \
+            (x - 1) / (self.step_ratio - 1)
+        at = cycle if self.scale_mode == "cycle" else self.last_epoch
+        lrs = [base_lr + (max_lr - base_lr) * scale_factor * self.scale_fn(at)
+               for base_lr, max_lr in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for group, b, m in zip(self.optimizer.param_groups, self.base_momentums,
+                                   self.max_momentums):
+                group["momentum"] = m - (m - b) * scale_factor * self.scale_fn(at)
+        return lrs
+
+    def state_dict(self):
+        state = super().state_dict()
+        state.pop("_scale_fn_custom", None)
+        return state
+
+
+class ChainedScheduler(LRScheduler):
+    """Steps every scheduler in turn, each time step() is called."""
+
+    def __init__(self, schedulers):
+        schedulers = list(schedulers)
+        for s in schedulers[1:]:
+            if s.optimizer is not schedulers[0].optimizer:
+                raise _C.ValueError("[ChainedScheduler] ChainedScheduler expects all schedulers "
+                                    "to belong to the same optimizer")
+        self._schedulers = schedulers
+        self.optimizer = schedulers[0].optimizer
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def step(self):
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
