@@ -1,6 +1,7 @@
 """kiln.cuda: what torch.cuda answers on a machine without a GPU. Kiln has no CUDA backend
 yet: is_available() is False, device_count() 0, seeding is harmless (the CPU generator is
-seeded by kiln.manual_seed), and anything that needs a GPU raises a kiln.Error that says so."""
+seeded by kiln.manual_seed), amp.autocast and amp.GradScaler disable themselves as torch's do
+there, and anything that needs a GPU raises a kiln.Error that says so."""
 from . import _C
 from ._device import _backend
 
@@ -107,9 +108,13 @@ class amp:
     """torch.cuda.amp's names: autocast(enabled=False) is a no-op scope; enabled raises."""
 
     class autocast:
+        """torch.cuda.amp.autocast: without CUDA torch warns and disables it; so does Kiln."""
+
         def __init__(self, enabled=True, dtype=None, cache_enabled=None):
             if enabled:
-                _backend("cuda")
+                import warnings
+                warnings.warn("kiln.cuda.amp.autocast: CUDA is not available; autocast is "
+                              "disabled (kiln.autocast('cpu') is the CPU form)", stacklevel=2)
 
         def __enter__(self):
             return self

@@ -106,3 +106,20 @@ def test_like_factories_take_device(name):
     k = getattr(kiln, name)(base, device="cpu")
     t = getattr(torch, name)(torch.ones(2, 3, dtype=torch.float64), device="cpu")
     assert tuple(k.shape) == tuple(t.shape) and k.dtype == kiln.float64
+
+
+def test_cuda_amp_disables_itself_as_torch_does():
+    scaler = kiln.cuda.amp.GradScaler()
+    w = kiln.ones(2, requires_grad=True)
+    opt = kiln.optim.SGD([w], lr=0.5)
+    with pytest.warns(UserWarning):
+        ctx = kiln.cuda.amp.autocast()
+    with ctx:
+        loss = (w * w).sum()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+    scaler.update()
+    assert w.tolist() == [0.0, 0.0] and not scaler.is_enabled()
+    with kiln.cuda.amp.autocast(enabled=False):
+        pass
