@@ -23,29 +23,29 @@ KNOWN_BUGS = {
     'sign(bf16[*': 'values: out: at (0,) kiln nan vs torch 0.0',
     '.sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
     'floor_divide(b[*':
-        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
     'floor_divide(bf16[*': 'dtype/values: out: kiln float32 vs torch bfloat16',
     'floor_divide(f32[*': 'values: out: at (6,) kiln inf vs torch nan',
     'floor_divide(f64[*': 'values: out: at (6,) kiln inf vs torch nan',
     '.floor_divide(b[*':
-        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
     'remainder(b[*':
-        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
     '.remainder(b[*':
-        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
-    'fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
-    '.fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
-    'pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
-    '.pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
+    'fmod(b[*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
+    '.fmod(b[*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
+    'pow(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
+    '.pow(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
     'op:floordiv(b[*':
-        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
     'op:floordiv(?:*': 'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
     'op:mod(b[*':
-        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
+        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
     'op:mod(?:*': 'accepted: torch: "remainder_cpu" not implemented for \'Bool\'',
-    'op:pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+    'op:pow(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
     'op:pow(?:*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    'op:pos(b[*': 'accepted: torch raises RuntimeThe `+` operator, on a bool tensor is not suppor',
+    'op:pos(b[*': 'accepted: torch: The `+` operator, on a bool tensor is not suppor',
     'clamp(b[*': 'accepted/refused: [clamp] input must be numeric, got bool (shape [2, 3])',
     'clamp_min(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
     'clamp_min(i32[*': 'dtype: out: kiln int32 vs torch float32',
@@ -55,28 +55,28 @@ KNOWN_BUGS = {
     'clamp_max(i64[*': 'dtype: out: kiln int64 vs torch float32',
     'clip(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
     'addcdiv(b[*':
-        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+        'accepted: torch: Integer division with addcdiv is no longer suppo',
     'addcdiv(i32[*':
-        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+        'accepted: torch: Integer division with addcdiv is no longer suppo',
     'addcdiv(i64[*':
-        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+        'accepted: torch: Integer division with addcdiv is no longer suppo',
     'addcdiv(f32[*':
-        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+        'accepted: torch: Integer division with addcdiv is no longer suppo',
     'addcdiv(f64[*':
-        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+        'accepted: torch: Integer division with addcdiv is no longer suppo',
     'addcdiv(bf16[*':
-        'accepted: torch raises RuntimeInteger division with addcdiv is no longer suppo',
+        'accepted: torch: Integer division with addcdiv is no longer suppo',
     'addcmul(b[*':
-        'accepted/dtype: torch raises Runtime"addcmul_cpu_out" not implemented for \'Boo',
+        'accepted/dtype: torch: "addcmul_cpu_out" not implemented for \'Boo',
     'addcmul(i32[*': 'dtype: out: kiln float32 vs torch int32',
     'addcmul(i64[*': 'dtype: out: kiln float32 vs torch int64',
-    'lerp(b[*': 'accepted: torch raises Runtimeexpected dtype bool for `end` but got dtype floa',
-    'lerp(i32[*': 'accepted: torch raises Runtimeexpected dtype int for `end` but got dtype float',
-    'lerp(i64[*': 'accepted: torch raises Runtimeexpected dtype long int for `end` but got dtype ',
-    'lerp(f32[*': 'accepted: torch raises Runtimeexpected dtype float for `end` but got dtype boo',
-    'lerp(f64[*': 'accepted: torch raises Runtimeexpected dtype double for `end` but got dtype bo',
+    'lerp(b[*': 'accepted: torch: expected dtype bool for `end` but got dtype floa',
+    'lerp(i32[*': 'accepted: torch: expected dtype int for `end` but got dtype float',
+    'lerp(i64[*': 'accepted: torch: expected dtype long int for `end` but got dtype ',
+    'lerp(f32[*': 'accepted: torch: expected dtype float for `end` but got dtype boo',
+    'lerp(f64[*': 'accepted: torch: expected dtype double for `end` but got dtype bo',
     'lerp(bf16[*':
-        'accepted: torch raises Runtimeexpected dtype c10::BFloat16 for `end` but got d',
+        'accepted: torch: expected dtype c10::BFloat16 for `end` but got d',
 }
 
 SCALARS = {"bool": True, "int": 2, "float": 2.5}

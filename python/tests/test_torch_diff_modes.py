@@ -40,11 +40,11 @@ KNOWN_BUGS = {
     'topk(bf16[],*#autocast': 'refused: topk of a 0-d tensor',
     'sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
     'floor_divide(b[*':
-        'accepted: torch raises Runtime"div_floor_cpu" not implemented for \'Bool\'',
+        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
     'remainder(b[*':
-        'accepted/dtype: torch raises Runtime"remainder_cpu" not implemented for \'Bool\'',
-    'fmod(b[*': 'accepted/dtype: torch raises Runtime"fmod_cpu" not implemented for \'Bool\'',
-    'pow(b[*': 'accepted: torch raises Runtime"pow" not implemented for \'Bool\'',
+        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
+    'fmod(b[*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
+    'pow(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
     'clamp(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
     'full_like(b[*':
         'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',

@@ -40,9 +40,9 @@ KNOWN_BUGS = {
     'F.softmin(i64[*':
         'refused: [softmax] input must be float32 or float64, got int64 (shape [0, 4])',
     'F.hinge_embedding_loss(i32[*':
-        'accepted/dtype: torch raises Runtimemean(): could not infer output dtype. Inpu',
+        'accepted/dtype: torch: mean(): could not infer output dtype. Inpu',
     'F.hinge_embedding_loss(i64[*':
-        'accepted/dtype: torch raises Runtimemean(): could not infer output dtype. Inpu',
+        'accepted/dtype: torch: mean(): could not infer output dtype. Inpu',
     'F.binary_cross_entropy_with_logits(f32[*':
         'dtype/values: out: at () kiln 1.282586064810554 vs torch 1.2825860613957047',
     'F.binary_cross_entropy_with_logits(f64[*': 'dtype: out: kiln float64 vs torch float32',

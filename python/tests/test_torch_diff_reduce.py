@@ -18,7 +18,7 @@ KNOWN_BUGS = {
     'var(f64[*': 'grad: torch backward raises RuntimeFunction VarBackward0 returned an invalid g',
     'var_mean(f64[*': 'grad: grad[0]: at (0,) kiln nan vs torch -inf',
     'median(b[*':
-        'accepted/refused: torch raises Runtime"median_cpu" not implemented for \'Bool\'',
+        'accepted/refused: torch: "median_cpu" not implemented for \'Bool\'',
     'median(i32[*': 'refused: [median] cannot take the median of an empty tensor of shape [0, 3]',
     'median(i64[*': 'refused: [median] cannot take the median of an empty tensor of shape [0, 3]',
     'median(f32[*':
@@ -43,18 +43,18 @@ KNOWN_BUGS = {
     'max(f64[*': 'grad: grad[0]: at (0, 1) kiln -0.75 vs torch -1.5',
     'dot(i32[*': 'dtype: out: kiln int64 vs torch int32',
     'vdot(i32[*': 'dtype: out: kiln int64 vs torch int32',
-    'inner(i32[*': 'accepted/dtype: torch raises Runtimeexpected scalar type Int but found Bool',
-    'inner(i64[*': 'accepted: torch raises Runtimeexpected scalar type Long but found Bool',
-    'inner(f32[*': 'accepted: torch raises Runtimeexpected scalar type Float but found Bool',
-    'inner(f64[*': 'accepted: torch raises Runtimeexpected scalar type Double but found Bool',
-    'inner(bf16[*': 'accepted: torch raises Runtimeexpected scalar type BFloat16 but found Bool',
+    'inner(i32[*': 'accepted/dtype: torch: expected scalar type Int but found Bool',
+    'inner(i64[*': 'accepted: torch: expected scalar type Long but found Bool',
+    'inner(f32[*': 'accepted: torch: expected scalar type Float but found Bool',
+    'inner(f64[*': 'accepted: torch: expected scalar type Double but found Bool',
+    'inner(bf16[*': 'accepted: torch: expected scalar type BFloat16 but found Bool',
     'tensordot(i32[*':
-        'accepted/dtype: torch raises Runtimeexpected scalar type Int but found Bool',
-    'tensordot(i64[*': 'accepted: torch raises Runtimeexpected scalar type Long but found Bool',
-    'tensordot(f32[*': 'accepted: torch raises Runtimeexpected scalar type Float but found Bool',
-    'tensordot(f64[*': 'accepted: torch raises Runtimeexpected scalar type Double but found Bool',
+        'accepted/dtype: torch: expected scalar type Int but found Bool',
+    'tensordot(i64[*': 'accepted: torch: expected scalar type Long but found Bool',
+    'tensordot(f32[*': 'accepted: torch: expected scalar type Float but found Bool',
+    'tensordot(f64[*': 'accepted: torch: expected scalar type Double but found Bool',
     'tensordot(bf16[*':
-        'accepted: torch raises Runtimeexpected scalar type BFloat16 but found Bool',
+        'accepted: torch: expected scalar type BFloat16 but found Bool',
     'einsum(*': 'refused: [matmul] only floating dtypes are supported, got bool and bool (shape',
     'addmm(i32[*':
         'refused: [addmm] input, a and b must share one floating dtype, got int32 [2, 4',
