@@ -56,6 +56,7 @@ OPTIMIZERS = {
     "nadam": lambda L, p: L.optim.NAdam(p, lr=0.01, weight_decay=0.01),
     "radam": lambda L, p: L.optim.RAdam(p, lr=0.01, weight_decay=0.01),
     "rprop": lambda L, p: L.optim.Rprop(p, lr=0.01),
+    "asgd": lambda L, p: L.optim.ASGD(p, lr=0.05, t0=3, weight_decay=0.01),
 }
 
 
@@ -298,3 +299,13 @@ def test_frozen_then_unfrozen_parameters():
     tw, tb = run_freeze(torch)
     np.testing.assert_allclose(kw, tw, rtol=1e-6)
     np.testing.assert_allclose(kb, tb, rtol=1e-6)
+
+
+def test_asgd_average_matches_torch():
+    make = OPTIMIZERS["asgd"]
+    _, _, kopt = run(kiln, make, steps=8)
+    _, _, topt = run(torch, make, steps=8)
+    for kp, tp in zip(kopt.param_groups[0]["params"], topt.param_groups[0]["params"]):
+        np.testing.assert_allclose(kopt.state[kp]["ax"].numpy(), topt.state[tp]["ax"].numpy(),
+                                   rtol=2e-5, atol=2e-6)
+        assert float(kopt.state[kp]["eta"]) == float(topt.state[tp]["eta"])

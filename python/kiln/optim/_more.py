@@ -1,5 +1,5 @@
 """More of torch.optim in Python, following torch 1.13's single-tensor updates: Adamax, NAdam,
-RAdam and Rprop."""
+RAdam, Rprop and ASGD."""
 import math
 
 import numpy as np
@@ -169,3 +169,43 @@ class Rprop(_PythonOptimizer):
             grad = _C.where(prod < 0, _zeros(p), grad)
             p.sub_(grad.sign() * st["step_size"])
             st["prev"].copy_(grad)
+
+
+class ASGD(_PythonOptimizer):
+    """ASGD(params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0, foreach=None,
+    maximize=False): SGD with a decaying step and the running average `ax` of the iterates."""
+
+    def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0,
+                 foreach=None, maximize=False):
+        _check(0.0 <= lr, f"[ASGD] Invalid learning rate: {lr}")
+        _check(0.0 <= weight_decay, f"[ASGD] Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0,
+                                      weight_decay=weight_decay, foreach=foreach,
+                                      maximize=maximize))
+
+    def _group_step(self, g):
+        f32 = np.float32  # torch keeps eta and mu as float32 tensors
+        lr, lambd, alpha, t0, wd = g["lr"], g["lambd"], g["alpha"], g["t0"], g["weight_decay"]
+        for p in g["params"]:
+            if p.grad is None:
+                continue
+            grad = -p.grad if g["maximize"] else p.grad
+            st = self.state[p]
+            if not st:
+                st["step"] = _C.tensor(0.0)
+                st["eta"] = _C.tensor(float(lr))
+                st["mu"] = _C.tensor(1.0)
+                st["ax"] = _zeros(p)
+            st["step"] = st["step"] + 1
+            step = float(st["step"])
+            if wd != 0:
+                grad = grad + p * wd
+            eta, mu = float(st["eta"]), float(st["mu"])
+            p.mul_(1 - lambd * eta)
+            p.sub_(grad * eta)
+            if mu != 1:
+                st["ax"].add_((p - st["ax"]) * mu)
+            else:
+                st["ax"].copy_(p)
+            st["eta"] = _C.tensor(float(f32(lr / math.pow((1 + lambd * lr * step), alpha))))
+            st["mu"] = _C.tensor(float(f32(1 / max(1, step - t0))))
