@@ -14,9 +14,6 @@ from torch_diff_util import DTYPES, Case, D, L, T, install_tests  # noqa: E402
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    'std(f64[*': 'grad: torch backward raises: Function StdBackward0 returned an invalid g',
-    'var(f64[*': 'grad: torch backward raises: Function VarBackward0 returned an invalid g',
-    'var_mean(f64[*': 'grad: grad[0]: at (0,) kiln nan vs torch -inf',
     'median(b[*':
         'accepted/refused: torch: "median_cpu" not implemented for \'Bool\'',
     'median(i32[*': 'refused: [median] cannot take the median of an empty tensor of shape [0, 3]',
