@@ -146,6 +146,132 @@ class _Constant:
 version = types.SimpleNamespace(__version__=None, cuda=None, hip=None, debug=False, git_version=None)
 
 
+class _GradFn:
+    """The opaque autograd node of a non-leaf tensor (Kiln does not expose the tape's nodes):
+    enough for `t.grad_fn is None` and printing."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<kiln autograd node>"
+
+    def name(self):
+        return "kiln autograd node"
+
+
+_GRAD_FN = _GradFn()
+
+
+def _grad_fn(self):
+    return None if self.is_leaf or not self.requires_grad else _GRAD_FN
+
+
+def _sum_to_size(self, *size):
+    """Sums broadcast dims away so the result has `size` (which self broadcasts from)."""
+    size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+    shape = tuple(self.shape)
+    if len(size) > len(shape):
+        raise _C.Error(f"[sum_to_size] size {size} is not expandable to size {shape}")
+    lead = len(shape) - len(size)
+    r = self.sum(tuple(range(lead))) if lead else self
+    dims = tuple(d for d, (a, b) in enumerate(zip(size, shape[lead:])) if a == 1 and b != 1)
+    for d, (a, b) in enumerate(zip(size, shape[lead:])):
+        if a != b and a != 1:
+            raise _C.Error(f"[sum_to_size] size {size} is not expandable to size {shape}")
+    return r.sum(dims, keepdim=True) if dims else r
+
+
+def _unflatten(self, dim, sizes):
+    shape = list(self.shape)
+    dim = dim % len(shape)
+    return self.reshape(*(shape[:dim] + list(sizes) + shape[dim + 1:]))
+
+
+def _unfold(self, dimension, size, step):
+    """Windows of `size` every `step` along `dimension`, as a new last dim (torch's unfold)."""
+    dim = dimension % max(self.dim(), 1)
+    n = (self.shape[dim] - size) // step + 1
+    if size > self.shape[dim] or step <= 0:
+        raise _C.Error(f"[unfold] maximum size for tensor at dimension {dim} is "
+                       f"{self.shape[dim]} but size is {size} (step {step})")
+    pieces = [self.narrow(dim, i * step, size) for i in range(n)]
+    return _C.stack(pieces, dim).movedim(dim + 1, -1)
+
+
+def _diff(self, n=1, dim=-1, prepend=None, append=None):
+    x = self
+    if prepend is not None or append is not None:
+        parts = ([prepend] if prepend is not None else []) + [x] + \
+            ([append] if append is not None else [])
+        x = _C.cat(parts, dim)
+    for _ in range(n):
+        length = x.shape[dim]
+        a, b = x.narrow(dim, 1, length - 1), x.narrow(dim, 0, length - 1)
+        x = (a != b) if x.dtype == _C.bool else a - b
+    return x
+
+
+def _where(self, condition, y):
+    return _C.where(condition, self, y)
+
+
+def _is_signed(self):
+    return self.dtype not in (_C.uint8, _C.bool)
+
+
+def _split_with_sizes(self, split_sizes, dim=0):
+    return self.split(list(split_sizes), dim)
+
+
+def _deg2rad(self):
+    return self * (math.pi / 180.0)
+
+
+def _rad2deg(self):
+    return self * (180.0 / math.pi)
+
+
+def _is_nonzero(self):
+    if self.numel() != 1:
+        raise _C.Error(f"[is_nonzero] Boolean value of Tensor with {self.numel()} values is "
+                       "ambiguous" if self.numel() else "[is_nonzero] Boolean value of Tensor "
+                       "with no values is ambiguous")
+    return bool(self.item())
+
+
+# torch's alternative names for methods Kiln has.
+_ALIASES = {"multiply": "mul", "subtract": "sub", "divide": "div", "true_divide": "div",
+            "greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le",
+            "not_equal": "ne", "negative": "neg", "absolute": "abs", "clip": "clamp",
+            "sgn": "sign", "fix": "trunc", "arccosh": "acosh", "arcsinh": "asinh",
+            "arctanh": "atanh"}
+
+
+def _install_tensor_methods(T, inplace_of):
+    for alias, name in _ALIASES.items():
+        if alias not in T.__dict__ and hasattr(T, name):
+            setattr(T, alias, getattr(T, name))
+    for name, fn in (("grad_fn", property(_grad_fn)), ("sum_to_size", _sum_to_size),
+                     ("unflatten", _unflatten), ("unfold", _unfold), ("diff", _diff),
+                     ("where", _where), ("is_signed", _is_signed),
+                     ("is_same_size", lambda self, other: tuple(self.shape) == tuple(other.shape)),
+                     ("split_with_sizes", _split_with_sizes), ("deg2rad", _deg2rad),
+                     ("rad2deg", _rad2deg), ("is_nonzero", _is_nonzero),
+                     ("positive", lambda self: self), ("is_inference", lambda self: False),
+                     ("addmm", lambda self, mat1, mat2, *, beta=1, alpha=1:
+                      _C.addmm(self, mat1, mat2, beta=beta, alpha=alpha))):
+        if name not in T.__dict__:
+            setattr(T, name, fn)
+    # In-place forms (name_) of what now exists out of place.
+    for name in list(_ALIASES) + ["eq", "ne", "gt", "ge", "lt", "le", "logical_and", "logical_or",
+                                  "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+                                  "bitwise_not", "cumsum", "cumprod", "scatter_add", "arccos",
+                                  "arcsin", "arctan", "arctan2", "acosh", "asinh", "atanh",
+                                  "deg2rad", "rad2deg", "trunc"]:
+        if hasattr(T, name) and name + "_" not in T.__dict__:
+            setattr(T, name + "_", inplace_of(name))
+
+
 def install(ns):
     version.__version__ = ns.get("__version__")
     ns.update(Size=Size, finfo=finfo, iinfo=iinfo, inf=math.inf, nan=math.nan,
@@ -163,6 +289,14 @@ def install(ns):
                      ("is_complex", is_complex)):
         if name not in T.__dict__:
             setattr(T, name, fn)
+    from ._tensor_api import _inplace_of
+    _install_tensor_methods(T, _inplace_of)
+    for alias, name in _ALIASES.items():
+        if alias not in ns and name in ns:
+            ns[alias] = ns[name]
+    for name, fn in (("deg2rad", _deg2rad), ("rad2deg", _rad2deg), ("diff", _diff),
+                     ("unflatten", _unflatten), ("sgn", lambda input: input.sign())):
+        ns.setdefault(name, fn)
     if "ravel" not in T.__dict__:
         T.ravel = lambda self: self.reshape(-1)
     ns.setdefault("ravel", lambda input: input.reshape(-1))

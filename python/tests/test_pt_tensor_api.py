@@ -306,3 +306,34 @@ def test_deepcopy_and_pickle():
         y = pickle.loads(pickle.dumps(x))
         assert y.dtype == x.dtype and y.shape == x.shape and y.tolist() == x.tolist()
         assert y.requires_grad == x.requires_grad
+
+
+def test_more_tensor_methods():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    k, t = kiln.tensor(a), torch.tensor(a)
+    for name, args in [("unfold", (1, 2, 1)), ("unfold", (0, 2, 1)), ("diff", ()),
+                       ("sum_to_size", ((1, 4),)), ("sum_to_size", (4,)), ("unflatten", (1, (2, 2))),
+                       ("multiply", (2,)), ("subtract", (1,)), ("divide", (2,)), ("clip", (-1, 3)),
+                       ("negative", ()), ("absolute", ()), ("greater", (0,)), ("less_equal", (1,)),
+                       ("deg2rad", ()), ("rad2deg", ()), ("sgn", ())]:
+        kr, tr = getattr(k, name)(*args), getattr(t, name)(*args)
+        np.testing.assert_allclose(kr.numpy(), tr.numpy(), rtol=1e-6, err_msg=name)
+    np.testing.assert_allclose(k.diff(n=2, dim=0, prepend=k[:1]).numpy(),
+                               t.diff(n=2, dim=0, prepend=t[:1]).numpy())
+    for name, args in [("clip_", (0, 3)), ("gt_", (4,)), ("cumsum_", (1,)), ("multiply_", (3,)),
+                       ("eq_", (2,)), ("trunc_", ())]:
+        kc, tc = k.clone(), t.clone()
+        assert getattr(kc, name)(*args) is kc
+        getattr(tc, name)(*args)
+        np.testing.assert_allclose(kc.numpy(), tc.numpy(), err_msg=name)
+    assert k.where(k > 0, kiln.zeros(3, 4)).tolist() == t.where(t > 0, torch.zeros(3, 4)).tolist()
+    assert k.split_with_sizes([1, 3], 1)[1].shape == (3, 3) and k.is_signed()
+    assert not kiln.ones(1, dtype=kiln.uint8).is_signed() and k.is_same_size(k * 2)
+    x = kiln.ones(2, requires_grad=True)
+    assert x.grad_fn is None and (x * 2).grad_fn is not None and kiln.ones(1).grad_fn is None
+    assert kiln.tensor([2.0]).is_nonzero() and not kiln.tensor([0]).is_nonzero()
+    np.testing.assert_allclose(kiln.ones(1).addmm(kiln.ones(1, 2), kiln.ones(2, 1), beta=0.5,
+                                                  alpha=2).numpy(),
+                               torch.ones(1).addmm(torch.ones(1, 2), torch.ones(2, 1), beta=0.5,
+                                                   alpha=2).numpy())
+    assert kiln.diff(k).shape == (3, 3) and kiln.subtract(k, k).abs().sum().item() == 0
