@@ -414,8 +414,9 @@ TEST(BadInputs, RaiseErrorsNamingOpAndShapes) {
                     {"[2, 3]", "[4, 5]", "inner dims 3 and 4 differ"});
   EXPECT_KILN_ERROR(matmul(ones({3}), ones({4})), "matmul", {"[3]", "[4]"});
   EXPECT_KILN_ERROR(matmul(scalar_tensor(1.0), ones({3})), "matmul", {"[]", "[3]"});
-  EXPECT_KILN_ERROR(matmul(ones({2, 2}, Int64), ones({2, 2}, Int64)), "matmul",
-                    {"[2, 2]", "int64"});
+  EXPECT_KILN_ERROR(matmul(ones({2, 2}, Bool), ones({2, 2}, Bool)), "matmul", {"[2, 2]", "bool"});
+  EXPECT_KILN_ERROR(matmul(ones({2, 2}, Int64), ones({2, 2}, Int32)), "matmul",
+                    {"[2, 2]", "int64", "int32"});
   EXPECT_KILN_ERROR(matmul(ones({2, 2}, Float32), ones({2, 2}, Float64)), "matmul", {"[2, 2]"});
   EXPECT_KILN_ERROR(matmul(ones({2, 3, 4}), ones({3, 4, 5})), "matmul", {"[2, 3, 4]", "[3, 4, 5]"});
   EXPECT_KILN_ERROR(linear(ones({2, 3}), ones({4, 5})), "linear", {"[2, 3]", "[4, 5]"});
@@ -630,7 +631,11 @@ TEST(Einsum, MatchesNaiveLoopsAndDifferentiates) {
              m = matmul(a, b).to_vector<float>();
   for (size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(e[i], m[i], 1e-5);
   const Tensor x = randn({3, 4});
-  kiln_test::expect_error([&] { einsum("ii->i", {randn({3, 3})}); }, {"[einsum]", "diagonal"});
+  // A repeated label takes the diagonal ('ii' the trace); its sizes must agree.
+  const Tensor sq = randn({3, 3});
+  EXPECT_EQ(einsum("ii->i", {sq}).to_vector<float>(), diagonal(sq, 0, 0, 1).to_vector<float>());
+  EXPECT_NEAR(einsum("ii", {sq}).item<float>(), trace(sq).item<float>(), 1e-6);
+  kiln_test::expect_error([&] { einsum("ii->i", {randn({3, 4})}); }, {"[einsum]", "repeats"});
   kiln_test::expect_error([&] { einsum("ij,jk->ik", {x}); }, {"[einsum]", "2 operands"});
   kiln_test::expect_error([&] { einsum("ijk->i", {x}); }, {"[einsum]", "[3, 4]"});
   kiln_test::expect_error(

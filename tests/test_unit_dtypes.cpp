@@ -138,6 +138,43 @@ TEST(DTypePromotion, PyTorchTable) {
     for (DType b : kAll) EXPECT_EQ(promote(a, b), promote(b, a)) << a << " " << b;
 }
 
+// torch.result_type: tensors with dims decide within a category; a 0-d tensor or a host scalar
+// only lifts the category (int -> float), never the width; true division gives a float; integer
+// sums give int64. The C++ operators follow it, so C++ and Python compute the same dtypes.
+TEST(DTypePromotion, ResultTypeByPriority) {
+  const Tensor i32 = zeros({3}, Int32), f16 = zeros({3}, Float16), b = zeros({3}, Bool);
+  const Tensor f64_0d = scalar_tensor(1, Float64), i64_0d = scalar_tensor(1, Int64);
+  EXPECT_EQ(result_type(i32, Scalar(2)), Int32);
+  EXPECT_EQ(result_type(i32, Scalar(2.0)), Float32);
+  EXPECT_EQ(result_type(b, Scalar(true)), Bool);
+  EXPECT_EQ(result_type(b, Scalar(2)), Int64);
+  EXPECT_EQ(result_type(f16, Scalar(2.0)), Float16);
+  EXPECT_EQ(result_type(i32, i64_0d), Int32);
+  EXPECT_EQ(result_type(i32, f64_0d), Float64);
+  EXPECT_EQ(result_type(f16, f64_0d), Float16);
+  EXPECT_EQ(result_type(i64_0d, f64_0d), Float64);
+  EXPECT_EQ(result_type(scalar_tensor(1, Int32), Scalar(2)), Int32);
+  EXPECT_EQ(ResultType().add(Scalar(2)).add(Scalar(true)).dtype(), Int64);
+  EXPECT_EQ(ResultType().dtype(Int16), Int16);
+
+  EXPECT_EQ((i32 + 2).dtype(), Int32);
+  EXPECT_EQ((i32 + 2.0).dtype(), Float32);
+  EXPECT_EQ((i32 / 2).dtype(), Float32);
+  EXPECT_EQ((i32 / i32).dtype(), Float32);
+  EXPECT_EQ((b + true).dtype(), Bool);
+  EXPECT_EQ(pow(i32, 2).dtype(), Int32);
+  EXPECT_EQ(sum(i32).dtype(), Int64);
+  EXPECT_EQ(cumsum(b, 0).dtype(), Int64);
+  EXPECT_EQ(cat({i32, f16}).dtype(), Float16);
+  const Tensor q =
+      div(tensor(std::vector<double>{7, -7}).to(Int64), scalar_tensor(2, Int64), "floor");
+  EXPECT_EQ(q.dtype(), Int64);
+  EXPECT_EQ(q.to_vector<int64_t>(), (std::vector<int64_t>{3, -4}));
+  EXPECT_THROW(b - b, Error);
+  // int32 sums past 2^31 do not wrap.
+  EXPECT_EQ(sum(full({3}, 1 << 30, Int32)).item<int64_t>(), int64_t(3) << 30);
+}
+
 // cast between every pair agrees with going through float64 on values every dtype holds.
 TEST(DTypeCast, EveryPair) {
   const std::vector<double> v = {0, 1, 2, 3, 7, 100, 0, 1};
@@ -194,14 +231,17 @@ TEST(DTypeCompute, NarrowIntegersWrap) {
   Tensor s = a + a;
   EXPECT_EQ(s.dtype(), Int8);
   EXPECT_EQ(s.to(Int64).to_vector<int64_t>(), (std::vector<int64_t>{-56, 0, -2, 10}));
-  EXPECT_EQ((a * 3.0).to(Int64).to_vector<int64_t>(), (std::vector<int64_t>{44, -128, 125, 15}));
-  EXPECT_EQ((a + 300.0).to(Int64).to_vector<int64_t>(), (std::vector<int64_t>{-112, -84, -85, 49}));
+  // An integer scalar keeps int8 and wraps (torch: int8 + 300 is int8); a float one gives float32.
+  EXPECT_EQ((a * 3).to(Int64).to_vector<int64_t>(), (std::vector<int64_t>{44, -128, 125, 15}));
+  EXPECT_EQ((a + 300).to(Int64).to_vector<int64_t>(), (std::vector<int64_t>{-112, -84, -85, 49}));
+  EXPECT_EQ((a * 3.0).dtype(), Float32);
   Tensor u = tensor(std::vector<int64_t>{200, 0}).to(UInt8);
   EXPECT_EQ((u + u).to(Int64).to_vector<int64_t>(), (std::vector<int64_t>{144, 0}));
-  EXPECT_EQ((u - 1.0).to(Int64).to_vector<int64_t>(), (std::vector<int64_t>{199, 255}));
+  EXPECT_EQ((u - 1).to(Int64).to_vector<int64_t>(), (std::vector<int64_t>{199, 255}));
   EXPECT_EQ((u + a.slice(0, 0, 2)).dtype(), Int16);
-  // Kiln's div of integers divides as integers (as for int32/int64), wrapping -128 / -1.
-  Tensor q = div(a, tensor(std::vector<int64_t>{3, -1, 2, -2}).to(Int8));
+  // Division with rounding_mode "trunc" divides as integers, wrapping -128 / -1 (true division
+  // gives float32, as torch).
+  Tensor q = div(a, tensor(std::vector<int64_t>{3, -1, 2, -2}).to(Int8), "trunc");
   EXPECT_EQ(q.dtype(), Int8);
   EXPECT_EQ(q.to(Int64).to_vector<int64_t>(), (std::vector<int64_t>{33, -128, 63, -2}));
 }

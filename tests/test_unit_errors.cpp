@@ -39,12 +39,12 @@ TEST(Errors, WhereBroadcastMismatch) {
   expect_error([] { where(full({3}, 1, Bool), f32({2}), f32({2})); }, "where", {"[3]", "[2]"});
 }
 
-TEST(Errors, LogicalAndOnFloats) {
-  expect_error([] { logical_and(f32({2, 3}), f32({2, 3})); }, "logical_and", {"bool", "[2, 3]"});
-}
-
-TEST(Errors, LogicalNotOnInt) {
-  expect_error([] { logical_not(ones({4}, Int64)); }, "logical_not", {"bool", "int64", "[4]"});
+// Logical ops take any dtype, nonzero being true (torch.logical_and & co.).
+TEST(Errors, LogicalOpsTakeAnyDtype) {
+  const Tensor x = tensor(std::vector<float>{0, 2, -1}), i = tensor(std::vector<int64_t>{0, 0, 3});
+  EXPECT_EQ(logical_and(x, i).to_vector<bool>(), (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(logical_not(i).to_vector<bool>(), (std::vector<bool>{true, true, false}));
+  expect_error([] { logical_and(f32({2, 3}), f32({3, 2})); }, "logical_and", {"[2, 3]", "[3, 2]"});
 }
 
 TEST(Errors, ClampMinAboveMax) {
@@ -58,10 +58,12 @@ TEST(Errors, ArithmeticOnBool) {
 
 TEST(Errors, IntegerDivisionByZero) {
   Tensor a = tensor(std::vector<int64_t>{1, 2, 3});
-  expect_error([&] { div(a, tensor(std::vector<int64_t>{1, 0, 2})); }, "div", {"zero", "[3]"});
-  expect_error([&] { div(a, 0.0); }, "div", {"zero", "[3]"});
-  // Float division by zero is IEEE (inf), not an error.
+  const Tensor z = tensor(std::vector<int64_t>{1, 0, 2});
+  expect_error([&] { div(a, z, "trunc"); }, "div", {"zero", "[3]"});
+  expect_error([&] { floor_divide(a, z); }, "div", {"zero", "[3]"});
+  // True division (of integers too) by zero is IEEE (inf), not an error, as torch.
   EXPECT_TRUE(std::isinf(div(f32({1}), 0.0).item<float>()));
+  EXPECT_TRUE(std::isinf(div(a, z).to_vector<float>()[1]));
 }
 
 // ---- reshape / view ---------------------------------------------------------------------------
@@ -70,11 +72,12 @@ TEST(Errors, IntegerDivisionByZero) {
 TEST(Errors, IntegerDivisionOverflowWrapsInsteadOfTrapping) {
   const int64_t lo = std::numeric_limits<int64_t>::min();
   Tensor a = tensor(std::vector<int64_t>{lo, 7});
-  EXPECT_EQ(div(a, -1.0).to_vector<int64_t>(), (std::vector<int64_t>{lo, -7}));
-  EXPECT_EQ(div(a, tensor(std::vector<int64_t>{-1, -1})).to_vector<int64_t>(),
+  EXPECT_EQ(div(a, tensor(std::vector<int64_t>{-1, -1}), "trunc").to_vector<int64_t>(),
+            (std::vector<int64_t>{lo, -7}));
+  EXPECT_EQ(div(a, tensor(std::vector<int64_t>{-1, -1}), "floor").to_vector<int64_t>(),
             (std::vector<int64_t>{lo, -7}));
   Tensor b = tensor(std::vector<int32_t>{std::numeric_limits<int32_t>::min()});
-  EXPECT_EQ(div(b, tensor(std::vector<int32_t>{-1})).item<int64_t>(),
+  EXPECT_EQ(div(b, tensor(std::vector<int32_t>{-1}), "trunc").item<int64_t>(),
             std::numeric_limits<int32_t>::min());
 }
 
@@ -165,12 +168,11 @@ TEST(Errors, MeanDimOutOfRange) {
 
 // ---- cat / stack / split / chunk ------------------------------------------------------------
 
-TEST(Errors, CatDtypeMismatch) {
-  expect_error(
-      [] {
-        cat({f32({2, 3}), ones({2, 3}, Int64)});
-      },
-      "cat", {"int64", "float32", "[2, 3]"});
+// Mixed dtypes promote (torch.cat); a 0-d input is still refused.
+TEST(Errors, CatPromotesMixedDtypes) {
+  EXPECT_EQ(cat({f32({2, 3}), ones({2, 3}, Int64)}).dtype(), Float32);
+  EXPECT_EQ(cat({ones({2}, Bool), ones({1}, Int32)}).dtype(), Int32);
+  expect_error([] { cat({f32({2}), scalar_tensor(1.0)}); }, "cat", {"[]"});
 }
 
 TEST(Errors, CatRankMismatch) {

@@ -604,9 +604,10 @@ TEST(TensorPromotion, Rules) {
   Tensor h = i + 2.5;
   EXPECT_EQ(h.dtype(), Float32);
   EXPECT_EQ(fv(h), std::vector<float>({3.5, 4.5}));
-  Tensor k = i * 3.0;  // integral host scalar keeps the tensor's dtype
+  Tensor k = i * 3;  // an integer host scalar keeps the tensor's dtype, a float one does not
   EXPECT_EQ(k.dtype(), Int64);
   EXPECT_EQ(k.to_vector<int64_t>(), std::vector<int64_t>({3, 6}));
+  EXPECT_EQ((i * 3.0).dtype(), Float32);
   EXPECT_EQ((f + 1.0).dtype(), Float32);
   EXPECT_EQ((f + tensor(std::vector<double>{1, 1})).dtype(), Float64);
   EXPECT_EQ(exp(i).dtype(), Float32);  // math on integers goes to float32

@@ -409,7 +409,8 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
     // they use, as torch's view nodes save no values.)
     const bool reads_values = !(n->op && n->op->view);
     for (size_t k = 0; reads_values && k < n->inputs.size(); ++k)
-      if (n->inputs[k].impl()->version() != n->input_versions[k])
+      if ((!n->op || n->op->reads_input(k)) &&
+          n->inputs[k].impl()->version() != n->input_versions[k])
         fail("backward", "input ", k, " of op '", n->name(),
              "' was modified in place after it was saved for the gradient");
     // Outputs modified in place since recording are withheld from the gradient rule; only a
@@ -468,13 +469,15 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
         if (modified_out >= 0 && o.is_concrete() && o.impl()->version() != n->output_versions[k])
           outs.back() = Tensor();
       }
-      GradCtx ctx{*n->op,
-                  n->attrs,
-                  std::span<const Tensor>(n->inputs.data(), n->inputs.size()),
+      GradCtx ctx{*n->op, n->attrs, std::span<const Tensor>(n->inputs.data(), n->inputs.size()),
                   std::span<const Tensor>(outs.data(), outs.size()),
                   std::span<const Tensor>(gout.data(), gout.size()),
                   std::span<const bool>(needs.data(), needs.size()),
-                  std::span<const bool>(flows.data(), flows.size())};
+                  std::span<const bool>(flows.data(), flows.size()),
+                  // (view rules read only shapes: no version check there, as above)
+                  reads_values ? std::span<const uint32_t>(n->input_versions.data(),
+                                                           n->input_versions.size())
+                               : std::span<const uint32_t>()};
       if (modified_out < 0) {
         gin = n->op->grad(ctx);
       } else {

@@ -13,6 +13,7 @@
 #include "kiln/core/allocator.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/scalar.h"
 #include "kiln/core/shape.h"
 
 namespace kiln {
@@ -217,13 +218,13 @@ class Tensor {
   /// autograd). Eager only: in a graph or a jitted function write `x = add(x, y)`. Contiguous
   /// tensors are computed into directly when no gradient is recorded.
   Tensor& add_(const Tensor& other);
-  Tensor& add_(double other);
+  Tensor& add_(const Scalar& other);
   Tensor& sub_(const Tensor& other);
-  Tensor& sub_(double other);
+  Tensor& sub_(const Scalar& other);
   Tensor& mul_(const Tensor& other);
-  Tensor& mul_(double other);
+  Tensor& mul_(const Scalar& other);
   Tensor& div_(const Tensor& other);
-  Tensor& div_(double other);
+  Tensor& div_(const Scalar& other);
   Tensor& neg_();
   Tensor& clamp_(double lo, double hi);
   Tensor& relu_();

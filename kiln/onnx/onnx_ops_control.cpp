@@ -262,7 +262,7 @@ KILN_ONNX_OP(Loop) {
   };
   auto body_fn = [&](const std::vector<Tensor>& v) {
     std::vector<Tensor> out = import_subgraph(n.ctx, body, v, "Loop body");
-    std::vector<Tensor> next{add(v[0], 1.0), reshape(cast(out[0], Bool), Shape{})};
+    std::vector<Tensor> next{add(v[0], 1), reshape(cast(out[0], Bool), Shape{})};
     next.insert(next.end(), out.begin() + 1, out.end());
     return next;
   };

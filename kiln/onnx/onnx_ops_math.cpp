@@ -93,7 +93,10 @@ const bool registered = [] {
 
 KILN_ONNX_OP(Div) {
   const Tensor &a = n.req(0), &b = n.req(1);
-  return TL{keep(promote(a.dtype(), b.dtype()), div(a, b))};
+  // ONNX divides integers as C does (truncating), where Kiln's div is true division.
+  const DType t = promote(a.dtype(), b.dtype());
+  if (!is_floating(t)) return TL{keep(t, div(a, b, "trunc"))};
+  return TL{keep(t, div(a, b))};
 }
 
 KILN_ONNX_OP(Pow) {
@@ -105,7 +108,7 @@ KILN_ONNX_OP(Mod) {
   const Tensor &a = n.req(0), &b = n.req(1);
   const bool fmod = n.i("fmod", 0) != 0;
   if (is_integral(a.dtype()) && is_integral(b.dtype())) {
-    Tensor r = sub(a, mul(div(a, b), b));  // C++ division truncates: r has a's sign
+    Tensor r = sub(a, mul(div(a, b, "trunc"), b));  // truncated quotient: r has a's sign
     if (fmod) return TL{r};
     Tensor fix = logical_and(ne(r, 0.0), ne(lt(r, 0.0), lt(b, 0.0)));
     return TL{where(fix, add(r, b), r)};
@@ -297,7 +300,7 @@ TL arg_reduce(NodeIn& n, bool is_max) {
     if (x.size(axis) < 0) n.fail("select_last_index needs a static size");
     Tensor f = flip(x, {axis});
     Tensor i = is_max ? argmax(f, axis, keep_dims) : argmin(f, axis, keep_dims);
-    return TL{sub(static_cast<double>(x.size(axis) - 1), i)};
+    return TL{sub(x.size(axis) - 1, i)};
   }
   return TL{is_max ? argmax(x, axis, keep_dims) : argmin(x, axis, keep_dims)};
 }

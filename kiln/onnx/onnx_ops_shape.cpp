@@ -222,8 +222,8 @@ KILN_ONNX_OP(Slice) {
 // Negative indices count from the end of `dim` (Gather, GatherElements, ScatterElements).
 Tensor wrap_index(const NodeIn& n, const Tensor& idx, const Tensor& x, int64_t dim) {
   Tensor i = cast(idx, Int64);
-  const double d = static_cast<double>(static_size(n, x, dim));
-  return where(lt(i, 0.0), add(i, d), i);
+  const int64_t d = static_size(n, x, dim);
+  return where(lt(i, 0), add(i, d), i);
 }
 
 KILN_ONNX_OP(Gather) {
@@ -384,7 +384,7 @@ KILN_ONNX_OP(OneHot) {
   charge_fold(n, depth);
   const int64_t axis = wrap_dim(n.i("axis", -1), ind.dim() + 1, kOp);
   Tensor i = cast(ind, Int64);
-  i = where(lt(i, 0.0), add(i, static_cast<double>(depth)), i);
+  i = where(lt(i, 0), add(i, depth), i);
   Shape rs(ind.dim() + 1, 1);
   rs[axis] = depth;
   Tensor r = reshape(arange(0, static_cast<double>(depth)), rs);
@@ -552,17 +552,15 @@ KILN_ONNX_OP(GatherND) {
   Tensor off = zeros(Shape{}, Int64);
   for (int64_t j = 0; j < k; ++j) {
     Tensor ij = squeeze(slice(i, q - 1, j, j + 1), q - 1);
-    ij = where(lt(ij, 0.0), add(ij, static_cast<double>(x.size(bd + j))), ij);
-    off = add(off, mul(ij, static_cast<double>(strides[bd + j] / inner)));
+    ij = where(lt(ij, 0), add(ij, x.size(bd + j)), ij);
+    off = add(off, mul(ij, strides[bd + j] / inner));
   }
   // off: [b..., rest...] in units of `inner`; add the batch offsets.
   Shape bs;
   for (int64_t d = 0; d < bd; ++d) bs.push_back(idx.size(d));
   for (int64_t d = bd; d < q - 1; ++d) bs.push_back(1);
   if (bd > 0) {
-    Tensor b = reshape(
-        mul(arange(0, static_cast<double>(batch)), static_cast<double>(strides[bd - 1] / inner)),
-        bs);
+    Tensor b = reshape(mul(arange(0, static_cast<double>(batch)), strides[bd - 1] / inner), bs);
     off = add(off, b);
   }
   Tensor rows = reshape(x, Shape{-1, inner});

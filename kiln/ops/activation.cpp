@@ -121,7 +121,8 @@ const OpDef& kLeaky =
             .kernel = k_unary_float<LeakyF>,
             .grad =
                 [](const GradCtx& c) {
-                  return TensorList{where(lt(c.in(0), 0.0), mul(c.g(), c.attrs.f(0)), c.g())};
+                  // torch: slope at 0 too (x > 0 ? g : slope g)
+                  return TensorList{where(gt(c.in(0), 0.0), c.g(), mul(c.g(), c.attrs.f(0)))};
                 },
             .expr = "leaky_relu($0, @0)"});
 const OpDef& kSigmoid = def_op({.name = kSigN,

@@ -88,6 +88,9 @@ const OpDef& kHardswish = def_op(
          [](const GradCtx& c) {
            const Tensor& x = c.in(0);
            Tensor mid = mul(c.g(), add(div(x, 3.0), 0.5));
+           // torch 1.13's vectorized kernel (every element but a short tail) takes the middle
+           // piece on [-3, 3): g at x = 3. Its scalar tail uses [-3, 3] (1.5 g at 3): torch
+           // disagrees with itself there, so Kiln follows the vector body.
            return TensorList{where(lt(x, -3.0), zero_like_g(c), where(lt(x, 3.0), mid, c.g()))};
          },
      .expr = "($0 * min(max($0 + T(3), T(0)), T(6)) / T(6))"});

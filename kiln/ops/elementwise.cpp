@@ -131,7 +131,14 @@ struct ClampF {
   explicit ClampF(const Attrs& a) : lo(a.f(0)), hi(a.f(1)) {}
   template <class T>
   [[gnu::always_inline]] T operator()(T x) const {
-    return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
+    // Integers compare in double, so an open side (+-inf) is never converted to T (undefined
+    // behaviour: clamp(int, min=2) once returned INT_MIN where x > 2).
+    if constexpr (std::is_integral_v<T>) {
+      const double v = static_cast<double>(x);
+      return v < lo ? static_cast<T>(lo) : (v > hi ? static_cast<T>(hi) : x);
+    } else {
+      return x < T(lo) ? T(lo) : (x > T(hi) ? T(hi) : x);
+    }
   }
 };
 // ---- op definitions -------------------------------------------------------------------------
@@ -154,7 +161,8 @@ const OpDef& kAdd = def_op({.name = kAddN,
                                   return TensorList{c.g(), c.g()};
                                 },
                             .expr = "($0 + $1)",
-                            .doc = "a + b"});
+                            .doc = "a + b",
+                            .grad_reads_inputs = 0});
 const OpDef& kSub = def_op({.name = kSubN,
                             .num_inputs = 2,
                             .traits = kEw,
@@ -165,7 +173,8 @@ const OpDef& kSub = def_op({.name = kSubN,
                                   return TensorList{c.g(), c.need(1) ? neg(c.g()) : Tensor()};
                                 },
                             .expr = "($0 - $1)",
-                            .doc = "a - b"});
+                            .doc = "a - b",
+                            .grad_reads_inputs = 0});
 const OpDef& kMul = def_op({.name = kMulN,
                             .num_inputs = 2,
                             .traits = kEw,
@@ -178,7 +187,8 @@ const OpDef& kMul = def_op({.name = kMulN,
                                                     c.need(1) ? mul(c.g(), c.in(0)) : Tensor()};
                                 },
                             .expr = "($0 * $1)",
-                            .doc = "a * b"});
+                            .doc = "a * b",
+                            .grad_reads_inputs = 0});
 const OpDef& kDiv =
     def_op({.name = kDivN,
             .num_inputs = 2,
@@ -193,7 +203,8 @@ const OpDef& kDiv =
                       c.need(1) ? neg(div(mul(c.g(), c.in(0)), mul(c.in(1), c.in(1)))) : Tensor()};
                 },
             .expr = "($0 / $1)",
-            .doc = "a / b"});
+            .doc = "a / b",
+            .grad_reads_inputs = 0});
 const OpDef& kPow =
     def_op({.name = kPowN,
             .num_inputs = 2,
@@ -213,35 +224,40 @@ const OpDef& kPow =
                 },
             .expr = "pow($0, $1)",
             .doc = "a ** b"});
-const OpDef& kMaximum = def_op({.name = kMaxN,
-                                .num_inputs = 2,
-                                .traits = kEw,
-                                .infer = infer_binary_num<kMaxN>,
-                                .kernel = k_binary_num<MaxF>,
-                                // the gradient goes to the larger input (to a on ties)
-                                .grad =
-                                    [](const GradCtx& c) {
-                                      Tensor m = ge(c.in(0), c.in(1));
-                                      Tensor z = scalar_like(c.g(), 0);
-                                      return TensorList{c.need(0) ? where(m, c.g(), z) : Tensor(),
-                                                        c.need(1) ? where(m, z, c.g()) : Tensor()};
-                                    },
-                                .expr = "max($0, $1)",
-                                .doc = "elementwise max (NaN propagates)"});
-const OpDef& kMinimum = def_op({.name = kMinN,
-                                .num_inputs = 2,
-                                .traits = kEw,
-                                .infer = infer_binary_num<kMinN>,
-                                .kernel = k_binary_num<MinF>,
-                                .grad =
-                                    [](const GradCtx& c) {
-                                      Tensor m = le(c.in(0), c.in(1));
-                                      Tensor z = scalar_like(c.g(), 0);
-                                      return TensorList{c.need(0) ? where(m, c.g(), z) : Tensor(),
-                                                        c.need(1) ? where(m, z, c.g()) : Tensor()};
-                                    },
-                                .expr = "min($0, $1)",
-                                .doc = "elementwise min (NaN propagates)"});
+// maximum/minimum's gradient: all of it to the winning input, half to each where they tie (as
+// torch), none where a NaN makes neither win nor tie.
+TensorList split_at_ties(const GradCtx& c, const Tensor& a_wins, const Tensor& b_wins) {
+  const Tensor z = scalar_like(c.g(), 0);
+  const Tensor tie = eq(c.in(0), c.in(1));
+  const Tensor half = where(tie, mul(c.g(), 0.5), z);
+  return TensorList{c.need(0) ? where(a_wins, c.g(), half) : Tensor(),
+                    c.need(1) ? where(b_wins, c.g(), half) : Tensor()};
+}
+const OpDef& kMaximum =
+    def_op({.name = kMaxN,
+            .num_inputs = 2,
+            .traits = kEw,
+            .infer = infer_binary_num<kMaxN>,
+            .kernel = k_binary_num<MaxF>,
+            // the gradient goes to the larger input, half to each on ties
+            .grad =
+                [](const GradCtx& c) {
+                  return split_at_ties(c, gt(c.in(0), c.in(1)), lt(c.in(0), c.in(1)));
+                },
+            .expr = "max($0, $1)",
+            .doc = "elementwise max (NaN propagates)"});
+const OpDef& kMinimum =
+    def_op({.name = kMinN,
+            .num_inputs = 2,
+            .traits = kEw,
+            .infer = infer_binary_num<kMinN>,
+            .kernel = k_binary_num<MinF>,
+            .grad =
+                [](const GradCtx& c) {
+                  return split_at_ties(c, lt(c.in(0), c.in(1)), gt(c.in(0), c.in(1)));
+                },
+            .expr = "min($0, $1)",
+            .doc = "elementwise min (NaN propagates)"});
 
 const OpDef& kLt = def_op({.name = kLtN,
                            .num_inputs = 2,
@@ -347,14 +363,16 @@ const OpDef& kWhere = def_op(
          },
      .expr = "($0 ? $1 : $2)",
      .doc = "cond ? a : b",
-     .native_dtypes = kAllDTypes});
+     .native_dtypes = kAllDTypes,
+     .grad_reads_inputs = 0b001});
 
 const OpDef& kNeg = def_op({.name = kNegN,
                             .traits = kEw,
                             .infer = infer_unary_num<kNegN>,
                             .kernel = k_unary_num<NegF>,
                             .grad = [](const GradCtx& c) { return TensorList{neg(c.g())}; },
-                            .expr = "(-$0)"});
+                            .expr = "(-$0)",
+                            .grad_reads_inputs = 0});
 const OpDef& kExp =
     def_op({.name = kExpN,
             .traits = kEw,
@@ -465,34 +483,47 @@ const OpDef& kClamp =
                 },
             .expr = "clamp($0, @0, @1)"});
 
-// A host scalar next to a tensor takes the tensor's dtype, unless the tensor is integral and
-// the scalar is not (then both become float32), as in PyTorch.
-std::pair<Tensor, Tensor> with_scalar(const Tensor& a, double b) {
+// A host scalar next to a tensor: both take result_type(a, b) (promotion.h), the scalar wrapped
+// into the narrow integers as torch does (torch.tensor([1], dtype=torch.int8) + 300 is 45).
+std::pair<Tensor, Tensor> with_scalar(const Tensor& a, const Scalar& b) {
   if (!a.defined()) fail("binary", "undefined operand");
-  if (!is_floating(a.dtype()) && b != std::floor(b)) {
-    return {cast(a, Float32), scalar_tensor(b, Float32)};
+  const DType t = result_type(a, b);
+  double v = b.to_double();
+  if (is_integral(t)) {
+    const int64_t i = b.to_int();
+    v = t == Int8    ? static_cast<int8_t>(i)
+        : t == UInt8 ? static_cast<uint8_t>(i)
+        : t == Int16 ? static_cast<int16_t>(i)
+        : t == Int32 ? static_cast<int32_t>(i)
+                     : static_cast<double>(i);
   }
-  DType t = a.dtype() == Bool ? Int64 : a.dtype();
-  // The scalar takes the tensor's dtype as in PyTorch, wrapping into the narrow integers
-  // (torch.tensor([1], dtype=torch.int8) + 300 is 45).
-  if (t == Int8) b = static_cast<int8_t>(static_cast<int64_t>(b));
-  if (t == UInt8) b = static_cast<uint8_t>(static_cast<int64_t>(b));
-  if (t == Int16) b = static_cast<int16_t>(static_cast<int64_t>(b));
-  return {a.dtype() == t ? a : cast(a, t), scalar_tensor(b, t)};
+  return {a.dtype() == t ? a : cast(a, t), scalar_tensor(v, t)};
+}
+
+// Arithmetic on bool operands follows torch: + and maximum are logical or, * and minimum
+// logical and, - is refused.
+Tensor bool_arith(const OpDef& op, const Tensor& x, const Tensor& y) {
+  if (&op == &kAdd || &op == &kMaximum) return call1(kOr, {x, y});
+  if (&op == &kMul || &op == &kMinimum) return call1(kAnd, {x, y});
+  if (&op == &kSub)
+    fail("sub", "subtraction of bool tensors (", x.shape(), " - ", y.shape(),
+         ") is not supported; use logical_xor() or ^ instead");
+  return call1(op, {x, y});  // comparisons, maximum, ...: the op's own inference decides
 }
 
 // An undefined operand is refused under the op's name (a dead one, from an eager switch_, is a
 // valid operand: the dispatcher makes the result dead).
 Tensor bin(const OpDef& op, const Tensor& a, const Tensor& b) {
-  if (a.defined() && b.defined() && a.dtype() == b.dtype()) return call1(op, {a, b});
   if (!a.defined() || !b.defined())
     fail(op.name.c_str(), "input ", a.defined() ? 1 : 0, " is an undefined tensor");
   auto [x, y] = promoted(a, b);
+  if (x.dtype() == Bool) return bool_arith(op, x, y);
   return call1(op, {x, y});
 }
-Tensor bin(const OpDef& op, const Tensor& a, double b) {
+Tensor bin(const OpDef& op, const Tensor& a, const Scalar& b) {
   if (!a.defined()) fail(op.name.c_str(), "input 0 is an undefined tensor");
   auto [x, y] = with_scalar(a, b);
+  if (x.dtype() == Bool) return bool_arith(op, x, y);
   return call1(op, {x, y});
 }
 
@@ -500,67 +531,123 @@ Tensor bin(const OpDef& op, const Tensor& a, double b) {
 // self, write_in_place computes into a temporary and casts the result back (or refuses it).
 Tensor& bin_(const char* name, const OpDef& op, Tensor& self, const Tensor& b) {
   if (!self.defined() || !b.defined()) fail(name, "undefined operand");
-  if (self.dtype() == b.dtype()) {
-    const Tensor in[2] = {self, b};
-    return op_util::write_in_place(name, self, op, in);
-  }
   auto [x, y] = promoted(self, b);
+  const OpDef& o = x.dtype() == Bool ? (&op == &kAdd ? kOr : &op == &kMul ? kAnd : op) : op;
+  if (x.dtype() == Bool && &op == &kSub) bool_arith(op, x, y);  // raises
   const Tensor in[2] = {x, y};
-  return op_util::write_in_place(name, self, op, in);
+  return op_util::write_in_place(name, self, o, in);
 }
-Tensor& bin_(const char* name, const OpDef& op, Tensor& self, double b) {
+Tensor& bin_(const char* name, const OpDef& op, Tensor& self, const Scalar& b) {
   if (!self.defined()) fail(name, "undefined operand");
   auto [x, y] = with_scalar(self, b);
+  const OpDef& o = x.dtype() == Bool ? (&op == &kAdd ? kOr : &op == &kMul ? kAnd : op) : op;
+  if (x.dtype() == Bool && &op == &kSub) bool_arith(op, x, y);  // raises
   const Tensor in[2] = {x, y};
-  return op_util::write_in_place(name, self, op, in);
+  return op_util::write_in_place(name, self, o, in);
 }
 // Comparisons with a host scalar promote like arithmetic: an integer tensor next to a
-// fractional scalar compares as float (torch.tensor([2]) < 2.5 is True), and a bool tensor
-// compares as int64 (True == 2 is False).
-Tensor cmp(const OpDef& op, const Tensor& a, double b) {
+// fractional scalar compares as float (torch.tensor([2]) < 2.5 is True).
+Tensor cmp(const OpDef& op, const Tensor& a, const Scalar& b) {
   if (!a.defined()) fail(op.name.c_str(), "undefined operand");
   auto [x, y] = with_scalar(a, b);
   return call1(op, {x, y});
 }
 
+// True division: integer and bool operands divide as the default float (torch.div).
+Tensor true_div(const Tensor& x, const Tensor& y) {
+  if (is_floating(x.dtype())) return call1(kDiv, {x, y});
+  return call1(kDiv, {cast(x, kDefaultFloat), cast(y, kDefaultFloat)});
+}
+
+void check_int_divisor(const char* name, const Tensor& x, const Tensor& y) {
+  if (!is_integral(y.dtype()) || !y.is_concrete()) return;
+  for (auto v : y.to_vector<int64_t>())
+    if (v == 0) fail(name, "integer division by zero (", x.shape(), " / ", y.shape(), ")");
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) { return bin(kAdd, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return bin(kSub, a, b); }
+// torch refuses subtraction with any bool operand (the result would read as xor or as -1).
+Tensor sub(const Tensor& a, const Tensor& b) {
+  if (a.defined() && b.defined() && (a.dtype() == Bool || b.dtype() == Bool))
+    fail("sub", "subtraction with a bool tensor (", a.dtype(), a.shape(), " - ", b.dtype(),
+         b.shape(), ") is not supported; use logical_xor() or ^ for bools");
+  return bin(kSub, a, b);
+}
 Tensor mul(const Tensor& a, const Tensor& b) { return bin(kMul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined())
+    fail("div", "input ", a.defined() ? 1 : 0, " is an undefined tensor");
   auto [x, y] = promoted(a, b);
-  if (is_integral(y.dtype()) && y.is_concrete()) {
-    for (auto v : y.to_vector<int64_t>())
-      if (v == 0) fail("div", "integer division by zero (", x.shape(), " / ", y.shape(), ")");
+  return true_div(x, y);
+}
+Tensor add(const Tensor& a, const Scalar& b) { return bin(kAdd, a, b); }
+Tensor sub(const Tensor& a, const Scalar& b) {
+  if (a.defined() && (a.dtype() == Bool || b.is_bool()))
+    fail("sub", "subtraction with a bool (", a.dtype(), a.shape(), " - ",
+         b.is_bool() ? "a bool" : "a number", ") is not supported; use logical_xor() or ^");
+  return bin(kSub, a, b);
+}
+Tensor mul(const Tensor& a, const Scalar& b) { return bin(kMul, a, b); }
+Tensor div(const Tensor& a, const Scalar& b) {
+  if (!a.defined()) fail("div", "input 0 is an undefined tensor");
+  auto [x, y] = with_scalar(a, b);
+  return true_div(x, y);
+}
+Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
+  if (mode.empty() || mode == "true") return div(a, b);
+  if (mode != "trunc" && mode != "floor")
+    fail("div", "rounding_mode must be None, 'trunc' or 'floor', got '", mode, "'");
+  if (!a.defined() || !b.defined())
+    fail("div", "input ", a.defined() ? 1 : 0, " is an undefined tensor");
+  auto [x, y] = promoted(a, b);
+  if (x.dtype() == Bool) std::tie(x, y) = std::pair{cast(x, Int64), cast(y, Int64)};
+  if (is_floating(x.dtype())) {
+    const Tensor q = call1(kDiv, {x, y});
+    return mode == "trunc" ? trunc(q) : floor(q);
   }
-  return call1(kDiv, {x, y});
+  check_int_divisor("div", x, y);
+  const Tensor q = call1(kDiv, {x, y});  // integer division truncates
+  if (mode == "trunc") return q;
+  // floor: one less where the division was inexact and the signs differ.
+  const Tensor adjust = logical_and(ne(mul(q, y), x), ne(lt(x, 0), lt(y, 0)));
+  return sub(q, cast(adjust, q.dtype()));
 }
-Tensor add(const Tensor& a, double b) { return bin(kAdd, a, b); }
-Tensor sub(const Tensor& a, double b) { return bin(kSub, a, b); }
-Tensor mul(const Tensor& a, double b) { return bin(kMul, a, b); }
-Tensor div(const Tensor& a, double b) {
-  if (b == 0 && a.defined() && is_integral(a.dtype()))
-    fail("div", "integer division by zero (", a.shape(), " / 0)");
-  return bin(kDiv, a, b);
+Tensor floor_divide(const Tensor& a, const Tensor& b) { return div(a, b, "floor"); }
+Tensor neg(const Tensor& a) {
+  if (a.defined() && a.dtype() == Bool)
+    fail("neg", "negation of a bool tensor (", a.shape(),
+         ") is not supported; use ~ or "
+         "logical_not() instead");
+  return call1(kNeg, {a});
 }
-Tensor neg(const Tensor& a) { return call1(kNeg, {a}); }
 Tensor& Tensor::add_(const Tensor& o) { return bin_("add_", kAdd, *this, o); }
-Tensor& Tensor::add_(double o) { return bin_("add_", kAdd, *this, o); }
-Tensor& Tensor::sub_(const Tensor& o) { return bin_("sub_", kSub, *this, o); }
-Tensor& Tensor::sub_(double o) { return bin_("sub_", kSub, *this, o); }
+Tensor& Tensor::add_(const Scalar& o) { return bin_("add_", kAdd, *this, o); }
+Tensor& Tensor::sub_(const Tensor& o) {
+  if (defined() && o.defined() && (dtype() == Bool || o.dtype() == Bool))
+    fail("sub_", "subtraction with a bool tensor (", dtype(), shape(), " - ", o.dtype(), o.shape(),
+         ") is not supported");
+  return bin_("sub_", kSub, *this, o);
+}
+Tensor& Tensor::sub_(const Scalar& o) {
+  if (defined() && (dtype() == Bool || o.is_bool()))
+    fail("sub_", "subtraction with a bool (", dtype(), shape(), ") is not supported");
+  return bin_("sub_", kSub, *this, o);
+}
 Tensor& Tensor::mul_(const Tensor& o) { return bin_("mul_", kMul, *this, o); }
-Tensor& Tensor::mul_(double o) { return bin_("mul_", kMul, *this, o); }
-// Division as div(): integer operands divide as integers, and a zero divisor is refused.
+Tensor& Tensor::mul_(const Scalar& o) { return bin_("mul_", kMul, *this, o); }
+// True division in place: an integer tensor cannot hold the float result (torch refuses too).
 Tensor& Tensor::div_(const Tensor& o) {
-  if (defined() && o.defined() && is_integral(dtype()) && is_integral(o.dtype()) && o.is_concrete())
-    for (auto v : o.to_vector<int64_t>())
-      if (v == 0) fail("div_", "integer division by zero (", shape(), " / ", o.shape(), ")");
+  if (defined() && o.defined() && !is_floating(result_type(*this, o)))
+    fail("div_", "the result type ", kDefaultFloat, " of dividing ", dtype(), shape(), " by ",
+         o.dtype(), o.shape(), " cannot be written into a ", dtype(), " tensor");
   return bin_("div_", kDiv, *this, o);
 }
-Tensor& Tensor::div_(double o) {
-  if (o == 0 && defined() && is_integral(dtype()))
-    fail("div_", "integer division by zero (", shape(), " / 0)");
+Tensor& Tensor::div_(const Scalar& o) {
+  if (defined() && !is_floating(result_type(*this, o)))
+    fail("div_", "the result type ", kDefaultFloat, " of dividing ", dtype(), shape(),
+         " by a number cannot be written into a ", dtype(), " tensor");
   return bin_("div_", kDiv, *this, o);
 }
 Tensor& Tensor::neg_() {
@@ -571,13 +658,36 @@ Tensor& Tensor::clamp_(double lo, double hi) {
   const Tensor in[1] = {*this};
   return op_util::write_in_place("clamp_", *this, kClamp, in, {lo, hi});
 }
+// Integer powers stay integers (torch: int ** int is int); they are computed in float64, exact
+// for results below 2^53 (torch wraps around past int64; Kiln's value then differs).
 Tensor pow(const Tensor& a, const Tensor& b) {
-  auto [x, y] = promoted(float_in(a), b);
-  return call1(kPow, {x, y});
+  if (!a.defined() || !b.defined())
+    fail("pow", "input ", a.defined() ? 1 : 0, " is an undefined tensor");
+  const DType t = result_type(a, b);
+  if (is_floating(t)) {
+    auto [x, y] = promoted(a, b);
+    return call1(kPow, {x, y});
+  }
+  const Tensor r = call1(kPow, {cast(a, Float64), cast(b, Float64)});
+  return cast(r, t == Bool ? Int64 : t);
 }
-Tensor pow(const Tensor& a, double e) {
-  Tensor x = float_in(a);
-  return call1(kPow, {x, scalar_tensor(e, x.dtype())});
+Tensor pow(const Tensor& a, const Scalar& e) {
+  if (!a.defined()) fail("pow", "input 0 is an undefined tensor");
+  const DType t = result_type(a, e);
+  if (is_floating(t)) {
+    auto [x, y] = with_scalar(a, e);
+    return call1(kPow, {x, y});
+  }
+  if (e.to_int() < 0)
+    fail("pow", "integers to negative integer powers are not allowed (", a.dtype(), a.shape(),
+         " ** ", e.to_int(), ")");
+  const Tensor r = call1(kPow, {cast(a, Float64), scalar_tensor(e.to_double(), Float64)});
+  return cast(r, t == Bool ? Int64 : t);
+}
+Tensor pow(const Scalar& base, const Tensor& e) {
+  if (!e.defined()) fail("pow", "input 1 is an undefined tensor");
+  const DType t = result_type(e, base);
+  return pow(scalar_tensor(base.to_double(), t == Bool ? Int64 : t), e);
 }
 Tensor exp(const Tensor& a) { return call1(kExp, {float_in(a)}); }
 Tensor log(const Tensor& a) { return call1(kLog, {float_in(a)}); }
@@ -590,7 +700,16 @@ Tensor log1p(const Tensor& a) { return call1(kLog1p, {float_in(a)}); }
 Tensor expm1(const Tensor& a) { return call1(kExpm1, {float_in(a)}); }
 Tensor abs(const Tensor& a) { return call1(kAbs, {a}); }
 Tensor sign(const Tensor& a) { return call1(kSign, {a}); }
-Tensor clamp(const Tensor& a, double lo, double hi) { return call1(kClamp, {a}, {lo, hi}); }
+Tensor clamp(const Tensor& a, double lo, double hi) {
+  // An integer tensor's finite bounds saturate to its range (the kernel casts a bound it takes).
+  if (a.defined() && is_integral(a.dtype())) {
+    const double tmin = a.dtype() == Int64 ? -9.2233720368547758e18 : -2147483648.0;
+    const double tmax = a.dtype() == Int64 ? 9.2233714e18 : 2147483647.0;
+    if (std::isfinite(lo)) lo = std::min(std::max(lo, tmin), tmax);
+    if (std::isfinite(hi)) hi = std::min(std::max(hi, tmin), tmax);
+  }
+  return call1(kClamp, {a}, {lo, hi});
+}
 Tensor maximum(const Tensor& a, const Tensor& b) { return bin(kMaximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return bin(kMinimum, a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return bin(kLt, a, b); }
@@ -599,20 +718,27 @@ Tensor gt(const Tensor& a, const Tensor& b) { return bin(kGt, a, b); }
 Tensor ge(const Tensor& a, const Tensor& b) { return bin(kGe, a, b); }
 Tensor eq(const Tensor& a, const Tensor& b) { return bin(kEq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return bin(kNe, a, b); }
-Tensor lt(const Tensor& a, double b) { return cmp(kLt, a, b); }
-Tensor le(const Tensor& a, double b) { return cmp(kLe, a, b); }
-Tensor gt(const Tensor& a, double b) { return cmp(kGt, a, b); }
-Tensor ge(const Tensor& a, double b) { return cmp(kGe, a, b); }
-Tensor eq(const Tensor& a, double b) { return cmp(kEq, a, b); }
-Tensor ne(const Tensor& a, double b) { return cmp(kNe, a, b); }
-Tensor logical_and(const Tensor& a, const Tensor& b) { return call1(kAnd, {a, b}); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return call1(kOr, {a, b}); }
-Tensor logical_not(const Tensor& a) { return call1(kNot, {a}); }
+Tensor lt(const Tensor& a, const Scalar& b) { return cmp(kLt, a, b); }
+Tensor le(const Tensor& a, const Scalar& b) { return cmp(kLe, a, b); }
+Tensor gt(const Tensor& a, const Scalar& b) { return cmp(kGt, a, b); }
+Tensor ge(const Tensor& a, const Scalar& b) { return cmp(kGe, a, b); }
+Tensor eq(const Tensor& a, const Scalar& b) { return cmp(kEq, a, b); }
+Tensor ne(const Tensor& a, const Scalar& b) { return cmp(kNe, a, b); }
+// Logical ops take any dtype: nonzero is true (torch.logical_and & co.).
+namespace {
+Tensor truth(const Tensor& a) {
+  if (!a.defined()) fail("logical", "undefined operand");
+  return a.dtype() == Bool ? a : call1(kNe, {a, scalar_tensor(0, a.dtype())});
+}
+}  // namespace
+Tensor logical_and(const Tensor& a, const Tensor& b) { return call1(kAnd, {truth(a), truth(b)}); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return call1(kOr, {truth(a), truth(b)}); }
+Tensor logical_not(const Tensor& a) { return call1(kNot, {truth(a)}); }
 Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
   auto [x, y] = promoted(a, b);
   return call1(kWhere, {c, x, y});
 }
-Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
+Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value) {
   if (!a.defined() || !mask.defined()) fail("masked_fill", "undefined input");
   if (mask.dtype() != Bool)
     fail("masked_fill", "mask must be bool, got ", mask.dtype(), mask.shape(), " (input ",
@@ -623,36 +749,45 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
     fits = s[d] < 0 || a.shape()[d] < 0 || s[d] == a.shape()[d];  // (dynamic dims: at run time)
   if (!fits)
     fail("masked_fill", "mask ", mask.shape(), " must broadcast to the input's shape ", a.shape());
-  return where(mask, scalar_tensor(value, a.dtype()), a);
+  // The value takes the input's dtype (torch: masked_fill never changes the dtype).
+  return where(mask, scalar_tensor(value.to_double(), a.dtype()), a);
 }
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-Tensor operator-(double a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(double a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
+Tensor operator+(const Scalar& a, const Tensor& b) { return add(b, a); }
+Tensor operator-(const Scalar& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(const Scalar& a, const Tensor& b) { return div(a, b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
 Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
-Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
-Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
-Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
+Tensor operator<(const Tensor& a, const Scalar& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, b); }
 
-}  // namespace kiln
-
-namespace kiln {
-Tensor sub(double a, const Tensor& b) { return neg(sub(b, a)); }
-Tensor div(double a, const Tensor& b) {
-  Tensor x = is_floating(b.dtype()) ? b : cast(b, Float32);
-  return div(scalar_tensor(a, x.dtype()), x);
+// a - b and a / b with the scalar on the left: the scalar becomes a 0-d tensor of the result
+// dtype, so the same promotion holds.
+Tensor sub(const Scalar& a, const Tensor& b) {
+  if (!b.defined()) fail("sub", "input 1 is an undefined tensor");
+  if (b.dtype() == Bool || a.is_bool())
+    fail("sub", "subtraction with a bool (a number - ", b.dtype(), b.shape(),
+         ") is not supported; use logical_xor() or ^");
+  const DType t = result_type(b, a);
+  return sub(scalar_tensor(a.to_double(), t), b);
 }
+Tensor div(const Scalar& a, const Tensor& b) {
+  if (!b.defined()) fail("div", "input 1 is an undefined tensor");
+  const DType t = float_result(result_type(b, a));
+  return div(scalar_tensor(a.to_double(), t), b.dtype() == t ? b : cast(b, t));
+}
+
 }  // namespace kiln

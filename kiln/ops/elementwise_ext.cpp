@@ -513,14 +513,12 @@ const OpDef& kBNot =
 void need(const char* op, const Tensor& t) {
   if (!t.defined()) fail(op, "input is an undefined tensor");
 }
-// A host scalar takes the tensor's dtype, unless the tensor is integral and the scalar is not
-// (then float32), as elementwise.cpp's arithmetic does.
-std::pair<Tensor, Tensor> with_scalar(const char* op, const Tensor& a, double b) {
+// A host scalar next to a tensor: both take result_type(a, b), as elementwise.cpp's arithmetic.
+std::pair<Tensor, Tensor> with_scalar(const char* op, const Tensor& a, const Scalar& b) {
   need(op, a);
-  if (!is_floating(a.dtype()) && b != std::floor(b))
-    return {cast(a, Float32), scalar_tensor(b, Float32)};
-  DType t = a.dtype() == Bool ? Int64 : a.dtype();
-  return {a.dtype() == t ? a : cast(a, t), scalar_tensor(b, t)};
+  const DType t = result_type(a, b);
+  const double v = is_integral(t) ? static_cast<double>(b.to_int()) : b.to_double();
+  return {a.dtype() == t ? a : cast(a, t), scalar_tensor(v, t)};
 }
 std::pair<Tensor, Tensor> both(const char* op, const Tensor& a, const Tensor& b) {
   need(op, a);
@@ -543,8 +541,12 @@ Tensor mod_tt(const OpDef& op, const Tensor& a, const Tensor& b) {
   }
   return int_mod(op, x, y);
 }
-Tensor mod_ts(const OpDef& op, const Tensor& a, double b) {
+Tensor mod_ts(const OpDef& op, const Tensor& a, const Scalar& b) {
   auto [x, y] = with_scalar(op.name.c_str(), a, b);
+  if (x.dtype() == Bool) {
+    x = cast(x, Int64);
+    y = cast(y, Int64);
+  }
   return int_mod(op, x, y);
 }
 // Rounding an integer tensor is the identity (a copy, as torch returns a new tensor).
@@ -579,9 +581,9 @@ Tensor frac(const Tensor& a) {
   return call1(kFrac, {a});
 }
 Tensor fmod(const Tensor& a, const Tensor& b) { return mod_tt(kFmod, a, b); }
-Tensor fmod(const Tensor& a, double b) { return mod_ts(kFmod, a, b); }
+Tensor fmod(const Tensor& a, const Scalar& b) { return mod_ts(kFmod, a, b); }
 Tensor remainder(const Tensor& a, const Tensor& b) { return mod_tt(kRemainder, a, b); }
-Tensor remainder(const Tensor& a, double b) { return mod_ts(kRemainder, a, b); }
+Tensor remainder(const Tensor& a, const Scalar& b) { return mod_ts(kRemainder, a, b); }
 Tensor reciprocal(const Tensor& a) { return call1(kReciprocal, {float_in(a)}); }
 Tensor square(const Tensor& a) {
   need(kSquareN, a);
@@ -619,8 +621,12 @@ Tensor nan_to_num(const Tensor& a, double nan, std::optional<double> posinf,
                   std::optional<double> neginf) {
   need(kNanToNumN, a);
   if (!is_floating(a.dtype())) return clone(a);
-  const bool f32 = a.dtype() == Float32;
-  const double hi = f32 ? std::numeric_limits<float>::max() : std::numeric_limits<double>::max();
+  // The dtype's own largest finite value (bfloat16's is 3.3895e38: float32's would round to inf).
+  const DType t = a.dtype();
+  const double hi = t == Float64   ? std::numeric_limits<double>::max()
+                    : t == BF16    ? 3.3895313892515355e38
+                    : t == Float16 ? 65504.0
+                                   : static_cast<double>(std::numeric_limits<float>::max());
   return call1(kNanToNum, {a}, {nan, posinf.value_or(hi), neginf.value_or(-hi)});
 }
 Tensor logical_xor(const Tensor& a, const Tensor& b) {
@@ -650,15 +656,29 @@ Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& weight) {
   return call1(kLerp, {x, y, weight});
 }
 // torch computes input + (value * t1) * t2 (and / t2): the same rounding order here.
-Tensor addcmul(const Tensor& input, const Tensor& t1, const Tensor& t2, double value) {
-  need("addcmul", input);
+namespace {
+// The three operands in their common dtype first, as torch promotes before it multiplies.
+std::tuple<Tensor, Tensor, Tensor> promoted3(const char* op, const Tensor& a, const Tensor& b,
+                                             const Tensor& c) {
+  need(op, a);
+  need(op, b);
+  need(op, c);
+  const DType t = ResultType().add(a).add(b).add(c).dtype();
+  auto to = [t](const Tensor& x) { return x.dtype() == t ? x : cast(x, t); };
+  return {to(a), to(b), to(c)};
+}
+}  // namespace
+Tensor addcmul(const Tensor& input_, const Tensor& t1_, const Tensor& t2_, double value) {
+  auto [input, t1, t2] = promoted3("addcmul", input_, t1_, t2_);
   return add(input, mul(value == 1.0 ? t1 : mul(t1, value), t2));
 }
-Tensor addcdiv(const Tensor& input, const Tensor& t1, const Tensor& t2, double value) {
-  need("addcdiv", input);
-  if (t1.defined() && t2.defined() && is_integral(t1.dtype()) && is_integral(t2.dtype()))
-    fail("addcdiv", "integer division of tensor1 ", t1.dtype(), t1.shape(), " by tensor2 ",
-         t2.dtype(), t2.shape(), " is not supported (as torch); use floats");
+Tensor addcdiv(const Tensor& input_, const Tensor& t1_, const Tensor& t2_, double value) {
+  need("addcdiv", t1_);
+  need("addcdiv", t2_);
+  if (is_integral(t1_.dtype()) && is_integral(t2_.dtype()))
+    fail("addcdiv", "integer division of tensor1 ", t1_.dtype(), t1_.shape(), " by tensor2 ",
+         t2_.dtype(), t2_.shape(), " is not supported (as torch); use floats");
+  auto [input, t1, t2] = promoted3("addcdiv", input_, t1_, t2_);
   return add(input, div(value == 1.0 ? t1 : mul(t1, value), t2));
 }
 // min(max(x, lo), hi): the gradient goes to x where lo <= x <= hi, to lo where x < lo and to hi

@@ -105,11 +105,12 @@ void k_unary_num(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&
   });
 }
 
-// Promotes two operands to a common dtype (NumPy rules), casting only when they differ.
+// Promotes two operands to their result_type (kiln/core/promotion.h: a 0-d tensor does not
+// widen a tensor with dims within its category), casting only when they differ.
 inline std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) fail("binary", "undefined operand");
   if (a.dtype() == b.dtype()) return {a, b};
-  DType t = promote(a.dtype(), b.dtype());
+  DType t = result_type(a, b);
   return {a.dtype() == t ? a : cast(a, t), b.dtype() == t ? b : cast(b, t)};
 }
 

@@ -1039,15 +1039,23 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return call1(kEmbedding, {weight, indices});
 }
 
+// Bool inputs order as 0 < 1 (torch): they run on uint8 and the values come back as bool.
 std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool largest) {
   if (k < 0) fail("topk", "k must be >= 0, got ", k);
-  TensorList r = call(kTopk, {a}, {k, dim, largest});
-  return {r[0], r[1]};
+  const bool b = a.defined() && a.dtype() == Bool;
+  TensorList r = call(kTopk, {b ? cast(a, UInt8) : a}, {k, dim, largest});
+  return {b ? cast(r[0], Bool) : r[0], r[1]};
 }
 
 std::pair<Tensor, Tensor> sort(const Tensor& a, int64_t dim, bool descending) {
-  TensorList r = call(kTopk, {a}, {int64_t{-1}, dim, descending});
-  return {r[0], r[1]};
+  // A 0-d tensor sorts to itself, index 0 (torch).
+  if (a.defined() && a.dim() == 0) {
+    if (dim != 0 && dim != -1) fail("sort", "dim ", dim, " is out of range for a 0-d tensor");
+    return {clone(a), zeros(Shape{}, Int64)};
+  }
+  const bool b = a.defined() && a.dtype() == Bool;
+  TensorList r = call(kTopk, {b ? cast(a, UInt8) : a}, {int64_t{-1}, dim, descending});
+  return {b ? cast(r[0], Bool) : r[0], r[1]};
 }
 
 // A comparison against arange: works on symbolic indices too. Eager indices are checked first
@@ -1222,7 +1230,7 @@ void check_eager_range(const char* op, const Tensor& t, int64_t size, bool negat
 Tensor wrap_index(const Tensor& t, int64_t size) {
   const Tensor x = t.dtype() == Int64 ? t : cast(t, Int64);
   if (x.is_concrete() && (x.numel() == 0 || min(x).item<int64_t>() >= 0)) return x;
-  return add(x, mul(cast(lt(x, 0.0), Int64), static_cast<double>(size)));
+  return add(x, mul(cast(lt(x, 0), Int64), size));
 }
 
 void require_static(const char* op, const Tensor& a) {
@@ -1244,7 +1252,7 @@ Tensor index(const Tensor& a, const std::vector<Tensor>& indices) {
     const Tensor& t0 = idx[static_cast<size_t>(i)];
     check_eager_range("index", t0, a.shape()[i], true, "dim " + std::to_string(i));
     Tensor t = wrap_index(t0, a.shape()[i]);
-    if (stride != 1) t = mul(t, static_cast<double>(stride));
+    if (stride != 1) t = mul(t, stride);
     lin = lin.defined() ? add(lin, t) : t;
     stride *= a.shape()[i];
   }

@@ -200,8 +200,18 @@ const OpDef& kCat =
 
 }  // namespace
 
+// Mixed dtypes promote to their common dtype first, as torch.cat does (every input counts as a
+// tensor with dims there, 0-d ones are refused by the op's inference).
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
-  return call1(kCat, std::span<const Tensor>(xs.data(), xs.size()), {dim});
+  bool mixed = false;
+  for (const auto& x : xs) mixed = mixed || (x.defined() && x.dtype() != xs[0].dtype());
+  if (!mixed) return call1(kCat, std::span<const Tensor>(xs.data(), xs.size()), {dim});
+  ResultType rt;
+  for (const auto& x : xs) rt.add(x.dtype(), 1);
+  const DType t = rt.dtype();
+  std::vector<Tensor> cs;
+  for (const auto& x : xs) cs.push_back(x.dtype() == t ? x : cast(x, t));
+  return call1(kCat, std::span<const Tensor>(cs.data(), cs.size()), {dim});
 }
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   if (xs.empty()) fail("stack", "expected at least one tensor");

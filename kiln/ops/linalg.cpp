@@ -495,6 +495,10 @@ const OpDef& kAddmm = def_op(
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  // Integer matmul (torch computes it exactly in the integer type): through float64, exact while
+  // every partial sum stays below 2^53; same dtypes only, as torch (matmul never promotes).
+  if (a.defined() && b.defined() && is_integral(a.dtype()) && a.dtype() == b.dtype())
+    return cast(matmul(cast(a, Float64), cast(b, Float64)), a.dtype());
   check_matmul(a, b);
   // Vectors are promoted to matrices and the added dim removed again (torch.matmul), so the
   // op only ever sees rank >= 2; the views carry the gradient back to the 1-D shapes.
@@ -628,17 +632,35 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
     for (char& c : terms[k].labels)
       if (c >= '0' && c <= '9') c = static_cast<char>('0' + (ell_rank - ell + i++));
   }
+  // A label repeated within an operand takes that operand's diagonal ('ii->i', 'ii' the
+  // trace), as torch: the two dims become one, last. The implicit output counts every
+  // occurrence, so a repeated label is summed unless the output names it.
+  for (auto& term : terms) {
+    for (char c : term.labels) ++count[c];
+    for (bool again = true; again;) {
+      again = false;
+      for (size_t d1 = 0; d1 < term.labels.size() && !again; ++d1)
+        for (size_t d2 = d1 + 1; d2 < term.labels.size() && !again; ++d2) {
+          if (term.labels[d1] != term.labels[d2]) continue;
+          const int64_t n1 = term.t.size(static_cast<int64_t>(d1));
+          const int64_t n2 = term.t.size(static_cast<int64_t>(d2));
+          if (n1 >= 0 && n2 >= 0 && n1 != n2)
+            fail(op, "label '", term.labels[d1], "' repeats with sizes ", n1, " and ", n2,
+                 " in an operand of shape ", term.t.shape(), " ('", equation, "')");
+          const char c = term.labels[d1];
+          term.t = diagonal(term.t, 0, static_cast<int64_t>(d1), static_cast<int64_t>(d2));
+          term.labels.erase(term.labels.begin() + static_cast<int64_t>(d2));
+          term.labels.erase(term.labels.begin() + static_cast<int64_t>(d1));
+          term.labels.push_back(c);
+          again = true;
+        }
+    }
+  }
   // Sizes: one per label (size-1 dims broadcast), checked.
   std::map<char, int64_t> size;
   for (size_t k = 0; k < terms.size(); ++k) {
-    std::vector<char> seen;
     for (size_t d = 0; d < terms[k].labels.size(); ++d) {
       const char c = terms[k].labels[d];
-      if (std::find(seen.begin(), seen.end(), c) != seen.end())
-        fail(op, "label '", c, "' repeats within operand ", k, " ('", subs[k],
-             "'): diagonals are not supported");
-      seen.push_back(c);
-      ++count[c];
       const int64_t n = terms[k].t.size(static_cast<int64_t>(d));
       auto it = size.find(c);
       // A dynamic size (-1, in a graph) agrees with any; a static one, when known, wins (the
@@ -903,7 +925,8 @@ Tensor diag(const Tensor& a, int64_t diagonal_) {
 
 Tensor trace(const Tensor& a) {
   need_rank("trace", a, 2, "input");
-  return sum(diagonal(a, 0, 0, 1));
+  // Under autocast in float32, as torch.autocast's fp32 list (a sum of a diagonal).
+  return sum(diagonal(autocast_arg(AutocastPolicy::kFloat32, a), 0, 0, 1));
 }
 
 Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<int64_t>& dims_a,

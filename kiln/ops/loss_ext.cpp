@@ -94,7 +94,7 @@ Tensor weighted_nll(const char* op, const Tensor& lp, const Tensor& target, cons
                     Reduction reduction, int64_t ignore_index) {
   check_weight(op, weight, lp.shape()[1]);
   Tensor t = target.dtype() == Int64 ? target : cast(target, Int64);
-  Tensor valid = ne(t, static_cast<double>(ignore_index));
+  Tensor valid = ne(t, ignore_index);
   Tensor safe = where(valid, t, scalar_tensor(0, Int64));
   Tensor picked = squeeze(gather(lp, 1, unsqueeze(safe, 1)), 1);
   Tensor w =
@@ -187,7 +187,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
   Tensor wv = weight.defined() ? class_view(cast(weight, lp.dtype()), lp.dim()) : Tensor();
   Tensor smooth = neg(sum(weight.defined() ? mul(lp, wv) : lp, {1}));
   Tensor t = target.dtype() == Int64 ? target : cast(target, Int64);
-  Tensor valid = ne(t, static_cast<double>(ignore_index));
+  Tensor valid = ne(t, ignore_index);
   smooth = where(valid, smooth, scalar_tensor(0, lp.dtype()));
   Tensor ret;
   if (reduction == Reduction::None) {
@@ -226,9 +226,12 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction
   return reduce(l, reduction);
 }
 
-Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction,
+Tensor kl_div(const Tensor& input_, const Tensor& target_, const std::string& reduction,
               bool log_target) {
-  need("kl_div", {&input, &target});
+  need("kl_div", {&input_, &target_});
+  // Under autocast in float32, as torch.autocast's fp32 list (losses).
+  const Tensor input = autocast_arg(AutocastPolicy::kFloat32, input_);
+  const Tensor target = autocast_arg(AutocastPolicy::kFloat32, target_);
   if (reduction != "none" && reduction != "mean" && reduction != "sum" && reduction != "batchmean")
     fail("kl_div", "reduction must be 'none', 'mean', 'sum' or 'batchmean', got '", reduction, "'");
   Tensor out;

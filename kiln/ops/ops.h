@@ -13,25 +13,34 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/promotion.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln {
 
 // ---- elementwise arithmetic (NumPy broadcasting, dtype promotion) --------------------------
+// Result dtypes follow kiln/core/promotion.h (torch.result_type): a host Scalar promotes by its
+// kind (int32 tensor + 2 is int32, + 2.0 is float32), and true division always gives a float.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
-Tensor add(const Tensor& a, double b);
-Tensor sub(const Tensor& a, double b);
-Tensor mul(const Tensor& a, double b);
-Tensor div(const Tensor& a, double b);
+Tensor add(const Tensor& a, const Scalar& b);
+Tensor sub(const Tensor& a, const Scalar& b);
+Tensor mul(const Tensor& a, const Scalar& b);
+Tensor div(const Tensor& a, const Scalar& b);
 /// a - b and a / b with the host scalar on the left.
-Tensor sub(double a, const Tensor& b);
-Tensor div(double a, const Tensor& b);
+Tensor sub(const Scalar& a, const Tensor& b);
+Tensor div(const Scalar& a, const Tensor& b);
+/// torch.div(a, b, rounding_mode=): "" (true division), "trunc" or "floor". Integer operands
+/// with a rounding mode stay integers; integer division by zero raises.
+Tensor div(const Tensor& a, const Tensor& b, const std::string& rounding_mode);
+/// a // b (torch.floor_divide): div with rounding_mode "floor".
+Tensor floor_divide(const Tensor& a, const Tensor& b);
 Tensor neg(const Tensor& a);
 Tensor pow(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, double exponent);
+Tensor pow(const Tensor& a, const Scalar& exponent);
+Tensor pow(const Scalar& base, const Tensor& exponent);
 Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
@@ -56,12 +65,12 @@ Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, double b);
-Tensor le(const Tensor& a, double b);
-Tensor gt(const Tensor& a, double b);
-Tensor ge(const Tensor& a, double b);
-Tensor eq(const Tensor& a, double b);
-Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, const Scalar& b);
+Tensor le(const Tensor& a, const Scalar& b);
+Tensor gt(const Tensor& a, const Scalar& b);
+Tensor ge(const Tensor& a, const Scalar& b);
+Tensor eq(const Tensor& a, const Scalar& b);
+Tensor ne(const Tensor& a, const Scalar& b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& a);
@@ -76,10 +85,10 @@ Tensor round(const Tensor& a, int64_t decimals = 0);
 Tensor frac(const Tensor& a);
 /// C's fmod: the result has the dividend's sign (torch.fmod). Integer division by zero raises.
 Tensor fmod(const Tensor& a, const Tensor& b);
-Tensor fmod(const Tensor& a, double b);
+Tensor fmod(const Tensor& a, const Scalar& b);
 /// Python's %: the result has the divisor's sign (torch.remainder).
 Tensor remainder(const Tensor& a, const Tensor& b);
-Tensor remainder(const Tensor& a, double b);
+Tensor remainder(const Tensor& a, const Scalar& b);
 Tensor reciprocal(const Tensor& a);
 Tensor square(const Tensor& a);
 Tensor log2(const Tensor& a);
@@ -126,7 +135,7 @@ Tensor clamp_max(const Tensor& a, const Tensor& hi);
 /// cond ? a : b, broadcasting all three; cond is bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// a with `value` where mask (bool, broadcast to a) is true: where(mask, value, a).
-Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
+Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value);
 
 // ---- activations ---------------------------------------------------------------------------
 Tensor relu(const Tensor& a);
@@ -162,23 +171,23 @@ Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
-Tensor operator+(const Tensor& a, double b);
-Tensor operator-(const Tensor& a, double b);
-Tensor operator*(const Tensor& a, double b);
-Tensor operator/(const Tensor& a, double b);
-Tensor operator+(double a, const Tensor& b);
-Tensor operator-(double a, const Tensor& b);
-Tensor operator*(double a, const Tensor& b);
-Tensor operator/(double a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
 Tensor operator-(const Tensor& a);
 Tensor operator<(const Tensor& a, const Tensor& b);
 Tensor operator<=(const Tensor& a, const Tensor& b);
 Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
-Tensor operator<(const Tensor& a, double b);
-Tensor operator<=(const Tensor& a, double b);
-Tensor operator>(const Tensor& a, double b);
-Tensor operator>=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, const Scalar& b);
+Tensor operator<=(const Tensor& a, const Scalar& b);
+Tensor operator>(const Tensor& a, const Scalar& b);
+Tensor operator>=(const Tensor& a, const Scalar& b);
 
 // ---- shape and copy ops (views where possible) ---------------------------------------------
 Tensor reshape(const Tensor& a, const Shape& shape);

@@ -620,7 +620,9 @@ const OpDef& kProd =
                       where(eq(nz, 0.0), div(p, xs),
                             where(one_zero, expand_as(p, x), op_util::scalar_like(x, 0)));
                   return TensorList{mul(d, g)};
-                }});
+                },
+            // torch.autocast runs prod in float32 (products lose bf16's few bits fast).
+            .autocast = AutocastPolicy::kFloat32});
 
 struct Lines {
   int64_t outer = 1, n = 1, inner = 1, dim = 0;
@@ -931,15 +933,21 @@ Tensor logcumsumexp_dir(const Tensor& a, int64_t dim, bool reverse) {
   return call1(kLogcumsumexp, {a}, {dim, reverse});
 }
 
+// Bool inputs of the ordering ops (max, argmax, cummax, ...) order as 0 < 1, as torch's: they
+// run on uint8 and their values come back as bool.
+Tensor ordered(const Tensor& a) { return a.defined() && a.dtype() == Bool ? cast(a, UInt8) : a; }
+Tensor bool_back(const Tensor& r, const Tensor& a) {
+  return a.defined() && a.dtype() == Bool ? cast(r, Bool) : r;
+}
+
 // A bool tensor that is true where a is nonzero (NaN included).
 Tensor nonzero_mask(const Tensor& a) { return a.dtype() == Bool ? a : ne(a, 0.0); }
 
 }  // namespace
 
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
-  // Bools and the narrow integers sum as int64, as torch.sum (no wrap-around in int8).
-  const bool widen =
-      a.defined() && (a.dtype() == Bool || (is_integral(a.dtype()) && is_reduced(a.dtype())));
+  // Bools and every integer dtype sum as int64, as torch.sum (no wrap-around at 32 bits).
+  const bool widen = a.defined() && accumulate_result(a.dtype()) != a.dtype();
   Tensor x = widen ? cast(a, Int64) : a;
   return call1(kSum, {x}, {dims, keepdim});
 }
@@ -947,10 +955,10 @@ Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   return call1(kMean, {a}, {dims, keepdim});
 }
 Tensor max(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
-  return call1(kMax, {a}, {dims, keepdim});
+  return bool_back(call1(kMax, {ordered(a)}, {dims, keepdim}), a);
 }
 Tensor min(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
-  return call1(kMin, {a}, {dims, keepdim});
+  return bool_back(call1(kMin, {ordered(a)}, {dims, keepdim}), a);
 }
 Tensor var(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim, int64_t correction) {
   return call1(kVar, {a}, {dims, keepdim, correction});
@@ -973,7 +981,13 @@ Tensor normalize(const Tensor& a, double p, int64_t dim, double eps) {
 Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim, double eps) {
   if (!a.defined() || !b.defined()) fail("cosine_similarity", "input is undefined");
   if (!(eps >= 0)) fail("cosine_similarity", "eps must be >= 0, got ", eps);
-  const Tensor x = elementwise_util::float_in(a), y = elementwise_util::float_in(b);
+  Tensor x = elementwise_util::float_in(a), y = elementwise_util::float_in(b);
+  // The norms are over the broadcast inputs: a dim of size 1 broadcast against n counts n times.
+  if (x.shape() != y.shape()) {
+    const Shape s = broadcast_shapes(x.shape(), y.shape(), "cosine_similarity");
+    x = expand(x, s);
+    y = expand(y, s);
+  }
   const Tensor dot = sum(mul(x, y), {dim});
   const Tensor nn = mul(vector_norm(x, 2, {dim}), vector_norm(y, 2, {dim}));
   return div(dot, clamp(nn, eps, INFINITY));
@@ -989,10 +1003,10 @@ Tensor cumsum(const Tensor& a, int64_t dim, bool reverse) {
   return call1(kCumsum, {x}, {dim, reverse});
 }
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
-  return call1(kArgmax, {a}, {dim ? *dim : INT64_MIN, keepdim});
+  return call1(kArgmax, {ordered(a)}, {dim ? *dim : INT64_MIN, keepdim});
 }
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
-  return call1(kArgmin, {a}, {dim ? *dim : INT64_MIN, keepdim});
+  return call1(kArgmin, {ordered(a)}, {dim ? *dim : INT64_MIN, keepdim});
 }
 
 Tensor detail::sum_to_like(const Tensor& a, const Tensor& like) {
@@ -1033,12 +1047,12 @@ Tensor cumprod(const Tensor& a, int64_t dim) {
   return call1(kCumprod, {x}, {dim});
 }
 std::pair<Tensor, Tensor> cummax(const Tensor& a, int64_t dim) {
-  TensorList r = call(kCummax, {a}, {dim});
-  return {r[0], r[1]};
+  TensorList r = call(kCummax, {ordered(a)}, {dim});
+  return {bool_back(r[0], a), r[1]};
 }
 std::pair<Tensor, Tensor> cummin(const Tensor& a, int64_t dim) {
-  TensorList r = call(kCummin, {a}, {dim});
-  return {r[0], r[1]};
+  TensorList r = call(kCummin, {ordered(a)}, {dim});
+  return {bool_back(r[0], a), r[1]};
 }
 Tensor logcumsumexp(const Tensor& a, int64_t dim) {
   if (!a.defined()) fail("logcumsumexp", "input is undefined");

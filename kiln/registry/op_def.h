@@ -75,7 +75,16 @@ struct GradCtx {
   /// Per output: whether a gradient really flowed into it (false: grads[k] is materialized
   /// zeros). Empty when the caller does not say; flowed() is then true.
   std::span<const bool> flows = {};
-  const Tensor& in(size_t k) const { return inputs[k]; }
+  /// Eager backward: each input's version when it was saved. in(k) refuses an input written in
+  /// place since (torch's saved-variable check, made when a rule reads the value).
+  std::span<const uint32_t> input_versions = {};
+  const Tensor& in(size_t k) const {
+    if (k < input_versions.size() && inputs[k].is_concrete() &&
+        inputs[k].impl()->version() != input_versions[k]) [[unlikely]]
+      stale_input(k);
+    return inputs[k];
+  }
+  [[noreturn]] void stale_input(size_t k) const;
   const Tensor& out(size_t k) const { return outputs[k]; }
   const Tensor& g(size_t k = 0) const { return grads[k]; }
   bool need(size_t k) const { return needs[k]; }
@@ -147,7 +156,14 @@ struct OpDef {
   /// (float32 / int32) and casts its outputs down to the inferred dtypes, so every kernel takes
   /// every dtype; a native kernel only makes it faster.
   uint32_t native_dtypes = 0;
+  /// Bit k set: a backward after input k was modified in place is refused before the rule runs.
+  /// Rules that read inputs only through GradCtx::in clear the bits: in() then refuses a stale
+  /// input only when the rule reads it, as torch saves only what a gradient needs (add saves
+  /// nothing, mul saves the other operand): `x[x > 0] = 0` after `y = x * 3` stays
+  /// differentiable.
+  uint32_t grad_reads_inputs = ~0u;
 
+  bool reads_input(size_t k) const { return k >= 32 || ((grad_reads_inputs >> k) & 1u) != 0; }
   bool has(OpTrait t) const { return (traits & t) != 0; }
 };
 

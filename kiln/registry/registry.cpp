@@ -57,6 +57,11 @@ size_t Attrs::hash() const {
   return h;
 }
 
+void GradCtx::stale_input(size_t k) const {
+  fail("backward", "input ", k, " of op '", op.name,
+       "' was modified in place after it was saved for the gradient");
+}
+
 void Attrs::bad(size_t k, const char* what) const {
   if (k >= v_.size())
     throw AttrError(

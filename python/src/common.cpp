@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/registry/op_def.h"
+
 namespace kiln::python {
 namespace {
 
@@ -172,6 +174,12 @@ void init_errors(py::module_& m) {
       PyErr_SetString(g_error, e.what());
     }
   });
+  // The registry's op names, so the Python differential suite can check that it covers every op.
+  m.def("_registry_op_names", [] {
+    std::vector<std::string> names;
+    for (const detail::OpDef* op : detail::OpRegistry::get().all()) names.push_back(op->name);
+    return names;
+  });
 }
 
 DType dtype_from(py::handle h) {
@@ -203,10 +211,23 @@ DType dtype_from(py::handle h) {
                 "uint8 or bool)"));
 }
 
+// An int-like (int, NumPy integer, 0-d integer tensor with __index__) as int64, or kiln's error
+// naming the argument: pybind11's cast would say "Unable to cast" without either.
+int64_t int64_of(py::handle e, const char* what) {
+  py::int_ i(py::reinterpret_borrow<py::object>(e));
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow)
+    raise(value_error_type(),
+          str_cat("[", what, "] ", py::repr(e).cast<std::string>(), " does not fit in int64"));
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
 std::vector<int64_t> ints_from(py::handle h, const char* what) {
   std::vector<int64_t> out;
   if (PyIndex_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
-    out.push_back(py::int_(py::reinterpret_borrow<py::object>(h)).cast<int64_t>());
+    out.push_back(int64_of(h, what));
     return out;
   }
   if (!PySequence_Check(h.ptr()) || py::isinstance<py::str>(h))
@@ -217,7 +238,7 @@ std::vector<int64_t> ints_from(py::handle h, const char* what) {
     if (!PyIndex_Check(e.ptr()) || PyBool_Check(e.ptr()))
       raise(type_error_type(),
             str_cat("[", what, "] expected ints, got ", py::repr(e).cast<std::string>()));
-    out.push_back(py::int_(py::reinterpret_borrow<py::object>(e)).cast<int64_t>());
+    out.push_back(int64_of(e, what));
   }
   return out;
 }
@@ -238,7 +259,7 @@ Shape shape_from(py::handle h, bool allow_any, const char* what) {
       if (!PyIndex_Check(e.ptr()) || PyBool_Check(e.ptr()))
         raise(type_error_type(),
               str_cat("[", what, "] expected ints, got ", py::repr(e).cast<std::string>()));
-      int64_t d = py::int_(py::reinterpret_borrow<py::object>(e)).cast<int64_t>();
+      int64_t d = int64_of(e, what);
       if (d < 0 && !(allow_any && d == -1))
         raise(value_error_type(), str_cat("[", what, "] negative dimension ", d));
       s.push_back(d);

@@ -90,6 +90,11 @@ class InterruptibleCall {
   std::optional<InterruptCheckScope> check_;  // the outermost one's
 };
 
+/// `a` cast to `dtype` first, as torch's dtype= argument of reductions and softmax does; None
+/// leaves it as it is.
+inline Tensor with_dtype(const Tensor& a, py::handle dtype) {
+  return dtype.is_none() ? a : a.to(dtype_from(dtype));
+}
 /// Dims of a reduction: None (all), an int or a sequence of ints.
 std::vector<int64_t> dims_from(py::handle h);
 /// "mean", "sum" or "none".
@@ -126,6 +131,7 @@ void init_optim(py::module_& m);
 void init_io(py::module_& m);
 void init_jit(py::module_& m);
 void init_fast_ops(py::module_& m, TensorClass& cls);
+void init_binding_errors(py::module_& m);
 
 }  // namespace kiln::python
 
@@ -144,6 +150,55 @@ class type_caster<kiln::Tensor> : public type_caster_base<kiln::Tensor> {
                           "Tensor.__new__ without __init__ (use kiln.tensor(data) or "
                           "kiln.Tensor(data))");
     return type_caster_base<kiln::Tensor>::load(src, convert);
+  }
+};
+
+/// A Python bool, int or float (or a NumPy scalar of those kinds) as a kiln::Scalar that keeps
+/// its kind, which dtype promotion reads: int32 tensor + 2 is int32, + 2.0 float32.
+template <>
+struct type_caster<kiln::Scalar> {
+  PYBIND11_TYPE_CASTER(kiln::Scalar, const_name("float | int | bool"));
+  bool load(handle src, bool convert) {
+    PyObject* o = src.ptr();
+    if (!o) return false;
+    if (PyBool_Check(o)) {
+      value = kiln::Scalar(o == Py_True);
+      return true;
+    }
+    if (PyFloat_Check(o)) {
+      value = kiln::Scalar(PyFloat_AS_DOUBLE(o));
+      return true;
+    }
+    if (PyLong_Check(o)) {
+      int overflow = 0;
+      const long long i = PyLong_AsLongLongAndOverflow(o, &overflow);
+      if (overflow)
+        kiln::python::raise(
+            kiln::python::value_error_type(),
+            "[scalar] the Python int " + std::string(py::str(src)) + " does not fit in int64");
+      if (i == -1 && PyErr_Occurred()) throw error_already_set();
+      value = kiln::Scalar(static_cast<int64_t>(i));
+      return true;
+    }
+    if (!convert) return false;
+    // NumPy scalars (np.float32(2), np.int64(3), np.bool_(True)) keep their kind.
+    if (PyObject_HasAttrString(o, "dtype") && PyObject_HasAttrString(o, "item") &&
+        !PyObject_HasAttrString(o, "shape")) {
+      object item = reinterpret_borrow<object>(src).attr("item")();
+      return load(item, false);
+    }
+    if (PyObject_HasAttrString(o, "dtype") && PyObject_HasAttrString(o, "ndim") &&
+        reinterpret_borrow<object>(src).attr("ndim").cast<int>() == 0 &&
+        !PyObject_HasAttrString(o, "requires_grad")) {
+      object item = reinterpret_borrow<object>(src).attr("item")();
+      return load(item, false);
+    }
+    return false;
+  }
+  static handle cast(const kiln::Scalar& s, return_value_policy, handle) {
+    if (s.is_bool()) return PyBool_FromLong(s.to_int());
+    if (s.is_integral()) return PyLong_FromLongLong(s.to_int());
+    return PyFloat_FromDouble(s.to_double());
   }
 };
 

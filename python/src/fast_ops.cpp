@@ -21,17 +21,25 @@ const Tensor* tensor_of(PyObject* o) {
   return static_cast<const Tensor*>(vh.value_ptr());
 }
 
-bool number_of(PyObject* o, double* v) {
+// A Python bool, int or float as a Scalar of that kind (promotion reads the kind); ints past
+// int64 fall through to the pybind11 overloads, which raise.
+bool number_of(PyObject* o, Scalar* v) {
   if (PyFloat_Check(o)) {
-    *v = PyFloat_AS_DOUBLE(o);
+    *v = Scalar(PyFloat_AS_DOUBLE(o));
+    return true;
+  }
+  if (PyBool_Check(o)) {
+    *v = Scalar(o == Py_True);
     return true;
   }
   if (PyLong_Check(o)) {
-    *v = PyLong_AsDouble(o);
-    if (*v == -1.0 && PyErr_Occurred()) {
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (i == -1 && PyErr_Occurred())) {
       PyErr_Clear();
       return false;
     }
+    *v = Scalar(static_cast<int64_t>(i));
     return true;
   }
   return false;
@@ -58,26 +66,26 @@ PyObject* guarded(F f) {
 
 struct BinOp {
   Tensor (*tt)(const Tensor&, const Tensor&);
-  Tensor (*ts)(const Tensor&, double);  // tensor op number
-  Tensor (*st)(double, const Tensor&);  // number op tensor
-  const char* fwd_name;                 // the pybind11 methods for every other case
+  Tensor (*ts)(const Tensor&, const Scalar&);  // tensor op number
+  Tensor (*st)(const Scalar&, const Tensor&);  // number op tensor
+  const char* fwd_name;                        // the pybind11 methods for every other case
   const char* rev_name;
   mutable PyObject* fwd = nullptr;
   mutable PyObject* rev = nullptr;
 };
 
 const BinOp kAdd{[](const Tensor& a, const Tensor& b) { return add(a, b); },
-                 [](const Tensor& a, double b) { return add(a, b); },
-                 [](double a, const Tensor& b) { return add(b, a); }, "__add__", "__radd__"};
+                 [](const Tensor& a, const Scalar& b) { return add(a, b); },
+                 [](const Scalar& a, const Tensor& b) { return add(b, a); }, "__add__", "__radd__"};
 const BinOp kSub{[](const Tensor& a, const Tensor& b) { return sub(a, b); },
-                 [](const Tensor& a, double b) { return sub(a, b); },
-                 [](double a, const Tensor& b) { return sub(a, b); }, "__sub__", "__rsub__"};
+                 [](const Tensor& a, const Scalar& b) { return sub(a, b); },
+                 [](const Scalar& a, const Tensor& b) { return sub(a, b); }, "__sub__", "__rsub__"};
 const BinOp kMul{[](const Tensor& a, const Tensor& b) { return mul(a, b); },
-                 [](const Tensor& a, double b) { return mul(a, b); },
-                 [](double a, const Tensor& b) { return mul(b, a); }, "__mul__", "__rmul__"};
+                 [](const Tensor& a, const Scalar& b) { return mul(a, b); },
+                 [](const Scalar& a, const Tensor& b) { return mul(b, a); }, "__mul__", "__rmul__"};
 const BinOp kDiv{[](const Tensor& a, const Tensor& b) { return div(a, b); },
-                 [](const Tensor& a, double b) { return div(a, b); },
-                 [](double a, const Tensor& b) { return div(a, b); }, "__truediv__",
+                 [](const Tensor& a, const Scalar& b) { return div(a, b); },
+                 [](const Scalar& a, const Tensor& b) { return div(a, b); }, "__truediv__",
                  "__rtruediv__"};
 
 // a op b for the cases the fast path takes; NotImplemented (a new reference) otherwise.
@@ -85,7 +93,7 @@ PyObject* binary(const BinOp& op, PyObject* a, PyObject* b) {
   return guarded([&]() -> PyObject* {
     const Tensor* ta = tensor_of(a);
     const Tensor* tb = tensor_of(b);
-    double v;
+    Scalar v(0.0);
     if (ta && tb) {
       MaybeNoGil g(big(*ta) || big(*tb));
       return wrap(op.tt(*ta, *tb));
@@ -170,6 +178,7 @@ void init_fast_ops(py::module_& m, TensorClass& cls) {
   m.attr("subtract") = m.attr("sub");
   m.attr("multiply") = m.attr("mul");
   m.attr("divide") = m.attr("div");
+  m.attr("true_divide") = m.attr("div");
 }
 
 }  // namespace kiln::python

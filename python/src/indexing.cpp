@@ -12,7 +12,8 @@ struct Item {
   enum Kind { kInt, kSlice, kNone, kEllipsis, kIndex } kind;
   int64_t i = 0;
   py::handle slice;
-  std::vector<Tensor> idx;  // kIndex: one int64 tensor per dim it consumes (a mask gives several)
+  std::vector<Tensor> idx;   // kIndex: one int64 tensor per dim it consumes (a mask gives several)
+  std::vector<Shape> masks;  // kIndex: the shape of each bool mask in it (checked against the dims)
 };
 
 [[noreturn]] void out_of_range(int64_t i, int64_t dim, int64_t size) {
@@ -50,6 +51,7 @@ std::vector<Item> parse(py::handle key) {
         if (t.dim() == 0) raise(index_error_type(), "[getitem] a 0-d bool mask is not supported");
         Tensor nz = nonzero(t);  // [n, k]
         for (int64_t k = 0; k < t.dim(); ++k) it.idx.push_back(nz.select(1, k));
+        it.masks.push_back(t.shape());
       } else if (is_integral(t.dtype())) {
         it.idx.push_back(t.to(Int64));
       } else {
@@ -71,6 +73,7 @@ std::vector<Item> parse(py::handle key) {
   for (Item& it : items) {
     if (it.kind == Item::kIndex && !merged.empty() && merged.back().kind == Item::kIndex) {
       for (Tensor& t : it.idx) merged.back().idx.push_back(std::move(t));
+      for (Shape& m : it.masks) merged.back().masks.push_back(std::move(m));
       continue;
     }
     if (it.kind == Item::kIndex && seen_index)
@@ -81,6 +84,26 @@ std::vector<Item> parse(py::handle key) {
     merged.push_back(std::move(it));
   }
   return merged;
+}
+
+// A bool mask indexes as many dims as it has, and they must be its shape: torch refuses a mask
+// [3] on a [2, 3] tensor, which would otherwise pick rows by the mask's first elements.
+void check_masks(const Item& it, const Tensor& r, int64_t d) {
+  if (it.masks.empty()) return;
+  size_t dims = 0;
+  for (const Shape& m : it.masks) dims += static_cast<size_t>(m.rank());
+  if (dims != it.idx.size()) return;  // masks mixed with integer indices: positions vary
+  int64_t k = d;
+  for (const Shape& m : it.masks) {
+    for (int64_t j = 0; j < m.rank(); ++j) {
+      const int64_t want = r.size(k + j);
+      if (want >= 0 && m[j] != want)
+        raise(index_error_type(), str_cat("[getitem] the shape of the mask ", m, " at index ", j,
+                                          " does not match the shape of the indexed tensor ",
+                                          r.shape(), " at index ", k + j));
+    }
+    k += m.rank();
+  }
 }
 
 int64_t consumed(const Item& it) {
@@ -110,8 +133,8 @@ Tensor advanced(const Tensor& r, int64_t d, const std::vector<Tensor>& idx) {
       if (hi >= size) out_of_range(hi, d + j, size);
       if (lo < -size) out_of_range(lo, d + j, size);
     }
-    ij = where(lt(ij, 0.0), add(ij, static_cast<double>(size)), ij).to(Int64);
-    linear = j == 0 ? ij : add(mul(linear, static_cast<double>(size)), ij).to(Int64);
+    ij = where(lt(ij, 0), add(ij, size), ij).to(Int64);
+    linear = j == 0 ? ij : add(mul(linear, size), ij).to(Int64);
   }
   linear = expand(linear, bshape).reshape(Shape{-1});
   Tensor flat = k > 1 ? r.flatten(d, d + k - 1) : r;
@@ -166,6 +189,7 @@ Tensor get(const Tensor& t, py::handle key) {
         break;
       }
       case Item::kIndex: {
+        check_masks(it, r, d);
         int64_t before = r.dim() - static_cast<int64_t>(it.idx.size());
         r = advanced(r, d, it.idx);
         d += r.dim() - before;  // the broadcast index's dims replace the ones it consumed
@@ -238,7 +262,7 @@ void set_advanced(Tensor& t, py::handle key, const Tensor& value) {
       scatter_add(zeros({n}, Int64), 0, p, arange(1, static_cast<double>(p.numel()) + 1, 1, Int64));
   Tensor hit = gt(writer, 0.0);
   Tensor src =
-      index_select(vals, 0, clamp(sub(writer, 1.0), 0, static_cast<double>(p.numel())).to(Int64));
+      index_select(vals, 0, clamp(sub(writer, 1), 0, static_cast<double>(p.numel())).to(Int64));
   t.copy_(where(hit.reshape(t.shape()), src.reshape(t.shape()), t));
 }
 

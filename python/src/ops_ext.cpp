@@ -144,7 +144,7 @@ void init_ops_ext(py::module_& m, TensorClass& cls) {
       // fmod / remainder with a number keep a float number's value (an int tensor and 2.5
       // compute in float32), as the arithmetic ops do.
       if ((name == "fmod" || name == "remainder") && !py::isinstance<py::bool_>(b) && is_number(b))
-        return name == "fmod" ? fmod(a, b.cast<double>()) : remainder(a, b.cast<double>());
+        return name == "fmod" ? fmod(a, b.cast<Scalar>()) : remainder(a, b.cast<Scalar>());
       Tensor o = other_of(a, b);
       MaybeNoGil g(big(a) || big(o));
       return tt(a, o);
@@ -154,7 +154,7 @@ void init_ops_ext(py::module_& m, TensorClass& cls) {
   cls.def(
       "__mod__",
       [](const Tensor& a, py::object b) {
-        if (!py::isinstance<py::bool_>(b) && is_number(b)) return remainder(a, b.cast<double>());
+        if (!py::isinstance<py::bool_>(b) && is_number(b)) return remainder(a, b.cast<Scalar>());
         return remainder(a, other_of(a, b));
       },
       py::is_operator());

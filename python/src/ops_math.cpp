@@ -33,33 +33,33 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
   struct Arith {
     const char* name;
     Tensor (*tt)(const Tensor&, const Tensor&);
-    Tensor (*ts)(const Tensor&, double);
+    Tensor (*ts)(const Tensor&, const Scalar&);
     const char* doc;
   };
   static const Arith arith[] = {
       {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); },
-       [](const Tensor& a, double b) { return add(a, b); },
+       [](const Tensor& a, const Scalar& b) { return add(a, b); },
        "a + b (NumPy broadcasting, promotion)"},
       {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); },
-       [](const Tensor& a, double b) { return sub(a, b); }, "a - b"},
+       [](const Tensor& a, const Scalar& b) { return sub(a, b); }, "a - b"},
       {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); },
-       [](const Tensor& a, double b) { return mul(a, b); }, "a * b"},
+       [](const Tensor& a, const Scalar& b) { return mul(a, b); }, "a * b"},
       {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); },
-       [](const Tensor& a, double b) { return div(a, b); }, "a / b (true division)"},
+       [](const Tensor& a, const Scalar& b) { return div(a, b); }, "a / b (true division)"},
       {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
-       [](const Tensor& a, double b) { return pow(a, b); }, "a ** b"},
+       [](const Tensor& a, const Scalar& b) { return pow(a, b); }, "a ** b"},
       {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); },
-       [](const Tensor& a, double b) { return lt(a, b); }, "a < b (bool)"},
+       [](const Tensor& a, const Scalar& b) { return lt(a, b); }, "a < b (bool)"},
       {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); },
-       [](const Tensor& a, double b) { return le(a, b); }, "a <= b (bool)"},
+       [](const Tensor& a, const Scalar& b) { return le(a, b); }, "a <= b (bool)"},
       {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); },
-       [](const Tensor& a, double b) { return gt(a, b); }, "a > b (bool)"},
+       [](const Tensor& a, const Scalar& b) { return gt(a, b); }, "a > b (bool)"},
       {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); },
-       [](const Tensor& a, double b) { return ge(a, b); }, "a >= b (bool)"},
+       [](const Tensor& a, const Scalar& b) { return ge(a, b); }, "a >= b (bool)"},
       {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); },
-       [](const Tensor& a, double b) { return eq(a, b); }, "a == b (bool)"},
+       [](const Tensor& a, const Scalar& b) { return eq(a, b); }, "a == b (bool)"},
       {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); },
-       [](const Tensor& a, double b) { return ne(a, b); }, "a != b (bool)"},
+       [](const Tensor& a, const Scalar& b) { return ne(a, b); }, "a != b (bool)"},
   };
   for (const Arith& op : arith) {
     auto tt = op.tt;
@@ -68,7 +68,7 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
       MaybeNoGil g(big(a) || big(b));
       return tt(a, b);
     };
-    auto f_ts = [ts](const Tensor& a, double b) {
+    auto f_ts = [ts](const Tensor& a, const Scalar& b) {
       MaybeNoGil g(big(a));
       return ts(a, b);
     };
@@ -82,9 +82,40 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
   m.attr("subtract") = m.attr("sub");
   m.attr("multiply") = m.attr("mul");
   m.attr("divide") = m.attr("div");
+  // torch.div(..., rounding_mode="trunc" | "floor") and floor_divide (//): integers stay
+  // integers there; plain division is always true division.
+  auto div_mode = [](const Tensor& a, const TensorLike& b, py::object mode) {
+    if (mode.is_none()) return div(a, b.t);
+    return div(a, b.t, mode.cast<std::string>());
+  };
+  m.def("div", div_mode, py::arg("input"), py::arg("other"), py::kw_only(),
+        py::arg("rounding_mode"), "a / b with rounding_mode None, 'trunc' or 'floor'");
+  cls.def("div", div_mode, py::arg("other"), py::kw_only(), py::arg("rounding_mode"),
+          "a / b with rounding_mode None, 'trunc' or 'floor'");
+  def_both(
+      m, cls, "floor_divide", "a // b: division rounded toward -inf (integers stay integers).",
+      [](const Tensor& a, const TensorLike& b) { return floor_divide(a, b.t); }, py::arg("other"));
+  // torch.add/sub(input, other, *, alpha): input +- alpha * other.
+  for (const char* name : {"add", "sub"}) {
+    const bool is_add = name[0] == 'a';
+    auto f = [is_add](const Tensor& a, const TensorLike& b, const Scalar& alpha) {
+      const Tensor o = alpha.is_integral() && alpha.to_int() == 1 ? b.t : mul(b.t, alpha);
+      return is_add ? add(a, o) : sub(a, o);
+    };
+    m.def(name, f, py::arg("input"), py::arg("other"), py::kw_only(), py::arg("alpha"));
+    cls.def(name, f, py::arg("other"), py::kw_only(), py::arg("alpha"));
+  }
+  // torch.rsub(input, other, alpha=1): other - alpha * input.
   m.def(
-      "rsub", [](const Tensor& a, double b) { return sub(b, a); }, py::arg("input"),
-      py::arg("other"), "other - input");
+      "rsub",
+      [](const Tensor& a, py::object b, const Scalar& alpha) {
+        const Tensor x = alpha.is_integral() && alpha.to_int() == 1 ? a : mul(a, alpha);
+        if (py::isinstance<Tensor>(b)) return sub(b.cast<Tensor>(), x);
+        if (PyBool_Check(b.ptr()) || PyLong_Check(b.ptr()) || PyFloat_Check(b.ptr()))
+          return sub(b.cast<Scalar>(), x);
+        return sub(b.cast<TensorLike>().t, x);
+      },
+      py::arg("input"), py::arg("other"), py::arg("alpha") = 1, "other - alpha * input");
 
   def_both(m, cls, "maximum", "Elementwise max (NaN propagates).", KILN_PY_BINARY(maximum),
            py::arg("other"));
@@ -140,6 +171,8 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
   def_both(
       m, cls, "clamp", "Clamps to [min, max] (numbers or tensors); None leaves a side open.",
       [](const Tensor& a, py::object lo, py::object hi) {
+        if (lo.is_none() && hi.is_none())
+          raise(value_error_type(), "[clamp] at least one of 'min' or 'max' must not be None");
         if (py::isinstance<Tensor>(lo) || py::isinstance<Tensor>(hi)) {
           auto bound = [&a](py::handle h) {
             if (h.is_none()) return Tensor();
@@ -148,6 +181,10 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
           };
           return clamp(a, bound(lo), bound(hi));
         }
+        // A float bound promotes an integer tensor (torch: clamp(int, min=2.5) is float32).
+        const bool float_bound = PyFloat_Check(lo.ptr()) || PyFloat_Check(hi.ptr());
+        if (float_bound && !is_floating(a.dtype()))
+          return clamp(a.to(kDefaultFloat), lo_of(lo), hi_of(hi));
         return clamp(a, lo_of(lo), hi_of(hi));
       },
       py::arg("min") = py::none(), py::arg("max") = py::none());
@@ -175,20 +212,24 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
   // ---- reductions ----
   def_both(
       m, cls, "sum", "Sum over dim (None: all).",
-      [](const Tensor& a, py::object dim, bool keepdim) {
+      [](const Tensor& a, py::object dim, bool keepdim, py::object dt) {
         std::vector<int64_t> d = dims_from(dim);
+        const Tensor x = with_dtype(a, dt);
         MaybeNoGil g(big(a));
-        return sum(a, d, keepdim);
+        return sum(x, d, keepdim);
       },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::kw_only(),
+      py::arg("dtype") = py::none());
   def_both(
       m, cls, "mean", "Mean over dim (None: all).",
-      [](const Tensor& a, py::object dim, bool keepdim) {
+      [](const Tensor& a, py::object dim, bool keepdim, py::object dt) {
         std::vector<int64_t> d = dims_from(dim);
+        const Tensor x = with_dtype(a, dt);
         MaybeNoGil g(big(a));
-        return mean(a, d, keepdim);
+        return mean(x, d, keepdim);
       },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::kw_only(),
+      py::arg("dtype") = py::none());
   // torch.max/min: over everything a tensor; along one dim (values, indices), a named tuple
   // like torch.return_types.max; with a tensor as second argument the elementwise maximum.
   // A list of dims (amax) gives the values only.
@@ -275,8 +316,10 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
       py::arg("dim") = py::none(), py::arg("keepdim") = false);
   def_both(
       m, cls, "cumsum", "Running sums along dim.",
-      [](const Tensor& a, int64_t dim, bool rev) { return cumsum(a, dim, rev); }, py::arg("dim"),
-      py::arg("reverse") = false);
+      [](const Tensor& a, int64_t dim, bool rev, py::object dt) {
+        return cumsum(with_dtype(a, dt), dim, rev);
+      },
+      py::arg("dim"), py::arg("reverse") = false, py::kw_only(), py::arg("dtype") = py::none());
   def_both(
       m, cls, "vector_norm", "(sum |x|^ord)^(1/ord) over dim (None: all).",
       [](const Tensor& a, double ord, py::object dim, bool keepdim) {
@@ -302,18 +345,20 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
       py::arg("x1"), py::arg("x2"), py::arg("dim") = 1, py::arg("eps") = 1e-8);
   def_both(
       m, cls, "softmax", "exp(x) / sum(exp(x)) along dim.",
-      [](const Tensor& a, int64_t dim) {
+      [](const Tensor& a, int64_t dim, py::object dt) {
+        const Tensor x = with_dtype(a, dt);
         MaybeNoGil g(big(a));
-        return softmax(a, dim);
+        return softmax(x, dim);
       },
-      py::arg("dim") = -1);
+      py::arg("dim") = -1, py::arg("dtype") = py::none());
   def_both(
       m, cls, "log_softmax", "log(softmax(x)) along dim, computed stably.",
-      [](const Tensor& a, int64_t dim) {
+      [](const Tensor& a, int64_t dim, py::object dt) {
+        const Tensor x = with_dtype(a, dt);
         MaybeNoGil g(big(a));
-        return log_softmax(a, dim);
+        return log_softmax(x, dim);
       },
-      py::arg("dim") = -1);
+      py::arg("dim") = -1, py::arg("dtype") = py::none());
   m.def(
       "sum_to", [](const Tensor& a, py::object s) { return sum_to(a, shape_from(s)); },
       py::arg("input"), py::arg("shape"), "Sums a broadcast tensor back down to `shape`.");

@@ -47,14 +47,17 @@ void init_ops_reduce_linalg(py::module_& m, TensorClass& cls) {
   // ---- reductions ------------------------------------------------------------------------------
   def_both(
       m, cls, "prod", "Product of all elements, or over dim (torch.prod).",
-      [](const Tensor& a, py::object dim, bool keepdim) {
+      [](const Tensor& a, py::object dim, bool keepdim, py::object dt) {
+        const Tensor x = with_dtype(a, dt);
         MaybeNoGil g(big(a));
-        return prod(a, dims_from(dim), keepdim);
+        return prod(x, dims_from(dim), keepdim);
       },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::kw_only(),
+      py::arg("dtype") = py::none());
   def_both(
       m, cls, "cumprod", "Running products along dim.",
-      [](const Tensor& a, int64_t dim) { return cumprod(a, dim); }, py::arg("dim"));
+      [](const Tensor& a, int64_t dim, py::object dt) { return cumprod(with_dtype(a, dt), dim); },
+      py::arg("dim"), py::kw_only(), py::arg("dtype") = py::none());
   def_both(
       m, cls, "cummax", "Running max along dim and its index: (values, indices).",
       [](const Tensor& a, int64_t dim) {
@@ -131,16 +134,18 @@ void init_ops_reduce_linalg(py::module_& m, TensorClass& cls) {
       py::arg("dim") = py::none());
   def_both(
       m, cls, "nansum", "Sum over dim treating NaN as zero.",
-      [](const Tensor& a, py::object dim, bool keepdim) {
-        return nansum(a, dims_from(dim), keepdim);
+      [](const Tensor& a, py::object dim, bool keepdim, py::object dt) {
+        return nansum(with_dtype(a, dt), dims_from(dim), keepdim);
       },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::kw_only(),
+      py::arg("dtype") = py::none());
   def_both(
       m, cls, "nanmean", "Mean over dim of the elements that are not NaN.",
-      [](const Tensor& a, py::object dim, bool keepdim) {
-        return nanmean(a, dims_from(dim), keepdim);
+      [](const Tensor& a, py::object dim, bool keepdim, py::object dt) {
+        return nanmean(with_dtype(a, dt), dims_from(dim), keepdim);
       },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::kw_only(),
+      py::arg("dtype") = py::none());
 
   // ---- products, diagonals ---------------------------------------------------------------------
   auto mat2 = [](Tensor (*f)(const Tensor&, const Tensor&)) {

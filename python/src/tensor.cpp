@@ -266,13 +266,13 @@ TensorClass init_tensor(py::module_& m) {
           "fill_", [](Tensor& t, double v) -> Tensor { return t.fill_(v); }, py::arg("value"))
       .def("zero_", [](Tensor& t) -> Tensor { return t.zero_(); })
       .def("add_", [](Tensor& t, const Tensor& o) -> Tensor { return t.add_(o); })
-      .def("add_", [](Tensor& t, double o) -> Tensor { return t.add_(o); })
+      .def("add_", [](Tensor& t, const Scalar& o) -> Tensor { return t.add_(o); })
       .def("sub_", [](Tensor& t, const Tensor& o) -> Tensor { return t.sub_(o); })
-      .def("sub_", [](Tensor& t, double o) -> Tensor { return t.sub_(o); })
+      .def("sub_", [](Tensor& t, const Scalar& o) -> Tensor { return t.sub_(o); })
       .def("mul_", [](Tensor& t, const Tensor& o) -> Tensor { return t.mul_(o); })
-      .def("mul_", [](Tensor& t, double o) -> Tensor { return t.mul_(o); })
+      .def("mul_", [](Tensor& t, const Scalar& o) -> Tensor { return t.mul_(o); })
       .def("div_", [](Tensor& t, const Tensor& o) -> Tensor { return t.div_(o); })
-      .def("div_", [](Tensor& t, double o) -> Tensor { return t.div_(o); })
+      .def("div_", [](Tensor& t, const Scalar& o) -> Tensor { return t.div_(o); })
       .def("neg_", [](Tensor& t) -> Tensor { return t.neg_(); })
       .def("relu_", [](Tensor& t) -> Tensor { return t.relu_(); })
       .def(
@@ -287,22 +287,25 @@ TensorClass init_tensor(py::module_& m) {
           "__iadd__", [](Tensor& t, const Tensor& o) -> Tensor { return t.add_(o); },
           py::is_operator())
       .def(
-          "__iadd__", [](Tensor& t, double o) -> Tensor { return t.add_(o); }, py::is_operator())
+          "__iadd__", [](Tensor& t, const Scalar& o) -> Tensor { return t.add_(o); },
+          py::is_operator())
       .def(
           "__isub__", [](Tensor& t, const Tensor& o) -> Tensor { return t.sub_(o); },
           py::is_operator())
       .def(
-          "__isub__", [](Tensor& t, double o) -> Tensor { return t.sub_(o); }, py::is_operator())
+          "__isub__", [](Tensor& t, const Scalar& o) -> Tensor { return t.sub_(o); },
+          py::is_operator())
       .def(
           "__imul__", [](Tensor& t, const Tensor& o) -> Tensor { return t.mul_(o); },
           py::is_operator())
       .def(
-          "__imul__", [](Tensor& t, double o) -> Tensor { return t.mul_(o); }, py::is_operator())
+          "__imul__", [](Tensor& t, const Scalar& o) -> Tensor { return t.mul_(o); },
+          py::is_operator())
       .def(
           "__itruediv__", [](Tensor& t, const Tensor& o) -> Tensor { return t.div_(o); },
           py::is_operator())
       .def(
-          "__itruediv__", [](Tensor& t, double o) -> Tensor { return t.div_(o); },
+          "__itruediv__", [](Tensor& t, const Scalar& o) -> Tensor { return t.div_(o); },
           py::is_operator())
       // ---- operators: a tensor first, then a Python number (the cheaper match first) ----
       .def(
@@ -312,9 +315,9 @@ TensorClass init_tensor(py::module_& m) {
           },
           py::is_operator())
       .def(
-          "__add__", [](const Tensor& a, double b) { return add(a, b); }, py::is_operator())
+          "__add__", [](const Tensor& a, const Scalar& b) { return add(a, b); }, py::is_operator())
       .def(
-          "__radd__", [](const Tensor& a, double b) { return add(a, b); }, py::is_operator())
+          "__radd__", [](const Tensor& a, const Scalar& b) { return add(a, b); }, py::is_operator())
       .def(
           "__sub__",
           [](const Tensor& a, const Tensor& b) {
@@ -322,9 +325,9 @@ TensorClass init_tensor(py::module_& m) {
           },
           py::is_operator())
       .def(
-          "__sub__", [](const Tensor& a, double b) { return sub(a, b); }, py::is_operator())
+          "__sub__", [](const Tensor& a, const Scalar& b) { return sub(a, b); }, py::is_operator())
       .def(
-          "__rsub__", [](const Tensor& a, double b) { return sub(b, a); }, py::is_operator())
+          "__rsub__", [](const Tensor& a, const Scalar& b) { return sub(b, a); }, py::is_operator())
       .def(
           "__mul__",
           [](const Tensor& a, const Tensor& b) {
@@ -332,9 +335,9 @@ TensorClass init_tensor(py::module_& m) {
           },
           py::is_operator())
       .def(
-          "__mul__", [](const Tensor& a, double b) { return mul(a, b); }, py::is_operator())
+          "__mul__", [](const Tensor& a, const Scalar& b) { return mul(a, b); }, py::is_operator())
       .def(
-          "__rmul__", [](const Tensor& a, double b) { return mul(a, b); }, py::is_operator())
+          "__rmul__", [](const Tensor& a, const Scalar& b) { return mul(a, b); }, py::is_operator())
       .def(
           "__truediv__",
           [](const Tensor& a, const Tensor& b) {
@@ -342,15 +345,31 @@ TensorClass init_tensor(py::module_& m) {
           },
           py::is_operator())
       .def(
-          "__truediv__", [](const Tensor& a, double b) { return div(a, b); }, py::is_operator())
+          "__truediv__", [](const Tensor& a, const Scalar& b) { return div(a, b); },
+          py::is_operator())
       .def(
-          "__rtruediv__", [](const Tensor& a, double b) { return div(b, a); }, py::is_operator())
+          "__rtruediv__", [](const Tensor& a, const Scalar& b) { return div(b, a); },
+          py::is_operator())
       .def(
           "__pow__", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, py::is_operator())
       .def(
-          "__pow__", [](const Tensor& a, double b) { return pow(a, b); }, py::is_operator())
+          "__pow__", [](const Tensor& a, const Scalar& b) { return pow(a, b); }, py::is_operator())
       .def(
-          "__rpow__", [](const Tensor& a, double b) { return pow(scalar_tensor(b, a.dtype()), a); },
+          "__rpow__", [](const Tensor& a, const Scalar& b) { return pow(b, a); }, py::is_operator())
+      .def(
+          "__floordiv__", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); },
+          py::is_operator())
+      .def(
+          "__floordiv__",
+          [](const Tensor& a, const Scalar& b) {
+            return floor_divide(a, scalar_tensor(b.to_double(), result_type(a, b)));
+          },
+          py::is_operator())
+      .def(
+          "__rfloordiv__",
+          [](const Tensor& a, const Scalar& b) {
+            return floor_divide(scalar_tensor(b.to_double(), result_type(a, b)), a);
+          },
           py::is_operator())
       .def(
           "__matmul__",
@@ -370,30 +389,61 @@ TensorClass init_tensor(py::module_& m) {
       .def(
           "__or__", [](const Tensor& a, const TensorLike& b) { return bitwise_or(a, b.t); },
           py::is_operator())
+      // A Python number on the left: 2 & t, True | t (a Scalar of its kind, promoting as t & 2).
+      .def(
+          "__rand__",
+          [](const Tensor& a, const Scalar& b) {
+            return bitwise_and(scalar_tensor(b.to_double(), result_type(a, b)), a);
+          },
+          py::is_operator())
+      .def(
+          "__ror__",
+          [](const Tensor& a, const Scalar& b) {
+            return bitwise_or(scalar_tensor(b.to_double(), result_type(a, b)), a);
+          },
+          py::is_operator())
+      .def(
+          "__rxor__",
+          [](const Tensor& a, const Scalar& b) {
+            return bitwise_xor(scalar_tensor(b.to_double(), result_type(a, b)), a);
+          },
+          py::is_operator())
+      .def(
+          "__rlshift__",
+          [](const Tensor& a, const Scalar& b) {
+            return bitwise_left_shift(scalar_tensor(b.to_double(), result_type(a, b)), a);
+          },
+          py::is_operator())
+      .def(
+          "__rrshift__",
+          [](const Tensor& a, const Scalar& b) {
+            return bitwise_right_shift(scalar_tensor(b.to_double(), result_type(a, b)), a);
+          },
+          py::is_operator())
       .def(
           "__lt__", [](const Tensor& a, const Tensor& b) { return lt(a, b); }, py::is_operator())
       .def(
-          "__lt__", [](const Tensor& a, double b) { return lt(a, b); }, py::is_operator())
+          "__lt__", [](const Tensor& a, const Scalar& b) { return lt(a, b); }, py::is_operator())
       .def(
           "__le__", [](const Tensor& a, const Tensor& b) { return le(a, b); }, py::is_operator())
       .def(
-          "__le__", [](const Tensor& a, double b) { return le(a, b); }, py::is_operator())
+          "__le__", [](const Tensor& a, const Scalar& b) { return le(a, b); }, py::is_operator())
       .def(
           "__gt__", [](const Tensor& a, const Tensor& b) { return gt(a, b); }, py::is_operator())
       .def(
-          "__gt__", [](const Tensor& a, double b) { return gt(a, b); }, py::is_operator())
+          "__gt__", [](const Tensor& a, const Scalar& b) { return gt(a, b); }, py::is_operator())
       .def(
           "__ge__", [](const Tensor& a, const Tensor& b) { return ge(a, b); }, py::is_operator())
       .def(
-          "__ge__", [](const Tensor& a, double b) { return ge(a, b); }, py::is_operator())
+          "__ge__", [](const Tensor& a, const Scalar& b) { return ge(a, b); }, py::is_operator())
       .def(
           "__eq__", [](const Tensor& a, const Tensor& b) { return eq(a, b); }, py::is_operator())
       .def(
-          "__eq__", [](const Tensor& a, double b) { return eq(a, b); }, py::is_operator())
+          "__eq__", [](const Tensor& a, const Scalar& b) { return eq(a, b); }, py::is_operator())
       .def(
           "__ne__", [](const Tensor& a, const Tensor& b) { return ne(a, b); }, py::is_operator())
       .def(
-          "__ne__", [](const Tensor& a, double b) { return ne(a, b); }, py::is_operator());
+          "__ne__", [](const Tensor& a, const Scalar& b) { return ne(a, b); }, py::is_operator());
 
   // NumPy defers to Tensor's reflected operators (np.float64(2) * t is a Tensor, as in torch).
   cls.attr("__array_priority__") = 1000;
@@ -442,10 +492,10 @@ TensorClass init_tensor(py::module_& m) {
       "Standard normal from the seeded generator.");
   m.def(
       "full",
-      [](py::object shape, double value, py::object dtype, bool requires_grad) {
-        return maybe_grad(
-            full(shape_from(shape), value, dtype.is_none() ? Float32 : dtype_from(dtype)),
-            requires_grad);
+      // Without a dtype the fill value's kind decides (torch: full((2,), 7) is int64).
+      [](py::object shape, const Scalar& value, py::object dtype, bool requires_grad) {
+        const DType t = dtype.is_none() ? scalar_dtype(value.kind()) : dtype_from(dtype);
+        return maybe_grad(full(shape_from(shape), value.to_double(), t), requires_grad);
       },
       py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
       py::arg("requires_grad") = false);

@@ -173,9 +173,12 @@ def test_integer_ops_wrap_as_torch(dt):
         got, want = kf(ka, kb), tf(a, b)
         assert got.dtype == kd(str(want.dtype).split(".")[1]), name
         np.testing.assert_array_equal(values(got), want.double().numpy(), err_msg=name)
-    # Kiln's div of integer tensors divides as integers (int32/int64 too), truncating.
+    # True division of integers gives float32 (torch); rounding_mode="trunc" keeps the dtype.
     nz = torch.where(b == 0, torch.ones_like(b), b)
     q = ka / to_kiln(nz)
+    assert q.dtype == kiln.float32
+    np.testing.assert_allclose(values(q), (a / nz).double().numpy(), rtol=1e-6)
+    q = kiln.div(ka, to_kiln(nz), rounding_mode="trunc")
     assert q.dtype == kd(dt)
     np.testing.assert_array_equal(values(q), torch.div(a, nz, rounding_mode="trunc").double().numpy())
     assert ka.sum().dtype == kiln.int64

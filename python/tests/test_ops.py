@@ -43,6 +43,8 @@ CASES = {
     "multiply": (lambda: kiln.multiply(t(A), 3.0), lambda: A * 3),
     "div": (lambda: kiln.div(t(A), t(P)), lambda: A / P),
     "divide": (lambda: kiln.divide(t(A), 4.0), lambda: A / 4),
+    "true_divide": (lambda: kiln.true_divide(t(A), t(P)), lambda: A / P),
+    "floor_divide": (lambda: kiln.floor_divide(t(A), t(P)), lambda: np.floor_divide(A, P)),
     "pow": (lambda: kiln.pow(t(P), t(B)), lambda: P ** B),
     "neg": (lambda: kiln.neg(t(A)), lambda: -A),
     "negative": (lambda: kiln.negative(t(A)), lambda: -A),
