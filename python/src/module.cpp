@@ -4,7 +4,8 @@
 
 namespace kiln::python {
 void init_ops_conv_pool(py::module_& m, TensorClass& cls);  // ops_conv_pool.cpp
-}
+void init_torch_compat(py::module_& m, TensorClass& cls);   // torch_compat.cpp
+}  // namespace kiln::python
 
 PYBIND11_MODULE(_C, m) {
   using namespace kiln::python;
@@ -26,5 +27,7 @@ PYBIND11_MODULE(_C, m) {
   init_optim(m);
   init_io(m);
   init_jit(m);
-  init_fast_ops(m, cls);  // last: it wraps functions and methods defined above
+  init_torch_compat(m, cls);
+  init_fast_ops(m, cls);   // it wraps functions and methods defined above
+  init_binding_errors(m);  // last: pybind11's argument errors become kiln.TypeError
 }
