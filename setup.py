@@ -34,6 +34,10 @@ class CMakeBuild(build_ext):
         for f in glob.glob(os.path.join(build, "python", "kiln", "_C*.so")):
             shutil.copy2(f, os.path.join(out, os.path.basename(self.get_ext_fullpath(ext.name))))
         shutil.copy2(os.path.join(build, "kiln", "libkiln.so.0"), os.path.join(out, "libkiln.so.0"))
+        # kiln.onnx.export links libkiln_onnx when the build has it.
+        onnx_lib = os.path.join(build, "kiln", "onnx", "libkiln_onnx.so.0")
+        if os.path.exists(onnx_lib):
+            shutil.copy2(onnx_lib, os.path.join(out, "libkiln_onnx.so.0"))
 
 
 setup(
