@@ -17,66 +17,17 @@ from torch_diff_util import (BINARY_SHAPES, DTYPES, UNARY_SHAPES, Case, D,  # no
 KNOWN_BUGS = {
     "div(f*;rounding_mode='floor')#edges": "values: div(inf, 2, rounding_mode='floor') inf (nan)",
     "div(bf16*;rounding_mode='floor')#edges": 'values: as f32: inf // 2 gives inf, torch nan',
-    'sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    'sign(f32[*': 'values: out: at (0,) kiln nan vs torch 0.0',
-    'sign(f64[*': 'values: out: at (0,) kiln nan vs torch 0.0',
-    'sign(bf16[*': 'values: out: at (0,) kiln nan vs torch 0.0',
-    '.sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    'floor_divide(b[*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
     'floor_divide(bf16[*': 'dtype/values: out: kiln float32 vs torch bfloat16',
     'floor_divide(f32[*': 'values: out: at (6,) kiln inf vs torch nan',
     'floor_divide(f64[*': 'values: out: at (6,) kiln inf vs torch nan',
-    '.floor_divide(b[*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    'remainder(b[*':
-        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
-    '.remainder(b[*':
-        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
-    'fmod(b[*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
-    '.fmod(b[*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
-    'pow(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    '.pow(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    'op:floordiv(b[*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    'op:floordiv(?:*': 'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    'op:mod(b[*':
-        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
-    'op:mod(?:*': 'accepted: torch: "remainder_cpu" not implemented for \'Bool\'',
-    'op:pow(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
     'op:pow(?:*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    'op:pos(b[*': 'accepted: torch: The `+` operator, on a bool tensor is not suppor',
     'clamp(b[*': 'accepted/refused: [clamp] input must be numeric, got bool (shape [2, 3])',
     'clamp_min(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'clamp_min(i32[*': 'dtype: out: kiln int32 vs torch float32',
-    'clamp_min(i64[*': 'dtype: out: kiln int64 vs torch float32',
     'clamp_max(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'clamp_max(i32[*': 'dtype: out: kiln int32 vs torch float32',
-    'clamp_max(i64[*': 'dtype: out: kiln int64 vs torch float32',
     'clip(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'addcdiv(b[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    'addcdiv(i32[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    'addcdiv(i64[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    'addcdiv(f32[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    'addcdiv(f64[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    'addcdiv(bf16[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    'addcmul(b[*':
-        'accepted/dtype: torch: "addcmul_cpu_out" not implemented for \'Boo',
     'addcmul(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    'addcmul(i64[*': 'dtype: out: kiln float32 vs torch int64',
-    'lerp(b[*': 'accepted: torch: expected dtype bool for `end` but got dtype floa',
-    'lerp(i32[*': 'accepted: torch: expected dtype int for `end` but got dtype float',
-    'lerp(i64[*': 'accepted: torch: expected dtype long int for `end` but got dtype ',
-    'lerp(f32[*': 'accepted: torch: expected dtype float for `end` but got dtype boo',
-    'lerp(f64[*': 'accepted: torch: expected dtype double for `end` but got dtype bo',
-    'lerp(bf16[*':
-        'accepted: torch: expected dtype c10::BFloat16 for `end` but got d',
+    '.positive(b[*':
+        'accepted: torch: The `+` operator, on a bool tensor is not suppor',
 }
 
 SCALARS = {"bool": True, "int": 2, "float": 2.5}
@@ -93,7 +44,8 @@ UNARY = {
     "isfinite": "any", "logical_not": "any", "bitwise_not": "any", "nan_to_num": "any",
     "arcsin": "unit", "arccos": "unit", "arctan": "any", "arcsinh": "any", "arccosh": "ge1",
     "arctanh": "unit", "negative": "any", "positive": "any", "signbit": "any",
-    "sgn": "any", "deg2rad": "any", "rad2deg": "any", "logit": "prob", "erfc": "any",
+    "sgn": "any", "absolute": "any", "deg2rad": "any", "rad2deg": "any", "logit": "prob",
+    "erfc": "any",
     "erfinv": "unit", "lgamma": "pos", "digamma": "pos", "i0": "any", "sinc": "any",
 }
 NO_GRAD = {"floor", "ceil", "trunc", "round", "sign", "fix", "isnan", "isinf", "isfinite",
@@ -115,6 +67,8 @@ BINARY = {
     "hypot": ("any", "any"), "copysign": ("any", "any"), "xlogy": ("nonneg", "pos"),
     "rsub": ("any", "any"), "multiply": ("any", "any"), "subtract": ("any", "any"),
     "divide": ("any", "nonzero"), "arctan2": ("any", "nonzero"),
+    "greater": ("any", "any"), "greater_equal": ("any", "any"), "less": ("any", "any"),
+    "less_equal": ("any", "any"), "not_equal": ("any", "any"),
 }
 SMOOTH = {"add", "sub", "mul", "div", "true_divide", "pow", "atan2", "maximum", "minimum",
           "hypot", "xlogy", "rsub", "multiply", "subtract", "divide", "arctan2", "fmax", "fmin"}

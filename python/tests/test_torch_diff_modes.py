@@ -16,48 +16,15 @@ from test_torch_diff_elementwise import BINARY, SCALARS, UNARY  # noqa: E402
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    'F.l1_loss(bf16*#autocast': 'dtype: bf16 loss stays bf16 under autocast (torch float32)',
-    'F.soft_margin_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
-    'F.poisson_nll_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
-    'F.margin_ranking_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
-    'F.hinge_embedding_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
-    'F.cosine_embedding_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
-    'F.triplet_margin_loss(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
-    'F.cross_entropy(bf16*#autocast':
-        'dtype: probability targets / label smoothing stay bf16 under autocast (torch float32)',
     'F.interpolate(f32*#autocast': 'dtype: f32 nearest interpolate becomes bf16 (torch keeps f32)',
     'F.unfold(f32*#autocast': 'dtype: f32 unfold becomes bf16 under autocast (torch keeps f32)',
     "einsum('i,j->ij',f32*#autocast": 'dtype: f32 outer einsum becomes bf16 (torch keeps f32)',
     'pinverse(f32*#autocast': 'dtype: pinverse runs in bf16 under autocast (torch float32)',
-    'F.conv_transpose?d(bf16*#autocast':
-        'dtype: bf16 transposed convolutions stay bf16 under autocast (torch float32)',
-    'F.*pool3d(bf16*#autocast': 'dtype: bf16 3-D pools stay bf16 under autocast (torch float32)',
-    'F.local_response_norm(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
-    'F.binary_cross_entropy(bf16*#autocast': 'dtype: stays bf16 under autocast (torch float32)',
     'linalg.*(bf16*#autocast':
         'dtype: inv/solve/cholesky/qr/svdvals/eigvalsh/matrix_norm stay bf16 (torch float32)',
     'median(*#autocast': 'refused: median of an empty tensor (torch: nan)',
     'topk(bf16[],*#autocast': 'refused: topk of a 0-d tensor',
-    'sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    'floor_divide(b[*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    'remainder(b[*':
-        'accepted/dtype: torch: "remainder_cpu" not implemented for \'Bool\'',
-    'fmod(b[*': 'accepted/dtype: torch: "fmod_cpu" not implemented for \'Bool\'',
-    'pow(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
     'clamp(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'full_like(b[*':
-        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
-    'full_like(i32[*':
-        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
-    'full_like(i64[*':
-        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
-    'full_like(f32[*':
-        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
-    'full_like(f64[*':
-        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
-    'full_like(bf16[*':
-        'refused: [Session::run] tensor of shape [2, 3] is concrete, not a node of this',
 }
 
 MODES = ["jit", "graph"]

@@ -17,12 +17,6 @@ KNOWN_BUGS = {
     'F.hardswish(f64[6]=*#edges': 'grad: at x = 3 kiln 1, torch 1.5 (torch: x/3 + 1/2 on [-3, 3])',
     'F.gelu(f32[12]=*#edges': 'values: gelu(-30.) is 1.8e-06 in float32 (torch 0)',
     'F.hardsigmoid(f64[*': 'grad: grad[0]: at (0, 0) kiln -0.25 vs torch -0.2500000074505806',
-    'F.hardshrink(f32[*': 'values: out: at (0,) kiln 0.0 vs torch nan',
-    'F.hardshrink(f64[*': 'values: out: at (0,) kiln 0.0 vs torch nan',
-    'F.hardshrink(bf16[*': 'values: out: at (0,) kiln 0.0 vs torch nan',
-    'F.threshold(f32[*': 'values: out: at (0,) kiln -1.0 vs torch nan',
-    'F.threshold(f64[*': 'values: out: at (0,) kiln -1.0 vs torch nan',
-    'F.threshold(bf16[*': 'values: out: at (0,) kiln -1.0 vs torch nan',
     'F.softmax(b[*':
         'refused: [softmax] input must be float32 or float64, got bool (shape [0, 4])',
     'F.softmax(i32[*':

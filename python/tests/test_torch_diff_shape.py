@@ -75,6 +75,8 @@ VIEWS = {
     "count_nonzero": lambda d, g: [x23(d)],
     "unique": lambda d, g: [T((6,), d)],
     "unique_consecutive": lambda d, g: [T((6,), d, values=[1, 1, 2, 2, 0, 1])],
+    "diff": lambda d, g: [x23(d, g)],
+    "unflatten": lambda d, g: [T((2, 6), d, grad=g), 1, (2, 3)],
 }
 NOGRAD = {"nonzero", "argwhere", "count_nonzero", "unique", "unique_consecutive"}
 
@@ -100,6 +102,16 @@ def view_cases():
         out.append(Case(".view", [x23(dt), -1]))
         out.append(Case("repeat_interleave", [x23(dt), T((2,), "int64", "nonneg"), 0]))
         out.append(Case(".repeat", [x23(dt), 2, 1]))
+        out.append(Case("diff", [x23(dt), 2, 0], tag="n2"))
+        out.append(Case("diff", [x23(dt)], {"prepend": T((2, 1), dt), "append": T((2, 2), dt)}))
+        out.append(Case(".unfold", [T((2, 7), dt, grad=dt == "float64"), 1, 3, 2]))
+        out.append(Case(".split_with_sizes", [T((5, 2), dt), [2, 3]]))
+        out.append(Case(".sum_to_size", [x23(dt, True), 1, 3]))
+        out.append(Case(".is_same_size", [x23(dt), T((2, 3), "float32")], ops=[]))
+        out.append(Case(".is_signed", [x23(dt)], ops=[]))
+        out.append(Case(".is_inference", [x23(dt)], ops=[]))
+        out.append(Case(".is_nonzero", [T((1,), dt)], ops=[]))
+        out.append(Case(".is_nonzero", [x23(dt)], ops=[], tag="many"))
         out.append(Case("nonzero", [x23(dt)], {"as_tuple": True}))
         out.append(Case("unique", [T((6,), dt)], {"return_inverse": True,
                                                   "return_counts": True}))

@@ -446,32 +446,7 @@ def second_cases():
 KNOWN_BUGS = {
     'F.fractional_max_pool3d(f32[2,3])#tight':
         'accepted: pool 2 over an input of 2 (torch: pool height 2 too large for input height 2)',
-    '.sign(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
-    '.floor_divide(b[*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    '.remainder(b[*': 'accepted: torch: "remainder_cpu" not implemented for \'Bool\'',
-    '.fmod(b[*': 'accepted: torch: "fmod_cpu" not implemented for \'Bool\'',
-    '.pow(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
-    '.addcdiv(b[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    '.addcdiv(i32[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    '.addcdiv(i64[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    '.addcdiv(f32[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    '.addcdiv(f64[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
-    '.addcdiv(bf16[*':
-        'accepted: torch: Integer division with addcdiv is no longer suppo',
     '.addcmul(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    '.addcmul(i64[*': 'dtype: out: kiln float32 vs torch int64',
-    '.lerp(f32[*':
-        'accepted: torch: expected dtype float for `end` but got dtype boo',
-    '.lerp(f64[*':
-        'accepted: torch: expected dtype double for `end` but got dtype bo',
-    '.lerp(bf16[*':
-        'accepted: torch: expected dtype c10::BFloat16 for `end` but got d',
     '.mode(b[*': 'refused: [mode] input must be numeric, got bool (shape [2, 3])',
     '.addbmm(i32[*': 'dtype: out: kiln int64 vs torch int32',
     '.addbmm(bf16[*': 'values: out: at (1, 0) kiln 0.328125 vs torch 0.3125',
@@ -530,16 +505,7 @@ KNOWN_BUGS = {
         "accepted: torch: result type Float can't be cast to the desired o",
     '.expm1_(i64[*':
         "accepted: torch: result type Float can't be cast to the desired o",
-    '.floor_divide_(b[*':
-        'accepted: torch: "div_floor_cpu" not implemented for \'Bool\'',
-    '.fmod_(b[*': 'accepted: torch: "fmod_cpu" not implemented for \'Bool\'',
     '.index_add_(b[*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
-    '.lerp_(f32[*':
-        'accepted: torch: expected dtype float for `end` but got dtype boo',
-    '.lerp_(f64[*':
-        'accepted: torch: expected dtype double for `end` but got dtype bo',
-    '.lerp_(bf16[*':
-        'accepted: torch: expected dtype c10::BFloat16 for `end` but got d',
     '.log10_(b[*':
         "accepted: torch: result type Float can't be cast to the desired o",
     '.log10_(i32[*':
@@ -562,15 +528,12 @@ KNOWN_BUGS = {
         "accepted: torch: result type Float can't be cast to the desired o",
     '.log_(i64[*':
         "accepted: torch: result type Float can't be cast to the desired o",
-    '.pow_(b[*': 'accepted: torch: "pow" not implemented for \'Bool\'',
     '.reciprocal_(b[*':
         "accepted: torch: result type Float can't be cast to the desired o",
     '.reciprocal_(i32[*':
         "accepted: torch: result type Float can't be cast to the desired o",
     '.reciprocal_(i64[*':
         "accepted: torch: result type Float can't be cast to the desired o",
-    '.remainder_(b[*':
-        'accepted: torch: "remainder_cpu" not implemented for \'Bool\'',
     '.rsqrt_(b[*':
         "accepted: torch: result type Float can't be cast to the desired o",
     '.rsqrt_(i32[*':
@@ -584,7 +547,6 @@ KNOWN_BUGS = {
         "accepted: torch: result type Float can't be cast to the desired o",
     '.sigmoid_(i64[*':
         "accepted: torch: result type Float can't be cast to the desired o",
-    '.sign_(b[*': 'refused: [sign] input must be numeric, got bool (shape [2, 3])',
     '.sin_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
     '.sin_(i32[*':
         "accepted: torch: result type Float can't be cast to the desired o",
@@ -612,6 +574,99 @@ KNOWN_BUGS = {
     '.tanh_(i64[*':
         "accepted: torch: result type Float can't be cast to the desired o",
     'cat(f32[*': "accepted: torch: cat(): argument 'tensors' (position 1) must be tupl",
+    '.clip(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
+    '.addmm(i32[*':
+        'refused: [addmm] input, a and b must share one floating dtype, got int32 [2, 4',
+    '.addmm(i64[*':
+        'refused: [addmm] input, a and b must share one floating dtype, got int64 [2, 4',
+    '.acosh_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.acosh_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.acosh_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arccos_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arccos_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arccos_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arccosh_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arccosh_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arccosh_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arcsin_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arcsin_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arcsin_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arcsinh_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arcsinh_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arcsinh_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arctan2_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arctan2_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arctan2_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arctan_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arctan_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arctan_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arctanh_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arctanh_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.arctanh_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.asinh_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.asinh_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.asinh_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.atanh_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.atanh_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.atanh_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.cumprod_(b[*':
+        'accepted: torch: "cumprod_out_cpu" not implemented for \'Bool\'',
+    '.cumsum_(b[*': 'accepted: torch: "cumsum_out_cpu" not implemented for \'Bool\'',
+    '.deg2rad_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.deg2rad_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.deg2rad_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.divide_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.divide_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.divide_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.rad2deg_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.rad2deg_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.rad2deg_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.scatter_add_(b[*': 'refused: [scatter_add] input must be numeric, got bool (shape [2, 3])',
+    '.true_divide_(b[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.true_divide_(i32[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
+    '.true_divide_(i64[*':
+        "accepted: torch: result type Float can't be cast to the desired o",
 }
 
 CASES = (_method_twins() + _inplace_twins() + surface_cases() + more_cases() +
