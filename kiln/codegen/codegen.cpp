@@ -50,7 +50,7 @@ template <class T> [[gnu::always_inline]] inline T log(T x) { return std::log(x)
 template <class T> [[gnu::always_inline]] inline T sqrt(T x) { return std::sqrt(x); }
 template <class T> [[gnu::always_inline]] inline T pow(T a, T b) { return static_cast<T>(std::pow(a, b)); }
 template <class T> [[gnu::always_inline]] inline T abs(T x) { return x < 0 ? -x : x; }
-template <class T> [[gnu::always_inline]] inline T sign(T x) { return x != x ? x : T((x > 0) - (x < 0)); }
+template <class T> [[gnu::always_inline]] inline T sign(T x) { return T((x > 0) - (x < 0)); }
 template <class T> [[gnu::always_inline]] inline T relu(T x) { return x <= T(0) ? T(0) : x; }
 template <class T> [[gnu::always_inline]] inline T silu(T x) { return x * sigmoid<T>(x); }
 template <class T> [[gnu::always_inline]] inline T max(T a, T b) { return a != a ? a : (a > b ? a : b); }

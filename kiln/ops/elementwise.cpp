@@ -119,7 +119,8 @@ KILN_UNARY_F(LogF, std::log(x))
 KILN_UNARY_F(SqrtF, std::sqrt(x))
 KILN_UNARY_F(RsqrtF, T(1) / std::sqrt(x))
 KILN_UNARY_F(AbsF, x < 0 ? -x : x)
-KILN_UNARY_F(SignF, x != x ? x : T((x > 0) - (x < 0)))
+// torch.sign: (x > 0) - (x < 0), so NaN gives 0.
+KILN_UNARY_F(SignF, T((x > 0) - (x < 0)))
 KILN_UNARY_F(ErfF, vec_math::erf<T>(x))
 KILN_UNARY_F(SinF, std::sin(x))
 KILN_UNARY_F(CosF, std::cos(x))
@@ -602,7 +603,9 @@ Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
   if (!a.defined() || !b.defined())
     fail("div", "input ", a.defined() ? 1 : 0, " is an undefined tensor");
   auto [x, y] = promoted(a, b);
-  if (x.dtype() == Bool) std::tie(x, y) = std::pair{cast(x, Int64), cast(y, Int64)};
+  if (x.dtype() == Bool)
+    fail("div", "rounding division of bool operands (", x.shape(), ", ", y.shape(),
+         ") is not implemented, as in torch; cast first");
   if (is_floating(x.dtype())) {
     const Tensor q = call1(kDiv, {x, y});
     return mode == "trunc" ? trunc(q) : floor(q);
@@ -664,6 +667,8 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined())
     fail("pow", "input ", a.defined() ? 1 : 0, " is an undefined tensor");
   const DType t = result_type(a, b);
+  if (t == Bool)
+    fail("pow", "bool ** bool (", a.shape(), ", ", b.shape(), ") is not implemented, as in torch");
   if (is_floating(t)) {
     auto [x, y] = promoted(a, b);
     return call1(kPow, {x, y});
@@ -674,6 +679,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 Tensor pow(const Tensor& a, const Scalar& e) {
   if (!a.defined()) fail("pow", "input 0 is an undefined tensor");
   const DType t = result_type(a, e);
+  if (t == Bool) fail("pow", "bool ** bool (", a.shape(), ") is not implemented, as in torch");
   if (is_floating(t)) {
     auto [x, y] = with_scalar(a, e);
     return call1(kPow, {x, y});
@@ -699,7 +705,10 @@ Tensor cos(const Tensor& a) { return call1(kCos, {float_in(a)}); }
 Tensor log1p(const Tensor& a) { return call1(kLog1p, {float_in(a)}); }
 Tensor expm1(const Tensor& a) { return call1(kExpm1, {float_in(a)}); }
 Tensor abs(const Tensor& a) { return call1(kAbs, {a}); }
-Tensor sign(const Tensor& a) { return call1(kSign, {a}); }
+Tensor sign(const Tensor& a) {
+  if (a.defined() && a.dtype() == Bool) return clone(a);  // torch: a bool's sign is itself
+  return call1(kSign, {a});
+}
 Tensor clamp(const Tensor& a, double lo, double hi) {
   // An integer tensor's finite bounds saturate to its range (the kernel casts a bound it takes).
   if (a.defined() && is_integral(a.dtype())) {

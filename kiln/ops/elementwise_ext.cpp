@@ -533,20 +533,19 @@ Tensor int_mod(const OpDef& op, const Tensor& x, const Tensor& y) {
         fail(op.name.c_str(), "integer division by zero (", x.shape(), " % ", y.shape(), ")");
   return call1(op, {x, y});
 }
+// torch has no bool kernel for fmod / remainder (nor pow, floor_divide): refused alike.
+void no_bool(const char* op, const Tensor& x) {
+  if (x.dtype() == Bool)
+    fail(op, "is not implemented for bool operands (", x.shape(), "), as in torch; cast first");
+}
 Tensor mod_tt(const OpDef& op, const Tensor& a, const Tensor& b) {
   auto [x, y] = both(op.name.c_str(), a, b);
-  if (x.dtype() == Bool) {
-    x = cast(x, Int64);
-    y = cast(y, Int64);
-  }
+  no_bool(op.name.c_str(), x);
   return int_mod(op, x, y);
 }
 Tensor mod_ts(const OpDef& op, const Tensor& a, const Scalar& b) {
   auto [x, y] = with_scalar(op.name.c_str(), a, b);
-  if (x.dtype() == Bool) {
-    x = cast(x, Int64);
-    y = cast(y, Int64);
-  }
+  no_bool(op.name.c_str(), x);
   return int_mod(op, x, y);
 }
 // Rounding an integer tensor is the identity (a copy, as torch returns a new tensor).
@@ -643,12 +642,20 @@ Tensor bitwise_not(const Tensor& a) {
   need(kBNotN, a);
   return call1(kBNot, {a});
 }
+// torch.lerp takes end (and a tensor weight) of start's dtype only.
+void same_lerp_dtype(const Tensor& a, const Tensor& b) {
+  if (a.defined() && b.defined() && a.dtype() != b.dtype())
+    fail(kLerpN, "expected end of dtype ", a.dtype(), " (as start), got ", b.dtype(), " ",
+         b.shape());
+}
 Tensor lerp(const Tensor& a, const Tensor& b, double weight) {
+  same_lerp_dtype(a, b);
   auto [x, y] = both(kLerpN, a, b);
   return call1(kLerp, {x, y, scalar_tensor(weight, x.dtype())});
 }
 Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& weight) {
   need(kLerpN, weight);
+  same_lerp_dtype(a, b);
   auto [x, y] = both(kLerpN, a, b);
   if (weight.dtype() != x.dtype())
     fail(kLerpN, "expected weight of dtype ", x.dtype(), " (as start and end), got ",
@@ -675,7 +682,7 @@ Tensor addcmul(const Tensor& input_, const Tensor& t1_, const Tensor& t2_, doubl
 Tensor addcdiv(const Tensor& input_, const Tensor& t1_, const Tensor& t2_, double value) {
   need("addcdiv", t1_);
   need("addcdiv", t2_);
-  if (is_integral(t1_.dtype()) && is_integral(t2_.dtype()))
+  if (!is_floating(t1_.dtype()) && !is_floating(t2_.dtype()))
     fail("addcdiv", "integer division of tensor1 ", t1_.dtype(), t1_.shape(), " by tensor2 ",
          t2_.dtype(), t2_.shape(), " is not supported (as torch); use floats");
   auto [input, t1, t2] = promoted3("addcdiv", input_, t1_, t2_);

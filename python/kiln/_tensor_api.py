@@ -168,6 +168,17 @@ def randint(*args, size=None, generator=None, out=None, dtype=None, layout=None,
     return _finish(r, requires_grad, out, "randint")
 
 
+def _as(t, d):
+    return t if t.dtype == d else t.to(d)
+
+
+def _full_like(t, d, v):
+    # The fill value in the result's dtype (an int tensor filled with 2.5 holds 2, as torch).
+    if t.dtype == d:
+        return _C.full_like(t, v)
+    return _C.full_like(_C.zeros_like(t).to(d), v)
+
+
 def _like(name, make):
     def like(input, *args, dtype=None, layout=None, device=None, requires_grad=False,
              memory_format=None, generator=None, **kw):
@@ -610,10 +621,12 @@ def install(ns):
     for fn in (tensor, as_tensor, full, arange, linspace, logspace, eye, scalar_tensor, randint,
                randperm, multinomial, normal, bernoulli):
         ns[fn.__name__] = fn
-    ns["zeros_like"] = _like("zeros_like", lambda t, d: _C.zeros(_shape(t), dtype=d))
-    ns["ones_like"] = _like("ones_like", lambda t, d: _C.ones(_shape(t), dtype=d))
-    ns["empty_like"] = _like("empty_like", lambda t, d: _C.empty(_shape(t), dtype=d))
-    ns["full_like"] = _like("full_like", lambda t, d, v: _C.full(_shape(t), v, dtype=d))
+    # Through the ops, not from t's shape: in a graph or a jitted function t is symbolic, and its
+    # dynamic dims must stay dynamic (a factory from t.shape would bake one size in).
+    ns["zeros_like"] = _like("zeros_like", lambda t, d: _as(_C.zeros_like(t), d))
+    ns["ones_like"] = _like("ones_like", lambda t, d: _as(_C.ones_like(t), d))
+    ns["empty_like"] = _like("empty_like", lambda t, d: _as(_C.zeros_like(t), d))
+    ns["full_like"] = _like("full_like", lambda t, d, v: _full_like(t, d, v))
     ns["rand_like"] = _like("rand_like", _rand_like)
     ns["randn_like"] = _like("randn_like", _randn_like)
     ns["randint_like"] = _like("randint_like", _randint_like)

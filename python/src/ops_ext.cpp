@@ -188,8 +188,10 @@ void init_ops_ext(py::module_& m, TensorClass& cls) {
       py::arg("end"), py::arg("weight"));
   def_both(
       m, cls, "addcmul", "input + value * tensor1 * tensor2.",
-      [](const Tensor& a, const TensorLike& t1, const TensorLike& t2, double v) {
-        return addcmul(a, t1.t, t2.t, v);
+      [](const Tensor& a, const TensorLike& t1, const TensorLike& t2, const Scalar& v) {
+        // An integer value keeps integer tensors integers (torch); addcmul's double would not.
+        if (v.is_integral() && v.to_int() != 1) return addcmul(a, mul(t1.t, v), t2.t, 1.0);
+        return addcmul(a, t1.t, t2.t, v.to_double());
       },
       py::arg("tensor1"), py::arg("tensor2"), py::kw_only(), py::arg("value") = 1.0);
   def_both(
@@ -202,6 +204,9 @@ void init_ops_ext(py::module_& m, TensorClass& cls) {
       m, cls, "clamp_min", "max(input, min); min a number or a tensor.",
       [](const Tensor& a, py::object lo) {
         if (py::isinstance<Tensor>(lo)) return clamp_min(a, lo.cast<Tensor>());
+        // A float bound promotes an integer tensor (torch: clamp_min(int, 1.5) is float32).
+        if (PyFloat_Check(lo.ptr()) && !is_floating(a.dtype()))
+          return clamp_min(a.to(kDefaultFloat), lo.cast<double>());
         return clamp_min(a, lo.cast<double>());
       },
       py::arg("min"));
@@ -209,6 +214,8 @@ void init_ops_ext(py::module_& m, TensorClass& cls) {
       m, cls, "clamp_max", "min(input, max); max a number or a tensor.",
       [](const Tensor& a, py::object hi) {
         if (py::isinstance<Tensor>(hi)) return clamp_max(a, hi.cast<Tensor>());
+        if (PyFloat_Check(hi.ptr()) && !is_floating(a.dtype()))
+          return clamp_max(a.to(kDefaultFloat), hi.cast<double>());
         return clamp_max(a, hi.cast<double>());
       },
       py::arg("max"));

@@ -379,7 +379,13 @@ TensorClass init_tensor(py::module_& m) {
           },
           py::is_operator())
       .def("__neg__", [](const Tensor& a) { return neg(a); })
-      .def("__pos__", [](const Tensor& a) { return a; })
+      .def("__pos__",
+           [](const Tensor& a) {
+             if (a.dtype() == Bool)
+               raise(type_error_type(),
+                     "[pos] the + operator on a bool tensor is not supported (as torch)");
+             return a;
+           })
       .def("__abs__", [](const Tensor& a) { return abs(a); })
       // Bitwise on integers, logical on bool (the same thing there), as torch.
       .def("__invert__", [](const Tensor& a) { return bitwise_not(a); })

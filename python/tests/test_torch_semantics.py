@@ -282,3 +282,49 @@ def test_huge_sizes_raise_kiln_errors(size):
         kiln.empty(size)
     with pytest.raises(kiln.Error):
         kiln.zeros((2, size))
+
+
+# ---- second round: values at the edges, and what torch refuses --------------------------------
+
+def test_sign_of_nan_and_bool():
+    x = [float("nan"), -2.0, 0.0, 3.0]
+    same(kiln.sign(kiln.tensor(x)), torch.sign(torch.tensor(x)))
+    same(kiln.sign(kiln.tensor([True, False])), torch.sign(torch.tensor([True, False])))
+
+
+def test_gelu_far_below_zero_is_zero_in_float32():
+    x = [-30.0, -10.0, 30.0]
+    same(KF.gelu(kiln.tensor(x)), TF.gelu(torch.tensor(x)), rtol=1e-6, atol=0)
+
+
+def test_nan_passes_through_hardshrink_and_threshold():
+    x = [float("nan"), 0.25, -2.0]
+    same(KF.hardshrink(kiln.tensor(x)), TF.hardshrink(torch.tensor(x)))
+    same(KF.threshold(kiln.tensor(x), 0.5, -1.0), TF.threshold(torch.tensor(x), 0.5, -1.0))
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, a, b: m.lerp(a, b.to(m.float64), 0.5),
+    lambda m, a, b: m.pow(a > 0, b > 0),
+    lambda m, a, b: m.remainder(a > 0, b > 0),
+    lambda m, a, b: m.floor_divide(a > 0, b > 0),
+    lambda m, a, b: +(a > 0),
+])
+def test_refused_like_torch(call):
+    with pytest.raises((RuntimeError, TypeError)):
+        call(torch, torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0]))
+    with pytest.raises(kiln.Error):
+        call(kiln, kiln.tensor([1.0, 2.0]), kiln.tensor([2.0, 1.0]))
+
+
+def test_number_kinds_in_clamp_min_and_addcmul():
+    k, t = pair([1, 2, 3], "int32")
+    same(kiln.clamp_min(k, 1.5), torch.clamp_min(t, 1.5))
+    same(kiln.clamp_min(k, 2), torch.clamp_min(t, 2))
+    same(kiln.addcmul(k, k, k, value=2), torch.addcmul(t, t, t, value=2))
+
+
+def test_like_factories_follow_a_traced_shape():
+    f = kiln.jit(lambda x: kiln.full_like(x, 2.5) + kiln.zeros_like(x, dtype=kiln.float64))
+    for n in (3, 5, 7):
+        same(f(kiln.ones(n)), torch.full((n,), 2.5, dtype=torch.float64))

@@ -5,6 +5,7 @@
 // functions, so a plain a * b + c would round differently in the two and a fused kernel's
 // interpreted and compiled runs would disagree in the last bit.
 #pragma once
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -73,7 +74,8 @@ namespace kiln::vec_math {
   q = std::fma(x2, q, -1.68282697438203e-03f);
   q = std::fma(x2, q, -7.37332916720468e-03f);
   q = std::fma(x2, q, -1.42647390514189e-02f);
-  const float r = c * p / q;
+  // (the fit overshoots 1 by an ulp near 4: 1 + erf(-30) must be 0, or gelu(-30) = +1.8e-6)
+  const float r = std::min(c * p / q, 1.0f);
   const float s = std::bit_cast<float>(std::bit_cast<uint32_t>(r) | (b & 0x80000000u));
   return x != x ? x : s;
 }
@@ -130,7 +132,9 @@ template <typename T>
   q = std::fma(y, q, 1.426473905141890e-02f);
   *c_out = c;
   *y_out = y;
-  return c * p / q;
+  // (capped at 1: the fit overshoots by an ulp near the clamp, and 1 - erf must not go
+  // negative: gelu(-30) was +1.8e-6 where torch gives 0)
+  return std::min(c * p / q, 1.0f);
 }
 
 /// gelu, erf form: x * Phi(x) = h + h * erf(x / sqrt(2)) with h = x / 2 (one FMA fewer than

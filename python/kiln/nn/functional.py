@@ -65,7 +65,9 @@ def tanhshrink(input):
 
 
 def hardshrink(input, lambd=0.5):
-    return _C.where(_C.abs(input) > lambd, input, _C.zeros_like(input))
+    # Zero inside [-lambd, lambd] only, so NaN passes through (torch's kernel compares so too).
+    inside = _C.logical_and(input >= -lambd, input <= lambd)
+    return _C.where(inside, _C.zeros_like(input), input)
 
 
 def softshrink(input, lambd=0.5):
@@ -77,7 +79,8 @@ def softshrink(input, lambd=0.5):
 
 def threshold(input, threshold, value, inplace=False):
     # The replacement takes input's dtype (an int tensor stays int, bfloat16 stays bfloat16).
-    return _inplace(input, _C.where(input > threshold, input, _C.full_like(input, value)),
+    # torch: x <= threshold ? value : x, so NaN stays NaN.
+    return _inplace(input, _C.where(input <= threshold, _C.full_like(input, value), input),
                     inplace)
 
 
@@ -205,7 +208,7 @@ def celu_(input, alpha=1.0):
 
 
 def threshold_(input, threshold, value):
-    return _inplace(input, _C.where(input > threshold, input, _C.full_like(input, value)), True)
+    return _inplace(input, _C.where(input <= threshold, _C.full_like(input, value), input), True)
 linear = _C.linear
 conv2d = _C.conv2d
 conv1d = _C.conv1d
@@ -485,3 +488,32 @@ def one_hot(tensor, num_classes=-1):
     if num_classes < 0:
         num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
     return _C.one_hot(tensor, num_classes)
+
+
+def _fp32_under_autocast(fn):
+    """torch.autocast's float32 list on CPU: under autocast, float16/bfloat16 tensor arguments of
+    these losses, 3-D pools, transposed convolutions and local_response_norm are computed in
+    float32, as torch computes them (precision-sensitive reductions)."""
+    def to32(a):
+        if isinstance(a, _C.Tensor) and a.dtype in (_C.bfloat16, _C.float16):
+            return a.to(_C.float32)
+        return a
+
+    def wrapper(*args, **kwargs):
+        if _C.is_autocast_enabled():
+            args = tuple(to32(a) for a in args)
+            kwargs = {k: to32(v) for k, v in kwargs.items()}
+        return fn(*args, **kwargs)
+
+    wrapper.__name__ = wrapper.__qualname__ = getattr(fn, "__name__", "fn")
+    wrapper.__doc__ = getattr(fn, "__doc__", None)
+    return wrapper
+
+
+for _n in ("l1_loss", "soft_margin_loss", "poisson_nll_loss", "margin_ranking_loss",
+           "hinge_embedding_loss", "cosine_embedding_loss", "triplet_margin_loss", "cross_entropy",
+           "binary_cross_entropy", "local_response_norm", "conv_transpose1d", "conv_transpose2d",
+           "conv_transpose3d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d",
+           "adaptive_max_pool3d", "max_pool3d_with_indices", "adaptive_max_pool3d_with_indices"):
+    globals()[_n] = _fp32_under_autocast(globals()[_n])
+del _n
