@@ -1023,12 +1023,19 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   return call1(kGather, {a, index}, {dim});
 }
 
+namespace {
+// Bool inputs of the accumulating ops add as logical or (torch): computed on uint8, then != 0.
+bool is_bool(const Tensor& t) { return t.defined() && t.dtype() == Bool; }
+Tensor u8(const Tensor& t) { return is_bool(t) ? cast(t, UInt8) : t; }
+Tensor back_to_bool(const Tensor& r, const Tensor& a) { return is_bool(a) ? ne(r, 0) : r; }
+}  // namespace
+
 Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
-  return call1(kScatterAdd, {a, index, src}, {dim});
+  return back_to_bool(call1(kScatterAdd, {u8(a), index, u8(src)}, {dim}), a);
 }
 
 Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
-  return call1(kIndexAdd, {a, index, src}, {dim});
+  return back_to_bool(call1(kIndexAdd, {u8(a), index, u8(src)}, {dim}), a);
 }
 
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
@@ -1176,6 +1183,8 @@ Tensor scatter_reduce(const Tensor& a, int64_t dim, const Tensor& index, const T
   if (!a.defined() || !index.defined() || !src.defined()) fail("scatter_reduce", "undefined input");
   if (reduce == "none") fail("scatter_reduce", "reduce must be one of sum, prod, mean, amax, amin");
   (void)red_of(reduce, "scatter_reduce");
+  if (is_bool(a) && (reduce == "sum" || reduce == "amax" || reduce == "amin" || reduce == "prod"))
+    return back_to_bool(call1(kScatter, {u8(a), index, u8(src)}, {dim, reduce, include_self}), a);
   return call1(kScatter, {a, index, src}, {dim, reduce, include_self});
 }
 
@@ -1279,9 +1288,12 @@ Tensor index_put(const Tensor& a, const std::vector<Tensor>& indices, const Tens
   if (!broadcastable_to(values.shape(), want))
     fail("index_put", "values of shape ", values.shape(), " do not broadcast to the indexed shape ",
          want, " (input ", a.shape(), ")");
-  std::vector<Tensor> ins{a, values.shape() == want ? values : expand(values, want)};
+  const bool b = accumulate && is_bool(a);  // accumulating bools is logical or (torch)
+  const Tensor v = b ? u8(values) : values;
+  std::vector<Tensor> ins{b ? u8(a) : a, v.shape() == want ? v : expand(v, want)};
   for (const Tensor& t : idx) ins.push_back(t.shape() == B ? t : expand(t, B));
-  return call1(kIndexPut, std::span<const Tensor>(ins.data(), ins.size()), {accumulate});
+  const Tensor r = call1(kIndexPut, std::span<const Tensor>(ins.data(), ins.size()), {accumulate});
+  return b ? ne(r, 0) : r;
 }
 
 Tensor index_fill(const Tensor& a, int64_t dim, const Tensor& index, double value) {

@@ -836,7 +836,9 @@ Tensor baddbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double b
                     alpha == 1 ? r : mul(r, alpha), beta);
 }
 Tensor addbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double beta, double alpha) {
-  const Tensor r = sum(bmm(b1, b2), {0});
+  Tensor r = sum(bmm(b1, b2), {0});
+  if (r.defined() && b1.defined() && r.dtype() != b1.dtype() && !is_floating(b1.dtype()))
+    r = cast(r, b1.dtype());  // an integer batch sum keeps the dtype (torch.addbmm)
   return add_scaled("addbmm", autocast_arg(AutocastPolicy::kLower, input),
                     alpha == 1 ? r : mul(r, alpha), beta);
 }
@@ -848,7 +850,9 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   op_util::require_same_dtype("dot", a, b);
   const AutocastGuard off(false);  // (as mv)
   if (is_floating(a.dtype())) return matmul(a, b);
-  return sum(mul(a, b));
+  // Integers keep their dtype (torch.dot of int32 is int32), bools are refused as torch does.
+  if (a.dtype() == Bool) fail("dot", "is not implemented for bool tensors (", a.shape(), ")");
+  return cast(sum(mul(a, b)), a.dtype());
 }
 Tensor vdot(const Tensor& a, const Tensor& b) { return dot(a, b); }
 Tensor outer(const Tensor& a, const Tensor& b) {

@@ -1062,12 +1062,20 @@ Tensor logcumsumexp(const Tensor& a, int64_t dim) {
 // last). The gradient reaches the one element picked, as torch's.
 Tensor median(const Tensor& a) {
   if (!a.defined()) fail("median", "input is undefined");
-  if (a.numel() == 0)
-    fail("median", "cannot take the median of an empty tensor of shape ", a.shape());
+  // An empty float tensor's median is NaN (torch); torch's integer answer is the dtype's
+  // lowest value, which Kiln refuses instead (docs/torch_differences.md).
+  if (a.numel() == 0) {
+    if (is_floating(a.dtype())) return scalar_tensor(NAN, a.dtype());
+    fail("median", "cannot take the median of an empty ", a.dtype(), " tensor of shape ",
+         a.shape());
+  }
   const Tensor flat = reshape(a, Shape{-1});
   const Tensor v = sort(flat, 0).first;
   const int64_t k = (a.numel() - 1) / 2;
-  return reshape(slice(v, 0, k, k + 1), Shape{});
+  const Tensor m = reshape(slice(v, 0, k, k + 1), Shape{});
+  // NaN propagates (torch), where the sort would put it last and pick a number.
+  if (!is_floating(a.dtype())) return m;
+  return where(any(isnan(flat), {}, false), scalar_tensor(NAN, a.dtype()), m);
 }
 std::pair<Tensor, Tensor> median(const Tensor& a, int64_t dim, bool keepdim) {
   if (!a.defined()) fail("median", "input is undefined");
@@ -1086,11 +1094,15 @@ std::pair<Tensor, Tensor> median(const Tensor& a, int64_t dim, bool keepdim) {
     mv = squeeze(mv, d);
     mi = squeeze(mi, d);
   }
-  return {mv, mi};
+  if (!is_floating(a.dtype())) return {mv, mi};
+  // A row with a NaN has median NaN at its first NaN (torch).
+  const Tensor nan = isnan(a);
+  const Tensor has = any(nan, {d}, keepdim);
+  return {where(has, scalar_tensor(NAN, a.dtype()), mv), where(has, argmax(nan, d, keepdim), mi)};
 }
 std::pair<Tensor, Tensor> mode(const Tensor& a, int64_t dim, bool keepdim) {
-  TensorList r = call(kMode, {a}, {dim, keepdim});
-  return {r[0], r[1]};
+  TensorList r = call(kMode, {ordered(a)}, {dim, keepdim});
+  return {bool_back(r[0], a), r[1]};
 }
 Tensor any(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   if (!a.defined()) fail("any", "input is undefined");

@@ -384,11 +384,23 @@ _INPLACE_FROM = (
 )
 
 
+def _castable(src, dst):
+    """torch.can_cast: no cast to a lower category (float -> integer, integer -> bool)."""
+    def cat(d):
+        return 2 if d.is_floating_point else (0 if d == _C.bool else 1)
+    return cat(src) <= cat(dst)
+
+
 def _inplace_of(name):
     fn = getattr(_T, name)
 
     def op(self, *args, **kwargs):
         r = fn(self, *args, **kwargs)
+        if r.dtype != self.dtype and not _castable(r.dtype, self.dtype):
+            # torch: "result type Float can't be cast to the desired output type Long"
+            rd, sd = (str(d).split(".")[-1] for d in (r.dtype, self.dtype))
+            raise _C.Error(f"[{name}_] the result type {rd} cannot be written into a {sd} "
+                           f"tensor of shape {tuple(self.shape)}; use {name}()")
         if _C.is_grad_enabled() and (self.requires_grad or r.requires_grad) and \
                 hasattr(_C, "_write_result"):
             # The node of r saved self: the inplace writer snapshots it before the write.

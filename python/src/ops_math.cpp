@@ -249,6 +249,13 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
         const int64_t d = dim.cast<int64_t>();
         Tensor values = is_max ? max(a, {d}, keepdim) : min(a, {d}, keepdim);
         Tensor indices = is_max ? argmax(a, d, keepdim) : argmin(a, d, keepdim);
+        // With autograd the gradient goes to the returned index only (torch), where amax's
+        // splits it among ties: the values are gathered at the indices.
+        if (a.requires_grad() && grad_mode_enabled()) {
+          const Tensor at = keepdim ? indices : unsqueeze(indices, d);
+          values = gather(a, d, at);
+          if (!keepdim) values = squeeze(values, d);
+        }
         static py::object* types =
             new py::object(py::module_::import("kiln._C").attr("return_types"));
         return types->attr(name)(values, indices);

@@ -328,3 +328,34 @@ def test_like_factories_follow_a_traced_shape():
     f = kiln.jit(lambda x: kiln.full_like(x, 2.5) + kiln.zeros_like(x, dtype=kiln.float64))
     for n in (3, 5, 7):
         same(f(kiln.ones(n)), torch.full((n,), 2.5, dtype=torch.float64))
+
+
+def test_bool_accumulation_and_median_nan():
+    k, t = pair([[True, False, False], [False, False, True]], "bool")
+    ki, ti = kiln.tensor([[0, 1, 0], [1, 0, 1]]), torch.tensor([[0, 1, 0], [1, 0, 1]])
+    same(kiln.scatter_add(k, 0, ki, k), torch.scatter_add(t, 0, ti, t))
+    same(kiln.index_add(k, 0, kiln.tensor([1, 0]), k), torch.index_add(t, 0, torch.tensor([1, 0]), t))
+    same(kiln.mode(k, 1).values, torch.mode(t, 1).values)
+    x = [[1.0, float("nan"), 3.0], [4.0, 2.0, 5.0]]
+    same(kiln.median(kiln.tensor(x)), torch.median(torch.tensor(x)))
+    kv, tv = kiln.median(kiln.tensor(x), 1), torch.median(torch.tensor(x), 1)
+    same(kv.values, tv.values)
+    same(kv.indices, tv.indices)
+    same(kiln.median(kiln.zeros(0, 3)), torch.median(torch.zeros(0, 3)))
+
+
+def test_integer_dot_keeps_its_dtype_and_max_dim_gradient_goes_to_the_index():
+    k, t = pair([1, 2, 3], "int32")
+    same(kiln.dot(k, k), torch.dot(t, t))
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.5]])
+    kx, tx = kiln.tensor(x).requires_grad_(), torch.tensor(x).requires_grad_()
+    kiln.max(kx, 1).values.sum().backward()
+    torch.max(tx, 1).values.sum().backward()
+    same(kx.grad, tx.grad)
+
+
+def test_in_place_float_ops_refuse_integer_tensors():
+    with pytest.raises(RuntimeError):
+        torch.tensor([1, 2]).exp_()
+    with pytest.raises(kiln.Error, match=r"\[exp_\]"):
+        kiln.tensor([1, 2]).exp_()
