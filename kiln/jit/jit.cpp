@@ -18,6 +18,7 @@
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
 #include "kiln/graph/node.h"
+#include "kiln/jit/capture.h"
 #include "kiln/jit/guard_key.h"
 #include "kiln/jit/version.h"
 #include "kiln/nn/module.h"
@@ -67,9 +68,14 @@ struct NewStateSlots {};
 
 // nn::assign_buffer under a trace: the new (symbolic) value stands in the buffer while tracing
 // goes on, and is logged so that the trace outputs it and puts the old value back when it ends.
-bool on_buffer_write(Tensor& slot, const Tensor& value) {
+bool on_buffer_write(Tensor& slot, const Tensor& value_in) {
   TraceCtx* c = t_trace;
-  if (!c || !(Graph::of(value) == *c->g)) return false;
+  if (!c) return false;
+  // A concrete new value (num_batches_tracked + 1 from concrete ops) is a write of state too:
+  // the next trace has the buffer as an input and computes it.
+  Tensor value = value_in;
+  if (value.is_concrete() && slot.defined() && slot.is_concrete()) value = c->g->constant(value);
+  if (!value.is_symbolic() || !(Graph::of(value) == *c->g)) return false;
   for (auto& w : c->state_writes)
     if (w.first == &slot) {
       slot = value;
@@ -86,7 +92,8 @@ Tensor on_host_read(const Tensor& t, const char* what, const std::string& where)
   TraceCtx* c = t_trace;
   if (!c || !t.is_symbolic() || !(Graph::of(t) == *c->g))
     fail(what, "value is unknown while building a graph; fetch it with Session::run");
-  // Graph break: compile and run the piece so far to produce the value.
+  // Graph break: compile and run the piece so far to produce the value (nothing of it captured).
+  CaptureScope::Pause pause;
   Session s(*c->g);
   Tensor v = s.run(t, c->feeds);
   BreakRec b;
@@ -131,6 +138,9 @@ struct Engine::Impl {
   // user_arity ones and written back from the outputs after num_user_outputs.
   std::vector<Tensor*> state_slots;
   size_t user_arity = 0;
+  // Captured tensors fed as inputs after the state slots (capture.h): parameters and buffers
+  // fn reads without taking them as arguments, held by identity.
+  std::vector<Tensor> captures;
   std::string fallback_reason;
   bool verify = env_has("KILN_JIT_VERIFY", "1");
   bool log_recompiles = env_has("KILN_JIT_LOG", "recompiles");
@@ -175,6 +185,10 @@ struct Engine::Impl {
       ctx.state_writes.push_back({slot, *slot});
       *slot = sym[user_arity + j].t;
     }
+    const size_t cap_base = user_arity + state_slots.size();
+    std::vector<std::pair<Tensor, Tensor>> known;
+    for (size_t j = 0; j < captures.size() && cap_base + j < args.size(); ++j)
+      known.push_back({captures[j], sym[cap_base + j].t});
     std::vector<Tensor> outs;
     bool new_slots = false;
     {
@@ -195,7 +209,13 @@ struct Engine::Impl {
           for (auto& [slot, old] : ctx.state_writes) *slot = old;
         }
       } restore{prev, prev_hook, prev_write, ctx};
+      CaptureScope scope(g, known, /*lazy=*/false);
       outs = fn(sym);
+      scope.drop_temporaries();
+      for (const auto& t : scope.found) {
+        captures.push_back(t);
+        new_slots = true;
+      }
       for (auto& [slot, old] : ctx.state_writes)
         if (std::find(state_slots.begin(), state_slots.end(), slot) == state_slots.end()) {
           state_slots.push_back(slot);
@@ -203,6 +223,14 @@ struct Engine::Impl {
         }
       v.num_user_outputs = outs.size();
       for (Tensor* slot : state_slots) outs.push_back(*slot);
+      v.num_state_outputs = state_slots.size();
+      v.capture_writes.clear();
+      for (const auto& w : scope.written)
+        for (size_t j = 0; j < captures.size(); ++j)
+          if (captures[j].is_same(w)) {
+            v.capture_writes.push_back(j);
+            outs.push_back(scope.value.at(w.impl()));
+          }
     }
     if (new_slots) throw NewStateSlots{};
     v.fn = fn;
@@ -262,7 +290,9 @@ struct Engine::Impl {
     const size_t n_fwd = g.nodes().size();
     std::vector<Tensor> gys, diff_outs;
     for (size_t k = 0; k < outs.size(); ++k) {
-      if (is_floating(outs[k].dtype())) {
+      // Past the function's own outputs come the new values of state it writes (BatchNorm's
+      // running statistics, computed under no_grad): no gradient flows back through them.
+      if (is_floating(outs[k].dtype()) && k < v.num_user_outputs) {
         Tensor gy = g.placeholder(str_cat("grad_out", k), outs[k].dtype(), outs[k].shape());
         v.g_out_grads.push_back(gy);
         diff_outs.push_back(outs[k]);
@@ -810,11 +840,14 @@ struct Engine::Impl {
     // no lock, so traces of functions that call each other cannot deadlock.
     std::unique_lock<std::recursive_mutex> lk(mu, std::defer_lock);
     if (!any_symbolic(user_args)) lk.lock();
-    try {
-      return call_ext(user_args, fn);
-    } catch (const NewStateSlots&) {
-      // Traced again with the buffers found as inputs (once: the slots are known now).
-      return call_ext(user_args, fn);
+    // Traced again with the buffers and captured tensors found as inputs (a trace that finds
+    // new ones throws NewStateSlots before anything is kept).
+    for (int attempt = 0;; ++attempt) {
+      try {
+        return call_ext(user_args, fn);
+      } catch (const NewStateSlots&) {
+        if (attempt >= 3) fail("jit", opts.name, ": captured state keeps changing between traces");
+      }
     }
   }
 
@@ -823,6 +856,13 @@ struct Engine::Impl {
     if (outs.size() <= v.num_user_outputs) return;
     for (size_t j = 0; j < state_slots.size() && v.num_user_outputs + j < outs.size(); ++j)
       *state_slots[j] = outs[v.num_user_outputs + j].detach();
+    // Captured tensors written in place get their new values in place, as eager wrote them.
+    const size_t base = v.num_user_outputs + v.num_state_outputs;
+    if (!v.capture_writes.empty()) {
+      NoGradGuard ng;
+      for (size_t j = 0; j < v.capture_writes.size() && base + j < outs.size(); ++j)
+        Tensor(captures[v.capture_writes[j]]).copy_(outs[base + j].detach());
+    }
     outs.resize(v.num_user_outputs);
   }
 
@@ -842,11 +882,13 @@ struct Engine::Impl {
     // The module buffers fn assigns (found by earlier traces) are fed as trailing arguments.
     user_arity = args0.size();
     std::vector<Arg> ext;
-    if (!state_slots.empty()) {
+    const bool extended = !state_slots.empty() || !captures.empty();
+    if (extended) {
       ext = args0;
       for (Tensor* slot : state_slots) ext.push_back(to_arg(*slot));
+      for (const Tensor& c : captures) ext.push_back(to_arg(c));
     }
-    const std::vector<Arg>& args = state_slots.empty() ? args0 : ext;
+    const std::vector<Arg>& args = extended ? ext : args0;
     Key k = key_of(args, opts.runtime_scalars);
     Version* hit = nullptr;
     for (auto& v : versions)
@@ -860,8 +902,10 @@ struct Engine::Impl {
       return run_eager(args, fn);
     }
     if (hit && hit->lazy) {
+      LazyResult r = hit->lazy->run(hit->key, args, fn, /*stop_if_no_reads=*/false);
+      take_lazy_captures(r);
       ++stats.hits;
-      return hit->lazy->run(hit->key, args, fn, /*stop_if_no_reads=*/false).outs;
+      return std::move(r.outs);
     }
     if (hit && hit->grad_tree) return call_grad_tree(*hit, args, fn);
     if (hit) {
@@ -930,6 +974,20 @@ struct Engine::Impl {
     return false;
   }
 
+  // A lazy recording that met captured state it cannot take (a capture that requires grad, a
+  // write into captured state), or a complete trace recorded without running (no host reads)
+  // that met captures: the call is traced again with them as inputs. A rerunning version keeps
+  // the captures it met as constants of its pieces.
+  void take_lazy_captures(const LazyResult& r) {
+    if (!r.need_trace && (r.complete || r.captures.empty())) return;
+    for (const auto& t : r.captures) {
+      bool have = false;
+      for (const auto& c : captures) have = have || c.is_same(t);
+      if (!have) captures.push_back(t);
+    }
+    throw NewStateSlots{};
+  }
+
   // Traces a new version for guard key `nk` (the call's own key is `k`) and runs it. A trace or
   // first run that fails is never kept: with dynamic dims the shape is compiled statically
   // instead, and when that fails too the call runs eagerly (raising what eager raises); where
@@ -951,6 +1009,7 @@ struct Engine::Impl {
     v.lazy = std::make_unique<LazyCache>();
     const bool autom = opts.host_code == JitOptions::HostCode::kAuto;
     LazyResult r = v.lazy->run(k, args, fn, /*stop_if_no_reads=*/autom);
+    take_lazy_captures(r);
     ++stats.compiles;
     stats.graph_breaks += r.host_reads;
     if (r.complete) {
@@ -978,7 +1037,7 @@ struct Engine::Impl {
     std::vector<Tensor> outs;
     std::string reason;
     const bool lazy = opts.host_code != JitOptions::HostCode::kReplay && !verify && !any_grad(nk) &&
-                      !has_dynamic_dims(nk) && state_slots.empty();
+                      !has_dynamic_dims(nk) && state_slots.empty() && captures.empty();
     try {
       if (lazy && first_lazy_call(*v, nk, args, fn, outs)) {
         versions.insert(versions.begin(), std::move(v));
@@ -1280,6 +1339,22 @@ std::string Engine::explain() const {
         };
     if (v->root) walk(v->root.get(), 0, "");
   }
+  if (!m.captures.empty()) {
+    std::vector<char> written(m.captures.size(), 0);
+    for (const auto& v : m.versions)
+      for (size_t j : v->capture_writes) written[j] = 1;
+    os << "captured state: " << m.captures.size()
+       << " tensors fn reads without taking them as arguments, fed after its "
+       << m.user_arity + m.state_slots.size() << " arguments by identity (not by value):\n";
+    for (size_t j = 0; j < m.captures.size(); ++j) {
+      const Tensor& t = m.captures[j];
+      os << "  capture " << j << " (arg " << m.user_arity + m.state_slots.size() + j
+         << "): " << t.dtype() << t.shape();
+      if (t.requires_grad()) os << ", requires grad (gets its gradient)";
+      if (written[j]) os << ", written in place by fn (its new value is copied back every call)";
+      os << "\n";
+    }
+  }
   if (!m.break_log.empty()) {
     os << "graph breaks:\n";
     for (const auto& b : m.break_log) os << "  " << b << "\n";
@@ -1296,6 +1371,60 @@ std::string Engine::explain() const {
 
 namespace kiln::detail::jit_engine {
 
+namespace {
+// A saved version takes the function's own arguments: the captured tensors it is fed become
+// constants again (their values now), its traced graph rebuilt op by op around them.
+void inline_captures(const Version& v, const std::vector<Tensor>& captures, TracedVersion& r) {
+  size_t n_user = 0;
+  for (size_t i = 0; i < v.user_arity && i < v.key.size(); ++i) {
+    const ArgKey& ak = v.key[i];
+    if (ak.kind == Arg::kTensor || ak.kind == Arg::kTensorList)
+      n_user += ak.shapes.size();
+    else if (ak.runtime)
+      n_user += 1;
+  }
+  const Graph& tg = v.traced_graph;
+  std::unordered_map<const Node*, size_t> ph_index;
+  for (size_t p = 0; p < v.traced_phs.size(); ++p) ph_index[tg.node_of(v.traced_phs[p])] = p;
+  Graph g;
+  std::unordered_map<const Node*, std::vector<Tensor>> made;
+  std::vector<Tensor> phs(n_user);
+  for (const auto& np : tg.nodes()) {
+    const Node& n = *np;
+    if (n.kind == NodeKind::Placeholder) {
+      auto it = ph_index.find(&n);
+      if (it == ph_index.end()) fail("jit", "internal: a placeholder that is no argument");
+      const TensorMeta& m = n.outputs[0];
+      if (it->second < n_user) {
+        phs[it->second] = g.placeholder(n.name, m.dtype, m.shape);
+        made[&n] = {phs[it->second]};
+      } else {
+        // Trailing arguments past the user's: the captures, in order (no state slots here).
+        size_t j = it->second - n_user;
+        if (j >= captures.size()) fail("jit", "internal: a capture that is not held");
+        made[&n] = {g.constant(captures[j])};
+      }
+    } else if (n.kind == NodeKind::Constant || n.kind == NodeKind::Variable) {
+      made[&n] = {g.constant(n.value)};
+    } else {
+      TensorList ins;
+      for (const auto& in : n.inputs)
+        ins.push_back(made.at(in.node)[static_cast<size_t>(in.index)]);
+      TensorList o =
+          kiln::detail::call(*n.op, std::span<const Tensor>(ins.data(), ins.size()), n.attrs);
+      made[&n] = std::vector<Tensor>(o.begin(), o.end());
+    }
+  }
+  r.graph = g;
+  r.placeholders = phs;
+  for (const auto& o : v.traced_outs) {
+    ValueRef ref = tg.value_of(o);
+    r.outputs.push_back(made.at(ref.node)[static_cast<size_t>(ref.index)]);
+  }
+  r.key.resize(std::min(r.key.size(), v.user_arity));
+}
+}  // namespace
+
 // For kiln::onnx::save_jit: a version stands alone only as one traced graph without host code.
 TracedVersion Engine::traced_version(const std::vector<Arg>& args) const {
   std::lock_guard<std::recursive_mutex> lk(impl_->mu);
@@ -1303,6 +1432,7 @@ TracedVersion Engine::traced_version(const std::vector<Arg>& args) const {
   r.name = impl_->opts.name;
   std::vector<Arg> ext = args;
   for (Tensor* slot : impl_->state_slots) ext.push_back(to_arg(*slot));
+  for (const Tensor& c : impl_->captures) ext.push_back(to_arg(c));
   const Key k = key_of(ext, impl_->opts.runtime_scalars);
   const Version* v = nullptr;
   for (const auto& cand : impl_->versions)
@@ -1327,8 +1457,12 @@ TracedVersion Engine::traced_version(const std::vector<Arg>& args) const {
   } else if (!v->state_slots.empty() || v->traced_outs.size() != v->num_user_outputs) {
     r.refusal =
         "the function assigns module buffers (nn::assign_buffer), state a file cannot carry";
+  } else if (!v->capture_writes.empty()) {
+    r.refusal = "the function writes captured tensors in place, state a file cannot carry";
   } else if (v->traced_outs.empty()) {
     r.refusal = "the version keeps no traced graph";
+  } else if (v->key.size() > v->user_arity) {
+    inline_captures(*v, impl_->captures, r);
   } else {
     r.graph = v->traced_graph;
     r.placeholders = v->traced_phs;

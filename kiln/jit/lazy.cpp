@@ -12,6 +12,7 @@
 #include "kiln/dispatch/grad_mode.h"
 #include "kiln/exec/session.h"
 #include "kiln/graph/node.h"
+#include "kiln/jit/capture.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::detail::jit_engine {
@@ -156,6 +157,7 @@ struct LazyRun {
   };
   std::vector<Ran> ran;
   std::vector<std::pair<Tensor*, Tensor>> state_writes;
+  std::vector<std::pair<Tensor*, Tensor>> concrete_writes;  // buffers assigned concrete values
 };
 thread_local LazyRun* t_lazy = nullptr;
 
@@ -269,6 +271,7 @@ void compile(Entry& e, const PieceDesc& d) {
 void run_piece(LazyRun& r, int lo, int hi, const std::vector<ValueRef>& want,
                const std::string& where) {
   LazyCache::Impl& c = *r.cache;
+  CaptureScope::Pause pause;  // compiling and running a piece records nothing
   PieceDesc d = describe(r.g, lo, hi);
   r.cut = hi;
   if (d.ops.empty()) return;
@@ -380,7 +383,13 @@ Tensor on_lazy_read(const Tensor& t, const char* what, const std::string& where)
 
 bool on_lazy_buffer_write(Tensor& slot, const Tensor& value) {
   LazyRun* r = t_lazy;
-  if (!r || !value.is_symbolic() || !(Graph::of(value) == r->g)) return false;
+  if (!r) return false;
+  if (value.is_concrete()) {
+    // Done now (the call runs for real), undone with the others if the call is not kept.
+    r->concrete_writes.push_back({&slot, slot});
+    return false;
+  }
+  if (!(Graph::of(value) == r->g)) return false;
   for (auto& w : r->state_writes)
     if (w.first == &slot) {
       slot = value;
@@ -442,11 +451,20 @@ LazyResult LazyCache::run(const Key& key, const std::vector<Arg>& args, const Tr
         t_lazy = prev;
         set_thread_host_read_hook(hook);
         nn::set_buffer_write_hook(write);
-        if (!ok)
+        if (!ok) {
           for (auto& [slot, old] : r.state_writes) *slot = old;
+          for (auto it = r.concrete_writes.rbegin(); it != r.concrete_writes.rend(); ++it)
+            *it->first = it->second;
+        }
       }
     } restore{prev, prev_hook, prev_write, r, ok};
+    CaptureScope scope(r.g, {}, /*lazy=*/true);
     outs = fn(sym);
+    scope.drop_temporaries();
+    res.captures = scope.found;
+    res.need_trace = scope.need_trace;
+    // The call is traced instead: nothing of this one is kept (buffers get their values back).
+    if (res.need_trace) return res;
     res.host_reads = r.reads;
     res.wrote_buffers = !r.state_writes.empty();
     if (stop_if_no_reads && r.reads == 0 && r.state_writes.empty()) {

@@ -35,6 +35,10 @@ struct LazyResult {
   FeedDict feeds;
   std::vector<Tensor> outs;
   bool wrote_buffers = false;
+  /// Captured tensors the call read (jit/capture.h), and whether one of them needs the call
+  /// traced instead (it requires grad under grad mode, or fn writes it in place).
+  std::vector<Tensor> captures;
+  bool need_trace = false;
 };
 
 /// The compiled pieces of one version of a jitted function, by structure.

@@ -70,6 +70,10 @@ struct Version {
   // Outputs past the function's own are the new values of the engine's state slots (module
   // buffers fn assigns), written back after every call.
   size_t num_user_outputs = 0;
+  // After the state slots' outputs: the new values of captured tensors fn writes in place
+  // (positions in the engine's captures), copied back into them after every call.
+  size_t num_state_outputs = 0;
+  std::vector<size_t> capture_writes;
   // For a backward the compiled graph cannot run (a size its trace assumed): the function, how
   // many arguments are its own, and the buffers it assigns, to take the gradient eagerly.
   std::function<std::vector<Tensor>(const std::vector<Arg>&)> fn;

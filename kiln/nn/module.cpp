@@ -16,9 +16,8 @@ thread_local BufferWriteHook t_buffer_write_hook = nullptr;
 }  // namespace
 
 void assign_buffer(Tensor& slot, const Tensor& value) {
-  if (t_buffer_write_hook && value.defined() && value.is_symbolic() &&
-      t_buffer_write_hook(slot, value))
-    return;
+  // Under a trace a concrete new value (a counter bumped with concrete ops) is state too.
+  if (t_buffer_write_hook && value.defined() && t_buffer_write_hook(slot, value)) return;
   slot = value;
 }
 

@@ -5,10 +5,23 @@
 #include <cstring>
 
 #include "kiln/ops/op_util.h"
+#include "kiln/ops/traced_write.h"
 
 using namespace kiln::detail;
 
 namespace kiln {
+
+namespace detail {
+namespace {
+thread_local TracedWriteHook t_traced_write = nullptr;
+}
+TracedWriteHook traced_write_hook() { return t_traced_write; }
+TracedWriteHook set_traced_write_hook(TracedWriteHook h) {
+  TracedWriteHook p = t_traced_write;
+  t_traced_write = h;
+  return p;
+}
+}  // namespace detail
 
 namespace {
 // Whether t is a view of a tensor that requires grad (a write into t then changes a value with
@@ -45,6 +58,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (!src.defined()) fail("copy_", "source is undefined");
   if (!broadcastable_to(src.shape(), shape()))
     fail("copy_", "source shape ", src.shape(), " does not broadcast to ", shape());
+  // Under a JIT trace the tracer records the write (kiln/ops/traced_write.h).
+  if (detail::TracedWriteHook h = detail::traced_write_hook())
+    if (h(*this, kiln::expand(kiln::cast(src, dtype()), shape()))) return *this;
   Tensor s = src.is_concrete() ? src : src.host_value("copy_", std::source_location::current());
   if (grad_mode_enabled() && (requires_grad() || s.requires_grad() || base_requires_grad(*this))) {
     // torch: a leaf that requires grad cannot change under autograd.
@@ -91,6 +107,13 @@ Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
            ") is dead: it lies on the untaken side of an eager switch_");
   bool symbolic = self.is_symbolic() || capturing();
   for (const auto& t : inputs) symbolic = symbolic || t.is_symbolic();
+  // Under a JIT trace the tracer records a write into a concrete tensor (traced_write.h).
+  if (symbolic && !self.is_symbolic())
+    if (TracedWriteHook h = traced_write_hook()) {
+      Tensor r = call1(op, inputs, attrs);
+      if (h(self, r)) return self;
+      symbolic = !r.is_concrete();
+    }
   if (symbolic)
     fail(name,
          "in-place ops are eager-only; in a graph or a jitted function write the "
