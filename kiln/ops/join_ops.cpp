@@ -202,7 +202,19 @@ const OpDef& kCat =
 
 // Mixed dtypes promote to their common dtype first, as torch.cat does (every input counts as a
 // tensor with dims there, 0-d ones are refused by the op's inference).
-Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+Tensor cat(const std::vector<Tensor>& xs_in, int64_t dim) {
+  // torch's legacy rule: a 1-D empty tensor (shape [0]) is skipped next to tensors of another
+  // rank (cat([x, torch.tensor([])]) is common in accumulation loops).
+  const std::vector<Tensor>* src = &xs_in;
+  std::vector<Tensor> kept;
+  bool other_rank = false;
+  for (const auto& x : xs_in) other_rank = other_rank || (x.defined() && x.dim() != 1);
+  if (other_rank) {
+    for (const auto& x : xs_in)
+      if (!(x.defined() && x.dim() == 1 && x.shape()[0] == 0)) kept.push_back(x);
+    if (!kept.empty() && kept.size() != xs_in.size()) src = &kept;
+  }
+  const std::vector<Tensor>& xs = *src;
   bool mixed = false;
   for (const auto& x : xs) mixed = mixed || (x.defined() && x.dtype() != xs[0].dtype());
   if (!mixed) return call1(kCat, std::span<const Tensor>(xs.data(), xs.size()), {dim});

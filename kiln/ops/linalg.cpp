@@ -510,6 +510,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  // Integers (one dtype, as torch): through float64 as matmul, exact below 2^53.
+  if (input.defined() && a.defined() && b.defined() && is_integral(a.dtype()) &&
+      a.dtype() == b.dtype() && input.dtype() == a.dtype())
+    return cast(addmm(cast(input, Float64), cast(a, Float64), cast(b, Float64), beta, alpha),
+                a.dtype());
   check_addmm(input, a, b);
   return call1(kAddmm, {input, a, b}, {beta, alpha});
 }
@@ -531,6 +536,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   // becomes one tall GEMM that adds the bias itself instead of a separate add pass over its
   // output (standalone, [1024, 128] x [128, 512]: GEMM + add 1329 us, bias fill + GEMM 1162 us;
   // the add pass alone was ~170 us in W7's step; the epilogue saves more, see matmul_impl).
+  if (is_integral(x.dtype()) && x.dtype() == w.dtype()) {  // integers: matmul's float64 path
+    const Tensor y = matmul(x, transpose(w, 0, 1));
+    return b.defined() ? add(y, b) : y;
+  }
   if (b.defined() && x.dim() >= 2) return call1(kMatmul, {x, transpose(w, 0, 1), b});
   Tensor y = matmul(x, transpose(w, 0, 1));
   // (under autocast the bias is cast as matmul's inputs were, as torch's linear casts it)

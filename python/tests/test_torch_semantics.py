@@ -359,3 +359,12 @@ def test_in_place_float_ops_refuse_integer_tensors():
         torch.tensor([1, 2]).exp_()
     with pytest.raises(kiln.Error, match=r"\[exp_\]"):
         kiln.tensor([1, 2]).exp_()
+
+
+def test_integer_linspace_linear_addmm_and_legacy_empty_cat():
+    same(kiln.linspace(-1.5, 3.7, 6, dtype=kiln.int64), torch.linspace(-1.5, 3.7, 6, dtype=torch.int64))
+    k, t = pair([[1, 2], [3, 4]], "int64")
+    kb, tb = pair([1, -1], "int64")
+    same(KF.linear(k, k, kb), TF.linear(t, t, tb))
+    same(kiln.addmm(k, k, k), torch.addmm(t, t, t))
+    same(kiln.cat([kiln.ones(2, 3), kiln.tensor([])]), torch.cat([torch.ones(2, 3), torch.tensor([])]))
