@@ -1049,6 +1049,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 // Bool inputs order as 0 < 1 (torch): they run on uint8 and the values come back as bool.
 std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool largest) {
   if (k < 0) fail("topk", "k must be >= 0, got ", k);
+  // A 0-d tensor is its own top 1 (torch), index 0.
+  if (a.defined() && a.dim() == 0 && k == 1) {
+    if (dim != 0 && dim != -1) fail("topk", "dim ", dim, " is out of range for a 0-d tensor");
+    return {clone(a), zeros(Shape{}, Int64)};
+  }
   const bool b = a.defined() && a.dtype() == Bool;
   TensorList r = call(kTopk, {b ? cast(a, UInt8) : a}, {k, dim, largest});
   return {b ? cast(r[0], Bool) : r[0], r[1]};

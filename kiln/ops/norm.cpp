@@ -505,15 +505,19 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
     if (x.size(d) < 0) fail(op, "needs static dims past the batch, got shape ", x.shape());
     per *= x.size(d);
   }
-  const Tensor xg = reshape(x, Shape{-1, num_groups, per});
+  // float16/bfloat16 normalize in float32 and round once at the end, as torch's kernel
+  // accumulates (each op in bf16 was up to 8 ulps off).
+  const DType wide = is_reduced(x.dtype()) ? Float32 : x.dtype();
+  const Tensor xw = as_dtype(x, wide);
+  const Tensor xg = reshape(xw, Shape{-1, num_groups, per});
   const Tensor mu = mean(xg, {2}, true);
   const Tensor v = var(xg, {2}, true, 0);
   Tensor y = reshape(mul(sub(xg, mu), rsqrt(add(v, eps))), x.shape());
   Shape bshape(static_cast<size_t>(x.dim()), 1);
   bshape[1] = C;
-  if (weight.defined()) y = mul(y, reshape(as_dtype(weight, x.dtype()), bshape));
-  if (bias.defined()) y = add(y, reshape(as_dtype(bias, x.dtype()), bshape));
-  return y;
+  if (weight.defined()) y = mul(y, reshape(as_dtype(weight, wide), bshape));
+  if (bias.defined()) y = add(y, reshape(as_dtype(bias, wide), bshape));
+  return as_dtype(y, x.dtype());
 }
 
 // instance_norm is batch_norm over [1, N C, *] (torch's own formulation): the running stats are
