@@ -112,8 +112,9 @@ TensorList CaptureScope::handle(const OpDef& op, std::span<const Tensor> inputs,
 
 bool CaptureScope::write(Tensor& self, const Tensor& v) {
   if (!self.defined() || !self.is_concrete() || self.is_dead()) return false;
-  // A write through a view of another tensor stays eager (its base is what would be state).
-  if (self.impl()->view_base) return false;
+  // A write through a view of a tensor that something else holds stays eager (the base is
+  // what would be state); a view whose base only it holds (a Python 0-d literal) is its own.
+  if (self.impl()->view_base && self.impl()->view_base.use_count() > 1) return false;
   if (v.is_symbolic() && !(Graph::of(v) == g_)) return false;
   const TensorImpl* k = self.impl();
   const bool made = made_.count(k) > 0;

@@ -21,8 +21,10 @@
 namespace kiln::detail::jit_engine {
 
 /// Captured tensors up to this many elements that neither require grad nor are written stay
-/// constants of the trace (scalars a module keeps, small masks): compiled in, folded.
-constexpr int64_t kSmallCapture = 64;
+/// constants of the trace (a module's scalars): compiled in, folded. Anything larger may be
+/// written between calls (BatchNorm's running statistics of 32 channels, a frozen weight), so it
+/// is an input.
+constexpr int64_t kSmallCapture = 1;
 
 class CaptureScope final : public SymbolicHandler {
  public:

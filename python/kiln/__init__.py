@@ -160,11 +160,23 @@ def jit(fn=None, *, name=None, max_recompiles=8, dynamic_dims=True, runtime_scal
       counts hits, misses and compiles.
     - `donate`: positions of tensor arguments whose buffers results may overwrite.
 
+    - Keyword and default arguments bind as in a plain call; an argument that is not a tensor,
+      number, bool or list of tensors (None, a string) gets one compiled function per value.
+    - Tensors the function reads without taking them (a closure's or a module's parameters and
+      buffers, globals) are inputs of the compiled graph held by identity: gradients reach them,
+      in-place updates between calls (an optimizer step) are seen without recompiling, and
+      in-place writes inside the function (BatchNorm's running statistics) happen on every call.
+    - `kiln.jit(module)` compiles a module's forward and behaves like the module.
+
     Use as @kiln.jit or @kiln.jit(name="step", donate=[0]).
     """
+    from . import _jit
+    opts = (max_recompiles, dynamic_dims, list(runtime_scalars), list(donate))
+
     def wrap(f):
-        return _C.JitFunction(f, name or getattr(f, "__name__", "fn"), max_recompiles,
-                              dynamic_dims, list(runtime_scalars), list(donate))
+        if isinstance(f, nn.Module):  # noqa: F821 (imported below, before any call)
+            return _jit.JitModule(f, name, opts)
+        return _jit.JitFunction(f, name or getattr(f, "__name__", "fn"), opts)
     return wrap(fn) if fn is not None else wrap
 
 

@@ -27,7 +27,9 @@ class PyJit {
 
   py::object call(const py::args& args, const py::kwargs& kwargs) {
     if (kwargs.size() > 0)
-      raise(type_error_type(), "[jit] keyword arguments are not supported; pass them positionally");
+      raise(type_error_type(),
+            "[jit] keyword arguments are bound by kiln.jit's Python wrapper; pass them "
+            "positionally to JitFunction");
     std::vector<Arg> flat;
     auto ints = std::make_shared<std::vector<bool>>();  // a number came as a Python int
     for (size_t i = 0; i < args.size(); ++i) {
@@ -64,10 +66,14 @@ class PyJit {
     // copied py::function would touch its reference count without the GIL.
     auto* structures = structures_.get();
     const py::function* fn = &fn_;
-    auto trace = [fn, ints, structures](const std::vector<Arg>& a) {
+    // The engine passes captured state (module buffers, captured tensors) after the caller's
+    // arguments: the function takes only the caller's.
+    const size_t arity = flat.size();
+    auto trace = [fn, ints, structures, arity](const std::vector<Arg>& a) {
       py::gil_scoped_acquire gil;
-      py::tuple pargs(a.size());
-      for (size_t i = 0; i < a.size(); ++i) {
+      const size_t n = std::min(arity, a.size());
+      py::tuple pargs(n);
+      for (size_t i = 0; i < n; ++i) {
         switch (a[i].kind) {
           case Arg::kTensor:
             pargs[i] = py::cast(a[i].t);

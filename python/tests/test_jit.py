@@ -99,8 +99,9 @@ def test_bad_arguments():
     f = kiln.jit(lambda x: x * 2.0)
     with pytest.raises(TypeError):
         f("not a tensor")
+    assert f(x=kiln.ones(1)).tolist() == [2.0]    # keywords bind as in a plain call
     with pytest.raises(TypeError):
-        f(x=kiln.ones(1))
+        f(y=kiln.ones(1))
     g = kiln.jit(lambda x: "not a tensor")
     with pytest.raises(TypeError):
         g(kiln.ones(1))
