@@ -642,9 +642,8 @@ def install(ns):
     ns["rand_like"] = _like("rand_like", _rand_like)
     ns["randn_like"] = _like("randn_like", _randn_like)
     ns["randint_like"] = _like("randint_like", _randint_like)
-    for name in ("add", "sub"):
-        if name in ns:
-            ns[name] = _binary_with_alpha(ns[name], name)
+    # (kiln.add/sub take alpha= and out= in the binding itself, so the two-argument call keeps
+    # its C fast path: a Python wrapper here cost W3 0.13 us per add)
     ns["subtract"] = ns.get("sub")
     ns.update(_TENSOR_TYPES)
     ns["device"] = device

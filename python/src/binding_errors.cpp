@@ -73,12 +73,13 @@ PyObject* call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject
   return r;
 }
 
-// A pybind11 function (a builtin whose __self__ is pybind11's capsule) or one of fast_ops'
-// (no __self__), whose fallback is a pybind11 function.
+// A pybind11 function: a builtin whose __self__ is pybind11's capsule. (fast_ops' functions are
+// made after this runs and fall back to the wrapped functions, so they stay unwrapped: no extra
+// call on the hottest path.)
 bool is_pybind_function(PyObject* o) {
   if (!PyCFunction_Check(o)) return false;
   PyObject* self = PyCFunction_GET_SELF(o);
-  return !self || PyCapsule_CheckExact(self);
+  return self && PyCapsule_CheckExact(self);
 }
 
 PyObject* wrap(PyObject* fn, const std::string& name, PyObject* module_name) {

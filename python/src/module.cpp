@@ -28,6 +28,8 @@ PYBIND11_MODULE(_C, m) {
   init_io(m);
   init_jit(m);
   init_torch_compat(m, cls);
-  init_fast_ops(m, cls);   // it wraps functions and methods defined above
-  init_binding_errors(m);  // last: pybind11's argument errors become kiln.TypeError
+  // pybind11's argument errors become kiln.TypeError; before fast_ops, whose fast functions
+  // fall back to the wrapped ones and stay unwrapped themselves (no extra call per add).
+  init_binding_errors(m);
+  init_fast_ops(m, cls);  // last: it wraps functions and methods defined above
 }

@@ -95,15 +95,22 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
   def_both(
       m, cls, "floor_divide", "a // b: division rounded toward -inf (integers stay integers).",
       [](const Tensor& a, const TensorLike& b) { return floor_divide(a, b.t); }, py::arg("other"));
-  // torch.add/sub(input, other, *, alpha): input +- alpha * other.
+  // torch.add/sub(input, other, *, alpha=1, out=None): input +- alpha * other (the plain
+  // two-argument call takes fast_ops' path; keywords come here).
   for (const char* name : {"add", "sub"}) {
     const bool is_add = name[0] == 'a';
-    auto f = [is_add](const Tensor& a, const TensorLike& b, const Scalar& alpha) {
+    auto f = [is_add](const Tensor& a, const TensorLike& b, const Scalar& alpha, py::object out) {
       const Tensor o = alpha.is_integral() && alpha.to_int() == 1 ? b.t : mul(b.t, alpha);
-      return is_add ? add(a, o) : sub(a, o);
+      Tensor r = is_add ? add(a, o) : sub(a, o);
+      if (out.is_none()) return r;
+      Tensor dst = out.cast<Tensor>();
+      dst.copy_(r);
+      return dst;
     };
-    m.def(name, f, py::arg("input"), py::arg("other"), py::kw_only(), py::arg("alpha"));
-    cls.def(name, f, py::arg("other"), py::kw_only(), py::arg("alpha"));
+    m.def(name, f, py::arg("input"), py::arg("other"), py::kw_only(), py::arg("alpha") = 1,
+          py::arg("out") = py::none());
+    cls.def(name, f, py::arg("other"), py::kw_only(), py::arg("alpha") = 1,
+            py::arg("out") = py::none());
   }
   // torch.rsub(input, other, alpha=1): other - alpha * input.
   m.def(
