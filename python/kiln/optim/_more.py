@@ -2,8 +2,6 @@
 RAdam, Rprop and ASGD."""
 import math
 
-import numpy as np
-
 from .. import _C
 from ._optimizers import _PythonOptimizer, _check
 
@@ -84,6 +82,7 @@ class NAdam(_PythonOptimizer):
             mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * md)))
             # torch 1.13 keeps mu_product as a float32 tensor (products rounded to float32) and
             # takes mu_product_next as mu_product * mu * mu_next (mu twice); as it does.
+            import numpy as np  # (lazily: numpy costs `import kiln` ~40 ms)
             f32 = np.float32
             mu_product = f32(float(st["mu_product"])) * f32(mu)
             st["mu_product"] = _C.tensor(float(mu_product))
@@ -184,6 +183,7 @@ class ASGD(_PythonOptimizer):
                                       maximize=maximize))
 
     def _group_step(self, g):
+        import numpy as np  # (lazily, as above)
         f32 = np.float32  # torch keeps eta and mu as float32 tensors
         lr, lambd, alpha, t0, wd = g["lr"], g["lambd"], g["alpha"], g["t0"], g["weight_decay"]
         for p in g["params"]:
