@@ -349,8 +349,8 @@ Tensor arange(double start, double end, double step, DType dtype) {
 Tensor linspace(double start, double end, int64_t steps, DType dtype) {
   if (steps < 0) fail("linspace", "steps must be >= 0, got ", steps);
   // Integer linspace is the float64 one truncated (torch.linspace(-1.5, 3.7, 6, dtype=int64)).
-  if (is_integral(dtype) || dtype == Bool)
-    return cast_to(linspace(start, end, steps, Float64), dtype);
+  if (dtype == Bool) fail("linspace", "is not implemented for bool (as torch)");
+  if (is_integral(dtype)) return cast_to(linspace(start, end, steps, Float64), dtype);
   if (is_reduced(dtype)) return cast_to(linspace(start, end, steps, compute_dtype(dtype)), dtype);
   Tensor t = empty({steps}, dtype);
   KILN_DISPATCH_FLOAT(dtype, "linspace", [&] {

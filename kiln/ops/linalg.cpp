@@ -511,9 +511,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, double beta, double alpha) {
   // Integers (one dtype, as torch): through float64 as matmul, exact below 2^53.
+  // (torch takes integer beta and alpha for integer tensors: a fractional one truncates)
   if (input.defined() && a.defined() && b.defined() && is_integral(a.dtype()) &&
       a.dtype() == b.dtype() && input.dtype() == a.dtype())
-    return cast(addmm(cast(input, Float64), cast(a, Float64), cast(b, Float64), beta, alpha),
+    return cast(addmm(cast(input, Float64), cast(a, Float64), cast(b, Float64), std::trunc(beta),
+                      std::trunc(alpha)),
                 a.dtype());
   check_addmm(input, a, b);
   return call1(kAddmm, {input, a, b}, {beta, alpha});
@@ -871,6 +873,9 @@ Tensor outer(const Tensor& a, const Tensor& b) {
 }
 Tensor inner(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) fail("inner", "inputs must be defined");
+  if (a.dim() > 0 && b.dim() > 0 && a.dtype() != b.dtype())
+    fail("inner", "both tensors must have one dtype, got ", a.dtype(), a.shape(), " and ",
+         b.dtype(), b.shape());
   if (a.dim() == 0 || b.dim() == 0) return mul(a, b);
   return tensordot(a, b, {a.dim() - 1}, {b.dim() - 1});
 }
@@ -945,6 +950,10 @@ Tensor trace(const Tensor& a) {
 Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<int64_t>& dims_a,
                  const std::vector<int64_t>& dims_b) {
   if (!a.defined() || !b.defined()) fail("tensordot", "inputs must be defined");
+  // torch contracts one dtype only ("expected scalar type Int but found Long").
+  if (a.dtype() != b.dtype())
+    fail("tensordot", "both tensors must have one dtype, got ", a.dtype(), a.shape(), " and ",
+         b.dtype(), b.shape());
   if (dims_a.size() != dims_b.size())
     fail("tensordot", "both dim lists must have the same length, got ", Shape(dims_a), " and ",
          Shape(dims_b));
@@ -980,9 +989,9 @@ Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<int64_t>& d
     }
   const Tensor a2 = reshape(permute(a, pa), Shape{Fa, K});
   const Tensor b2 = reshape(permute(b, pb), Shape{K, Fb});
-  const Tensor r = is_floating(a.dtype()) && is_floating(b.dtype())
-                       ? matmul(a2, b2)
-                       : sum(mul(unsqueeze(a2, 2), unsqueeze(b2, 0)), {1});
+  // (integers: matmul's float64 path, in their own dtype as torch; bool: a sum of products)
+  const Tensor r =
+      a.dtype() != Bool ? matmul(a2, b2) : sum(mul(unsqueeze(a2, 2), unsqueeze(b2, 0)), {1});
   Shape out(free_a);
   for (auto x : free_b) out.push_back(x);
   return reshape(r, out);

@@ -164,7 +164,9 @@ const OpDef& kSlogdet =
                   if (!c.flowed(1)) return TensorList{zeros_like(c.in(0))};
                   const Tensor g = unsqueeze(unsqueeze(c.g(1), -1), -1);
                   return TensorList{mul(g, mT(linalg::inv(c.in(0))))};
-                }});
+                },
+            // torch.autocast runs linear algebra in float32 (its CPU fp32 list)
+            .autocast = AutocastPolicy::kFloat32});
 
 // ---- inv ---------------------------------------------------------------------------------------
 const OpDef& kInv = def_op(
@@ -201,7 +203,9 @@ const OpDef& kInv = def_op(
          [](const GradCtx& c) {
            const Tensor yt = mT(c.out(0));
            return TensorList{neg(matmul(matmul(yt, c.g()), yt))};
-         }});
+         },
+     // torch.autocast runs linear algebra in float32 (its CPU fp32 list)
+     .autocast = AutocastPolicy::kFloat32});
 
 // ---- solve: A X = B, A [..., n, n], B [..., n, k] with equal batch dims (the wrapper
 // broadcasts) ----------------------------------------------------------------------------------
@@ -267,7 +271,9 @@ const OpDef& kSolve = def_op(
              }
            }
            return TensorList{ga, gb};
-         }});
+         },
+     // torch.autocast runs linear algebra in float32 (its CPU fp32 list)
+     .autocast = AutocastPolicy::kFloat32});
 
 Tensor solve_raw(const Tensor& a, const Tensor& b) { return call1(kSolve, {a, b}); }
 // X A^-1 (= (A^-T X^T)^T).
@@ -316,7 +322,9 @@ const OpDef& kCholesky = def_op(
            const Tensor phi = add(below, mul(sub(tril(m), below), 0.5));
            const Tensor ga = solve_right(solve_raw(mT(L), phi), L);
            return TensorList{mul(add(ga, mT(ga)), 0.5)};
-         }});
+         },
+     // torch.autocast runs linear algebra in float32 (its CPU fp32 list)
+     .autocast = AutocastPolicy::kFloat32});
 
 // ---- qr ----------------------------------------------------------------------------------------
 int qr_mode(const std::string& m) {
@@ -396,7 +404,9 @@ const OpDef& kQr = def_op(
            const Tensor cl = add(tril(M), mT(tril(M, -1)));
            const Tensor x = add(c.g(0), matmul(Q, cl));
            return TensorList{solve_right(x, mT(R))};
-         }});
+         },
+     // torch.autocast runs linear algebra in float32 (its CPU fp32 list)
+     .autocast = AutocastPolicy::kFloat32});
 
 // ---- svd ---------------------------------------------------------------------------------------
 const OpDef& kSvd = def_op(
@@ -490,7 +500,9 @@ const OpDef& kSvd = def_op(
              ga = matmul(U, matmul(ga, Vh));
            }
            return TensorList{ga};
-         }});
+         },
+     // torch.autocast runs linear algebra in float32 (its CPU fp32 list)
+     .autocast = AutocastPolicy::kFloat32});
 
 // ---- eigh --------------------------------------------------------------------------------------
 char uplo_of(const std::string& u) {
@@ -552,7 +564,9 @@ const OpDef& kEigh =
                     inner = add(inner, div(sk, E));
                   }
                   return TensorList{matmul(V, matmul(inner, mT(V)))};
-                }});
+                },
+            // torch.autocast runs linear algebra in float32 (its CPU fp32 list)
+            .autocast = AutocastPolicy::kFloat32});
 
 double default_rtol(const Tensor& a) {
   const int64_t m = a.shape()[a.dim() - 2], n = a.shape()[a.dim() - 1];
@@ -598,8 +612,9 @@ Tensor vector_norm(const Tensor& a, double ord, const std::vector<int64_t>& dims
   return kiln::vector_norm(a, ord, dims, keepdim);
 }
 
-Tensor matrix_norm(const Tensor& a, double ord, const std::vector<int64_t>& dims, bool keepdim) {
-  if (!a.defined()) fail("linalg_matrix_norm", "input is undefined");
+Tensor matrix_norm(const Tensor& a_, double ord, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!a_.defined()) fail("linalg_matrix_norm", "input is undefined");
+  const Tensor a = autocast_arg(AutocastPolicy::kFloat32, a_);  // (torch's fp32 list)
   op_util::require_float("linalg_matrix_norm", a);
   const auto [d1, d2] = matrix_dims(a, dims);
   if (ord == 1 || ord == -1)
@@ -616,9 +631,10 @@ Tensor matrix_norm(const Tensor& a, double ord, const std::vector<int64_t>& dims
        "'nuc')");
 }
 
-Tensor matrix_norm(const Tensor& a, const std::string& ord, const std::vector<int64_t>& dims,
+Tensor matrix_norm(const Tensor& a_, const std::string& ord, const std::vector<int64_t>& dims,
                    bool keepdim) {
-  if (!a.defined()) fail("linalg_matrix_norm", "input is undefined");
+  if (!a_.defined()) fail("linalg_matrix_norm", "input is undefined");
+  const Tensor a = autocast_arg(AutocastPolicy::kFloat32, a_);  // (torch's fp32 list)
   op_util::require_float("linalg_matrix_norm", a);
   const auto [d1, d2] = matrix_dims(a, dims);
   if (ord == "fro") return kiln::vector_norm(a, 2, {d1, d2}, keepdim);

@@ -1072,9 +1072,17 @@ Tensor median(const Tensor& a) {
   const Tensor flat = reshape(a, Shape{-1});
   const Tensor v = sort(flat, 0).first;
   const int64_t k = (a.numel() - 1) / 2;
-  const Tensor m = reshape(slice(v, 0, k, k + 1), Shape{});
-  // NaN propagates (torch), where the sort would put it last and pick a number.
+  Tensor m = reshape(slice(v, 0, k, k + 1), Shape{});
   if (!is_floating(a.dtype())) return m;
+  // torch splits the gradient evenly among the elements equal to the median: m + the mean of
+  // (x - m) over them, which is m exactly in value (each term is 0) and 1/ties in gradient.
+  if (a.requires_grad()) {
+    const Tensor md = m.detach();
+    const Tensor tie = eq(flat, md);
+    const Tensor dev = where(tie, sub(flat, md), zeros_like(md));
+    m = add(md, div(sum(dev), sum(cast(tie, a.dtype()))));
+  }
+  // NaN propagates (torch), where the sort would put it last and pick a number.
   return where(any(isnan(flat), {}, false), scalar_tensor(NAN, a.dtype()), m);
 }
 std::pair<Tensor, Tensor> median(const Tensor& a, int64_t dim, bool keepdim) {

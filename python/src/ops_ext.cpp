@@ -190,7 +190,10 @@ void init_ops_ext(py::module_& m, TensorClass& cls) {
       m, cls, "addcmul", "input + value * tensor1 * tensor2.",
       [](const Tensor& a, const TensorLike& t1, const TensorLike& t2, const Scalar& v) {
         // An integer value keeps integer tensors integers (torch); addcmul's double would not.
-        if (v.is_integral() && v.to_int() != 1) return addcmul(a, mul(t1.t, v), t2.t, 1.0);
+        if (v.is_integral() && v.to_int() != 1) {
+          const DType t = ResultType().add(a).add(t1.t).add(t2.t).dtype();
+          return addcmul(a, mul(t1.t.to(t), v), t2.t, 1.0);
+        }
         return addcmul(a, t1.t, t2.t, v.to_double());
       },
       py::arg("tensor1"), py::arg("tensor2"), py::kw_only(), py::arg("value") = 1.0);
@@ -207,6 +210,8 @@ void init_ops_ext(py::module_& m, TensorClass& cls) {
         // A float bound promotes an integer tensor (torch: clamp_min(int, 1.5) is float32).
         if (PyFloat_Check(lo.ptr()) && !is_floating(a.dtype()))
           return clamp_min(a.to(kDefaultFloat), lo.cast<double>());
+        if (a.dtype() == Bool && PyLong_Check(lo.ptr()) && !PyBool_Check(lo.ptr()))
+          return clamp_min(a.to(Int64), lo.cast<double>());  // (torch's result type)
         return clamp_min(a, lo.cast<double>());
       },
       py::arg("min"));
@@ -216,6 +221,8 @@ void init_ops_ext(py::module_& m, TensorClass& cls) {
         if (py::isinstance<Tensor>(hi)) return clamp_max(a, hi.cast<Tensor>());
         if (PyFloat_Check(hi.ptr()) && !is_floating(a.dtype()))
           return clamp_max(a.to(kDefaultFloat), hi.cast<double>());
+        if (a.dtype() == Bool && PyLong_Check(hi.ptr()) && !PyBool_Check(hi.ptr()))
+          return clamp_max(a.to(Int64), hi.cast<double>());  // (torch's result type)
         return clamp_max(a, hi.cast<double>());
       },
       py::arg("max"));

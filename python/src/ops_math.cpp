@@ -94,7 +94,15 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
           "a / b with rounding_mode None, 'trunc' or 'floor'");
   def_both(
       m, cls, "floor_divide", "a // b: division rounded toward -inf (integers stay integers).",
-      [](const Tensor& a, const TensorLike& b) { return floor_divide(a, b.t); }, py::arg("other"));
+      [](const Tensor& a, py::object b) {
+        // A Python number promotes by its kind (torch: bf16 // 2.5 is bf16), not as a tensor.
+        if (PyFloat_Check(b.ptr()) || PyLong_Check(b.ptr())) {
+          const Scalar s = b.cast<Scalar>();
+          return floor_divide(a, scalar_tensor(s.to_double(), result_type(a, s)));
+        }
+        return floor_divide(a, b.cast<TensorLike>().t);
+      },
+      py::arg("other"));
   // torch.add/sub(input, other, *, alpha=1, out=None): input +- alpha * other (the plain
   // two-argument call takes fast_ops' path; keywords come here).
   for (const char* name : {"add", "sub"}) {
@@ -192,6 +200,10 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
         const bool float_bound = PyFloat_Check(lo.ptr()) || PyFloat_Check(hi.ptr());
         if (float_bound && !is_floating(a.dtype()))
           return clamp(a.to(kDefaultFloat), lo_of(lo), hi_of(hi));
+        // A bool tensor with an integer bound clamps as int64 (torch's result type).
+        const bool int_bound = (PyLong_Check(lo.ptr()) && !PyBool_Check(lo.ptr())) ||
+                               (PyLong_Check(hi.ptr()) && !PyBool_Check(hi.ptr()));
+        if (int_bound && a.dtype() == Bool) return clamp(a.to(Int64), lo_of(lo), hi_of(hi));
         return clamp(a, lo_of(lo), hi_of(hi));
       },
       py::arg("min") = py::none(), py::arg("max") = py::none());

@@ -419,6 +419,8 @@ void init_ops_shape(py::module_& m, TensorClass& cls) {
   m.def(
       "cat",
       [](py::object xs, int64_t dim) {
+        if (py::isinstance<Tensor>(xs))
+          raise(type_error_type(), "[cat] expects a list or tuple of tensors, got a Tensor");
         std::vector<Tensor> ts = tensors_of(xs, "cat");
         MaybeNoGil g(!ts.empty() && big(ts[0]));
         return cat(ts, dim);

@@ -368,3 +368,43 @@ def test_integer_linspace_linear_addmm_and_legacy_empty_cat():
     same(KF.linear(k, k, kb), TF.linear(t, t, tb))
     same(kiln.addmm(k, k, k), torch.addmm(t, t, t))
     same(kiln.cat([kiln.ones(2, 3), kiln.tensor([])]), torch.cat([torch.ones(2, 3), torch.tensor([])]))
+
+
+def test_fourth_round():
+    # linear algebra runs in float32 under autocast, as torch's fp32 list
+    k, t = pair([[2.0, 1.0], [1.0, 3.0]], "bfloat16")
+    with kiln.autocast("cpu"):
+        ki = kiln.linalg.inv(k)
+    with torch.autocast("cpu"):
+        ti = torch.linalg.inv(t)
+    same(ki, ti, rtol=1e-2)
+    # one dtype for tensordot/inner; integers keep theirs
+    ka, ta = pair([[1, 2], [3, 4]], "int32")
+    same(kiln.inner(ka, ka), torch.inner(ta, ta))
+    same(kiln.tensordot(ka, ka, dims=1), torch.tensordot(ta, ta, dims=1))
+    with pytest.raises(kiln.Error):
+        kiln.tensordot(ka, ka.to(kiln.int64), dims=1)
+    # number kinds
+    kb, tb = pair(1.5, "bfloat16")
+    same(kiln.floor_divide(kb, 2.5), torch.floor_divide(tb, 2.5))
+    kx, tx = pair([[1, 2, 3], [4, 5, 6]], "int32")
+    km, tm = pair([True, False, True], "bool")
+    same(kiln.addcmul(kx, km, km.reshape(3, 1)[:2], value=2),
+         torch.addcmul(tx, tm, tm.reshape(3, 1)[:2], value=2))
+    kbool, tbool = pair([True, False], "bool")
+    same(kiln.clamp(kbool, min=2), torch.clamp(tbool, min=2))
+    same(kiln.clamp_min(kbool, 2), torch.clamp_min(tbool, 2))
+    # integer addmm truncates a fractional beta, as torch
+    kv, tv = pair([1, 2], "int64")
+    same(kiln.addmm(kv, ka.to(kiln.int64), ka.to(kiln.int64), beta=0.5, alpha=2),
+         torch.addmm(tv, ta.long(), ta.long(), beta=0.5, alpha=2))
+    # median's gradient splits among ties
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.5]])
+    kx2, tx2 = kiln.tensor(x).requires_grad_(), torch.tensor(x).requires_grad_()
+    kiln.median(kx2).backward()
+    torch.median(tx2).backward()
+    same(kx2.grad, tx2.grad)
+    with pytest.raises(kiln.Error):
+        kiln.cat(kiln.ones(2, 3))
+    with pytest.raises(kiln.Error):
+        kiln.linspace(0, 1, 3, dtype=kiln.bool)
