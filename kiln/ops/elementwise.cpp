@@ -693,7 +693,8 @@ Tensor pow(const Tensor& a, const Scalar& e) {
 Tensor pow(const Scalar& base, const Tensor& e) {
   if (!e.defined()) fail("pow", "input 1 is an undefined tensor");
   const DType t = result_type(e, base);
-  return pow(scalar_tensor(base.to_double(), t == Bool ? Int64 : t), e);
+  if (t == Bool) fail("pow", "bool ** bool (", e.shape(), ") is not implemented, as in torch");
+  return pow(scalar_tensor(base.to_double(), t), e);
 }
 Tensor exp(const Tensor& a) { return call1(kExp, {float_in(a)}); }
 Tensor log(const Tensor& a) { return call1(kLog, {float_in(a)}); }

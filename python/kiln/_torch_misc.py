@@ -257,7 +257,7 @@ def _install_tensor_methods(T, inplace_of):
                      ("is_same_size", lambda self, other: tuple(self.shape) == tuple(other.shape)),
                      ("split_with_sizes", _split_with_sizes), ("deg2rad", _deg2rad),
                      ("rad2deg", _rad2deg), ("is_nonzero", _is_nonzero),
-                     ("positive", lambda self: self), ("is_inference", lambda self: False),
+                     ("positive", _positive), ("is_inference", lambda self: False),
                      ("addmm", lambda self, mat1, mat2, *, beta=1, alpha=1:
                       _C.addmm(self, mat1, mat2, beta=beta, alpha=alpha))):
         if name not in T.__dict__:
@@ -270,6 +270,11 @@ def _install_tensor_methods(T, inplace_of):
                                   "deg2rad", "rad2deg", "trunc"]:
         if hasattr(T, name) and name + "_" not in T.__dict__:
             setattr(T, name + "_", inplace_of(name))
+
+
+def _positive(self):
+    """torch.positive: the tensor itself; refused for bool, as torch's + operator."""
+    return +self
 
 
 def install(ns):
