@@ -20,14 +20,7 @@ KNOWN_BUGS = {
     'floor_divide(bf16[*': 'dtype/values: out: kiln float32 vs torch bfloat16',
     'floor_divide(f32[*': 'values: out: at (6,) kiln inf vs torch nan',
     'floor_divide(f64[*': 'values: out: at (6,) kiln inf vs torch nan',
-    'op:pow(?:*': 'accepted: torch: "pow" not implemented for \'Bool\'',
     'clamp(b[*': 'accepted/refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'clamp_min(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'clamp_max(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'clip(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    'addcmul(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    '.positive(b[*':
-        'accepted: torch: The `+` operator, on a bool tensor is not suppor',
 }
 
 SCALARS = {"bool": True, "int": 2, "float": 2.5}

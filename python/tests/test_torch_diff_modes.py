@@ -20,11 +20,6 @@ KNOWN_BUGS = {
     'F.unfold(f32*#autocast': 'dtype: f32 unfold becomes bf16 under autocast (torch keeps f32)',
     "einsum('i,j->ij',f32*#autocast": 'dtype: f32 outer einsum becomes bf16 (torch keeps f32)',
     'pinverse(f32*#autocast': 'dtype: pinverse runs in bf16 under autocast (torch float32)',
-    'linalg.*(bf16*#autocast':
-        'dtype: inv/solve/cholesky/qr/svdvals/eigvalsh/matrix_norm stay bf16 (torch float32)',
-    'median(*#autocast': 'refused: median of an empty tensor (torch: nan)',
-    'topk(bf16[],*#autocast': 'refused: topk of a 0-d tensor',
-    'clamp(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
 }
 
 MODES = ["jit", "graph"]

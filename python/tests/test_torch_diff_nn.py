@@ -15,7 +15,6 @@ from torch_diff_util import DTYPES, FLOATS, Case, T, install_tests  # noqa: E402
 # docs/torch_differences.md.
 KNOWN_BUGS = {
     'F.hardswish(f64[6]=*#edges': 'grad: at x = 3 kiln 1, torch 1.5 (torch: x/3 + 1/2 on [-3, 3])',
-    'F.gelu(f32[12]=*#edges': 'values: gelu(-30.) is 1.8e-06 in float32 (torch 0)',
     'F.hardsigmoid(f64[*': 'grad: grad[0]: at (0, 0) kiln -0.25 vs torch -0.2500000074505806',
     'F.softmax(b[*':
         'refused: [softmax] input must be float32 or float64, got bool (shape [0, 4])',
@@ -54,10 +53,6 @@ KNOWN_BUGS = {
         'refused: [conv2d] expects two float32 or two float64 tensors, got int32 [3, 4,',
     'F.conv3d(i64[*':
         'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [3, 4,',
-    'F.linear(i32[*':
-        'refused: [matmul] only floating dtypes are supported, got int32 and int32 (sha',
-    'F.linear(i64[*':
-        'refused: [matmul] only floating dtypes are supported, got int64 and int64 (sha',
     'F.conv_transpose1d(i64[*':
         'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
     'F.conv_transpose2d(i64[*':

@@ -18,13 +18,8 @@ KNOWN_BUGS = {
         'accepted/refused: torch: "median_cpu" not implemented for \'Bool\'',
     'median(i32[*': 'refused: [median] cannot take the median of an empty tensor of shape [0, 3]',
     'median(i64[*': 'refused: [median] cannot take the median of an empty tensor of shape [0, 3]',
-    'median(f32[*':
-        'refused/values: [median] cannot take the median of an empty tensor of shape [0',
     'median(f64[*':
         'grad/refused/values: [median] cannot take the median of an empty tensor of sha',
-    'median(bf16[*':
-        'refused/values: [median] cannot take the median of an empty tensor of shape [0',
-    'mode(b[*': 'refused: [mode] input must be numeric, got bool (shape [2, 3])',
     'softmax(b[*': 'refused: [softmax] input must be float32 or float64, got bool (shape [0, 3])',
     'softmax(i32[*':
         'refused: [softmax] input must be float32 or float64, got int32 (shape [0, 3])',
@@ -36,29 +31,8 @@ KNOWN_BUGS = {
         'refused: [log_softmax] input must be float32 or float64, got int32 (shape [0, ',
     'log_softmax(i64[*':
         'refused: [log_softmax] input must be float32 or float64, got int64 (shape [0, ',
-    'topk(bf16[*': 'refused: [topk] input must have at least one dim, got a 0-d tensor',
-    'max(f64[*': 'grad: grad[0]: at (0, 1) kiln -0.75 vs torch -1.5',
-    'dot(i32[*': 'dtype: out: kiln int64 vs torch int32',
-    'vdot(i32[*': 'dtype: out: kiln int64 vs torch int32',
-    'inner(i32[*': 'accepted/dtype: torch: expected scalar type Int but found Bool',
-    'inner(i64[*': 'accepted: torch: expected scalar type Long but found Bool',
-    'inner(f32[*': 'accepted: torch: expected scalar type Float but found Bool',
-    'inner(f64[*': 'accepted: torch: expected scalar type Double but found Bool',
-    'inner(bf16[*': 'accepted: torch: expected scalar type BFloat16 but found Bool',
-    'tensordot(i32[*':
-        'accepted/dtype: torch: expected scalar type Int but found Bool',
-    'tensordot(i64[*': 'accepted: torch: expected scalar type Long but found Bool',
-    'tensordot(f32[*': 'accepted: torch: expected scalar type Float but found Bool',
-    'tensordot(f64[*': 'accepted: torch: expected scalar type Double but found Bool',
-    'tensordot(bf16[*':
-        'accepted: torch: expected scalar type BFloat16 but found Bool',
     'einsum(*': 'refused: [matmul] only floating dtypes are supported, got bool and bool (shape',
-    'addmm(i32[*':
-        'refused: [addmm] input, a and b must share one floating dtype, got int32 [2, 4',
-    'addmm(i64[*':
-        'refused: [addmm] input, a and b must share one floating dtype, got int64 [2, 4',
     'addmm(bf16[*': 'values: out: at (0, 1) kiln 0.09375 vs torch 0.078125',
-    'addbmm(i32[*': 'dtype: out: kiln int64 vs torch int32',
 }
 
 NUMERIC = ["int32", "int64", "float32", "float64", "bfloat16"]

@@ -14,12 +14,6 @@ from torch_diff_util import DTYPES, Case, D, L, T, install_tests  # noqa: E402
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    'cat(*': 'refused: [cat] tensor 1 has shape [0], expected rank 2 like [2, 3]',
-    'scatter_add(b[*': 'refused: [scatter_add] input must be numeric, got bool (shape [2, 3])',
-    'index_add(b[*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
-    'scatter_reduce(b[*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
-    'index_put(b[*': 'refused: [index_put] input must be numeric, got bool (shape [3, 3])',
-    'linspace(?:*': 'refused: [linspace] expected a floating dtype, got int32',
 }
 
 

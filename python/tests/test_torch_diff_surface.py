@@ -27,7 +27,8 @@ def _method_twins():
             if not isinstance(c.fn, str) or "." in c.fn or ":" in c.fn or not c.args or \
                     not isinstance(c.args[0], U.T):
                 continue
-            if not (hasattr(kiln.Tensor, c.fn) and hasattr(torch.Tensor, c.fn)):
+            if not (hasattr(kiln.Tensor, c.fn) and hasattr(torch.Tensor, c.fn)) or \
+                    c.fn in ("where",):  # x.where(cond, y) is where(cond, x, y)
                 continue
             key = (c.fn, c.args[0].dtype)
             if key in seen:
@@ -40,9 +41,9 @@ def _method_twins():
 
 def _inplace(method, *extra):
     """x.clone().<method>(*extra): the in-place form on a fresh copy, and what it returns."""
-    def call(m, x, *args):
+    def call(m, x, *args, **kwargs):
         y = x.detach().clone()
-        r = getattr(y, method)(*args, *extra)
+        r = getattr(y, method)(*args, *extra, **kwargs)
         return y, r
     call.__name__ = "." + method
     return call
@@ -83,6 +84,8 @@ def surface_cases():
         out.append(C(".contiguous", [x]))
         out.append(C(".expand_as", [T((3,), dt), x], ops=["expand_as"]))
         out.append(C(".select", [x, 1, 2], ops=["slice", "squeeze"]))
+        for b in U.DTYPES:
+            out.append(C(".where", [x, T((2, 3), "bool"), T((3,), b)]))
         out.append(C(".as_strided", [x, (2, 2), (1, 2)]))
         out.append(C("as_strided", [x, (3, 2), (1, 3), 0]))
         out.append(C(_inplace("zero_"), [x], name=".zero_", ops=["fill_like"]))
@@ -446,227 +449,7 @@ def second_cases():
 KNOWN_BUGS = {
     'F.fractional_max_pool3d(f32[2,3])#tight':
         'accepted: pool 2 over an input of 2 (torch: pool height 2 too large for input height 2)',
-    '.addcmul(i32[*': 'dtype: out: kiln float32 vs torch int32',
-    '.mode(b[*': 'refused: [mode] input must be numeric, got bool (shape [2, 3])',
-    '.addbmm(i32[*': 'dtype: out: kiln int64 vs torch int32',
     '.addbmm(bf16[*': 'values: out: at (1, 0) kiln 0.328125 vs torch 0.3125',
-    '.scatter_add(b[*': 'refused: [scatter_add] input must be numeric, got bool (shape [2, 3])',
-    '.index_add(b[*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
-    '.scatter_reduce(b[*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
-    '.acos_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.acos_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.acos_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.asin_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.asin_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.asin_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.atan2_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.atan2_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.atan2_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.atan_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.atan_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.atan_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.cos_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.cos_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.cos_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.cosh_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.cosh_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.cosh_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.erf_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.erf_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.erf_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.exp2_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.exp2_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.exp2_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.exp_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.exp_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.exp_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.expm1_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.expm1_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.expm1_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.index_add_(b[*': 'refused: [index_add] input must be numeric, got bool (shape [3, 3])',
-    '.log10_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.log10_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.log10_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.log1p_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.log1p_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.log1p_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.log2_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.log2_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.log2_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.log_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.log_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.log_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.reciprocal_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.reciprocal_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.reciprocal_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.rsqrt_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.rsqrt_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.rsqrt_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.scatter_reduce_(b[*': 'refused: [scatter] input must be numeric, got bool (shape [2, 3])',
-    '.sigmoid_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.sigmoid_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.sigmoid_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.sin_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.sin_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.sin_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.sinh_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.sinh_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.sinh_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.sqrt_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.sqrt_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.sqrt_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.square_(b[*': 'accepted: torch: Found dtype Bool but expected Long',
-    '.tan_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.tan_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.tan_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.tanh_(b[*': "accepted: torch: result type Float can't be cast to the desired o",
-    '.tanh_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.tanh_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    'cat(f32[*': "accepted: torch: cat(): argument 'tensors' (position 1) must be tupl",
-    '.clip(b[*': 'refused: [clamp] input must be numeric, got bool (shape [2, 3])',
-    '.addmm(i32[*':
-        'refused: [addmm] input, a and b must share one floating dtype, got int32 [2, 4',
-    '.addmm(i64[*':
-        'refused: [addmm] input, a and b must share one floating dtype, got int64 [2, 4',
-    '.acosh_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.acosh_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.acosh_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arccos_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arccos_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arccos_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arccosh_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arccosh_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arccosh_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arcsin_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arcsin_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arcsin_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arcsinh_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arcsinh_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arcsinh_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arctan2_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arctan2_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arctan2_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arctan_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arctan_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arctan_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arctanh_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arctanh_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.arctanh_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.asinh_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.asinh_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.asinh_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.atanh_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.atanh_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.atanh_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.cumprod_(b[*':
-        'accepted: torch: "cumprod_out_cpu" not implemented for \'Bool\'',
-    '.cumsum_(b[*': 'accepted: torch: "cumsum_out_cpu" not implemented for \'Bool\'',
-    '.deg2rad_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.deg2rad_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.deg2rad_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.divide_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.divide_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.divide_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.rad2deg_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.rad2deg_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.rad2deg_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.scatter_add_(b[*': 'refused: [scatter_add] input must be numeric, got bool (shape [2, 3])',
-    '.true_divide_(b[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.true_divide_(i32[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
-    '.true_divide_(i64[*':
-        "accepted: torch: result type Float can't be cast to the desired o",
 }
 
 CASES = (_method_twins() + _inplace_twins() + surface_cases() + more_cases() +

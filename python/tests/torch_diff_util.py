@@ -432,7 +432,8 @@ class Outcome:
     """kind: agree, agree_raise, agree_binding (both refuse a type, kiln via the binding layer),
     or a difference: dtype, shape, values, grad, structure, refused (kiln.Error where torch
     works), binding (a non-kiln exception), accepted (kiln works where torch raises), infer (a
-    graph's inferred dtype or shape is not its result's)."""
+    graph's inferred dtype or shape is not its result's), harness (both raise the same
+    exception: the case itself is wrong)."""
 
     def __init__(self, case, kind, detail=""):
         self.case, self.kind, self.detail = case, kind, detail
@@ -469,6 +470,9 @@ def run_case(case, oracle_f32=False):
         return Outcome(case, "infer", str(kerr))
     if kerr is not None:
         msg = f"{type(kerr).__name__}: {str(kerr).splitlines()[0][:160] if str(kerr) else ''}"
+        if terr is not None and type(kerr) is type(terr) and str(kerr) == str(terr):
+            # the same exception from both: the case's own code failed, not the libraries
+            return Outcome(case, "harness", msg)
         if not is_kiln_error(kerr):
             if terr is not None and isinstance(terr, TypeError) and isinstance(kerr, TypeError):
                 return Outcome(case, "agree_binding", msg)
