@@ -10,6 +10,7 @@
 #include "kiln/kernels/cpu/conv_direct.h"
 #include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kernels/cpu/conv_lanes.h"
+#include "kiln/kernels/cpu/conv_taps.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/im2col.h"
 #include "kiln/kernels/cpu/parallel.h"
@@ -106,6 +107,71 @@ bool is_pointwise(const cpu::Conv2dGeom& g) {
 cpu::ConvShape conv_shape(const ConvP& p, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
                           int64_t kH, int64_t kW, int64_t OH, int64_t OW) {
   return cpu::ConvShape{N, C, H, W, O, kH, kW, p.G, OH, OW, p.sH, p.sW, p.pH, p.pW, p.dH, p.dW};
+}
+
+// ---- taps that only ever read padding (kernels/cpu/conv_taps.h) -----------------------------
+// The ops drop them (slice the weight, take their span off the padding) before any kernel runs.
+// The output size stays that of the full convolution: the kernels take it from the output
+// tensor, and a right padding that differs from the left is implied by it.
+
+using cpu::kept_taps;
+using cpu::TapRange;
+
+struct TapCrop {
+  TapRange h, w;
+};
+
+std::optional<TapCrop> find_crop(const ConvP& p, int64_t H, int64_t W, int64_t kH, int64_t kW,
+                                 int64_t OH, int64_t OW) {
+  TapCrop c{kept_taps(H, kH, p.pH, p.sH, p.dH, OH), kept_taps(W, kW, p.pW, p.sW, p.dW, OW)};
+  if (c.h.n == kH && c.w.n == kW) return std::nullopt;
+  return c;
+}
+
+ConvP cropped_params(ConvP p, const TapCrop& c) {
+  p.pH -= c.h.lo * p.dH;
+  p.pW -= c.w.lo * p.dW;
+  return p;
+}
+
+// Copies the kept taps of a weight whose kernel dims are `kdim` and `kdim + 1` (OIHW, or the
+// blocked [O/b, C/b, kH, kW, b, b]): any dtype, by bytes. back: the other way, the cropped
+// weight `from` into the zeroed full-size `to` (a weight gradient: the dropped taps get 0).
+void copy_taps(const Tensor& from, Tensor& to, int64_t kdim, const TapCrop& c, bool back) {
+  const Tensor& full = back ? to : from;
+  const int64_t kH = full.size(kdim), kW = full.size(kdim + 1);
+  int64_t A = 1, B = 1;
+  for (int64_t d = 0; d < kdim; ++d) A *= full.size(d);
+  for (int64_t d = kdim + 2; d < full.dim(); ++d) B *= full.size(d);
+  const size_t e = static_cast<size_t>(full.element_size());
+  const size_t row = static_cast<size_t>(c.w.n * B) * e;
+  const char* src = static_cast<const char*>(from.raw_data());
+  char* dst = static_cast<char*>(to.raw_data());
+  if (back) std::memset(dst, 0, static_cast<size_t>(to.numel()) * e);
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t i = 0; i < c.h.n; ++i) {
+      const int64_t full_at = ((a * kH + c.h.lo + i) * kW + c.w.lo) * B;
+      const int64_t crop_at = (a * c.h.n + i) * c.w.n * B;
+      if (back)
+        std::memcpy(dst + static_cast<size_t>(full_at) * e, src + static_cast<size_t>(crop_at) * e,
+                    row);
+      else
+        std::memcpy(dst + static_cast<size_t>(crop_at) * e, src + static_cast<size_t>(full_at) * e,
+                    row);
+    }
+}
+
+Shape cropped_shape(const Shape& s, int64_t kdim, const TapCrop& c) {
+  std::vector<int64_t> v = s.vec();
+  v[static_cast<size_t>(kdim)] = c.h.n;
+  v[static_cast<size_t>(kdim + 1)] = c.w.n;
+  return Shape(v);
+}
+
+Tensor crop_weight(const Tensor& w, int64_t kdim, const TapCrop& c) {
+  Tensor out = empty(cropped_shape(w.shape(), kdim, c), w.dtype());
+  copy_taps(w, out, kdim, c, false);
+  return out;
 }
 
 // How many chunks of samples to run side by side. Batch parallelism splits im2col and GEMM
@@ -321,6 +387,52 @@ void conv_bf16(const Tensor& a, const Tensor& b, Tensor& out, Native native, F32
 
 Attrs conv_only(const Attrs& a) { return Attrs{a[0], a[1], a[2], a[3]}; }
 
+void conv2d_kernel(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p) {
+  if (x.dtype() == BF16) {
+    const cpu::ConvShape s = conv_shape(p, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0),
+                                        w.size(2), w.size(3), y.size(2), y.size(3));
+    return conv_bf16(
+        x, w, y,
+        [&](auto* px, auto* pw, auto* py) { return cpu::dnnl_conv2d_forward_bf16(s, px, pw, py); },
+        [&](const Tensor& wx, const Tensor& ww, Tensor& wy) { conv2d_fwd<float>(wx, ww, wy, p); });
+  }
+  KILN_DISPATCH_FLOAT(x.dtype(), "conv2d", [&] { conv2d_fwd<scalar_t>(x, w, y, p); });
+}
+
+void conv2d_grad_input_kernel(const Tensor& gy, const Tensor& w, Tensor& dx, const ConvP& p) {
+  if (gy.dtype() == BF16) {
+    const cpu::ConvShape s = conv_shape(p, dx.size(0), dx.size(1), dx.size(2), dx.size(3),
+                                        w.size(0), w.size(2), w.size(3), gy.size(2), gy.size(3));
+    return conv_bf16(
+        gy, w, dx,
+        [&](auto* pg, auto* pw, auto* pdx) {
+          return cpu::dnnl_conv2d_backward_data_bf16(s, pg, pw, pdx);
+        },
+        [&](const Tensor& wg, const Tensor& ww, Tensor& wdx) {
+          conv2d_bwd_input<float>(wg, ww, wdx, p);
+        });
+  }
+  KILN_DISPATCH_FLOAT(gy.dtype(), "conv2d_grad_input",
+                      [&] { conv2d_bwd_input<scalar_t>(gy, w, dx, p); });
+}
+
+void conv2d_grad_weight_kernel(const Tensor& x, const Tensor& gy, Tensor& dw, const ConvP& p) {
+  if (x.dtype() == BF16) {
+    const cpu::ConvShape s = conv_shape(p, x.size(0), x.size(1), x.size(2), x.size(3), dw.size(0),
+                                        dw.size(2), dw.size(3), gy.size(2), gy.size(3));
+    return conv_bf16(
+        x, gy, dw,
+        [&](auto* px, auto* pg, auto* pdw) {
+          return cpu::dnnl_conv2d_backward_weights_bf16(s, px, pg, pdw);
+        },
+        [&](const Tensor& wx, const Tensor& wg, Tensor& wdw) {
+          conv2d_bwd_weight<float>(wx, wg, wdw, p);
+        });
+  }
+  KILN_DISPATCH_FLOAT(x.dtype(), "conv2d_grad_weight",
+                      [&] { conv2d_bwd_weight<scalar_t>(x, gy, dw, p); });
+}
+
 const OpDef& kConv2d = def_op(
     {.name = "conv2d",
      .num_inputs = 2,
@@ -335,22 +447,11 @@ const OpDef& kConv2d = def_op(
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            ConvP p = conv_params("conv2d", a);
-           if (in[0].dtype() == BF16) {
-             const Tensor &x = in[0], &w = in[1];
-             const cpu::ConvShape s =
-                 conv_shape(p, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2),
-                            w.size(3), out[0].size(2), out[0].size(3));
-             return conv_bf16(
-                 x, w, out[0],
-                 [&](auto* px, auto* pw, auto* py) {
-                   return cpu::dnnl_conv2d_forward_bf16(s, px, pw, py);
-                 },
-                 [&](const Tensor& wx, const Tensor& ww, Tensor& wy) {
-                   conv2d_fwd<float>(wx, ww, wy, p);
-                 });
-           }
-           KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d",
-                               [&] { conv2d_fwd<scalar_t>(in[0], in[1], out[0], p); });
+           const Tensor &x = in[0], &w = in[1];
+           if (auto c = find_crop(p, x.size(2), x.size(3), w.size(2), w.size(3), out[0].size(2),
+                                  out[0].size(3)))
+             return conv2d_kernel(x, crop_weight(w, 2, *c), out[0], cropped_params(p, *c));
+           conv2d_kernel(x, w, out[0], p);
          },
      // y = conv(x, w) is bilinear: dx = conv^T_w(g) (conv2d_grad_input), dw = the correlation of
      // x with g (conv2d_grad_weight).
@@ -405,23 +506,13 @@ const OpDef& kConv2dGradInput = def_op(
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            ConvP p = conv_params("conv2d_grad_input", a);
-           if (in[0].dtype() == BF16) {
-             const Tensor &gy = in[0], &w = in[1];
-             Tensor& dx = out[0];
-             const cpu::ConvShape s =
-                 conv_shape(p, dx.size(0), dx.size(1), dx.size(2), dx.size(3), w.size(0), w.size(2),
-                            w.size(3), gy.size(2), gy.size(3));
-             return conv_bf16(
-                 gy, w, dx,
-                 [&](auto* pg, auto* pw, auto* pdx) {
-                   return cpu::dnnl_conv2d_backward_data_bf16(s, pg, pw, pdx);
-                 },
-                 [&](const Tensor& wg, const Tensor& ww, Tensor& wdx) {
-                   conv2d_bwd_input<float>(wg, ww, wdx, p);
-                 });
-           }
-           KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_grad_input",
-                               [&] { conv2d_bwd_input<scalar_t>(in[0], in[1], out[0], p); });
+           const Tensor &gy = in[0], &w = in[1];
+           Tensor& dx = out[0];
+           // Dropped taps only ever met padding: they add nothing to dx.
+           if (auto c = find_crop(p, dx.size(2), dx.size(3), w.size(2), w.size(3), gy.size(2),
+                                  gy.size(3)))
+             return conv2d_grad_input_kernel(gy, crop_weight(w, 2, *c), dx, cropped_params(p, *c));
+           conv2d_grad_input_kernel(gy, w, dx, p);
          },
      // dx = A_w^T g, linear in g and in w. With gg the gradient of dx:
      //   d<gg, A_w^T g>/dg = A_w gg = conv2d(gg, w);
@@ -466,23 +557,17 @@ const OpDef& kConv2dGradWeight = def_op(
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            ConvP p = conv_params("conv2d_grad_weight", a);
-           if (in[0].dtype() == BF16) {
-             const Tensor &x = in[0], &gy = in[1];
-             Tensor& dw = out[0];
-             const cpu::ConvShape s =
-                 conv_shape(p, x.size(0), x.size(1), x.size(2), x.size(3), dw.size(0), dw.size(2),
-                            dw.size(3), gy.size(2), gy.size(3));
-             return conv_bf16(
-                 x, gy, dw,
-                 [&](auto* px, auto* pg, auto* pdw) {
-                   return cpu::dnnl_conv2d_backward_weights_bf16(s, px, pg, pdw);
-                 },
-                 [&](const Tensor& wx, const Tensor& wg, Tensor& wdw) {
-                   conv2d_bwd_weight<float>(wx, wg, wdw, p);
-                 });
+           const Tensor &x = in[0], &gy = in[1];
+           Tensor& dw = out[0];
+           // The gradient of a tap that only ever met padding is 0: the kept taps' gradient,
+           // placed into zeros.
+           if (auto c = find_crop(p, x.size(2), x.size(3), dw.size(2), dw.size(3), gy.size(2),
+                                  gy.size(3))) {
+             Tensor part = empty(cropped_shape(dw.shape(), 2, *c), dw.dtype());
+             conv2d_grad_weight_kernel(x, gy, part, cropped_params(p, *c));
+             return copy_taps(part, dw, 2, *c, true);
            }
-           KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_grad_weight",
-                               [&] { conv2d_bwd_weight<scalar_t>(in[0], in[1], out[0], p); });
+           conv2d_grad_weight_kernel(x, gy, dw, p);
          },
      // dw = B(x, g) with <w', B(x, g)> = <conv2d(x, w'), g> for every w'. With gg the gradient
      // of dw: <gg, B(x, g)> = <conv2d(x, gg), g>, so
@@ -508,14 +593,20 @@ const OpDef& kConv2dGradWeight = def_op(
 // passes run on programs whose gradients are already built, and they fuse only values no
 // gradient reads.
 
+// w_blocked (attribute 8): bit 0 the weight is blocked (else OIHW); bit 1 it is a constant of an
+// inference program (block_layout marks it), which oneDNN lays out once and keeps.
 struct FusedP {
   ConvP c;
   bool bias, relu, w_blocked;
   int64_t in_block, out_block;
+  bool w_const;
 };
 
 FusedP fused_params(const char* op, const Attrs& a) {
-  FusedP f{conv_params(op, a), a.i(4) != 0, a.i(5) != 0, a.i(8) != 0, a.i(6), a.i(7)};
+  if (a.i(8) < 0 || a.i(8) > 3)
+    fail(op, "w_blocked must be 0 (OIHW), 1 (blocked), 2 or 3 (the same, constant), got ", a.i(8));
+  FusedP f{conv_params(op, a), a.i(4) != 0, a.i(5) != 0, (a.i(8) & 1) != 0, a.i(6), a.i(7),
+           (a.i(8) & 2) != 0};
   for (int64_t b : {f.in_block, f.out_block})
     if (b != 0 && b != 8 && b != 16)
       fail(op, "channel blocks must be 0 (NCHW), 8 or 16, got in_block ", f.in_block,
@@ -625,10 +716,9 @@ Tensor unblock_weight(const Tensor& w, int64_t b) {
 }
 
 template <typename T>
-void conv2d_fused_kernel(const char* op, std::span<const Tensor> in, Tensor& y, const Attrs& a,
-                         size_t first) {
-  FusedP f = fused_params(op, a);
-  const Tensor &x = in[first], &w = in[first + 1];
+void conv2d_fused_kernel(std::span<const Tensor> in, Tensor& y, const FusedP& f, size_t first,
+                         const Tensor& w) {
+  const Tensor& x = in[first];
   const Tensor* bias = f.bias ? &in[first + 2] : nullptr;
   if (first && in[0].raw_data() != y.raw_data() && y.numel() > 0)
     std::memcpy(y.raw_data(), in[0].raw_data(), static_cast<size_t>(y.numel()) * sizeof(T));
@@ -644,10 +734,12 @@ void conv2d_fused_kernel(const char* op, std::span<const Tensor> in, Tensor& y, 
                       f.w_blocked,
                       f.bias,
                       first == 1,
-                      f.relu};
+                      f.relu,
+                      f.w_const};
     if (x.numel() > 0 && w.numel() > 0 &&
         cpu::dnnl_conv2d_fused(cf, x.data_ptr<float>(), w.data_ptr<float>(),
-                               bias ? bias->data_ptr<float>() : nullptr, y.data_ptr<float>()))
+                               bias ? bias->data_ptr<float>() : nullptr, y.data_ptr<float>(),
+                               w.impl_ptr()->storage, w.impl_ptr()->version()))
       return;
   }
   // float64, a build without oneDNN or a shape it refuses: the NCHW convolution, then the
@@ -673,6 +765,21 @@ void conv2d_fused_kernel(const char* op, std::span<const Tensor> in, Tensor& y, 
       }
 }
 
+// Crops taps that only meet padding (see find_crop) before the kernel; the block_layout pass
+// crops constant weights once, so this copies only non-constant or asymmetric ones.
+void fused_op_kernel(const char* op, std::span<const Tensor> in, Tensor& y, const Attrs& a,
+                     size_t first) {
+  FusedP f = fused_params(op, a);
+  const Tensor &x = in[first], &w = in[first + 1];
+  Tensor wc = w;
+  if (auto c = find_crop(f.c, x.size(2), x.size(3), w.size(2), w.size(3), y.size(2), y.size(3))) {
+    wc = crop_weight(w, 2, *c);
+    f.c = cropped_params(f.c, *c);
+    f.w_const = false;
+  }
+  KILN_DISPATCH_FLOAT(x.dtype(), op, [&] { conv2d_fused_kernel<scalar_t>(in, y, f, first, wc); });
+}
+
 const std::vector<std::string> kFusedAttrs = {"stride", "padding",  "dilation",  "groups",   "bias",
                                               "relu",   "in_block", "out_block", "w_blocked"};
 
@@ -682,12 +789,8 @@ const OpDef& kConv2dFused = def_op(
      .attr_names = kFusedAttrs,
      .infer = [](std::span<const Tensor> in,
                  const Attrs& a) { return fused_infer("conv2d_fused", in, a, 0); },
-     .kernel =
-         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-           KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_fused", [&] {
-             conv2d_fused_kernel<scalar_t>("conv2d_fused", in, out[0], a, 0);
-           });
-         },
+     .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
+                  const Attrs& a) { fused_op_kernel("conv2d_fused", in, out[0], a, 0); },
      .contiguous_inputs = true,
      .doc = "inference conv2d with its epilogue: relu?(conv(x, w) + bias), NCHW or channel-blocked "
             "[N, C/b, H, W, b] (what the conv_epilogue and block_layout passes make)"});
@@ -699,12 +802,8 @@ const OpDef& kConv2dFusedAdd = def_op(
      .traits = kAccumulates,
      .infer = [](std::span<const Tensor> in,
                  const Attrs& a) { return fused_infer("conv2d_fused_add", in, a, 1); },
-     .kernel =
-         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-           KILN_DISPATCH_FLOAT(in[0].dtype(), "conv2d_fused_add", [&] {
-             conv2d_fused_kernel<scalar_t>("conv2d_fused_add", in, out[0], a, 1);
-           });
-         },
+     .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
+                  const Attrs& a) { fused_op_kernel("conv2d_fused_add", in, out[0], a, 1); },
      .contiguous_inputs = true,
      .doc = "conv2d_fused that adds a residual (input 0, same layout as the output) before the "
             "relu: relu?(conv(x, w) + bias + residual), accumulated onto the residual"});

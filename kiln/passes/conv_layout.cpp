@@ -9,6 +9,7 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/graph/node.h"
 #include "kiln/kernels/cpu/conv_dnnl.h"
+#include "kiln/kernels/cpu/conv_taps.h"
 #include "kiln/ops/handles.h"
 #include "kiln/ops/ops.h"
 #include "kiln/passes/passes.h"
@@ -59,6 +60,58 @@ Attrs fused_attrs(const Attrs& conv, bool bias, bool relu, int64_t in_block, int
                   bool w_blocked) {
   return Attrs{conv[0],       conv[1],  conv[2],   conv[3],           int64_t{bias},
                int64_t{relu}, in_block, out_block, int64_t{w_blocked}};
+}
+
+// a with attribute k replaced by v.
+Attrs with_attr(const Attrs& a, size_t k, AttrValue v) {
+  Attrs r;
+  for (size_t i = 0; i < a.size(); ++i) r.push(i == k ? v : a[i]);
+  return r;
+}
+
+// A float32 convolution (conv2d or an NCHW-weight conv2d_fused(_add)) of static shapes whose
+// weight is a constant: the input index of that weight, else -1.
+int const_weight_conv(const Node* n) {
+  const bool plain = n->is(ops::conv2d);
+  if (!plain && !n->is(ops::conv2d_fused) && !n->is(ops::conv2d_fused_add)) return -1;
+  if (!plain && n->attrs.i(8) != 0) return -1;
+  const size_t first = n->is(ops::conv2d_fused_add) ? 1 : 0;
+  const TensorMeta& o = n->outputs[0];
+  if (o.dtype != Float32 || !o.shape.is_static() || o.shape.rank() != 4) return -1;
+  const Node* w = n->inputs[first + 1].node;
+  if (w->kind != NodeKind::Constant || !w->value.is_concrete() || w->value.dim() != 4) return -1;
+  return static_cast<int>(first + 1);
+}
+
+// Drops the weight taps that only ever meet padding (kernels/cpu/conv_taps.h) once, here, when
+// the smaller convolution keeps symmetric padding (so the attributes can say it): ASPP's
+// dilation-36 3x3 on a 33x33 map becomes a 1x1. Returns the new weight constant, or null.
+std::unique_ptr<Node> crop_const_weight(Node* n, int wi) {
+  const ValueRef& xr = n->inputs[static_cast<size_t>(wi - 1)];
+  const Shape& xs = xr.node->outputs[static_cast<size_t>(xr.index)].shape;
+  const Tensor& w = n->inputs[static_cast<size_t>(wi)].node->value;
+  const Shape& ys = n->outputs[0].shape;
+  if (!xs.is_static() || xs.rank() != 4) return nullptr;
+  const Ints &s = n->attrs.ints(0), &pd = n->attrs.ints(1), &d = n->attrs.ints(2);
+  Ints pad = pd;
+  cpu::TapRange r[2];
+  bool any = false;
+  for (size_t k = 0; k < 2; ++k) {
+    const int64_t kk = w.size(static_cast<int64_t>(2 + k));
+    r[k] = cpu::kept_taps(xs[2 + k], kk, pd[k], s[k], d[k], ys[2 + k]);
+    pad[k] = pd[k] - r[k].lo * d[k];
+    const int64_t eff = d[k] * (r[k].n - 1) + 1;
+    if (xs[2 + k] + 2 * pad[k] < eff || (xs[2 + k] + 2 * pad[k] - eff) / s[k] + 1 != ys[2 + k])
+      return nullptr;
+    any = any || r[k].n != kk;
+  }
+  if (!any) return nullptr;
+  NoGradGuard ng;
+  Tensor c = slice(slice(w, 2, r[0].lo, r[0].lo + r[0].n), 3, r[1].lo, r[1].lo + r[1].n);
+  auto cn = constant_node(contiguous(c));
+  n->inputs[static_cast<size_t>(wi)] = ValueRef{cn.get(), 0};
+  n->attrs = with_attr(n->attrs, 1, pad);
+  return cn;
 }
 
 // Rebuilds the node list with `before[n]` inserted ahead of n (each list already in order).
@@ -255,6 +308,9 @@ int block_layout(Program& p) {
       out.push_back(std::move(up));
       continue;
     }
+    const int wi = const_weight_conv(n);
+    if (wi >= 0)
+      if (auto cn = crop_const_weight(n, wi)) out.push_back(std::move(cn));
     if (blockable_conv(n)) {
       if (n->is(ops::conv2d)) {
         n->op = &*ops::conv2d_fused;
@@ -276,12 +332,26 @@ int block_layout(Program& p) {
       }
       if (first && !is_blocked(n->inputs[0])) n->inputs[0] = to_blocks(n->inputs[0]);
       Attrs a = n->attrs;
-      n->attrs = Attrs{a[0], a[1], a[2], a[3], a[4], a[5], in_block, b, int64_t{w_blocked}};
+      // A constant weight, blocked here or left OIHW (the first convolution: its input is not
+      // blocked), is laid out by oneDNN once, on the first run (w_blocked bit 1), not reordered
+      // on every one: oneDNN may want another layout than the blocks (its gemm kernel).
+      const int64_t w_mode = (w_blocked ? 1 : 0) | (wi >= 0 ? 2 : 0);
+      n->attrs = Attrs{a[0], a[1], a[2], a[3], a[4], a[5], in_block, b, w_mode};
       blocked[n] = n->outputs[0].shape;
       n->outputs[0].shape = bshape(n->outputs[0].shape);
       ++changed;
       out.push_back(std::move(up));
       continue;
+    }
+    // Other convolutions with a constant weight (grouped, depthwise, output channels not in
+    // whole blocks) stay NCHW; their weight is laid out once as well.
+    if (wi >= 0) {
+      if (n->is(ops::conv2d)) {
+        n->op = &*ops::conv2d_fused;
+        n->attrs = fused_attrs(n->attrs, false, false, 0, 0, false);
+      }
+      n->attrs = with_attr(n->attrs, 8, int64_t{2});
+      ++changed;
     }
     if (n->is(ops::max_pool2d) && is_blocked(n->inputs[0]) && !uses1.count(n) &&
         !fetched1.count(n) && n->outputs[0].shape.is_static()) {

@@ -9,6 +9,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -32,6 +33,17 @@ struct Key {
            std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0;
   }
 };
+
+// Whether oneDNN would run the primitive on its reference kernel ("ref:any"): plain loops,
+// 100-1000x slower than its jit or gemm kernels. It picks it for dilated convolutions whose
+// padding its jit kernels do not take (ASPP's dilation 12-36 on a 33x33 map in nChw16c: 40 s a
+// call); Kiln's im2col + GEMM is then far faster.
+bool is_ref(const_dnnl_primitive_desc_t pd) {
+  const char* impl = nullptr;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+    return false;
+  return std::strncmp(impl, "ref", 3) == 0;
+}
 
 dnnl_engine_t engine() {
   static dnnl_engine_t e = [] {
@@ -115,6 +127,7 @@ bool build(Entry& e) {
     e.fwd_pd = nullptr;
     return false;
   }
+  if (e.key.dir == Dir::Fwd && is_ref(e.fwd_pd)) return false;
   const dnnl_memory_desc_t* umds[3];
   dnnl_query_t q[3];
   if (e.key.dir == Dir::Fwd) {
@@ -130,6 +143,7 @@ bool build(Entry& e) {
       e.pd = nullptr;
       return false;
     }
+    if (is_ref(e.pd)) return false;
     umds[0] = &udst, umds[1] = &uwei, umds[2] = &usrc;
     q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
     e.arg[0] = DNNL_ARG_DIFF_DST, e.arg[1] = DNNL_ARG_WEIGHTS, e.arg[2] = DNNL_ARG_DIFF_SRC;
@@ -142,6 +156,7 @@ bool build(Entry& e) {
       e.pd = nullptr;
       return false;
     }
+    if (is_ref(e.pd)) return false;
     umds[0] = &usrc, umds[1] = &udst, umds[2] = &uwei;
     q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
     e.arg[0] = DNNL_ARG_SRC, e.arg[1] = DNNL_ARG_DIFF_DST, e.arg[2] = DNNL_ARG_DIFF_WEIGHTS;
@@ -232,6 +247,9 @@ struct FusedEntry {
   dnnl_primitive_desc_t reorder_pd[4] = {}, back_pd = nullptr;
   dnnl_primitive_t reorder[4] = {}, back = nullptr;
   bool ok = false;
+  // Constant weights (ConvFused::w_const) already in the primitive's layout, one per weight:
+  // layers of one shape share the primitive but not their weights.
+  std::deque<std::unique_ptr<struct WeightSlot>> w_slots;
   FusedEntry() = default;
   FusedEntry(const FusedEntry&) = delete;
   FusedEntry& operator=(const FusedEntry&) = delete;
@@ -249,7 +267,57 @@ struct FusedEntry {
   }
 };
 
+// One constant weight laid out for a primitive: its storage (held weakly: compared by control
+// block, so a freed storage never matches a new one at the same address), data and version.
+struct WeightSlot {
+  std::weak_ptr<const void> owner;
+  const void* data = nullptr;
+  uint32_t version = 0;
+  dnnl_memory_t mem = nullptr;
+  WeightSlot() = default;
+  WeightSlot(const WeightSlot&) = delete;
+  WeightSlot& operator=(const WeightSlot&) = delete;
+  ~WeightSlot() {
+    if (mem) dnnl_memory_destroy(mem);
+  }
+};
+
 thread_local std::deque<std::unique_ptr<FusedEntry>> t_fused;
+
+// The laid-out copy of constant weight w for e: found (reordered again only if its version
+// moved) or made. Null when it cannot be made (the caller then reorders into e.inner[1]).
+dnnl_memory_t weight_slot(FusedEntry& e, const void* w, const std::shared_ptr<const void>& owner,
+                          uint32_t version, dnnl_stream_t stream) {
+  auto same = [&](const WeightSlot& s) {
+    return s.data == w && !s.owner.owner_before(owner) && !owner.owner_before(s.owner);
+  };
+  WeightSlot* slot = nullptr;
+  for (auto& s : e.w_slots)
+    if (same(*s)) slot = s.get();
+  if (slot && slot->version == version) return slot->mem;
+  if (!slot) {
+    std::erase_if(e.w_slots, [](const auto& s) { return s->owner.expired(); });
+    auto n = std::make_unique<WeightSlot>();
+    const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(e.pd, dnnl_query_weights_md, 0);
+    if (!want ||
+        dnnl_memory_create(&n->mem, want, engine(), DNNL_MEMORY_ALLOCATE) != dnnl_success) {
+      n->mem = nullptr;
+      return nullptr;
+    }
+    n->owner = owner;
+    n->data = w;
+    if (e.w_slots.size() >= 512) e.w_slots.pop_front();
+    e.w_slots.push_back(std::move(n));
+    slot = e.w_slots.back().get();
+  }
+  dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, e.user[1]}, {DNNL_ARG_TO, slot->mem}};
+  if (dnnl_primitive_execute(e.reorder[1], stream, 2, ra) != dnnl_success) {
+    slot->data = nullptr;
+    return nullptr;
+  }
+  slot->version = version;
+  return slot->mem;
+}
 
 bool make_reorder(const dnnl_memory_desc_t* from, const dnnl_memory_desc_t* to,
                   dnnl_primitive_desc_t* rpd, dnnl_primitive_t* r) {
@@ -295,6 +363,13 @@ bool build_fused(FusedEntry& e) {
     return false;
   if (!f.out_block && dnnl_memory_desc_init_by_tag(&md[3], 4, dd, t, dnnl_format_tag_any))
     return false;
+  // Activations in the caller's blocks first; where oneDNN has only its reference kernel for
+  // them (dilated convolutions with large padding), the primitive's own choice (its gemm kernel,
+  // on NCHW), reordered to and from.
+  dnnl_memory_desc_t any_src, any_dst;
+  if (dnnl_memory_desc_init_by_tag(&any_src, 4, sd, t, dnnl_format_tag_any) ||
+      dnnl_memory_desc_init_by_tag(&any_dst, 4, dd, t, dnnl_format_tag_any))
+    return false;
   dnnl_dims_t st = {s.sH, s.sW}, dil = {s.dH - 1, s.dW - 1}, pl = {s.pH, s.pW};
   dnnl_dims_t pr = {(s.OH - 1) * s.sH + (s.kH - 1) * s.dH + 1 - s.H - s.pH,
                     (s.OW - 1) * s.sW + (s.kW - 1) * s.dW + 1 - s.W - s.pW};
@@ -325,15 +400,23 @@ bool build_fused(FusedEntry& e) {
   // here (slower on ResNet-18's layers: W9 33.5 against 40.9 images/s), and its Winograd kernel
   // wants weights it transformed beforehand.
   made = made && [&] {
-    for (auto alg : {dnnl_convolution_winograd, dnnl_convolution_direct}) {
-      if (alg == dnnl_convolution_winograd && !winograd) continue;
-      dnnl_convolution_desc_t cd;
-      if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &md[0],
-                                                     &md[1], f.bias ? &md[2] : nullptr, &md[3], st,
-                                                     dil, pl, pr) == dnnl_success &&
-          dnnl_primitive_desc_create(&e.pd, &cd, attr, eng, nullptr) == dnnl_success)
-        return true;
-      e.pd = nullptr;
+    for (int free_layouts = 0; free_layouts < 2; ++free_layouts) {
+      if (free_layouts) {
+        if (!f.in_block && !f.out_block) break;
+        md[0] = any_src, md[3] = any_dst;
+      }
+      for (auto alg : {dnnl_convolution_winograd, dnnl_convolution_direct}) {
+        if (alg == dnnl_convolution_winograd && !winograd) continue;
+        dnnl_convolution_desc_t cd;
+        if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &md[0],
+                                                       &md[1], f.bias ? &md[2] : nullptr, &md[3],
+                                                       st, dil, pl, pr) == dnnl_success &&
+            dnnl_primitive_desc_create(&e.pd, &cd, attr, eng, nullptr) == dnnl_success) {
+          if (!is_ref(e.pd)) return true;
+          dnnl_primitive_desc_destroy(e.pd);
+        }
+        e.pd = nullptr;
+      }
     }
     return false;
   }();
@@ -372,11 +455,11 @@ bool build_fused(FusedEntry& e) {
 bool ConvFused::operator==(const ConvFused& o) const {
   return std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0 && in_block == o.in_block &&
          out_block == o.out_block && w_blocked == o.w_blocked && bias == o.bias &&
-         residual == o.residual && relu == o.relu;
+         residual == o.residual && relu == o.relu && w_const == o.w_const;
 }
 
 bool dnnl_conv2d_fused(const ConvFused& f, const float* x, const float* w, const float* bias,
-                       float* y) {
+                       float* y, const std::shared_ptr<const void>& w_owner, uint32_t w_version) {
   Cache& c = t_cache;
   if (!c.stream) {
     dnnl_engine_t eng = engine();
@@ -406,14 +489,20 @@ bool dnnl_conv2d_fused(const ConvFused& f, const float* x, const float* w, const
     dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
     return dnnl_primitive_execute(p, c.stream, 2, ra) == dnnl_success;
   };
+  // A constant weight is laid out once per weight (weight_slot), not on every call.
+  dnnl_memory_t w_mem = nullptr;
+  if (f.w_const && w_owner && e->reorder[1])
+    w_mem = weight_slot(*e, w, w_owner, w_version, c.stream);
   for (int i = 0; i < 3; ++i)
-    if (e->reorder[i] && !exec(e->reorder[i], e->user[i], e->inner[i])) return false;
+    if (e->reorder[i] && !(i == 1 && w_mem) && !exec(e->reorder[i], e->user[i], e->inner[i]))
+      return false;
   if (e->back && !exec(e->back, e->user[3], e->inner[3])) return false;
   const int arg[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
   dnnl_exec_arg_t args[4];
   int na = 0;
   for (int i = 0; i < 4; ++i)
-    if (e->user[i]) args[na++] = {arg[i], e->inner[i] ? e->inner[i] : e->user[i]};
+    if (e->user[i])
+      args[na++] = {arg[i], i == 1 && w_mem ? w_mem : e->inner[i] ? e->inner[i] : e->user[i]};
   if (dnnl_primitive_execute(e->prim, c.stream, na, args) != dnnl_success) return false;
   if (e->reorder[3] && !exec(e->reorder[3], e->inner[3], e->user[3])) return false;
   return dnnl_stream_wait(c.stream) == dnnl_success;
@@ -478,9 +567,10 @@ bool dnnl_conv2d_backward_weights_bf16(const ConvShape&, const uint16_t*, const 
 bool ConvFused::operator==(const ConvFused& o) const {
   return std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0 && in_block == o.in_block &&
          out_block == o.out_block && w_blocked == o.w_blocked && bias == o.bias &&
-         residual == o.residual && relu == o.relu;
+         residual == o.residual && relu == o.relu && w_const == o.w_const;
 }
-bool dnnl_conv2d_fused(const ConvFused&, const float*, const float*, const float*, float*) {
+bool dnnl_conv2d_fused(const ConvFused&, const float*, const float*, const float*, float*,
+                       const std::shared_ptr<const void>&, uint32_t) {
   return false;
 }
 int64_t dnnl_channel_block() { return 0; }

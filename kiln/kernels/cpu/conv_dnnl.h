@@ -6,6 +6,7 @@
 // the primitive's layout (as large as its operands), so the cache costs memory on large convs.
 #pragma once
 #include <cstdint>
+#include <memory>
 
 namespace kiln::cpu {
 
@@ -18,8 +19,9 @@ struct ConvShape {
 };
 
 /// Each returns false when oneDNN is not the build's backend or cannot build a primitive for the
-/// shape (nothing is written then); the caller then runs im2col + GEMM. Primitives are built once
-/// per shape and thread and cached (at most 64 per thread, the oldest dropped first).
+/// shape, or would only run it on its reference (ref:any) kernel, 100-1000x slower than its jit or
+/// gemm ones (nothing is written then); the caller then runs im2col + GEMM. Primitives are built
+/// once per shape and thread and cached (at most 64 per thread, the oldest dropped first).
 bool dnnl_conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y);
 bool dnnl_conv2d_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx);
 bool dnnl_conv2d_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw);
@@ -40,14 +42,18 @@ bool dnnl_conv2d_backward_weights_bf16(const ConvShape& s, const uint16_t* x, co
 /// nChw{b}c, which its jit kernels compute in; keeping activations in it between convolutions
 /// saves the reorders in and out); w OIHW or, when w_blocked, [O/b, C/b, kH, kW, b, b]
 /// (OIhw{b}i{b}o, b = in_block). float32, groups = 1 when anything is blocked.
+/// w_const: w is a constant of an inference program (the block_layout pass says so): the
+/// primitive's reorder of it runs on the first call and is kept while the same storage (w_owner,
+/// held weakly) at the same version comes back, so weights are laid out once, not per call.
 struct ConvFused {
   ConvShape s;
   int64_t in_block = 0, out_block = 0;
-  bool w_blocked = false, bias = false, residual = false, relu = false;
+  bool w_blocked = false, bias = false, residual = false, relu = false, w_const = false;
   bool operator==(const ConvFused& o) const;
 };
 bool dnnl_conv2d_fused(const ConvFused& f, const float* x, const float* w, const float* bias,
-                       float* y);
+                       float* y, const std::shared_ptr<const void>& w_owner = nullptr,
+                       uint32_t w_version = 0);
 /// The channel block oneDNN's float32 jit convolutions use on this CPU (16 with AVX-512, 8 with
 /// AVX2), 0 without oneDNN or without either.
 int64_t dnnl_channel_block();

@@ -1,0 +1,196 @@
+// Convolution paths: a kernel whose edge taps only ever meet padding (dilation larger than the
+// map: ASPP's 3x3 with dilation 36 on a 33x33 map) runs as the smaller convolution without them
+// (kernels/cpu/conv_taps.h), in the ops and, for constant weights, in the block_layout pass.
+// Forward and both gradients are checked against direct float64 loops over the full kernel, for
+// dilations 1..40 on maps smaller than the dilation, 1-D, 2-D and 3-D, groups and strides.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+
+// One convolution over three spatial dims (depth, height, width); 2-D and 1-D use size-1 dims.
+struct Cfg {
+  int64_t N, C, O, G;
+  int64_t in[3], k[3], s[3], p[3], d[3];
+  int64_t out(int i) const { return (in[i] + 2 * p[i] - (d[i] * (k[i] - 1) + 1)) / s[i] + 1; }
+};
+
+struct Ref {
+  std::vector<double> y, dx, dw;
+};
+
+// y = conv(x, w) and the gradients of sum(y * gy), every tap of the full kernel visited.
+Ref reference(const Cfg& c, const std::vector<double>& x, const std::vector<double>& w,
+              const std::vector<double>& gy) {
+  const int64_t OD = c.out(0), OH = c.out(1), OW = c.out(2), Cg = c.C / c.G, Og = c.O / c.G;
+  const int64_t D = c.in[0], H = c.in[1], W = c.in[2];
+  Ref r{std::vector<double>(static_cast<size_t>(c.N * c.O * OD * OH * OW)),
+        std::vector<double>(x.size()), std::vector<double>(w.size())};
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t o = 0; o < c.O; ++o)
+      for (int64_t od = 0; od < OD; ++od)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const size_t yi = static_cast<size_t>((((n * c.O + o) * OD + od) * OH + oh) * OW + ow);
+            double acc = 0;
+            for (int64_t ci = 0; ci < Cg; ++ci)
+              for (int64_t a = 0; a < c.k[0]; ++a)
+                for (int64_t b = 0; b < c.k[1]; ++b)
+                  for (int64_t e = 0; e < c.k[2]; ++e) {
+                    const int64_t id = od * c.s[0] - c.p[0] + a * c.d[0];
+                    const int64_t ih = oh * c.s[1] - c.p[1] + b * c.d[1];
+                    const int64_t iw = ow * c.s[2] - c.p[2] + e * c.d[2];
+                    if (id < 0 || id >= D || ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                    const int64_t cin = o / Og * Cg + ci;
+                    const size_t xi =
+                        static_cast<size_t>((((n * c.C + cin) * D + id) * H + ih) * W + iw);
+                    const size_t wi = static_cast<size_t>(
+                        (((o * Cg + ci) * c.k[0] + a) * c.k[1] + b) * c.k[2] + e);
+                    acc += x[xi] * w[wi];
+                    r.dx[xi] += gy[yi] * w[wi];
+                    r.dw[wi] += gy[yi] * x[xi];
+                  }
+            r.y[yi] = acc;
+          }
+  return r;
+}
+
+// Within float rounding: tol relative to the largest reference value (sums of up to a few
+// thousand products; a wrong or missing tap is off by a whole product, far more).
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1;
+  for (double v : want) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::abs(got[i] - want[i]) > tol * scale) {
+      ADD_FAILURE() << what << " differs at " << i << ": " << got[i] << " vs " << want[i];
+      return;
+    }
+}
+
+std::vector<double> values(const Tensor& t) {
+  return t.to(Float64).contiguous().to_vector<double>();
+}
+
+// rank: 1, 2 or 3 spatial dims (the leading ones of Cfg's three are size 1 below it).
+void check(const Cfg& c, int rank, DType dt) {
+  const std::string what = "conv" + std::to_string(rank) + "d in " + std::to_string(c.in[0]) + "x" +
+                           std::to_string(c.in[1]) + "x" + std::to_string(c.in[2]) + " k " +
+                           std::to_string(c.k[1]) + "x" + std::to_string(c.k[2]) + " dilation " +
+                           std::to_string(c.d[1]) + "," + std::to_string(c.d[2]) + " padding " +
+                           std::to_string(c.p[1]) + "," + std::to_string(c.p[2]) + " stride " +
+                           std::to_string(c.s[2]) + " groups " + std::to_string(c.G) +
+                           (dt == Float32 ? " f32" : " f64");
+  std::vector<int64_t> xs{c.N, c.C}, ws{c.O, c.C / c.G};
+  for (int i = 3 - rank; i < 3; ++i) xs.push_back(c.in[i]), ws.push_back(c.k[i]);
+  Tensor x = randn(Shape(xs), dt).requires_grad_();
+  Tensor w = randn(Shape(ws), dt).requires_grad_();
+  Tensor y;
+  if (rank == 1)
+    y = conv1d(x, w, Tensor(), c.s[2], c.p[2], c.d[2], c.G);
+  else if (rank == 2)
+    y = conv2d(x, w, Tensor(), {c.s[1], c.s[2]}, {c.p[1], c.p[2]}, {c.d[1], c.d[2]}, c.G);
+  else
+    y = conv3d(x, w, Tensor(), {c.s[0], c.s[1], c.s[2]}, {c.p[0], c.p[1], c.p[2]},
+               {c.d[0], c.d[1], c.d[2]}, c.G);
+  Tensor gy = randn(y.shape(), dt);
+  sum(mul(y, gy)).backward();
+  const Ref r = reference(c, values(x), values(w), values(gy));
+  const double tol = dt == Float32 ? 3e-5 : 1e-12;
+  expect_near_all(values(y), r.y, tol, what + ": y");
+  expect_near_all(values(x.grad()), r.dx, tol, what + ": dx");
+  expect_near_all(values(w.grad()), r.dw, tol, what + ": dw");
+}
+
+Cfg cfg2(int64_t H, int64_t W, int64_t k, int64_t d, int64_t p, int64_t s = 1, int64_t G = 1) {
+  return Cfg{2, 4, 4, G, {1, H, W}, {1, k, k}, {1, s, s}, {0, p, p}, {1, d, d}};
+}
+
+}  // namespace
+
+// ASPP's shape: 3x3, padding = dilation, on maps from 1x1 up to larger than the dilation (the
+// taps are cropped to 1x1, 1x3, 3x1 or kept as the map grows), float32 and float64.
+TEST(ConvPaths, DilatedPaddedKernelsMatchTheFullKernel2d) {
+  manual_seed(1);
+  for (int64_t d = 1; d <= 40; ++d) {
+    const int64_t H = 1 + d % 6, W = 2 + (d * 5) % 9;
+    for (DType dt : {Float32, Float64}) check(cfg2(H, W, 3, d, d), 2, dt);
+  }
+  // The map just smaller and just larger than the dilation (edge taps reach 1 row or none).
+  for (int64_t d : {2, 5, 12, 24, 36})
+    for (int64_t H : {d - 1, d, d + 1}) check(cfg2(H, H, 3, d, d), 2, Float32);
+}
+
+// Padding other than the dilation, strides (the last output's taps shift), groups, depthwise,
+// a 5-tap kernel (two taps cropped on each side) and a 1-D kernel along one dim.
+TEST(ConvPaths, CroppedKernelsWithStridesGroupsAndOtherPaddings) {
+  manual_seed(2);
+  for (int64_t d : {1, 3, 7, 12, 24, 36, 40}) {
+    check(cfg2(3, 4, 3, d, d + 1), 2, Float32);
+    check(cfg2(3, 4, 3, d, std::max<int64_t>(0, d - 1)), 2, Float32);
+    check(cfg2(5, 5, 3, d, d, 2), 2, Float32);
+    check(cfg2(4, 3, 3, d, d, 1, 2), 2, Float32);
+    check(cfg2(4, 3, 3, d, d, 1, 4), 2, Float32);  // depthwise: groups = channels
+    check(cfg2(4, 4, 5, d, 2 * d), 2, Float32);
+    check(cfg2(4, 4, 5, d, 2 * d, 3), 2, Float64);
+    Cfg a{1, 3, 2, 1, {1, 2, 6}, {1, 3, 1}, {1, 1, 1}, {0, d, 0}, {1, d, 1}};
+    check(a, 2, Float32);
+  }
+}
+
+TEST(ConvPaths, DilatedPaddedKernelsMatchTheFullKernel1dAnd3d) {
+  manual_seed(3);
+  for (int64_t d = 1; d <= 40; ++d) {
+    const int64_t L = 1 + (d * 3) % 11;
+    Cfg c1{2, 4, 6, d % 2 ? 2 : 1, {1, 1, L}, {1, 1, 3}, {1, 1, 1 + d % 2}, {0, 0, d}, {1, 1, d}};
+    check(c1, 1, Float32);
+    check(c1, 1, Float64);
+  }
+  for (int64_t d : {1, 2, 5, 12, 24, 36}) {
+    const int64_t m = 1 + d % 4;
+    Cfg c3{1, 2, 4, 1, {m + 1, m, m + 2}, {3, 3, 3}, {1, 1, 1}, {d, d, d}, {d, d, d}};
+    check(c3, 3, Float32);
+    check(c3, 3, Float64);
+  }
+}
+
+// A Session over constant weights: the block_layout pass crops the weight once (dilation 36 on
+// a 33x33 map: a 1x1) and lays it out once; numbers as the full kernel's, run after run.
+TEST(ConvPaths, SessionWithConstantDilatedWeightsMatchesTheFullKernel) {
+  manual_seed(4);
+  Graph g;
+  const int64_t C = 32, O = 32, H = 9;
+  Tensor wv[3] = {randn({O, C, 3, 3}), randn({O, C, 3, 3}), randn({O, C, 3, 3})};
+  Tensor bv = randn({O});
+  Tensor x = g.placeholder("x", Float32, {1, C, H, H});
+  Tensor h = x;
+  const int64_t dil[3] = {4, 12, 36};
+  for (int i = 0; i < 3; ++i)
+    h = relu(
+        conv2d(h, g.constant(wv[i]), g.constant(bv), {1, 1}, {dil[i], dil[i]}, {dil[i], dil[i]}));
+  Tensor xv = randn({1, C, H, H});
+  Tensor want;
+  {
+    NoGradGuard ng;
+    want = xv.to(Float64);
+    for (int i = 0; i < 3; ++i)
+      want = relu(conv2d(want, wv[i].to(Float64), bv.to(Float64), {1, 1}, {dil[i], dil[i]},
+                         {dil[i], dil[i]}));
+  }
+  Session s(g);
+  for (int run = 0; run < 3; ++run) {
+    Tensor got = s.run({h}, {{x, xv}})[0];
+    const auto a = values(got), b = values(want);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], b[i], 1e-3 * (1 + std::abs(b[i]))) << "run " << run << " at " << i;
+  }
+}
