@@ -557,6 +557,21 @@ TEST(ModeAgreement, EverySampleInEveryModeEqualsEager) {
   std::cout << "[mode agreement] samples with a declared mode (" << static_only.size() << "):";
   for (const auto& n : static_only) std::cout << " " << n;
   std::cout << "\n";
+  // Each op still declaring static shapes says why in its registry doc ("Static shapes: ...").
+  std::set<std::string> static_ops;
+  for (size_t i = 0; i < reg.size(); ++i)
+    if (static_only.count(sample_name(i)))
+      for (const auto& name : reg[i].ops)
+        if (const OpDef* d = OpRegistry::get().find(name); d && d->has(kStaticShapes))
+          static_ops.insert(name);
+  for (const auto& name : static_ops) {
+    const std::string& doc = OpRegistry::get().at(name).doc;
+    const size_t at = doc.find("Static shapes:");
+    std::cout << "[mode agreement] static-only op " << name << ": "
+              << (at == std::string::npos ? "(no reason given)" : doc.substr(at)) << "\n";
+    EXPECT_NE(at, std::string::npos)
+        << name << " declares kStaticShapes without a \"Static shapes: <why>\" note in its doc";
+  }
   for (const auto& f : failures) std::cout << "  failed: " << f << "\n";
   EXPECT_EQ(failed, 0);
   if (!only) {

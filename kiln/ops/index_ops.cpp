@@ -857,16 +857,12 @@ MetaList infer_index_put(std::span<const Tensor> in, const Attrs& at) {
   if (v.dtype() != a.dtype())
     fail("index_put", "values dtype ", v.dtype(), " ", v.shape(), " must equal the input's ",
          a.dtype(), " ", a.shape());
-  for (int64_t d = 0; d < a.dim(); ++d)
-    if (a.shape()[d] < 0)
-      fail("index_put", "needs a static size: input shape ", a.shape(), " is dynamic");
+  // Dynamic dims (-1) are checked where known; the kernel runs on concrete shapes, which this
+  // inference checks again then.
   const Shape& B = in[2].shape();
   for (int64_t i = 0; i < k; ++i) {
     const Tensor& t = in[static_cast<size_t>(2 + i)];
     op_util::require_index("index_put", t, "indices");
-    for (int64_t d = 0; d < t.dim(); ++d)
-      if (t.shape()[d] < 0)
-        fail("index_put", "needs a static size: index shape ", t.shape(), " is dynamic");
     if (!op_util::dims_agree(t.shape(), B))
       fail("index_put", "index tensors must have one shape, got ", B, " and ", t.shape());
   }
@@ -927,29 +923,34 @@ void index_put_kernel(std::span<const Tensor> in, std::span<Tensor> out, const A
   });
 }
 
-const OpDef& kIndexPut = def_op(
-    {.name = "index_put",
-     .num_inputs = -1,
-     .attr_names = {"accumulate"},
-     .traits = kStaticShapes,
-     .infer = infer_index_put,
-     .kernel = index_put_kernel,
-     // accumulate: out = a + A(values), else a with the indexed places replaced: a's gradient is
-     // g (with 0 at those places), values' the gradient read at the places.
-     .grad =
-         [](const GradCtx& c) {
-           std::vector<Tensor> idx(c.inputs.begin() + 2, c.inputs.end());
-           TensorList r;
-           r.push_back(Tensor());
-           r.push_back(Tensor());
-           if (c.need(0))
-             r[0] = c.attrs.b(0) ? c.g() : index_put(c.g(), idx, scalar_tensor(0, c.g().dtype()));
-           if (c.need(1)) r[1] = index(c.g(), idx);
-           for (size_t i = 0; i < idx.size(); ++i) r.push_back(Tensor());
-           return r;
-         },
-     .contiguous_inputs = true,
-     .doc = "copy of a with a[indices...] = values (accumulate: +=), as torch.index_put"});
+// g with zeros at the indexed places. With dynamic sizes the zeros come shaped from g (a
+// broadcast 0 would have no static target).
+Tensor zero_at(const Tensor& g, const std::vector<Tensor>& idx) {
+  if (g.shape().is_static()) return index_put(g, idx, scalar_tensor(0, g.dtype()));
+  return index_put(g, idx, index(zeros_like(g), idx));
+}
+
+const OpDef& kIndexPut =
+    def_op({.name = "index_put",
+            .num_inputs = -1,
+            .attr_names = {"accumulate"},
+            .infer = infer_index_put,
+            .kernel = index_put_kernel,
+            // accumulate: out = a + A(values), else a with the indexed places replaced: a's
+            // gradient is g (with 0 at those places), values' the gradient read at the places.
+            .grad =
+                [](const GradCtx& c) {
+                  std::vector<Tensor> idx(c.inputs.begin() + 2, c.inputs.end());
+                  TensorList r;
+                  r.push_back(Tensor());
+                  r.push_back(Tensor());
+                  if (c.need(0)) r[0] = c.attrs.b(0) ? c.g() : zero_at(c.g(), idx);
+                  if (c.need(1)) r[1] = index(c.g(), idx);
+                  for (size_t i = 0; i < idx.size(); ++i) r.push_back(Tensor());
+                  return r;
+                },
+            .contiguous_inputs = true,
+            .doc = "copy of a with a[indices...] = values (accumulate: +=), as torch.index_put"});
 
 // ---- searchsorted ---------------------------------------------------------------------------
 // Inputs: sorted_sequence (1-D, or [..., M] with the values' leading dims), values. Attrs:
@@ -1247,9 +1248,32 @@ Tensor wrap_index(const Tensor& t, int64_t size) {
   return add(x, mul(cast(lt(x, 0), Int64), size));
 }
 
-void require_static(const char* op, const Tensor& a) {
-  for (int64_t d = 0; d < a.dim(); ++d)
-    if (a.shape()[d] < 0) fail(op, "needs a static size: input shape ", a.shape(), " is dynamic");
+// The gathers below flatten a to [rows, rest...]: only dim 0 may be dynamic (the row count
+// then is), as the strides of the other indexed dims and the reshapes need their sizes.
+void require_static_past_0(const char* op, const Tensor& a) {
+  for (int64_t d = 1; d < a.dim(); ++d)
+    if (a.shape()[d] < 0)
+      fail(op, "needs a static size: input shape ", a.shape(), " is dynamic past dim 0");
+}
+
+// t (int64) with negative entries counted from the end of a's dynamic dim d, whose size comes
+// from a at run time (ones summed along d).
+Tensor wrap_index_dynamic(const Tensor& t, const Tensor& a, int64_t d) {
+  const Tensor x = t.dtype() == Int64 ? t : cast(t, Int64);
+  std::vector<int64_t> others;
+  for (int64_t e = 0; e < a.dim(); ++e)
+    if (e != d) others.push_back(e);
+  const Tensor ones = others.empty() ? ones_like(a) : gt(sum(ones_like(a), others), -1.0);
+  const Tensor n = sum(cast(ones, Int64));
+  return add(x, mul(cast(lt(x, 0), Int64), n));
+}
+
+// A tensor of the index tensors' broadcast shape B (their sum: only its run-time shape is
+// used), for expand_as where B has dynamic sizes: expand's -1 would mean "keep".
+Tensor broadcast_like(const std::vector<Tensor>& idx) {
+  Tensor r = idx[0];
+  for (size_t i = 1; i < idx.size(); ++i) r = add(r, idx[i]);
+  return r;
 }
 
 }  // namespace
@@ -1257,7 +1281,7 @@ void require_static(const char* op, const Tensor& a) {
 Tensor index(const Tensor& a, const std::vector<Tensor>& indices) {
   if (!a.defined()) fail("index", "input is undefined");
   const std::vector<Tensor> idx = int_indices("index", a, indices);
-  require_static("index", a);
+  require_static_past_0("index", a);
   const int64_t k = static_cast<int64_t>(idx.size());
   const Shape B = broadcast_all("index", idx);
   Tensor lin;
@@ -1265,12 +1289,12 @@ Tensor index(const Tensor& a, const std::vector<Tensor>& indices) {
   for (int64_t i = k - 1; i >= 0; --i) {
     const Tensor& t0 = idx[static_cast<size_t>(i)];
     check_eager_range("index", t0, a.shape()[i], true, "dim " + std::to_string(i));
-    Tensor t = wrap_index(t0, a.shape()[i]);
+    Tensor t = a.shape()[i] < 0 ? wrap_index_dynamic(t0, a, i) : wrap_index(t0, a.shape()[i]);
     if (stride != 1) t = mul(t, stride);
     lin = lin.defined() ? add(lin, t) : t;
     stride *= a.shape()[i];
   }
-  Shape flat{stride}, out = B;
+  Shape flat{a.shape()[0] < 0 ? -1 : stride}, out = B;
   for (int64_t d = k; d < a.dim(); ++d) {
     flat.push_back(a.shape()[d]);
     out.push_back(a.shape()[d]);
@@ -1295,8 +1319,34 @@ Tensor index_put(const Tensor& a, const std::vector<Tensor>& indices, const Tens
          want, " (input ", a.shape(), ")");
   const bool b = accumulate && is_bool(a);  // accumulating bools is logical or (torch)
   const Tensor v = b ? u8(values) : values;
-  std::vector<Tensor> ins{b ? u8(a) : a, v.shape() == want ? v : expand(v, want)};
-  for (const Tensor& t : idx) ins.push_back(t.shape() == B ? t : expand(t, B));
+  // With dynamic sizes in the target, expand's -1 would mean "keep" (and equal shapes with a
+  // dynamic dim may still differ at run time): values and indices are broadcast to tensors of
+  // the target shapes at run time instead (expand_as).
+  std::vector<Tensor> ins{b ? u8(a) : a};
+  if (want.is_static()) {
+    ins.push_back(v.shape() == want ? v : expand(v, want));
+  } else {
+    Tensor like = broadcast_like(idx);
+    Shape target(static_cast<size_t>(B.rank()), -1);
+    bool dynamic_rest = false;
+    for (int64_t d = k; d < a.dim(); ++d) {
+      like = unsqueeze(like, -1);
+      target.push_back(a.shape()[d]);
+      dynamic_rest = dynamic_rest || a.shape()[d] < 0;
+    }
+    if (dynamic_rest) {  // a's trailing sizes at run time: a summed over the indexed dims
+      std::vector<int64_t> lead(static_cast<size_t>(k));
+      std::iota(lead.begin(), lead.end(), int64_t(0));
+      like = add(like, sum(a, lead));
+    } else if (k < a.dim()) {
+      like = expand(like, target);
+    }
+    ins.push_back(expand_as(v, like));
+  }
+  for (const Tensor& t : idx)
+    ins.push_back(t.shape() == B && (B.is_static() || idx.size() == 1) ? t
+                  : B.is_static()                                      ? expand(t, B)
+                                  : expand_as(t, broadcast_like(idx)));
   const Tensor r = call1(kIndexPut, std::span<const Tensor>(ins.data(), ins.size()), {accumulate});
   return b ? ne(r, 0) : r;
 }

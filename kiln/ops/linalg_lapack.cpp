@@ -406,7 +406,11 @@ const OpDef& kQr = def_op(
            return TensorList{solve_right(x, mT(R))};
          },
      // torch.autocast runs linear algebra in float32 (its CPU fp32 list)
-     .autocast = AutocastPolicy::kFloat32});
+     .autocast = AutocastPolicy::kFloat32,
+     .doc = "QR factorization (reduced, complete or r), as torch.linalg.qr. Static shapes: Q and "
+            "R are sized by min(m, n) and the gradient holds only for m >= n, so a dynamic "
+            "matrix dim needs its size (dynamic batch dims are fine; the jit compiles such a "
+            "call for the concrete shape)"});
 
 // ---- svd ---------------------------------------------------------------------------------------
 const OpDef& kSvd = def_op(
@@ -502,7 +506,11 @@ const OpDef& kSvd = def_op(
            return TensorList{ga};
          },
      // torch.autocast runs linear algebra in float32 (its CPU fp32 list)
-     .autocast = AutocastPolicy::kFloat32});
+     .autocast = AutocastPolicy::kFloat32,
+     .doc = "singular value decomposition U, S, Vh, as torch.linalg.svd. Static shapes: the "
+            "factors are sized by min(m, n) and the gradient's form depends on whether m or n "
+            "is the larger, so a dynamic matrix dim needs its size (dynamic batch dims are "
+            "fine; the jit compiles such a call for the concrete shape)"});
 
 // ---- eigh --------------------------------------------------------------------------------------
 char uplo_of(const std::string& u) {

@@ -652,12 +652,17 @@ Shape nd_check(const char* op, const Shape& xs, const NdP& q) {
          : q.nd == 2 ? "H, W"
                      : "D, H, W",
          "] (or ", q.nd + 1, "-D unbatched), got shape ", xs);
+  // Dynamic dims (-1, a graph or a jit trace) stay dynamic: N and C pass through, a dynamic
+  // spatial dim pools to a dynamic size (adaptive bins to output_size); the kernel sees the
+  // concrete shape and these checks run again on it.
   Shape ys = xs;
   if (xs[1] == 0) fail(op, "input must have non-empty channels (only N may be 0), got shape ", xs);
-  if (xs[1] < 0) fail(op, "needs a static size: the channel dim of shape ", xs);
   for (size_t i = 0; i < q.nd; ++i) {
     const int64_t L = xs[static_cast<int64_t>(i) + 2];
-    if (L < 0) fail(op, "needs a static size: the spatial dims of shape ", xs);
+    if (L < 0) {
+      ys[static_cast<int64_t>(i) + 2] = q.adaptive() ? q.osz[i] : -1;
+      continue;
+    }
     if (L == 0) fail(op, "input has an empty spatial dim: shape ", xs);
     int64_t o = q.adaptive() ? q.osz[i] : nd_out(L, q.k[i], q.s[i], q.p[i], q.d[i], q.ceil);
     if (o < 1)
@@ -811,14 +816,17 @@ Tensor max_unpool_fn(const Tensor& x, const Tensor& idx, int64_t plane);
 
 // Routes a max pooling gradient through max_pool2d_grad over planes flattened to [1, P].
 Tensor nd_max_grad(const Tensor& g, const Tensor& idx, const Tensor& x) {
+  // The plane size is an attribute of max_pool2d_grad, so the spatial dims must be known; N
+  // and C may be dynamic (the reshape back keeps them: a leading run of -1s, or one inferred).
   int64_t P = 1;
-  Shape target{-1, x.size(1)};
   for (int64_t d = 2; d < x.dim(); ++d) {
+    if (x.size(d) < 0)
+      fail("max_pool_nd", "needs a static size: the gradient of a dynamic spatial dim (input ",
+           x.shape(), ")");
     P *= x.size(d);
-    target.push_back(x.size(d));
   }
   Tensor g4 = unsqueeze(flatten(g, 2), 2), i4 = unsqueeze(flatten(idx, 2), 2);
-  return reshape(max_pool2d_grad_fn(g4, i4, 1, P), target);
+  return reshape(max_pool2d_grad_fn(g4, i4, 1, P), x.shape());
 }
 
 const OpDef& kMaxPoolNd = def_op(
@@ -827,7 +835,6 @@ const OpDef& kMaxPoolNd = def_op(
      .num_outputs = 2,
      .attr_names = {"kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad",
                     "divisor_override", "output_size"},
-     .traits = kStaticShapes,
      .infer =
          [](std::span<const Tensor> in, const Attrs& a) {
            const char* op = "max_pool_nd";
@@ -854,7 +861,6 @@ const OpDef& kAvgPoolNd = def_op(
      .num_inputs = 1,
      .attr_names = {"kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad",
                     "divisor_override", "output_size"},
-     .traits = kStaticShapes,
      .infer =
          [](std::span<const Tensor> in, const Attrs& a) {
            const char* op = "avg_pool_nd";
@@ -882,7 +888,6 @@ const OpDef& kAvgPoolNdGrad =
             .num_inputs = 1,
             .attr_names = {"kernel", "stride", "padding", "dilation", "ceil_mode",
                            "count_include_pad", "divisor_override", "output_size", "input_size"},
-            .traits = kStaticShapes,
             .infer =
                 [](std::span<const Tensor> in, const Attrs& a) {
                   const char* op = "avg_pool_nd_grad";
@@ -894,10 +899,16 @@ const OpDef& kAvgPoolNdGrad =
                     fail(op, "grad_output ", g.shape(), " and input_size ", Shape(sz),
                          " must have ", q.nd + 2, " and ", q.nd, " dims");
                   Shape xs{g.size(0), g.size(1)};
-                  for (int64_t v : sz) xs.push_back(v);
+                  for (int64_t v : sz) {
+                    // The spatial size cannot be read back from g (strided windows round).
+                    if (v < 0)
+                      fail(op, "needs a static size: input_size ", Shape(sz),
+                           " has a dynamic dim (grad_output ", g.shape(), ")");
+                    xs.push_back(v);
+                  }
                   Shape ys = nd_check(op, xs, q);
                   for (int64_t d = 2; d < g.dim(); ++d)
-                    if (ys[d] != g.size(d))
+                    if (g.size(d) >= 0 && ys[d] != g.size(d))
                       fail(op, "grad_output shape ", g.shape(), " does not match the pooled size ",
                            ys, " of input ", xs);
                   return one(g.dtype(), xs);
@@ -1422,6 +1433,45 @@ Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
 
 // ---- padding modes, pixel shuffle ------------------------------------------------------------
 
+// One dynamic padded dim (a graph or a jit trace): the borders are slices counted from either
+// end of the dim, reordered by a static index_select, and cat'ed around y; eager's size checks
+// run when the graph runs (check_numel).
+static Tensor pad_mode_dynamic(const Tensor& y, int64_t dim, int64_t lo, int64_t hi,
+                               const std::string& mode) {
+  const char* op = "pad";
+  const bool reflect = mode == "reflect", circular = mode == "circular";
+  const int64_t need = reflect ? std::max(lo, hi) + 1 : circular ? std::max(lo, hi) : 1;
+  const Tensor x = op_util::check_numel(
+      y, {dim}, need, op,
+      reflect    ? str_cat("padding (", lo, ", ", hi, ") at dimension ", dim,
+                           " should be less than the corresponding input dimension: shape ")
+      : circular ? str_cat("padding (", lo, ", ", hi, ") at dimension ", dim,
+                           " wraps around more than once: shape ")
+                 : str_cat("mode \"", mode, "\" cannot pad an empty dim: shape "));
+  auto index = [](int64_t n, bool reversed, bool zero) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = zero ? 0 : reversed ? n - 1 - i : i;
+    return tensor(v, Shape{n});
+  };
+  // Each border: the source rows (a slice of n rows, or of the one edge row for replicate)
+  // and the order to take them in.
+  auto border = [&](bool left, int64_t n) {
+    if (mode == "replicate")
+      return index_select(left ? slice(x, dim, 0, 1) : slice(x, dim, -1, INT64_MAX), dim,
+                          index(n, false, true));
+    if (reflect)
+      return index_select(left ? slice(x, dim, 1, n + 1) : slice(x, dim, -n - 1, -1), dim,
+                          index(n, true, false));
+    return index_select(left ? slice(x, dim, -n, INT64_MAX) : slice(x, dim, 0, n), dim,
+                        index(n, false, false));
+  };
+  std::vector<Tensor> parts;
+  if (lo > 0) parts.push_back(border(true, lo));
+  parts.push_back(x);
+  if (hi > 0) parts.push_back(border(false, hi));
+  return cat(parts, dim);
+}
+
 // reflect / replicate / circular: each padded dim is one index_select with the source position
 // of every output position (the gradient is index_select's: contributions summed back).
 Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, const std::string& mode,
@@ -1446,9 +1496,12 @@ Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, const std::string&
     const int64_t dim = a.dim() - 1 - j;
     const int64_t L = a.size(dim), lo = pads[static_cast<size_t>(2 * j)],
                   hi = pads[static_cast<size_t>(2 * j + 1)];
-    if (L < 0) fail(op, "needs static padded dims, got shape ", a.shape());
     if (lo < 0 || hi < 0)
       fail(op, "mode \"", mode, "\" needs non-negative padding, got ", Shape(pads));
+    if (L < 0) {
+      if (lo > 0 || hi > 0) y = pad_mode_dynamic(y, dim, lo, hi, mode);
+      continue;
+    }
     if (mode == "reflect" && (lo >= L || hi >= L))
       fail(op, "padding size should be less than the corresponding input dimension, but got: ",
            "padding (", lo, ", ", hi, ") at dimension ", dim, " of input ", a.shape());

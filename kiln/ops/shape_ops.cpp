@@ -453,7 +453,10 @@ const OpDef& kSqueeze =
                   }
                   return TensorList{make_view(x, s, st, x.offset())};
                 },
-            .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
+            .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; },
+            .doc = "drops size-1 dims (all, or the one named). Static shapes: whether a dynamic "
+                   "dim is 1 decides the result's rank, so squeezing one needs its size (the jit "
+                   "compiles such a call for the concrete shape)"});
 
 const OpDef& kUnsqueeze =
     def_op({.name = "unsqueeze",
@@ -752,9 +755,9 @@ Tensor pad(const Tensor& a, const std::vector<int64_t>& pads, double value) {
     fail(op, "pads must be pairs (last dim first), at most 2 per dim: got ", ints_str(pads),
          " for shape ", a.shape());
   const int64_t n = static_cast<int64_t>(pads.size()) / 2;
-  bool dynamic = false;
-  for (int64_t k = 0; k < n; ++k) dynamic = dynamic || a.size(a.dim() - 1 - k) < 0;
-  if (dynamic) return pad_dynamic(a, pads, value);
+  // Any dynamic dim (a graph or a jit trace), padded or not: the filled output below needs
+  // every size, so slices and cats shaped from the tensor at run time build it instead.
+  if (!a.shape().is_static()) return pad_dynamic(a, pads, value);
   Tensor x = a;
   Shape out = a.shape();
   for (int64_t k = 0; k < n; ++k) {
