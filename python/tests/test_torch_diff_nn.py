@@ -16,22 +16,6 @@ from torch_diff_util import DTYPES, FLOATS, Case, T, install_tests  # noqa: E402
 KNOWN_BUGS = {
     'F.hardswish(f64[6]=*#edges': 'grad: at x = 3 kiln 1, torch 1.5 (torch: x/3 + 1/2 on [-3, 3])',
     'F.hardsigmoid(f64[*': 'grad: grad[0]: at (0, 0) kiln -0.25 vs torch -0.2500000074505806',
-    'F.softmax(b[*':
-        'refused: [softmax] input must be float32 or float64, got bool (shape [0, 4])',
-    'F.softmax(i32[*':
-        'refused: [softmax] input must be float32 or float64, got int32 (shape [0, 4])',
-    'F.softmax(i64[*':
-        'refused: [softmax] input must be float32 or float64, got int64 (shape [0, 4])',
-    'F.log_softmax(b[*':
-        'refused: [log_softmax] input must be float32 or float64, got bool (shape [0, 4',
-    'F.log_softmax(i32[*':
-        'refused: [log_softmax] input must be float32 or float64, got int32 (shape [0, ',
-    'F.log_softmax(i64[*':
-        'refused: [log_softmax] input must be float32 or float64, got int64 (shape [0, ',
-    'F.softmin(i32[*':
-        'refused: [softmax] input must be float32 or float64, got int32 (shape [0, 4])',
-    'F.softmin(i64[*':
-        'refused: [softmax] input must be float32 or float64, got int64 (shape [0, 4])',
     'F.hinge_embedding_loss(i32[*':
         'accepted/dtype: torch: mean(): could not infer output dtype. Inpu',
     'F.hinge_embedding_loss(i64[*':

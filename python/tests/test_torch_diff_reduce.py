@@ -16,21 +16,8 @@ from torch_diff_util import DTYPES, Case, D, L, T, install_tests  # noqa: E402
 KNOWN_BUGS = {
     'median(b[*':
         'accepted/refused: torch: "median_cpu" not implemented for \'Bool\'',
-    'median(i32[*': 'refused: [median] cannot take the median of an empty tensor of shape [0, 3]',
-    'median(i64[*': 'refused: [median] cannot take the median of an empty tensor of shape [0, 3]',
     'median(f64[*':
         'grad/refused/values: [median] cannot take the median of an empty tensor of sha',
-    'softmax(b[*': 'refused: [softmax] input must be float32 or float64, got bool (shape [0, 3])',
-    'softmax(i32[*':
-        'refused: [softmax] input must be float32 or float64, got int32 (shape [0, 3])',
-    'softmax(i64[*':
-        'refused: [softmax] input must be float32 or float64, got int64 (shape [0, 3])',
-    'log_softmax(b[*':
-        'refused: [log_softmax] input must be float32 or float64, got bool (shape [0, 3',
-    'log_softmax(i32[*':
-        'refused: [log_softmax] input must be float32 or float64, got int32 (shape [0, ',
-    'log_softmax(i64[*':
-        'refused: [log_softmax] input must be float32 or float64, got int64 (shape [0, ',
     'einsum(*': 'refused: [matmul] only floating dtypes are supported, got bool and bool (shape',
     'addmm(bf16[*': 'values: out: at (0, 1) kiln 0.09375 vs torch 0.078125',
 }
