@@ -667,11 +667,14 @@ class Suite:
 
     def check(self, case):
         """(outcome, documented row or None, known-bug pattern or None, error or None)."""
-        row = self.doc_row(case)
-        if row is not None and case.mode == "autocast" and row.kind == "torch-bf16-bug":
-            row = None  # no float32 oracle under autocast
+        rows = [r for r in self.doc if r.matches(case.id)]
+        if case.mode == "autocast":  # no float32 oracle under autocast
+            rows = [r for r in rows if r.kind != "torch-bf16-bug"]
+        row = rows[0] if rows else None
         oracle = row is not None and row.kind == "torch-bf16-bug"
         o = run_case(case, oracle_f32=oracle)
+        if o.differs and len(rows) > 1:  # several rows name it: the one of its kind
+            row = next((r for r in rows if r.kind == o.kind), row)
         if row is not None and case.mode == "autocast" and o.kind != row.kind:
             row = None  # the rows are about the ops; autocast's casts may differ on their own
         known = match_pattern(self.known, case.id)
