@@ -1,9 +1,12 @@
 // pad (every mode) and N-d pooling in static graphs whose placeholders have a dynamic (None)
 // dim, batch or padded/pooled, run by a Session at several sizes: values and gradients equal to
-// eager, and the errors eager raises for a size raised when the graph runs.
+// eager, and the errors eager raises for a size raised when the graph runs; and under jit at
+// every length of a sequence, one dynamic version with gradients.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <iostream>
 #include <string>
 
 #include "kiln/kiln.h"
@@ -123,6 +126,30 @@ TEST(GraphDynamicPool, BatchAndChannelDimsDynamic) {
               {{3, 10}, {5, 10}}, "adaptive_max_pool1d unbatched");
 }
 
+TEST(GraphDynamicPool, DynamicSpatialDimsWithGradients) {
+  // A varying sequence length: the pooled length and both gradients follow it at run time.
+  const std::vector<Shape> seqs{{2, 3, 9}, {2, 3, 12}, {2, 3, 5}};
+  check_graph([](const Tensor& x) { return max_pool1d(x, {3}, {2}, {1}, {2}, true); }, {2, 3, -1},
+              seqs, "max_pool1d, dynamic length");
+  check_graph([](const Tensor& x) { return avg_pool1d(x, {3}, {2}, {1}, true, false); }, {2, 3, -1},
+              seqs, "avg_pool1d, dynamic length");
+  check_graph([](const Tensor& x) { return adaptive_avg_pool1d(x, {4}); }, {-1, 3, -1},
+              {{2, 3, 9}, {1, 3, 6}}, "adaptive_avg_pool1d, dynamic batch and length");
+  check_graph([](const Tensor& x) { return adaptive_max_pool1d(x, {4}); }, {-1, 3, -1},
+              {{2, 3, 9}, {1, 3, 6}}, "adaptive_max_pool1d, dynamic batch and length");
+  // One dynamic spatial dim of a 2-d pooling.
+  check_graph(
+      [](const Tensor& x) {
+        return max_pool2d(x, {2, 3}, {2, 1}, {1, 1}, {1, 1}, true);
+      },
+      {2, 2, -1, 6}, {{2, 2, 7, 6}, {2, 2, 4, 6}}, "max_pool2d, dynamic height");
+  check_graph(
+      [](const Tensor& x) {
+        return avg_pool2d(x, {2, 3}, {2, 1}, {1, 1}, true, false);
+      },
+      {2, 2, -1, 6}, {{2, 2, 7, 6}, {2, 2, 4, 6}}, "avg_pool2d, dynamic height");
+}
+
 TEST(GraphDynamicPool, DynamicSpatialDimsForward) {
   // The pooled size follows the input's at run time; the forward needs no static size.
   for (auto [ph, sizes] :
@@ -143,6 +170,31 @@ TEST(GraphDynamicPool, DynamicSpatialDimsForward) {
       EXPECT_LT(max_abs_diff(got[2], adaptive_avg_pool1d(xv, {4})), 1e-12);
     }
   }
+}
+
+// The jit at every sequence length from 7 to 14, with backward: one dynamic version serves
+// them all (no static recompile), values and gradients equal eager.
+TEST(JitDynamicPool, VaryingLengthCompilesTwiceWithGradients) {
+  std::function<Tensor(const Tensor&)> fn = [](const Tensor& x) {
+    return pad(avg_pool1d(max_pool1d(x, {3}, {2}, {1}), {2}, {1}, {0}, true, false), {1, 2},
+               "reflect", 0.0);
+  };
+  auto f = jit(fn, JitOptions{.name = "pool_seq"});
+  for (int64_t L = 7; L <= 14; ++L) {
+    Tensor x = seq({2, 3, L});
+    Tensor xa = x.clone().requires_grad_(), xb = x.clone().requires_grad_();
+    Tensor ya = f(xa), yb = fn(xb);
+    sum(mul(ya, ya)).backward();
+    sum(mul(yb, yb)).backward();
+    EXPECT_LT(max_abs_diff(ya.detach(), yb.detach()), 1e-12) << "length " << L;
+    EXPECT_LT(max_abs_diff(xa.grad(), xb.grad()), 1e-12) << "length " << L;
+  }
+  EXPECT_GE(f.stats().compiles, 1) << f.explain();
+  EXPECT_LE(f.stats().compiles, 2) << f.explain();
+  if (std::getenv("KILN_TEST_EXPLAIN")) std::cout << f.explain() << "\n";
+  EXPECT_EQ(f.explain().find("recompiling for the concrete shape"), std::string::npos)
+      << f.explain();
+  EXPECT_FALSE(f.stats().eager_fallback) << f.explain();
 }
 
 }  // namespace

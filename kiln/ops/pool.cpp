@@ -811,19 +811,23 @@ void nd_avg(const Tensor& src, Tensor& dst, const NdP& q, bool forward) {
 }
 
 Tensor nd_avg_fn(const Tensor& x, const Attrs& a);
-Tensor nd_avg_grad_fn(const Tensor& g, const Attrs& a, const Shape& input_shape);
+Tensor nd_avg_grad_fn(const Tensor& g, const Attrs& a, const Tensor& x);
 Tensor max_unpool_fn(const Tensor& x, const Tensor& idx, int64_t plane);
 
 // Routes a max pooling gradient through max_pool2d_grad over planes flattened to [1, P].
 Tensor nd_max_grad(const Tensor& g, const Tensor& idx, const Tensor& x) {
-  // The plane size is an attribute of max_pool2d_grad, so the spatial dims must be known; N
-  // and C may be dynamic (the reshape back keeps them: a leading run of -1s, or one inferred).
-  int64_t P = 1;
-  for (int64_t d = 2; d < x.dim(); ++d) {
-    if (x.size(d) < 0)
-      fail("max_pool_nd", "needs a static size: the gradient of a dynamic spatial dim (input ",
-           x.shape(), ")");
-    P *= x.size(d);
+  // N and C may be dynamic (the reshape back keeps them: a leading run of -1s, or one
+  // inferred). The plane size is an attribute of max_pool2d_grad: with a dynamic spatial dim
+  // g is scattered into zeros of x's run-time shape instead, planes flattened.
+  int64_t P = 1, dynamic = 0;
+  for (int64_t d = 0; d < x.dim(); ++d) dynamic += x.size(d) < 0;
+  for (int64_t d = 2; d < x.dim(); ++d) P = x.size(d) < 0 || P < 0 ? -1 : P * x.size(d);
+  if (P < 0) {
+    if (x.dim() > 3 && dynamic > 1)
+      fail("max_pool_nd", "needs a static size: the gradient of input ", x.shape(),
+           " with a dynamic spatial dim and another dynamic dim");
+    const Tensor r = scatter_add(flatten(zeros_like(x), 2), 2, flatten(idx, 2), flatten(g, 2));
+    return x.dim() == 3 ? r : reshape(r, x.shape());
   }
   Tensor g4 = unsqueeze(flatten(g, 2), 2), i4 = unsqueeze(flatten(idx, 2), 2);
   return reshape(max_pool2d_grad_fn(g4, i4, 1, P), x.shape());
@@ -854,7 +858,9 @@ const OpDef& kMaxPoolNd = def_op(
      .grad = [](const GradCtx& c) { return TensorList{nd_max_grad(c.g(0), c.out(1), c.in(0))}; },
      .contiguous_inputs = true,
      .doc = "1/2/3-D max pooling (ceil_mode, dilation, adaptive bins); outputs the maxima and "
-            "their flat indices within each plane"});
+            "their flat indices within each plane. Any dim may be dynamic (a dynamic spatial "
+            "dim pools to a dynamic size), but the gradient of a 2/3-D input with a dynamic "
+            "spatial dim and another dynamic dim needs a static size"});
 
 const OpDef& kAvgPoolNd = def_op(
     {.name = "avg_pool_nd",
@@ -875,59 +881,63 @@ const OpDef& kAvgPoolNd = def_op(
                                [&] { nd_avg<scalar_t>(in[0], out[0], q, true); });
          },
      // y = A x: dx = A^T g (avg_pool_nd_grad).
-     .grad =
-         [](const GradCtx& c) {
-           return TensorList{nd_avg_grad_fn(c.g(), c.attrs, c.in(0).shape())};
-         },
+     .grad = [](const GradCtx& c) { return TensorList{nd_avg_grad_fn(c.g(), c.attrs, c.in(0))}; },
      .contiguous_inputs = true,
      .doc = "1/2/3-D average pooling (ceil_mode, count_include_pad, divisor_override, adaptive "
-            "bins)"});
+            "bins). Any dim may be dynamic (a dynamic spatial dim pools to a dynamic size)"});
 
-const OpDef& kAvgPoolNdGrad =
-    def_op({.name = "avg_pool_nd_grad",
-            .num_inputs = 1,
-            .attr_names = {"kernel", "stride", "padding", "dilation", "ceil_mode",
-                           "count_include_pad", "divisor_override", "output_size", "input_size"},
-            .infer =
-                [](std::span<const Tensor> in, const Attrs& a) {
-                  const char* op = "avg_pool_nd_grad";
-                  NdP q = nd_params(op, a);
-                  const Tensor& g = in[0];
-                  op_util::require_float(op, g, "grad_output");
-                  const Ints& sz = a.ints(8);
-                  if (g.dim() != static_cast<int64_t>(q.nd) + 2 || sz.size() != q.nd)
-                    fail(op, "grad_output ", g.shape(), " and input_size ", Shape(sz),
-                         " must have ", q.nd + 2, " and ", q.nd, " dims");
-                  Shape xs{g.size(0), g.size(1)};
-                  for (int64_t v : sz) {
-                    // The spatial size cannot be read back from g (strided windows round).
-                    if (v < 0)
-                      fail(op, "needs a static size: input_size ", Shape(sz),
-                           " has a dynamic dim (grad_output ", g.shape(), ")");
-                    xs.push_back(v);
-                  }
-                  Shape ys = nd_check(op, xs, q);
-                  for (int64_t d = 2; d < g.dim(); ++d)
-                    if (g.size(d) >= 0 && ys[d] != g.size(d))
-                      fail(op, "grad_output shape ", g.shape(), " does not match the pooled size ",
-                           ys, " of input ", xs);
-                  return one(g.dtype(), xs);
-                },
-            .kernel =
-                [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-                  NdP q = nd_params("avg_pool_nd_grad", a);
-                  KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool_nd_grad",
-                                      [&] { nd_avg<scalar_t>(in[0], out[0], q, false); });
-                },
-            // dx = A^T g is linear in g; its adjoint is A.
-            .grad =
-                [](const GradCtx& c) {
-                  return TensorList{
-                      nd_avg_fn(c.g(), Attrs{c.attrs[0], c.attrs[1], c.attrs[2], c.attrs[3],
-                                             c.attrs[4], c.attrs[5], c.attrs[6], c.attrs[7]})};
-                },
-            .contiguous_inputs = true,
-            .doc = "gradient of avg_pool_nd: spreads grad_output / divisor over each window"});
+const OpDef& kAvgPoolNdGrad = def_op(
+    {.name = "avg_pool_nd_grad",
+     .num_inputs = -1,
+     .attr_names = {"kernel", "stride", "padding", "dilation", "ceil_mode", "count_include_pad",
+                    "divisor_override", "output_size", "input_size"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const char* op = "avg_pool_nd_grad";
+           NdP q = nd_params(op, a);
+           const Tensor& g = in[0];
+           op_util::require_float(op, g, "grad_output");
+           // An optional input 1 (the pooled input, its values unread) gives the input
+           // size where input_size has dynamic dims: it cannot be read back from g
+           // (strided windows round).
+           if (in.size() != 1 && in.size() != 2)
+             fail(op, "takes grad_output and an optional input, got ", in.size(), " inputs");
+           const Ints& sz = a.ints(8);
+           if (g.dim() != static_cast<int64_t>(q.nd) + 2 || sz.size() != q.nd ||
+               (in.size() == 2 && in[1].dim() != g.dim()))
+             fail(op, "grad_output ", g.shape(), " and input_size ", Shape(sz), " must have ",
+                  q.nd + 2, " and ", q.nd, " dims");
+           Shape xs{g.size(0), g.size(1)};
+           for (size_t i = 0; i < q.nd; ++i) {
+             const int64_t v = in.size() == 2 ? in[1].size(static_cast<int64_t>(i) + 2) : sz[i];
+             if (v < 0 && in.size() == 1)
+               fail(op, "needs a static size: input_size ", Shape(sz),
+                    " has a dynamic dim and no input gives it (grad_output ", g.shape(), ")");
+             xs.push_back(v);
+           }
+           Shape ys = nd_check(op, xs, q);
+           for (int64_t d = 2; d < g.dim(); ++d)
+             if (g.size(d) >= 0 && ys[d] != g.size(d))
+               fail(op, "grad_output shape ", g.shape(), " does not match the pooled size ", ys,
+                    " of input ", xs);
+           return one(g.dtype(), xs);
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           NdP q = nd_params("avg_pool_nd_grad", a);
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool_nd_grad",
+                               [&] { nd_avg<scalar_t>(in[0], out[0], q, false); });
+         },
+     // dx = A^T g is linear in g; its adjoint is A.
+     .grad =
+         [](const GradCtx& c) {
+           TensorList r{nd_avg_fn(c.g(), Attrs{c.attrs[0], c.attrs[1], c.attrs[2], c.attrs[3],
+                                               c.attrs[4], c.attrs[5], c.attrs[6], c.attrs[7]})};
+           if (c.inputs.size() == 2) r.push_back(Tensor());
+           return r;
+         },
+     .contiguous_inputs = true,
+     .doc = "gradient of avg_pool_nd: spreads grad_output / divisor over each window"});
 
 // out [N, C, plane] = 0, then out[n, c, idx[n, c, q]] = x[n, c, q] (assignment, as torch's
 // max_unpool: indices repeated by overlapping windows carry equal values).
@@ -974,10 +984,14 @@ const OpDef& kMaxUnpool = def_op(
      .doc = "max_unpool: values written at flat plane indices of a zero output"});
 
 Tensor nd_avg_fn(const Tensor& x, const Attrs& a) { return call1(kAvgPoolNd, {x}, a); }
-Tensor nd_avg_grad_fn(const Tensor& g, const Attrs& a, const Shape& xs) {
-  const Ints all = xs.vec();
+Tensor nd_avg_grad_fn(const Tensor& g, const Attrs& a, const Tensor& x) {
+  const Ints all = x.shape().vec();
   Ints sz(all.begin() + 2, all.end());
-  return call1(kAvgPoolNdGrad, {g}, {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], sz});
+  const Attrs ga{a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], sz};
+  // A dynamic spatial size: x itself gives it when the graph runs (its values are not read).
+  if (std::any_of(sz.begin(), sz.end(), [](int64_t v) { return v < 0; }))
+    return call1(kAvgPoolNdGrad, {g, x}, ga);
+  return call1(kAvgPoolNdGrad, {g}, ga);
 }
 Tensor max_unpool_fn(const Tensor& x, const Tensor& idx, int64_t plane) {
   return call1(kMaxUnpool, {x, idx}, {plane});
