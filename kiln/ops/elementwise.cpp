@@ -613,8 +613,9 @@ Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
   check_int_divisor("div", x, y);
   const Tensor q = call1(kDiv, {x, y});  // integer division truncates
   if (mode == "trunc") return q;
-  // floor: one less where the division was inexact and the signs differ.
-  const Tensor adjust = logical_and(ne(mul(q, y), x), ne(lt(x, 0), lt(y, 0)));
+  // floor: one less where the division was inexact and the signs differ. (fmod, not x - q * y:
+  // INT64_MIN // -1 wraps to INT64_MIN, and q * y would overflow, undefined behaviour.)
+  const Tensor adjust = logical_and(ne(fmod(x, y), 0), ne(lt(x, 0), lt(y, 0)));
   return sub(q, cast(adjust, q.dtype()));
 }
 Tensor floor_divide(const Tensor& a, const Tensor& b) { return div(a, b, "floor"); }
