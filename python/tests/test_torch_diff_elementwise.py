@@ -15,6 +15,10 @@ from torch_diff_util import (BINARY_SHAPES, DTYPES, UNARY_SHAPES, Case, D,  # no
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
+    'add(*;alpha=*':
+        'accepted/dtype: alpha of the wrong kind accepted (torch refuses); bool+bool*2 int64',
+    'sub(*;alpha=*':
+        'accepted/dtype: alpha of the wrong kind accepted (torch refuses); bool+bool*2 int64',
     "div(f*;rounding_mode='floor')#edges": "values: div(inf, 2, rounding_mode='floor') inf (nan)",
     "div(bf16*;rounding_mode='floor')#edges": 'values: as f32: inf // 2 gives inf, torch nan',
     'floor_divide(bf16[*': 'dtype/values: out: kiln float32 vs torch bfloat16',
@@ -249,6 +253,26 @@ def edge_cases():
     return out
 
 
-CASES = (unary_cases() + binary_cases() + operator_cases() + inplace_cases() + mixed_cases() +
-         edge_cases())
+def scalar_corner_cases():
+    """Python numbers a tensor's dtype cannot hold: 0.1 against bf16 (compared and added in
+    bf16), ints beyond int32 against int32 tensors, floats against int tensors, and alpha."""
+    out = []
+    tenth = T((3,), "bfloat16", values=[0.1, 0.2, 1.0])
+    for name in ["eq", "ne", "lt", "ge", "add", "mul", "sub", "div"]:
+        out.append(Case(name, [tenth, 0.1], tag="tenth"))
+    out.append(Case("eq", [T((3,), "float32", values=[0.1, 0.2, 1.0]), 0.1], tag="tenth"))
+    big = 2 ** 40
+    for name in ["add", "mul", "eq", "lt", "floor_divide", "remainder"]:
+        out.append(Case(name, [T((3,), "int32", values=[1, -2, 3]), big], tag="big"))
+    for name in ["eq", "lt", "add", "floor_divide", "remainder", "pow"]:
+        out.append(Case(name, [T((3,), "int64", values=[1, 2, 3]), 2.5], tag="float"))
+    for dt in ["int32", "int64", "float32", "bfloat16", "bool"]:
+        for kind, a in SCALARS.items():
+            out.append(Case("add", [T((2, 3), dt), T((3,), dt)], {"alpha": a}, tag=kind))
+            out.append(Case("sub", [T((2, 3), dt), 2], {"alpha": a}, tag=kind))
+    return out
+
+
+CASES = (scalar_corner_cases() + unary_cases() + binary_cases() + operator_cases() +
+         inplace_cases() + mixed_cases() + edge_cases())
 install_tests(globals(), CASES, KNOWN_BUGS, "elementwise")
