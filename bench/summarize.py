@@ -37,7 +37,8 @@ def main(path):
         # Rows without a PyTorch side (DIST, kiln_dist_bench; HEAL) compare with their own
         # reference in the same run: raw MPI_Allreduce, one process on all the threads, or eager.
         ref_vals = [statistics.median(v) for (impl, mode), v in g.items()
-                    if impl == "mpi" or mode.startswith("1proc") or (w == "HEAL" and mode == "eager")]
+                    if impl == "mpi" or mode.startswith("1proc") or (w == "HEAL" and mode == "eager")
+                    or (w == "CONV" and mode == "best")]
         ref_mark = ""
         if best_torch is None and ref_vals:
             best_torch, ref_mark = ref_vals[0], " (ref)"

@@ -146,6 +146,22 @@ TEST(ConvPaths, CroppedKernelsWithStridesGroupsAndOtherPaddings) {
   }
 }
 
+// Wide maps with width padding past oneDNN's direct kernels' reach (dilation 12 and 24, 33 and
+// more columns): the forward runs as column spans, each an unpadded-width convolution.
+TEST(ConvPaths, WidePaddedMapsRunAsColumnSpans) {
+  manual_seed(5);
+  for (int64_t d : {12, 24})
+    for (int64_t W : {33, 40}) {
+      // (128 channels: with fewer, oneDNN's direct kernels take the padding themselves)
+      Cfg c{1, 128, 128, 1, {1, 4, W}, {1, 3, 3}, {1, 1, 1}, {0, d, d}, {1, d, d}};
+      check(c, 2, Float32);
+      Cfg g = c;
+      g.G = 2;
+      g.s[2] = 2;
+      check(g, 2, Float32);
+    }
+}
+
 TEST(ConvPaths, DilatedPaddedKernelsMatchTheFullKernel1dAnd3d) {
   manual_seed(3);
   for (int64_t d = 1; d <= 40; ++d) {
@@ -162,21 +178,22 @@ TEST(ConvPaths, DilatedPaddedKernelsMatchTheFullKernel1dAnd3d) {
   }
 }
 
-// A Session over constant weights: the block_layout pass crops the weight once (dilation 36 on
-// a 33x33 map: a 1x1) and lays it out once; numbers as the full kernel's, run after run.
+// A Session over constant weights on a 9x33 map: dilation 24 and 12 run as column spans, 36
+// is cropped by the block_layout pass (to 1x1 in height, 1x1 or 1x3 in width... as the map
+// allows) and every weight laid out once; numbers as the full kernel's, run after run.
 TEST(ConvPaths, SessionWithConstantDilatedWeightsMatchesTheFullKernel) {
   manual_seed(4);
   Graph g;
-  const int64_t C = 32, O = 32, H = 9;
+  const int64_t C = 128, O = 128, H = 9, Wd = 33;
   Tensor wv[3] = {randn({O, C, 3, 3}), randn({O, C, 3, 3}), randn({O, C, 3, 3})};
   Tensor bv = randn({O});
-  Tensor x = g.placeholder("x", Float32, {1, C, H, H});
+  Tensor x = g.placeholder("x", Float32, {1, C, H, Wd});
   Tensor h = x;
-  const int64_t dil[3] = {4, 12, 36};
+  const int64_t dil[3] = {24, 12, 36};
   for (int i = 0; i < 3; ++i)
     h = relu(
         conv2d(h, g.constant(wv[i]), g.constant(bv), {1, 1}, {dil[i], dil[i]}, {dil[i], dil[i]}));
-  Tensor xv = randn({1, C, H, H});
+  Tensor xv = randn({1, C, H, Wd});
   Tensor want;
   {
     NoGradGuard ng;

@@ -3,6 +3,8 @@
 // own rule is written with the family's ops, so gradients of gradients work.
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -135,8 +137,23 @@ ConvP cropped_params(ConvP p, const TapCrop& c) {
 }
 
 // Copies the kept taps of a weight whose kernel dims are `kdim` and `kdim + 1` (OIHW, or the
-// blocked [O/b, C/b, kH, kW, b, b]): any dtype, by bytes. back: the other way, the cropped
-// weight `from` into the zeroed full-size `to` (a weight gradient: the dropped taps get 0).
+// blocked [O/b, C/b, kH, kW, b, b]): any dtype, as words of its size. back: the other way, the
+// cropped weight `from` into the zeroed full-size `to` (a weight gradient: the dropped taps get
+// 0). Rows are a tap or a few long in OIHW, so the loops copy elements, not memcpy calls.
+template <typename U>
+void copy_taps_as(const U* src, U* dst, int64_t A, int64_t kH, int64_t kW, int64_t B,
+                  const TapCrop& c, bool back) {
+  const int64_t row = c.w.n * B;
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t i = 0; i < c.h.n; ++i) {
+      const int64_t full_at = ((a * kH + c.h.lo + i) * kW + c.w.lo) * B;
+      const int64_t crop_at = (a * c.h.n + i) * row;
+      U* d = dst + (back ? full_at : crop_at);
+      const U* f = src + (back ? crop_at : full_at);
+      for (int64_t j = 0; j < row; ++j) d[j] = f[j];
+    }
+}
+
 void copy_taps(const Tensor& from, Tensor& to, int64_t kdim, const TapCrop& c, bool back) {
   const Tensor& full = back ? to : from;
   const int64_t kH = full.size(kdim), kW = full.size(kdim + 1);
@@ -144,21 +161,20 @@ void copy_taps(const Tensor& from, Tensor& to, int64_t kdim, const TapCrop& c, b
   for (int64_t d = 0; d < kdim; ++d) A *= full.size(d);
   for (int64_t d = kdim + 2; d < full.dim(); ++d) B *= full.size(d);
   const size_t e = static_cast<size_t>(full.element_size());
-  const size_t row = static_cast<size_t>(c.w.n * B) * e;
-  const char* src = static_cast<const char*>(from.raw_data());
-  char* dst = static_cast<char*>(to.raw_data());
-  if (back) std::memset(dst, 0, static_cast<size_t>(to.numel()) * e);
-  for (int64_t a = 0; a < A; ++a)
-    for (int64_t i = 0; i < c.h.n; ++i) {
-      const int64_t full_at = ((a * kH + c.h.lo + i) * kW + c.w.lo) * B;
-      const int64_t crop_at = (a * c.h.n + i) * c.w.n * B;
-      if (back)
-        std::memcpy(dst + static_cast<size_t>(full_at) * e, src + static_cast<size_t>(crop_at) * e,
-                    row);
-      else
-        std::memcpy(dst + static_cast<size_t>(crop_at) * e, src + static_cast<size_t>(full_at) * e,
-                    row);
-    }
+  if (back) std::memset(to.raw_data(), 0, static_cast<size_t>(to.numel()) * e);
+  auto run = [&](auto word) {
+    using U = decltype(word);
+    copy_taps_as(static_cast<const U*>(from.raw_data()), static_cast<U*>(to.raw_data()), A, kH, kW,
+                 B, c, back);
+  };
+  if (e == 8)
+    run(uint64_t{});
+  else if (e == 4)
+    run(uint32_t{});
+  else if (e == 2)
+    run(uint16_t{});
+  else
+    run(uint8_t{});
 }
 
 Shape cropped_shape(const Shape& s, int64_t kdim, const TapCrop& c) {
@@ -218,8 +234,107 @@ std::optional<cpu::LaneConv> lanes_conv(const ConvP& p, int64_t N, int64_t C, in
   return s;
 }
 
+// ---- columns with a fixed set of taps ---------------------------------------------------------
+// oneDNN's direct (jit) kernels take a left or right padding in width only up to their unroll
+// over output columns (about 28); past it (ASPP's dilation 12 and 24 on a 33x33 map) it runs
+// im2col + GEMM over the whole kernel, multiplying the padding too: 3.8x the useful work at
+// dilation 24. The output columns split into a few spans over which the width taps that meet
+// the input are fixed; each span is a convolution without width padding on a window of the
+// input's columns, with the kernel cropped to those taps (height padding, which the jit kernels
+// take at any size, stays).
+
+using cpu::TapSpan;
+
+// Whether to split: float32 NCHW on oneDNN, column spans (cpu::column_spans), and oneDNN would
+// not run the whole convolution on a direct kernel.
+bool split_columns(const ConvP& p, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                   int64_t kH, int64_t kW, int64_t OH, int64_t OW, std::vector<TapSpan>* sw) {
+  if (cpu::dnnl_channel_block() == 0) return false;
+  *sw = cpu::column_spans(W, kW, p.pW, p.sW, p.dW, OW);
+  return !sw->empty() &&
+         !cpu::dnnl_conv2d_forward_direct(conv_shape(p, N, C, H, W, O, kH, kW, OH, OW));
+}
+
+// w_const: w is a constant of an inference program (conv2d_fused's w_blocked bit 1).
 template <typename T>
-void conv2d_fwd(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p) {
+void conv2d_fwd(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p, bool w_const = false);
+
+// The cropped copy of a constant weight, made once per weight, crop and version (a thread's
+// last 256; the weight's storage held weakly, so a freed one never matches), so that the spans
+// of a Session's convolution find their weights, and oneDNN their layouts, from the last run.
+Tensor const_crop(const Tensor& w, const TapCrop& c) {
+  struct Kept {
+    std::weak_ptr<const void> owner;
+    const void* data;
+    uint32_t version;
+    TapCrop crop;
+    Tensor cropped;
+  };
+  thread_local std::deque<Kept> kept;
+  const std::shared_ptr<const void> owner = w.impl_ptr()->storage;
+  const uint32_t version = w.impl_ptr()->version();
+  auto same = [&](const Kept& k) {
+    return k.data == w.raw_data() && k.crop.h.lo == c.h.lo && k.crop.h.n == c.h.n &&
+           k.crop.w.lo == c.w.lo && k.crop.w.n == c.w.n && !k.owner.owner_before(owner) &&
+           !owner.owner_before(k.owner);
+  };
+  for (Kept& k : kept)
+    if (same(k)) {
+      if (k.version != version) {  // a new tensor: oneDNN's cache keys on its storage
+        k.cropped = crop_weight(w, 2, c);
+        k.version = version;
+      }
+      return k.cropped;
+    }
+  std::erase_if(kept, [](const Kept& k) { return k.owner.expired(); });
+  if (kept.size() >= 256) kept.pop_front();
+  kept.push_back({owner, w.raw_data(), version, c, crop_weight(w, 2, c)});
+  return kept.back().cropped;
+}
+
+template <typename T>
+void conv2d_columns(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p,
+                    const std::vector<TapSpan>& sw, bool w_const) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = w.size(0);
+  const int64_t OH = y.size(2), OW = y.size(3);
+  const T* px = x.data_ptr<T>();
+  T* py = y.data_ptr<T>();
+  for (const TapSpan& b : sw) {
+    const int64_t ow = b.o1 - b.o0;
+    const int64_t iw0 = b.o0 * p.sW - p.pW + b.t0 * p.dW,
+                  cols = (ow - 1) * p.sW + (b.n - 1) * p.dW + 1;
+    Tensor xs = empty(Shape{N, C, H, cols}, x.dtype());
+    T* pxs = xs.data_ptr<T>();
+    for (int64_t r = 0; r < N * C * H; ++r)
+      std::memcpy(pxs + r * cols, px + r * W + iw0, sizeof(T) * static_cast<size_t>(cols));
+    Tensor ys = empty(Shape{N, O, OH, ow}, y.dtype());
+    ConvP q = p;
+    q.pW = 0;
+    const TapCrop crop{{0, w.size(2)}, {b.t0, b.n}};
+    bool done = false;
+    if constexpr (std::is_same_v<T, float>)
+      if (w_const) {  // the constant's crop, laid out by oneDNN once (conv2d_fused's cache)
+        const Tensor wc = const_crop(w, crop);
+        const cpu::ConvFused cf{conv_shape(q, N, C, H, cols, O, w.size(2), b.n, OH, ow),
+                                0,
+                                0,
+                                false,
+                                false,
+                                false,
+                                false,
+                                true};
+        done = cpu::dnnl_conv2d_fused(cf, pxs, wc.data_ptr<float>(), nullptr, ys.data_ptr<float>(),
+                                      wc.impl_ptr()->storage, wc.impl_ptr()->version());
+      }
+    if (!done) conv2d_fwd<T>(xs, w_const ? const_crop(w, crop) : crop_weight(w, 2, crop), ys, q);
+    const T* pys = ys.data_ptr<T>();
+    for (int64_t r = 0; r < N * O * OH; ++r)
+      std::memcpy(py + r * OW + b.o0, pys + r * ow, sizeof(T) * static_cast<size_t>(ow));
+  }
+}
+
+template <typename T>
+void conv2d_fwd(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p, bool w_const) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t O = w.size(0), Cg = w.size(1), kH = w.size(2), kW = w.size(3);
   const int64_t OH = y.size(2), OW = y.size(3), Og = O / p.G;
@@ -233,6 +348,11 @@ void conv2d_fwd(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p) {
                            W, O, kH, kW, OH, OW, p.pH, p.pW);
       return;
     }
+  if constexpr (std::is_same_v<T, float>) {
+    std::vector<TapSpan> sw;
+    if (!direct && split_columns(p, N, C, H, W, O, kH, kW, OH, OW, &sw))
+      return conv2d_columns<T>(x, w, y, p, sw, w_const);
+  }
   if constexpr (std::is_same_v<T, float>)
     if (!direct &&
         cpu::dnnl_conv2d_forward(conv_shape(p, N, C, H, W, O, kH, kW, OH, OW), x.data_ptr<float>(),
@@ -715,9 +835,10 @@ Tensor unblock_weight(const Tensor& w, int64_t b) {
   return y;
 }
 
+// whole_map: false where split_columns holds: the NCHW convolution then runs the spans.
 template <typename T>
 void conv2d_fused_kernel(std::span<const Tensor> in, Tensor& y, const FusedP& f, size_t first,
-                         const Tensor& w) {
+                         const Tensor& w, bool whole_map) {
   const Tensor& x = in[first];
   const Tensor* bias = f.bias ? &in[first + 2] : nullptr;
   if (first && in[0].raw_data() != y.raw_data() && y.numel() > 0)
@@ -736,7 +857,7 @@ void conv2d_fused_kernel(std::span<const Tensor> in, Tensor& y, const FusedP& f,
                       first == 1,
                       f.relu,
                       f.w_const};
-    if (x.numel() > 0 && w.numel() > 0 &&
+    if (whole_map && x.numel() > 0 && w.numel() > 0 &&
         cpu::dnnl_conv2d_fused(cf, x.data_ptr<float>(), w.data_ptr<float>(),
                                bias ? bias->data_ptr<float>() : nullptr, y.data_ptr<float>(),
                                w.impl_ptr()->storage, w.impl_ptr()->version()))
@@ -747,7 +868,7 @@ void conv2d_fused_kernel(std::span<const Tensor> in, Tensor& y, const FusedP& f,
   Tensor xl = f.in_block ? unblock_act<T>(x, f.in_block) : x;
   Tensor wl = f.w_blocked ? unblock_weight<T>(w, f.in_block) : w;
   Tensor yl = empty(Shape{N, O, OH, OW}, y.dtype());
-  conv2d_fwd<T>(xl, wl, yl, f.c);
+  conv2d_fwd<T>(xl, wl, yl, f.c, f.w_const && !f.w_blocked);
   const T* pc = yl.data_ptr<T>();
   const T* pb = bias ? bias->data_ptr<T>() : nullptr;
   T* py = y.data_ptr<T>();
@@ -777,7 +898,16 @@ void fused_op_kernel(const char* op, std::span<const Tensor> in, Tensor& y, cons
     f.c = cropped_params(f.c, *c);
     f.w_const = false;
   }
-  KILN_DISPATCH_FLOAT(x.dtype(), op, [&] { conv2d_fused_kernel<scalar_t>(in, y, f, first, wc); });
+  bool whole_map = true;
+  if (x.dtype() == Float32 && !f.w_blocked) {  // (blocked weights: taken as they are)
+    std::vector<TapSpan> sw;
+    const int64_t C = f.in_block ? x.size(1) * f.in_block : x.size(1);
+    const int64_t O = f.out_block ? y.size(1) * f.out_block : y.size(1);
+    whole_map = !split_columns(f.c, x.size(0), C, x.size(2), x.size(3), O, wc.size(2), wc.size(3),
+                               y.size(2), y.size(3), &sw);
+  }
+  KILN_DISPATCH_FLOAT(x.dtype(), op,
+                      [&] { conv2d_fused_kernel<scalar_t>(in, y, f, first, wc, whole_map); });
 }
 
 const std::vector<std::string> kFusedAttrs = {"stride", "padding",  "dilation",  "groups",   "bias",

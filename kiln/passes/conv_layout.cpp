@@ -299,7 +299,19 @@ int block_layout(Program& p) {
     if (n->attrs.i(3) != 1) return false;
     if (!plain && (n->attrs.i(6) != 0 || n->attrs.i(7) != 0 || n->attrs.i(8) != 0)) return false;
     const size_t first = n->is(ops::conv2d_fused_add) ? 1 : 0;
-    return meta(n->inputs[first]).shape.is_static();
+    const Shape& xs = meta(n->inputs[first]).shape;
+    if (!xs.is_static()) return false;
+    // One that the conv op runs as column spans (kernels/cpu/conv_taps.h: oneDNN would take
+    // its gemm kernel over the whole map) stays NCHW, its weight OIHW.
+    const Shape& ws = meta(n->inputs[first + 1]).shape;
+    const Ints &st = n->attrs.ints(0), &pd = n->attrs.ints(1), &dl = n->attrs.ints(2);
+    if (ws.rank() == 4 && ws.is_static() &&
+        !cpu::column_spans(xs[3], ws[3], pd[1], st[1], dl[1], o.shape[3]).empty() &&
+        !cpu::dnnl_conv2d_forward_direct(cpu::ConvShape{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2],
+                                                        ws[3], 1, o.shape[2], o.shape[3], st[0],
+                                                        st[1], pd[0], pd[1], dl[0], dl[1]}))
+      return false;
+    return true;
   };
   int changed = 0;
   for (auto& up : nodes) {

@@ -38,12 +38,13 @@ struct Key {
 // 100-1000x slower than its jit or gemm kernels. It picks it for dilated convolutions whose
 // padding its jit kernels do not take (ASPP's dilation 12-36 on a 33x33 map in nChw16c: 40 s a
 // call); Kiln's im2col + GEMM is then far faster.
-bool is_ref(const_dnnl_primitive_desc_t pd) {
+const char* impl_name(const_dnnl_primitive_desc_t pd) {
   const char* impl = nullptr;
   if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
-    return false;
-  return std::strncmp(impl, "ref", 3) == 0;
+    return "";
+  return impl;
 }
+bool is_ref(const_dnnl_primitive_desc_t pd) { return std::strncmp(impl_name(pd), "ref", 3) == 0; }
 
 dnnl_engine_t engine() {
   static dnnl_engine_t e = [] {
@@ -67,6 +68,7 @@ struct Entry {
   dnnl_primitive_t reorder[3] = {nullptr, nullptr, nullptr};
   int arg[3] = {0, 0, 0};
   bool ok = false;
+  bool gemm = false;  // oneDNN's im2col + GEMM kernel, not a direct one
   Entry() = default;
   Entry(const Entry&) = delete;
   Entry& operator=(const Entry&) = delete;
@@ -128,6 +130,7 @@ bool build(Entry& e) {
     return false;
   }
   if (e.key.dir == Dir::Fwd && is_ref(e.fwd_pd)) return false;
+  e.gemm = std::strstr(impl_name(e.fwd_pd), "gemm") != nullptr;
   const dnnl_memory_desc_t* umds[3];
   dnnl_query_t q[3];
   if (e.key.dir == Dir::Fwd) {
@@ -191,13 +194,14 @@ bool build(Entry& e) {
   return true;
 }
 
-bool run(const ConvShape& s, Dir dir, bool bf16, const void* a, const void* b, void* out) {
+// The cached entry for the shape and direction (built on first use; null without a stream).
+Entry* lookup(const ConvShape& s, Dir dir, bool bf16) {
   Cache& c = t_cache;
   if (!c.stream) {
     dnnl_engine_t eng = engine();
     if (!eng || dnnl_stream_create(&c.stream, eng, dnnl_stream_default_flags) != dnnl_success) {
       c.stream = nullptr;
-      return false;
+      return nullptr;
     }
   }
   Key k{s, dir, omp_get_max_threads(), bf16};
@@ -212,7 +216,13 @@ bool run(const ConvShape& s, Dir dir, bool bf16, const void* a, const void* b, v
     c.entries.push_back(std::move(n));
     e = c.entries.back().get();
   }
-  if (!e->ok) return false;
+  return e;
+}
+
+bool run(const ConvShape& s, Dir dir, bool bf16, const void* a, const void* b, void* out) {
+  Entry* e = lookup(s, dir, bf16);
+  if (!e || !e->ok) return false;
+  Cache& c = t_cache;
   dnnl_memory_set_data_handle(e->user[0], const_cast<void*>(a));
   dnnl_memory_set_data_handle(e->user[1], const_cast<void*>(b));
   dnnl_memory_set_data_handle(e->user[2], out);
@@ -522,6 +532,10 @@ int64_t dnnl_channel_block() {
 bool dnnl_conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y) {
   return run(s, Dir::Fwd, false, x, w, y);
 }
+bool dnnl_conv2d_forward_direct(const ConvShape& s) {
+  const Entry* e = lookup(s, Dir::Fwd, false);
+  return e && e->ok && !e->gemm;
+}
 bool dnnl_conv2d_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx) {
   return run(s, Dir::BwdData, false, gy, w, gx);
 }
@@ -548,6 +562,7 @@ bool dnnl_conv2d_backward_weights_bf16(const ConvShape& s, const uint16_t* x, co
 
 namespace kiln::cpu {
 bool dnnl_conv2d_forward(const ConvShape&, const float*, const float*, float*) { return false; }
+bool dnnl_conv2d_forward_direct(const ConvShape&) { return false; }
 bool dnnl_conv2d_backward_data(const ConvShape&, const float*, const float*, float*) {
   return false;
 }

@@ -24,6 +24,10 @@ struct ConvShape {
 /// once per shape and thread and cached (at most 64 per thread, the oldest dropped first).
 bool dnnl_conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y);
 bool dnnl_conv2d_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx);
+/// Whether oneDNN runs the float32 forward of the shape on a direct (jit) kernel, not its gemm
+/// one (im2col over the whole kernel) nor none: it takes the gemm one where the left or right
+/// padding in width exceeds its jit kernel's unroll (dilation 12 and 24 on a 33x33 map).
+bool dnnl_conv2d_forward_direct(const ConvShape& s);
 bool dnnl_conv2d_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw);
 /// The same in bfloat16 (raw bits; every operand and result bfloat16, float32 accumulation):
 /// the native kernels of the conv ops on bfloat16 tensors (autocast), AVX512-BF16 or AMX where

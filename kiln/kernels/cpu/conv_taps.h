@@ -6,6 +6,9 @@
 // and by the block_layout pass on constant weights, once.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 namespace kiln::cpu {
 
@@ -26,6 +29,48 @@ inline TapRange kept_taps(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t
   const int64_t pr = (out - 1) * s + (k - 1) * d + 1 - in - pad;
   while (hi - lo > 1 && (hi - 1) * d - pad >= in && pr - (k - hi + 1) * d >= 0) --hi;
   return {lo, hi - lo};
+}
+
+struct TapSpan {
+  int64_t o0, o1, t0, n;  ///< outputs [o0, o1) meet the input with taps [t0, t0 + n)
+};
+
+/// The output positions of one dim in runs over which the taps that meet the input are fixed.
+inline std::vector<TapSpan> tap_spans(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t d,
+                                      int64_t out) {
+  std::vector<TapSpan> v;
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t base = o * s - pad;
+    int64_t lo = 0, hi = k;
+    while (lo < k && base + lo * d < 0) ++lo;
+    while (hi > lo && base + (hi - 1) * d >= in) --hi;
+    const int64_t n = hi - lo, t0 = n ? lo : 0;
+    if (!v.empty() && v.back().t0 == t0 && v.back().n == n && v.back().o1 == o)
+      ++v.back().o1;
+    else
+      v.push_back({o, o + 1, t0, n});
+  }
+  return v;
+}
+
+/// The spans of the width dim when a convolution can run as one unpadded convolution per span
+/// (2 to 5 spans, each meeting the input), else none. oneDNN's direct kernels take a width
+/// padding only up to their unroll over output columns (about 28); past it (dilation 12 and 24
+/// on a 33x33 map) it runs im2col + GEMM over the whole kernel, padding included (3.8x the
+/// useful work at dilation 24), where the spans run on its direct kernels. KILN_CONV_SPANS=0
+/// turns this off (for comparison).
+inline std::vector<TapSpan> column_spans(int64_t in, int64_t k, int64_t pad, int64_t s, int64_t d,
+                                         int64_t out) {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CONV_SPANS");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  if (!on || pad == 0 || k == 1 || out <= 0) return {};
+  std::vector<TapSpan> v = tap_spans(in, k, pad, s, d, out);
+  if (v.size() < 2 || v.size() > 5) return {};
+  for (const TapSpan& t : v)
+    if (t.n == 0) return {};
+  return v;
 }
 
 }  // namespace kiln::cpu
