@@ -20,6 +20,44 @@ KNOWN_BUGS = {
     'F.unfold(f32*#autocast': 'dtype: f32 unfold becomes bf16 under autocast (torch keeps f32)',
     "einsum('i,j->ij',f32*#autocast": 'dtype: f32 outer einsum becomes bf16 (torch keeps f32)',
     'pinverse(f32*#autocast': 'dtype: pinverse runs in bf16 under autocast (torch float32)',
+    'F.hinge_embedding_loss(i64[*':
+        'accepted: torch: mean(): could not infer output dtype. Input dtyp',
+    'F.conv1d(i64[*':
+        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [2, 2,',
+    'F.conv2d(i64[*':
+        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [1, 2,',
+    'F.conv3d(i64[*':
+        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [3, 4,',
+    'F.conv_transpose1d(i64[*':
+        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
+    'F.conv_transpose2d(i64[*':
+        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
+    'F.conv_transpose3d(i64[*':
+        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
+    'F.avg_pool1d(i64[*':
+        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [2, ',
+    'F.avg_pool2d(i64[*':
+        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
+    'F.avg_pool3d(i64[*':
+        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
+    'F.local_response_norm(i64[*':
+        'refused: [local_response_norm] input must be float32 or float64, got int64 (sh',
+    'F.layer_norm(bf16[*': 'values: out: at (0, 0, 0) kiln -0.03100586 vs torch -0.0703125',
+    'median(f32[*':
+        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
+    'median(bf16[*':
+        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
+    'sort(bf16[*':
+        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
+    'argsort(bf16[*':
+        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
+    'topk(bf16[*':
+        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
+    "einsum('i,j->ij',b[*],b[*])#graph":
+        'refused: [matmul] only floating dtypes are supported, got bool and bool (shape',
+    'addmm(bf16[*': 'values: out: at (1, 3) kiln -0.90625 vs torch -0.9375',
+    'masked_scatter(b[*':
+        "refused: [masked_scatter] the result's size depends on the values of [2, 3], w",
 }
 
 MODES = ["jit", "graph"]
@@ -80,5 +118,30 @@ def autocast_cases():
     return out
 
 
+def graph_table_cases():
+    """The nn, reduction, linear-algebra and shape calls as Graphs too (one per call, input
+    dtype and shapes), so shape and dtype inference of every op is checked against the run and
+    against torch."""
+    import test_torch_diff_nn as nn_cases
+    import test_torch_diff_reduce as reduce_cases
+    import test_torch_diff_shape as shape_cases
+    out, seen = [], set()
+    for c in nn_cases.CASES + reduce_cases.CASES + shape_cases.CASES:
+        if c.mode != "eager" or not isinstance(c.fn, str) or c.fn.startswith(".") or \
+                c.id.endswith("#edges"):
+            continue
+        ts = [t for t in _walk([c.args, c.kwargs]) if isinstance(t, T)]
+        if not ts or ts[0].dtype not in ("float32", "int64", "bfloat16", "bool"):
+            continue
+        key = (c.fn, ts[0].dtype, tuple(t.shape for t in ts))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Case(c.fn, c.args, c.kwargs, ops=c.ops, mode="graph", tol=c.tol))
+    return out
+
+
 CASES = mode_cases() + autocast_cases()
+_ids = {c.id for c in CASES}
+CASES += [c for c in graph_table_cases() if c.id not in _ids]
 install_tests(globals(), CASES, KNOWN_BUGS, "traced modes (jit, graph)")

@@ -258,22 +258,23 @@ class Case:
         return self._invoke(lib, args, kwargs), leaves
 
     def _call_traced(self, lib, args, kwargs):
-        """The call with its tensor arguments traced: through kiln.jit, or as placeholders of a
-        Graph run by a Session; the graph's inferred dtypes and shapes must be the results'."""
-        pos = [i for i, a in enumerate(args) if isinstance(a, kiln.Tensor)]
+        """The call with its tensor arguments (in lists and keywords too) traced: through
+        kiln.jit, or as placeholders of a Graph run by a Session; the graph's inferred dtypes
+        and shapes must be the results'."""
+        concrete = _flat_tensors([args, list(kwargs.values())])
 
         def body(*ts):
-            a = list(args)
-            for i, t in zip(pos, ts):
-                a[i] = t
-            return self._invoke(lib, a, kwargs)
+            it = iter(ts)
+            a = _rebuild(args, it)
+            kw = dict(zip(kwargs, _rebuild(list(kwargs.values()), it)))
+            return self._invoke(lib, list(a), kw)
         if self.mode == "jit":
-            return kiln.jit(body)(*[args[i] for i in pos])
+            return kiln.jit(body)(*concrete)
         g = kiln.Graph()
-        phs = [g.placeholder(args[i].dtype, list(args[i].shape)) for i in pos]
+        phs = [g.placeholder(t.dtype, list(t.shape)) for t in concrete]
         out = body(*phs)
         flat = _flat_tensors(out)
-        res = kiln.Session(g).run(flat, {p: args[i] for p, i in zip(phs, pos)})
+        res = kiln.Session(g).run(flat, dict(zip(phs, concrete)))
         for sym, r in zip(flat, res):
             if sym.dtype != r.dtype or tuple(sym.shape) != tuple(r.shape):
                 raise InferMismatch(f"graph infers {dtype_name(sym.dtype)}{list(sym.shape)}, "
