@@ -54,7 +54,8 @@ inline std::vector<TapSpan> tap_spans(int64_t in, int64_t k, int64_t pad, int64_
 }
 
 /// The spans of the width dim when a convolution can run as one unpadded convolution per span
-/// (2 to 5 spans, each meeting the input), else none. oneDNN's direct kernels take a width
+/// (2 to 5 spans, each meeting the input, padding >= 4, the whole kernel >= 1.25x the taps that
+/// meet the input), else none. oneDNN's direct kernels take a width
 /// padding only up to their unroll over output columns (about 28); past it (dilation 12 and 24
 /// on a 33x33 map) it runs im2col + GEMM over the whole kernel, padding included (3.8x the
 /// useful work at dilation 24), where the spans run on its direct kernels. KILN_CONV_SPANS=0
@@ -65,11 +66,17 @@ inline std::vector<TapSpan> column_spans(int64_t in, int64_t k, int64_t pad, int
     const char* e = std::getenv("KILN_CONV_SPANS");
     return !(e && std::strcmp(e, "0") == 0);
   }();
-  if (!on || pad == 0 || k == 1 || out <= 0) return {};
+  if (!on || pad < 4 || k == 1 || out <= 0) return {};
   std::vector<TapSpan> v = tap_spans(in, k, pad, s, d, out);
   if (v.size() < 2 || v.size() > 5) return {};
-  for (const TapSpan& t : v)
+  int64_t useful = 0;
+  for (const TapSpan& t : v) {
     if (t.n == 0) return {};
+    useful += (t.o1 - t.o0) * t.n;
+  }
+  // Only where the padding is a real share of the work (ASPP's dilation 12 on 33 columns: 1.32x;
+  // a 3x3 with padding 1 on 28 columns: 1.02x): each span is a call with copies of its window.
+  if (4 * out * k < 5 * useful) return {};
   return v;
 }
 
