@@ -211,3 +211,37 @@ TEST(ConvPaths, SessionWithConstantDilatedWeightsMatchesTheFullKernel) {
       ASSERT_NEAR(a[i], b[i], 1e-3 * (1 + std::abs(b[i]))) << "run " << run << " at " << i;
   }
 }
+
+// Grouped, depthwise and odd-channel convolutions with constant weights (conv2d_fused, NCHW,
+// weights laid out by oneDNN once): right on every run, and a second Session of the same shapes
+// with other weights (built after the first is gone, so its buffers may reuse the addresses)
+// gets its own numbers, not the first one's laid-out weights.
+TEST(ConvPaths, SessionsLayOutTheirOwnConstantWeightsOnce) {
+  const int64_t C = 32, H = 12;
+  Tensor xv = randn({2, C, H, H});
+  for (int model = 0; model < 3; ++model) {
+    manual_seed(10 + model);
+    Tensor w1 = randn({C, C / 4, 3, 3}), w2 = randn({C, 1, 3, 3}), w3 = randn({20, C, 1, 1});
+    Graph g;
+    Tensor x = g.placeholder("x", Float32, {2, C, H, H});
+    auto net = [](const Tensor& in, const Tensor& a, const Tensor& b, const Tensor& c) {
+      Tensor h = relu(conv2d(in, a, Tensor(), {1, 1}, {1, 1}, {1, 1}, 4));
+      h = conv2d(h, b, Tensor(), {2, 2}, {2, 2}, {2, 2}, C);
+      return conv2d(h, c, Tensor());
+    };
+    Tensor y = net(x, g.constant(w1), g.constant(w2), g.constant(w3));
+    Tensor want;
+    {
+      NoGradGuard ng;
+      want = net(xv.to(Float64), w1.to(Float64), w2.to(Float64), w3.to(Float64));
+    }
+    Session s(g);
+    for (int run = 0; run < 2; ++run) {
+      const auto a = values(s.run({y}, {{x, xv}})[0]), b = values(want);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 1e-3 * (1 + std::abs(b[i])))
+            << "model " << model << " run " << run << " at " << i;
+    }
+  }
+}
