@@ -408,3 +408,20 @@ def test_fourth_round():
         kiln.cat(kiln.ones(2, 3))
     with pytest.raises(kiln.Error):
         kiln.linspace(0, 1, 3, dtype=kiln.bool)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda x: kiln.add(x, "a"), "add"),
+    (lambda x: kiln.exp("a"), "exp"),
+    (lambda x: kiln.softmax(x, "a"), "softmax"),
+    (lambda x: kiln.clamp(x, min="a"), "clamp"),
+    (lambda x: kiln.arange("a"), "arange"),
+    (lambda x: kiln.matmul(x, 3), "matmul"),
+    (lambda x: x.index_fill_(0, [0], 1.0), "index_fill_"),
+    (lambda x: kiln.linalg.inv("a"), "inv"),
+])
+def test_binding_layer_errors_are_kiln_errors_naming_the_call(call, name):
+    with pytest.raises(kiln.Error, match=r"^\[") as e:
+        call(kiln.ones(3))
+    assert name in str(e.value).split("]")[0], str(e.value)[:120]
+    assert "incompatible function arguments" not in str(e.value).splitlines()[0]
