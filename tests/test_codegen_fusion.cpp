@@ -475,6 +475,54 @@ TEST(Codegen, BackgroundCompileSwitchesOverWithEqualResults) {
   std::filesystem::remove_all(dir);
 }
 
+// Three fused groups, kept apart by matmuls: their kernels are requested together on the first
+// run. Returns the graph's result and eager's.
+std::pair<Tensor, Tensor> run_three_groups() {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {6, 8}), w = g.placeholder("w", Float32, {8, 8});
+  auto f = [](const Tensor& x, const Tensor& w) {
+    Tensor a = sigmoid(add(mul(x, 0.7), 0.1));
+    Tensor b = tanh(sub(mul(matmul(a, w), 0.3), 0.2));
+    return exp(mul(sub(matmul(b, w), 0.25), 1.5));
+  };
+  Tensor y = f(x, w);
+  Session s(g);
+  Tensor xv = mul(arange(0, 48, 1, Float32).reshape({6, 8}), 0.05),
+         wv = mul(arange(0, 64, 1, Float32).reshape({8, 8}), -0.01);
+  return {s.run(y, {{x, xv}, {w, wv}}), f(xv, wv)};
+}
+
+// Child half of the batch test: the three kernels load from disk, each from the shared object
+// under its own name, and give eager's values.
+TEST(Codegen, BatchChild) {
+  if (!std::getenv("KILN_CG_CHILD")) GTEST_SKIP() << "runs as the child of BackgroundCompiles";
+  codegen::set_async(false);
+  auto [got, ref] = run_three_groups();
+  auto st = codegen::stats();
+  std::exit(st.compiles == 0 && st.disk_hits == 3 && max_rel(got, ref) < 1e-6 ? 0 : 3);
+}
+
+// Kernels queued together compile in one compiler process (the prelude is parsed once), each
+// one its own cache entry; wait_idle() compiles what is still queued at the caller's priority.
+TEST(Codegen, BackgroundCompilesQueuedKernelsInOneProcess) {
+  std::string dir = fresh_cache();
+  if (!codegen::enabled()) GTEST_SKIP() << "no compiler: " << codegen::stats().last_error;
+  codegen::set_async(true);
+  auto before = codegen::stats();
+  auto [first, ref] = run_three_groups();  // interpreted: three compiles queued
+  EXPECT_LT(max_rel(first, ref), 1e-6);
+  EXPECT_EQ(codegen::stats().background, before.background + 3);
+  codegen::wait_idle();
+  auto after = codegen::stats();
+  EXPECT_EQ(after.compiles, before.compiles + 1);
+  EXPECT_EQ(after.failures, before.failures);
+  const Tensor compiled = run_three_groups().first;  // generated code now, same bits
+  EXPECT_TRUE(kiln::testing::same_bits(compiled, first));
+  EXPECT_EQ(spawn_child("Codegen.BatchChild"), 0);
+  codegen::set_async(false);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Codegen, RefusesWorldWritableCacheDir) {
   std::string dir =
       std::filesystem::temp_directory_path().string() + "/kiln_cg_ww_" + std::to_string(::getpid());
