@@ -97,6 +97,7 @@ struct State {
   std::vector<int> buf;     // per instruction: its tile buffer (inputs use 0..num_inputs-1)
   std::vector<int> out_of;  // per instruction: the output it is, or -1
   int num_bufs = 0;
+  bool has_generic = false;  // an instruction runs its op's kernel on whole tiles
   Spec specs[kMaxSpecs];
   std::atomic<int> num_specs{0};
   mutable std::atomic<int> generic_checked{0};  // bit 0: float32, bit 1: float64
@@ -306,9 +307,29 @@ void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in,
   T* buf = scratch.data();
   const Program& p = s.prog;
   int ni = p.num_inputs;
+  // A broadcast input fills its tile once, as far as this call reaches (a call is often one
+  // short row: a batch norm's per-channel rows of a small image).
   for (int k = 0; k < ni; ++k)
     if (!((sp.pattern >> k) & 1))
-      load_input<T>(buf + k * kTile, in[k], sp.in_dtypes[static_cast<size_t>(k)], kTile, false);
+      load_input<T>(buf + k * kTile, in[k], sp.in_dtypes[static_cast<size_t>(k)],
+                    std::min(kTile, n), false);
+  // Advancing inputs of the group's dtype are read in place, not copied into a tile first;
+  // unless an op's kernel reads whole tiles (past the end of the input), or an extra output,
+  // written while the tile is still being computed, overlaps an input.
+  bool in_place = !s.has_generic;
+  const int no = static_cast<int>(p.outputs.size());
+  for (int k = 1; k < no && in_place; ++k) {
+    const char* o0 = static_cast<const char*>(out[k]);
+    const char* o1 = o0 + n * static_cast<int64_t>(sizeof(T));
+    for (int j = 0; j < ni && in_place; ++j) {
+      const char* a0 = static_cast<const char*>(in[j]);
+      const char* a1 =
+          a0 + n * static_cast<int64_t>(dtype_size(sp.in_dtypes[static_cast<size_t>(j)]));
+      in_place = o1 <= a0 || a1 <= o0;
+    }
+  }
+  const T* src[64];
+  for (int k = 0; k < ni; ++k) src[k] = buf + k * kTile;
   T* o = static_cast<T*>(out[0]);
   for (int64_t i0 = 0; i0 < n; i0 += kTile) {
     int64_t len = std::min(kTile, n - i0);
@@ -317,7 +338,10 @@ void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in,
         DType dt = sp.in_dtypes[static_cast<size_t>(k)];
         const char* base =
             static_cast<const char*>(in[k]) + i0 * static_cast<int64_t>(dtype_size(dt));
-        load_input<T>(buf + k * kTile, base, dt, len, true);
+        if (dt == Bool || !in_place)
+          load_input<T>(buf + k * kTile, base, dt, len, true);
+        else
+          src[k] = reinterpret_cast<const T*>(base);
       }
     size_t last = p.code.size() - 1;
     for (size_t i = 0; i < p.code.size(); ++i) {
@@ -325,8 +349,7 @@ void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in,
       auto arg = [&](size_t k) -> const T* {
         if (k >= ins.args.size()) return nullptr;
         int a = ins.args[k];
-        int b = a >= 0 ? a : s.buf[static_cast<size_t>(-1 - a)];
-        return buf + b * kTile;
+        return a >= 0 ? src[a] : buf + s.buf[static_cast<size_t>(-1 - a)] * kTile;
       };
       T* d = i == last ? o + i0 : buf + s.buf[i] * kTile;
       if (ins.code == kGeneric) {
@@ -725,6 +748,7 @@ int64_t register_program(const std::string& text) {
   auto s = std::make_unique<State>();  // a malformed program throws here and frees it
   s->prog = parse(text);
   assign_buffers(*s);
+  for (const Instr& ins : s->prog.code) s->has_generic |= ins.code == kGeneric;
   // Lives for the process from here: kernels may run until exit.
   g_table[id].store(s.release(), std::memory_order_release);
   g_count.store(id + 1, std::memory_order_release);
