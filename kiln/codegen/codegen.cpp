@@ -230,7 +230,8 @@ std::string precompiled_prelude(const std::string& dir) {
   // Making it costs about four kernels' compile time (0.6 s against 0.16 s saved per kernel): a
   // process that compiles only a few kernels (a model's first jitted step on an empty cache: 2
   // for W7, which took 1.5 s instead of 0.85 s when the first one waited for the .gch) does
-  // better without it. The fourth kernel makes it, for this process and every later one.
+  // better without it. The fourth compiler process (a batch counts once) makes it, for this
+  // process and every later one.
   if (++without[dir] <= 3) return "";
   const std::string tmp = temp_name(h);
   {
