@@ -1053,7 +1053,7 @@ std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool lar
   // A 0-d tensor is its own top 1 (torch), index 0.
   if (a.defined() && a.dim() == 0 && k == 1) {
     if (dim != 0 && dim != -1) fail("topk", "dim ", dim, " is out of range for a 0-d tensor");
-    return {clone(a), zeros(Shape{}, Int64)};
+    return {clone(a), zeros_like(cast(a, Int64))};  // (symbolic in a graph too)
   }
   const bool b = a.defined() && a.dtype() == Bool;
   TensorList r = call(kTopk, {b ? cast(a, UInt8) : a}, {k, dim, largest});
@@ -1064,7 +1064,7 @@ std::pair<Tensor, Tensor> sort(const Tensor& a, int64_t dim, bool descending) {
   // A 0-d tensor sorts to itself, index 0 (torch).
   if (a.defined() && a.dim() == 0) {
     if (dim != 0 && dim != -1) fail("sort", "dim ", dim, " is out of range for a 0-d tensor");
-    return {clone(a), zeros(Shape{}, Int64)};
+    return {clone(a), zeros_like(cast(a, Int64))};  // (symbolic in a graph too)
   }
   const bool b = a.defined() && a.dtype() == Bool;
   TensorList r = call(kTopk, {b ? cast(a, UInt8) : a}, {int64_t{-1}, dim, descending});

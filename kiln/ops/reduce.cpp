@@ -1065,7 +1065,7 @@ Tensor median(const Tensor& a) {
   // An empty float tensor's median is NaN (torch); torch's integer answer is the dtype's
   // lowest value, which Kiln refuses instead (docs/torch_differences.md).
   if (a.numel() == 0) {
-    if (is_floating(a.dtype())) return scalar_tensor(NAN, a.dtype());
+    if (is_floating(a.dtype())) return full_like(sum(a), NAN);  // (a graph node in a graph)
     fail("median", "cannot take the median of an empty ", a.dtype(), " tensor of shape ",
          a.shape());
   }

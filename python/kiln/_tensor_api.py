@@ -355,7 +355,12 @@ def _with_alpha(orig, name):
             if len(args) != 1 or not isinstance(other, numbers.Number):
                 raise _C.TypeError(f"[{name}] expected {name}(other, alpha=1)")
             alpha, other = other, args[0]
-        if alpha != 1:
+        # torch: a bool alpha only for bool results, a float alpha only for floating ones
+        if isinstance(alpha, bool) and self.dtype != _C.bool:
+            raise _C.TypeError(f"[{name}] a bool alpha is only for bool tensors, got {self.dtype}")
+        if isinstance(alpha, float) and not self.dtype.is_floating_point:
+            raise _C.TypeError(f"[{name}] a float alpha needs a floating tensor, got {self.dtype}")
+        if alpha is not True and alpha != 1:
             other = other * alpha
         orig(self, other)
         return self

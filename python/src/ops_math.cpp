@@ -107,7 +107,26 @@ void init_ops_math(py::module_& m, TensorClass& cls) {
   // two-argument call takes fast_ops' path; keywords come here).
   for (const char* name : {"add", "sub"}) {
     const bool is_add = name[0] == 'a';
-    auto f = [is_add](const Tensor& a, const TensorLike& b, const Scalar& alpha, py::object out) {
+    auto f = [is_add, name](const Tensor& a, const TensorLike& b, const Scalar& alpha,
+                            py::object out) {
+      // torch: a float alpha needs a floating result, a bool alpha a bool one; on bools,
+      // a + alpha * b is a or (b and alpha).
+      const DType rt = result_type(a, b.t);
+      if (alpha.is_floating() && !is_floating(rt))
+        raise(type_error_type(), std::string("[") + name +
+                                     "] a float alpha needs floating tensors, got " +
+                                     dtype_name(rt));
+      if (alpha.is_bool() && rt != Bool)
+        raise(type_error_type(), std::string("[") + name +
+                                     "] a bool alpha is only for bool tensors, got " +
+                                     dtype_name(rt));
+      if (rt == Bool && is_add) {
+        Tensor r = alpha.to_int() != 0 ? add(a, b.t) : a.clone();
+        if (out.is_none()) return r;
+        Tensor dst = out.cast<Tensor>();
+        dst.copy_(r);
+        return dst;
+      }
       const Tensor o = alpha.is_integral() && alpha.to_int() == 1 ? b.t : mul(b.t, alpha);
       Tensor r = is_add ? add(a, o) : sub(a, o);
       if (out.is_none()) return r;

@@ -15,16 +15,6 @@ from torch_diff_util import (BINARY_SHAPES, DTYPES, UNARY_SHAPES, Case, D,  # no
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    'add(*;alpha=*':
-        'accepted/dtype: alpha of the wrong kind accepted (torch refuses); bool+bool*2 int64',
-    'sub(*;alpha=*':
-        'accepted/dtype: alpha of the wrong kind accepted (torch refuses); bool+bool*2 int64',
-    "div(f*;rounding_mode='floor')#edges": "values: div(inf, 2, rounding_mode='floor') inf (nan)",
-    "div(bf16*;rounding_mode='floor')#edges": 'values: as f32: inf // 2 gives inf, torch nan',
-    'floor_divide(bf16[*': 'dtype/values: out: kiln float32 vs torch bfloat16',
-    'floor_divide(f32[*': 'values: out: at (6,) kiln inf vs torch nan',
-    'floor_divide(f64[*': 'values: out: at (6,) kiln inf vs torch nan',
-    'clamp(b[*': 'accepted/refused: [clamp] input must be numeric, got bool (shape [2, 3])',
 }
 
 SCALARS = {"bool": True, "int": 2, "float": 2.5}

@@ -16,51 +16,8 @@ from test_torch_diff_elementwise import BINARY, SCALARS, UNARY  # noqa: E402
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    'F.interpolate(f32*#autocast': 'dtype: f32 nearest interpolate becomes bf16 (torch keeps f32)',
-    'F.unfold(f32*#autocast': 'dtype: f32 unfold becomes bf16 under autocast (torch keeps f32)',
-    "einsum('i,j->ij',f32*#autocast": 'dtype: f32 outer einsum becomes bf16 (torch keeps f32)',
-    'pinverse(f32*#autocast': 'dtype: pinverse runs in bf16 under autocast (torch float32)',
-    'F.hinge_embedding_loss(i64[*':
-        'accepted: torch: mean(): could not infer output dtype. Input dtyp',
-    'F.conv1d(i64[*':
-        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [2, 2,',
-    'F.conv2d(i64[*':
-        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [1, 2,',
-    'F.conv3d(i64[*':
-        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [3, 4,',
-    'F.conv_transpose1d(i64[*':
-        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
-    'F.conv_transpose2d(i64[*':
-        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
-    'F.conv_transpose3d(i64[*':
-        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
-    'F.avg_pool1d(i64[*':
-        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [2, ',
-    'F.avg_pool2d(i64[*':
-        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
-    'F.avg_pool3d(i64[*':
-        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
-    'F.local_response_norm(i64[*':
-        'refused: [local_response_norm] input must be float32 or float64, got int64 (sh',
-    'F.layer_norm(bf16[*': 'values: out: at (0, 0, 0) kiln -0.03100586 vs torch -0.0703125',
-    'median(f32[*':
-        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
-    'median(bf16[*':
-        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
-    'sort(bf16[*':
-        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
-    'argsort(bf16[*':
-        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
-    'topk(bf16[*':
-        'refused: [Session::run] tensor of shape [] is concrete, not a node of this gra',
-    "einsum('i,j->ij',b[*],b[*])#graph":
-        'refused: [matmul] only floating dtypes are supported, got bool and bool (shape',
-    'addmm(bf16[*': 'values: out: at (1, 3) kiln -0.90625 vs torch -0.9375',
     'masked_scatter(b[*':
         "refused: [masked_scatter] the result's size depends on the values of [2, 3], w",
-    'F.group_norm(bf16[*': 'values: out: at (1, 2, 0) kiln 0.009338379 vs torch -0.0078125',
-    "einsum('i,j->ij',b[*],b[*])#jit":
-        'refused: [matmul] only floating dtypes are supported, got bool and bool (shape',
     "einsum('bij,bjk->bik',bf16[*],bf16[*])#jit":
         'values: out: at (0, 1, 1) kiln 0.71875 vs torch 0.6875',
 }

@@ -14,44 +14,6 @@ from torch_diff_util import DTYPES, FLOATS, Case, T, install_tests  # noqa: E402
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    'F.hardswish(f64[6]=*#edges': 'grad: at x = 3 kiln 1, torch 1.5 (torch: x/3 + 1/2 on [-3, 3])',
-    'F.hardsigmoid(f64[*': 'grad: grad[0]: at (0, 0) kiln -0.25 vs torch -0.2500000074505806',
-    'F.hinge_embedding_loss(i32[*':
-        'accepted/dtype: torch: mean(): could not infer output dtype. Inpu',
-    'F.hinge_embedding_loss(i64[*':
-        'accepted/dtype: torch: mean(): could not infer output dtype. Inpu',
-    'F.binary_cross_entropy_with_logits(f32[*':
-        'dtype/values: out: at () kiln 1.282586064810554 vs torch 1.2825860613957047',
-    'F.binary_cross_entropy_with_logits(f64[*': 'dtype: out: kiln float64 vs torch float32',
-    'F.binary_cross_entropy_with_logits(bf16[*':
-        'values: out: at () kiln 0.96748865 vs torch 0.96781415',
-    'F.conv1d(i32[*':
-        'refused: [conv2d] expects two float32 or two float64 tensors, got int32 [2, 2,',
-    'F.conv1d(i64[*':
-        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [2, 2,',
-    'F.conv2d(i32[*':
-        'refused: [conv2d] expects two float32 or two float64 tensors, got int32 [1, 2,',
-    'F.conv2d(i64[*':
-        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [1, 2,',
-    'F.conv3d(i32[*':
-        'refused: [conv2d] expects two float32 or two float64 tensors, got int32 [3, 4,',
-    'F.conv3d(i64[*':
-        'refused: [conv2d] expects two float32 or two float64 tensors, got int64 [3, 4,',
-    'F.conv_transpose1d(i64[*':
-        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
-    'F.conv_transpose2d(i64[*':
-        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
-    'F.conv_transpose3d(i64[*':
-        'refused: [conv2d_grad_input] expects two float32 or two float64 tensors, got i',
-    'F.avg_pool1d(i64[*':
-        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [2, ',
-    'F.avg_pool2d(i64[*':
-        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
-    'F.avg_pool3d(i64[*':
-        'refused: [avg_pool_nd] input must be float32 or float64, got int64 (shape [1, ',
-    'F.local_response_norm(i64[*':
-        'refused: [local_response_norm] input must be float32 or float64, got int64 (sh',
-    'F.group_norm(bf16[*': 'values: out: at (0, 2, 0) kiln 0.828125 vs torch 0.859375',
 }
 
 # name: (kwargs, domain)

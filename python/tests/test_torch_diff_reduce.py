@@ -16,8 +16,6 @@ from torch_diff_util import DTYPES, Case, D, L, T, install_tests  # noqa: E402
 KNOWN_BUGS = {
     'median(f64[*':
         'grad/refused/values: [median] cannot take the median of an empty tensor of sha',
-    'einsum(*': 'refused: [matmul] only floating dtypes are supported, got bool and bool (shape',
-    'addmm(bf16[*': 'values: out: at (0, 1) kiln 0.09375 vs torch 0.078125',
 }
 
 NUMERIC = ["int32", "int64", "float32", "float64", "bfloat16"]

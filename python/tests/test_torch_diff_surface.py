@@ -447,17 +447,6 @@ def second_cases():
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    '.add(*;alpha=*':
-        'accepted/dtype: alpha of the wrong kind accepted (torch refuses); bool+bool*2 int64',
-    '.sub(*;alpha=*':
-        'accepted/dtype: alpha of the wrong kind accepted (torch refuses); bool+bool*2 int64',
-    '.add_(*;alpha=*':
-        'accepted/dtype: alpha of the wrong kind accepted (torch refuses); bool+bool*2 int64',
-    '.sub_(*;alpha=*':
-        'accepted/dtype: alpha of the wrong kind accepted (torch refuses); bool+bool*2 int64',
-    'F.fractional_max_pool3d(f32[2,3])#tight':
-        'accepted: pool 2 over an input of 2 (torch: pool height 2 too large for input height 2)',
-    '.addbmm(bf16[*': 'values: out: at (1, 0) kiln 0.328125 vs torch 0.3125',
 }
 
 CASES = (_method_twins() + _inplace_twins() + surface_cases() + more_cases() +
