@@ -2,7 +2,6 @@
 // kiln.autograd.Function on the tape, so backward() calls the Python backward it defines, and
 // the ONNX exporter under kiln.onnx.export (when the extension links kiln_onnx: KILN_PY_ONNX).
 #include "common.h"
-
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/registry/op_def.h"
 #if KILN_PY_ONNX
@@ -48,8 +47,7 @@ TensorList py_function_grad(const GradCtx& c) {
     for (size_t k = 0; k < c.grads.size(); ++k)
       grads.append(c.grads[k].defined() ? py::cast(c.grads[k]) : py::none());
     for (size_t k = first; k < c.inputs.size(); ++k) needs.append(py::bool_(c.need(k)));
-    py::object res =
-        py::reinterpret_borrow<py::object>(g_backward)(c.attrs.i(0), grads, needs);
+    py::object res = py::reinterpret_borrow<py::object>(g_backward)(c.attrs.i(0), grads, needs);
     size_t k = first;
     for (py::handle h : res) {
       if (k >= r.size()) break;
@@ -104,8 +102,8 @@ void init_torch_compat(py::module_& m, TensorClass&) {
       py::arg("fn"));
   m.def(
       "_function_record",
-      [](const Tensor& token, const std::vector<Tensor>& outputs,
-         const std::vector<Tensor>& inputs, int64_t ctx_id) {
+      [](const Tensor& token, const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+         int64_t ctx_id) {
         std::vector<Tensor> in;
         in.reserve(1 + outputs.size() + inputs.size());
         in.push_back(token);
@@ -121,7 +119,8 @@ void init_torch_compat(py::module_& m, TensorClass&) {
   m.def(
       "_write_result",
       [](Tensor& self, const Tensor& r, const std::string& name) {
-        if (!detail::inplace_writer()) raise(error_type(), "[" + name + "] autograd is not linked in");
+        if (!detail::inplace_writer())
+          raise(error_type(), "[" + name + "] autograd is not linked in");
         if (r.shape() != self.shape() || r.dtype() != self.dtype())
           raise(error_type(), str_cat("[", name, "] result ", r.dtype(), r.shape(),
                                       " does not fit the tensor ", self.dtype(), self.shape()));
