@@ -133,6 +133,7 @@ struct Cache {
   }();
   bool worker_started = false;
   bool compiling = false;  // the worker has a batch in the compiler
+  pid_t worker_pid = 0;    // the process that started the worker
   std::deque<Job> queue;
   std::unordered_map<std::string, std::vector<std::atomic<fused::KernelPtr>*>> pending;
   std::condition_variable work_cv, idle_cv;
@@ -419,9 +420,11 @@ void compile_batch(Cache& c, std::unique_lock<std::mutex>& lk, std::vector<Job> 
 // cache for the next process: at the lowest priority it may only have had the CPU time a busy
 // process left idle, and the process is idle now. Queued batches are dropped (the next process
 // compiles them). Without this the compiler would finish as an orphan and its work be lost.
+// A child made by fork() has no worker (and its copy of the lock may be held): it returns.
 void finish_at_exit() {
   constexpr auto kExitWait = std::chrono::seconds(3);
   Cache& c = cache();
+  if (::getpid() != c.worker_pid) return;
   std::unique_lock<std::mutex> lk(c.mu);
   for (const Job& j : c.queue) c.pending.erase(j.key);
   c.queue.clear();
@@ -506,6 +509,7 @@ fused::KernelPtr compile_hook(const fused::Program& p, DType dtype,
     ++c.st.background;
     if (!c.worker_started) {
       c.worker_started = true;
+      c.worker_pid = ::getpid();
       std::thread(worker).detach();
       std::atexit(finish_at_exit);
     }
