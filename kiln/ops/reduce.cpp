@@ -1065,7 +1065,8 @@ Tensor median(const Tensor& a) {
   // An empty float tensor's median is NaN (torch); torch's integer answer is the dtype's
   // lowest value, which Kiln refuses instead (docs/torch_differences.md).
   if (a.numel() == 0) {
-    if (is_floating(a.dtype())) return full_like(sum(a), NAN);  // (a graph node in a graph)
+    // (through a's sum: a node in a graph, and an (empty) gradient for a, as torch's)
+    if (is_floating(a.dtype())) return add(mul(sum(a), 0), NAN);
     fail("median", "cannot take the median of an empty ", a.dtype(), " tensor of shape ",
          a.shape());
   }

@@ -16,10 +16,6 @@ from test_torch_diff_elementwise import BINARY, SCALARS, UNARY  # noqa: E402
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    'masked_scatter(b[*':
-        "refused: [masked_scatter] the result's size depends on the values of [2, 3], w",
-    "einsum('bij,bjk->bik',bf16[*],bf16[*])#jit":
-        'values: out: at (0, 1, 1) kiln 0.71875 vs torch 0.6875',
 }
 
 MODES = ["jit", "graph"]

@@ -14,8 +14,6 @@ from torch_diff_util import DTYPES, Case, D, L, T, install_tests  # noqa: E402
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.
 KNOWN_BUGS = {
-    'median(f64[*':
-        'grad/refused/values: [median] cannot take the median of an empty tensor of sha',
 }
 
 NUMERIC = ["int32", "int64", "float32", "float64", "bfloat16"]
