@@ -142,6 +142,7 @@ struct Engine::Impl {
   // fn reads without taking them as arguments, held by identity.
   std::vector<Tensor> captures;
   std::string fallback_reason;
+  bool fallback_unstable = false;  // eager because captured state changed on every trace
   bool verify = env_has("KILN_JIT_VERIFY", "1");
   bool log_recompiles = env_has("KILN_JIT_LOG", "recompiles");
   bool log_breaks = env_has("KILN_JIT_LOG", "breaks");
@@ -846,7 +847,21 @@ struct Engine::Impl {
       try {
         return call_ext(user_args, fn);
       } catch (const NewStateSlots&) {
-        if (attempt >= 3) fail("jit", opts.name, ": captured state keeps changing between traces");
+        // Tensors the function makes afresh on every call outside Kiln's ops (a module that
+        // rebuilds its weights, a swapped parameter set) look like new captured state each
+        // time: the function runs eagerly from then on, as when the recompile budget runs out.
+        if (attempt >= 3) {
+          stats.eager_fallback = true;
+          fallback_unstable = true;
+          fallback_reason = "captured state keeps changing between traces";
+          if (!warned_fallback) {
+            warned_fallback = true;
+            std::cerr << "[jit] " << opts.name
+                      << ": captured state keeps changing between traces, running eagerly from "
+                         "now on\n";
+          }
+          return run_eager(user_args, fn);
+        }
       }
     }
   }
@@ -1304,7 +1319,9 @@ std::string Engine::explain() const {
      << m.stats.hits << " hits, " << m.stats.misses << " misses, " << m.stats.compiles
      << " compiles, " << m.stats.graph_breaks << " graph breaks traced, " << m.stats.healed
      << " healed\n";
-  if (m.stats.eager_fallback)
+  if (m.stats.eager_fallback && m.fallback_unstable)
+    os << "  running eagerly: " << m.fallback_reason << "\n";
+  else if (m.stats.eager_fallback)
     os << "  running eagerly: recompile budget (" << m.opts.max_recompiles
        << ") exhausted; last reason: " << m.fallback_reason << "\n";
   os << "versions (newest first):\n";

@@ -174,7 +174,7 @@ class RNNBase(Module):
         # A time dim known only at run time (a graph, or jit's dynamic dims) reads as None.
         if x.shape[0] is None or x.shape[0] < 0:
             return self._dynamic_length_forward(x, hx, batched, name)
-        h0, c0 = self._initial_state(hx, batched, B, real_hidden, x.dtype, name)
+        h0, c0 = self._initial_state(hx, batched, B, real_hidden, x.dtype, name, x)
         layer_in = x
         hs, cs = [], []
         for layer in range(self.num_layers):
@@ -240,11 +240,19 @@ class RNNBase(Module):
             return tuple(t.index_select(1, perm) for t in hx)
         return hx.index_select(1, perm)
 
-    def _initial_state(self, hx, batched, B, real_hidden, dtype, name):
+    def _initial_state(self, hx, batched, B, real_hidden, dtype, name, x=None):
         dirs = 2 if self.bidirectional else 1
         h_shape = (self.num_layers * dirs, B, real_hidden)
         c_shape = (self.num_layers * dirs, B, self.hidden_size)
         if hx is None:
+            if x is not None:
+                # Zeros made by an op on x ([T, B, I] -> [1, B, 1], expanded): under kiln.jit a
+                # fresh factory tensor would be met as new captured state on every trace.
+                z = _C.zeros_like(x[:1, :, :1])
+                h0 = z.expand(h_shape[0], B, real_hidden).contiguous()
+                c0 = (z.expand(c_shape[0], B, self.hidden_size).contiguous()
+                      if self.mode == "LSTM" else None)
+                return h0, c0
             h0 = _C.zeros(*h_shape, dtype=dtype)
             c0 = _C.zeros(*c_shape, dtype=dtype) if self.mode == "LSTM" else None
             return h0, c0
