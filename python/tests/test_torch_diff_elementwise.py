@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from torch_diff_util import (BINARY_SHAPES, DTYPES, UNARY_SHAPES, Case, D,  # noqa: E402
                              T, install_tests)
 
-# Differences still to fix (issue 35): each key is a pattern over case ids (* matches anything,
+# Differences still to fix: each key is a pattern over case ids (* matches anything,
 # ? one character); its cases run as one strict xfail, which fails once they all agree with
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.

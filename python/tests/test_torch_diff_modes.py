@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from torch_diff_util import DTYPES, Case, T, _walk, install_tests  # noqa: E402
 from test_torch_diff_elementwise import BINARY, SCALARS, UNARY  # noqa: E402
 
-# Differences still to fix (issue 35): each key is a pattern over case ids (* matches anything,
+# Differences still to fix: each key is a pattern over case ids (* matches anything,
 # ? one character); its cases run as one strict xfail, which fails once they all agree with
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.

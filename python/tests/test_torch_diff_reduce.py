@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from torch_diff_util import DTYPES, Case, D, L, T, install_tests  # noqa: E402
 
-# Differences still to fix (issue 35): each key is a pattern over case ids (* matches anything,
+# Differences still to fix: each key is a pattern over case ids (* matches anything,
 # ? one character); its cases run as one strict xfail, which fails once they all agree with
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.

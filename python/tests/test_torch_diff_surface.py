@@ -442,7 +442,7 @@ def second_cases():
                    ops=[name], tag=name) for name, fn in SECOND.items()]
 
 
-# Differences still to fix (issue 35): each key is a pattern over case ids (* matches anything,
+# Differences still to fix: each key is a pattern over case ids (* matches anything,
 # ? one character); its cases run as one strict xfail, which fails once they all agree with
 # torch, so the entry is removed with the fix. Deliberate differences are not listed here but in
 # docs/torch_differences.md.

@@ -1,4 +1,4 @@
-"""The promotion table and the op semantics issue #35 found different from torch 1.13, each case
+"""The promotion table and the op semantics once found different from torch 1.13, each case
 against torch itself: true division, int64 accumulation, Python scalars by kind, 0-d tensors,
 bool arithmetic, calls torch accepts that Kiln refused, and the errors for bad input."""
 import numpy as np
