@@ -616,3 +616,18 @@ TEST(TensorPromotion, Rules) {
   EXPECT_EQ(eq(tensor(std::vector<bool>{true, false}), 2.0).to_vector<bool>(),
             std::vector<bool>({false, false}));
 }
+
+// The device in the core: every tensor is on the CPU today; names parse as torch.device's, and a
+// device without a backend (CUDA) is refused naming the op.
+TEST(TensorDevice, CpuTodayAndCudaRefused) {
+  const Tensor t = ones({2, 3});
+  EXPECT_TRUE(t.device().is_cpu());
+  EXPECT_EQ(t.device().str(), "cpu");
+  EXPECT_TRUE(t.to(Device::cpu()).is_same(t));
+  EXPECT_EQ(parse_device("cuda:1").str(), "cuda:1");
+  EXPECT_EQ(parse_device("cpu"), Device::cpu());
+  EXPECT_FALSE(device_available(parse_device("cuda")));
+  EXPECT_THROW(t.to(parse_device("cuda")), Error);
+  EXPECT_THROW(parse_device("tpu"), Error);
+  EXPECT_THROW(parse_device("cuda:x"), Error);
+}

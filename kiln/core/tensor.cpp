@@ -541,4 +541,10 @@ Tensor raw_contiguous_copy(const Tensor& t) {
   return out;
 }
 
+Tensor Tensor::to(const Device& d) const {
+  if (!defined()) fail("to", "the tensor is undefined");
+  check_device(d, "to");
+  return *this;  // every storage is a CPU one
+}
+
 }  // namespace kiln

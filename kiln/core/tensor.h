@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/core/allocator.h"
+#include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/scalar.h"
@@ -206,6 +207,10 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType t) const;
+  /// Where the storage lives: the CPU, the one backend today (core/device.h).
+  Device device() const { return Device::cpu(); }
+  /// This tensor on device `d`: itself for the CPU; a device without a backend raises.
+  Tensor to(const Device& d) const;
   /// Copies src (broadcast to this shape, cast to this dtype) into this tensor in place.
   Tensor& copy_(const Tensor& src);
   /// Fills this tensor in place.
