@@ -1,6 +1,6 @@
-// Elementwise family: arithmetic, math, comparisons, logic and where (activations are in
-// activation.cpp). Each op is an OpDef with broadcasting inference, a vectorized kernel and a
-// gradient rule in Kiln ops.
+// Elementwise family: arithmetic, math and logic (comparisons and where are in
+// compare_ops.cpp, activations in activation.cpp). Each op is an OpDef with broadcasting inference,
+// a vectorized kernel and a gradient rule in Kiln ops.
 #include <bit>
 #include <cmath>
 
@@ -70,42 +70,6 @@ struct MinF {
     return a != a ? a : (a < b ? a : b);
   }
 };
-struct LtF {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a < b;
-  }
-};
-struct LeF {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a <= b;
-  }
-};
-struct GtF {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a > b;
-  }
-};
-struct GeF {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a >= b;
-  }
-};
-struct EqF {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a == b;
-  }
-};
-struct NeF {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a != b;
-  }
-};
 struct AndF {
   bool operator()(bool a, bool b) const { return a && b; }
 };
@@ -145,8 +109,7 @@ struct ClampF {
 // ---- op definitions -------------------------------------------------------------------------
 
 constexpr char kAddN[] = "add", kSubN[] = "sub", kMulN[] = "mul", kDivN[] = "div", kPowN[] = "pow",
-               kMaxN[] = "maximum", kMinN[] = "minimum", kLtN[] = "lt", kLeN[] = "le",
-               kGtN[] = "gt", kGeN[] = "ge", kEqN[] = "eq", kNeN[] = "ne", kAndN[] = "logical_and",
+               kMaxN[] = "maximum", kMinN[] = "minimum", kAndN[] = "logical_and",
                kOrN[] = "logical_or", kNotN[] = "logical_not", kNegN[] = "neg", kExpN[] = "exp",
                kLogN[] = "log", kSqrtN[] = "sqrt", kRsqrtN[] = "rsqrt", kAbsN[] = "abs",
                kSignN[] = "sign", kErfN[] = "erf", kClampN[] = "clamp", kSinN[] = "sin",
@@ -260,42 +223,6 @@ const OpDef& kMinimum =
             .expr = "min($0, $1)",
             .doc = "elementwise min (NaN propagates)"});
 
-const OpDef& kLt = def_op({.name = kLtN,
-                           .num_inputs = 2,
-                           .traits = kEw,
-                           .infer = infer_compare<kLtN>,
-                           .kernel = k_compare<LtF>,
-                           .expr = "($0 < $1)"});
-const OpDef& kLe = def_op({.name = kLeN,
-                           .num_inputs = 2,
-                           .traits = kEw,
-                           .infer = infer_compare<kLeN>,
-                           .kernel = k_compare<LeF>,
-                           .expr = "($0 <= $1)"});
-const OpDef& kGt = def_op({.name = kGtN,
-                           .num_inputs = 2,
-                           .traits = kEw,
-                           .infer = infer_compare<kGtN>,
-                           .kernel = k_compare<GtF>,
-                           .expr = "($0 > $1)"});
-const OpDef& kGe = def_op({.name = kGeN,
-                           .num_inputs = 2,
-                           .traits = kEw,
-                           .infer = infer_compare<kGeN>,
-                           .kernel = k_compare<GeF>,
-                           .expr = "($0 >= $1)"});
-const OpDef& kEq = def_op({.name = kEqN,
-                           .num_inputs = 2,
-                           .traits = kEw,
-                           .infer = infer_compare<kEqN>,
-                           .kernel = k_compare<EqF>,
-                           .expr = "($0 == $1)"});
-const OpDef& kNe = def_op({.name = kNeN,
-                           .num_inputs = 2,
-                           .traits = kEw,
-                           .infer = infer_compare<kNeN>,
-                           .kernel = k_compare<NeF>,
-                           .expr = "($0 != $1)"});
 const OpDef& kAnd =
     def_op({.name = kAndN,
             .num_inputs = 2,
@@ -325,47 +252,6 @@ const OpDef& kNot =
                   cpu::unary_loop<bool, bool>(in[0], out[0], [](bool x) { return !x; });
                 },
             .expr = "(!$0)"});
-
-const OpDef& kWhere = def_op(
-    {.name = "where",
-     .num_inputs = 3,
-     .traits = kEw,
-     .infer =
-         [](std::span<const Tensor> in, const Attrs&) {
-           if (in[0].dtype() != Bool)
-             fail("where", "condition must be bool, got ", in[0].dtype(), " ", in[0].shape());
-           op_util::require_same_dtype("where", in[1], in[2]);
-           Shape s = broadcast_shapes(in[1].shape(), in[2].shape(), "where");
-           return one(in[1].dtype(), broadcast_shapes(in[0].shape(), s, "where"));
-         },
-     .kernel =
-         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-           KILN_DISPATCH_ALL_TYPES(in[1].dtype(), "where", [&] {
-             // A select on the bits: "c ? a : b" on a bool loaded from memory stayed a branch
-             // per element (unvectorized; ~3.6 ns per element on a random mask, which relu's
-             // gradient is).
-             using U = std::conditional_t<
-                 sizeof(scalar_t) == 8, uint64_t,
-                 std::conditional_t<sizeof(scalar_t) == 4, uint32_t,
-                                    std::conditional_t<sizeof(scalar_t) == 2, uint16_t, uint8_t>>>;
-             cpu::ternary_loop<bool, scalar_t, scalar_t, scalar_t>(
-                 in[0], in[1], in[2], out[0], [](bool c, scalar_t a, scalar_t b) {
-                   const U m = U(0) - static_cast<U>(c);
-                   return std::bit_cast<scalar_t>(
-                       static_cast<U>((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & ~m)));
-                 });
-           });
-         },
-     .grad =
-         [](const GradCtx& c) {
-           Tensor z = scalar_like(c.g(), 0);
-           return TensorList{Tensor(), c.need(1) ? where(c.in(0), c.g(), z) : Tensor(),
-                             c.need(2) ? where(c.in(0), z, c.g()) : Tensor()};
-         },
-     .expr = "($0 ? $1 : $2)",
-     .doc = "cond ? a : b",
-     .native_dtypes = kAllDTypes,
-     .grad_reads_inputs = 0b001});
 
 const OpDef& kNeg = def_op({.name = kNegN,
                             .traits = kEw,
@@ -484,23 +370,6 @@ const OpDef& kClamp =
                 },
             .expr = "clamp($0, @0, @1)"});
 
-// A host scalar next to a tensor: both take result_type(a, b) (promotion.h), the scalar wrapped
-// into the narrow integers as torch does (torch.tensor([1], dtype=torch.int8) + 300 is 45).
-std::pair<Tensor, Tensor> with_scalar(const Tensor& a, const Scalar& b) {
-  if (!a.defined()) fail("binary", "undefined operand");
-  const DType t = result_type(a, b);
-  double v = b.to_double();
-  if (is_integral(t)) {
-    const int64_t i = b.to_int();
-    v = t == Int8    ? static_cast<int8_t>(i)
-        : t == UInt8 ? static_cast<uint8_t>(i)
-        : t == Int16 ? static_cast<int16_t>(i)
-        : t == Int32 ? static_cast<int32_t>(i)
-                     : static_cast<double>(i);
-  }
-  return {a.dtype() == t ? a : cast(a, t), scalar_tensor(v, t)};
-}
-
 // Arithmetic on bool operands follows torch: + and maximum are logical or, * and minimum
 // logical and, - is refused.
 Tensor bool_arith(const OpDef& op, const Tensor& x, const Tensor& y) {
@@ -545,13 +414,6 @@ Tensor& bin_(const char* name, const OpDef& op, Tensor& self, const Scalar& b) {
   if (x.dtype() == Bool && &op == &kSub) bool_arith(op, x, y);  // raises
   const Tensor in[2] = {x, y};
   return op_util::write_in_place(name, self, o, in);
-}
-// Comparisons with a host scalar promote like arithmetic: an integer tensor next to a
-// fractional scalar compares as float (torch.tensor([2]) < 2.5 is True).
-Tensor cmp(const OpDef& op, const Tensor& a, const Scalar& b) {
-  if (!a.defined()) fail(op.name.c_str(), "undefined operand");
-  auto [x, y] = with_scalar(a, b);
-  return call1(op, {x, y});
 }
 
 // True division: integer and bool operands divide as the default float (torch.div).
@@ -723,46 +585,16 @@ Tensor clamp(const Tensor& a, double lo, double hi) {
 }
 Tensor maximum(const Tensor& a, const Tensor& b) { return bin(kMaximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return bin(kMinimum, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return bin(kLt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return bin(kLe, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return bin(kGt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return bin(kGe, a, b); }
-Tensor eq(const Tensor& a, const Tensor& b) { return bin(kEq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return bin(kNe, a, b); }
-Tensor lt(const Tensor& a, const Scalar& b) { return cmp(kLt, a, b); }
-Tensor le(const Tensor& a, const Scalar& b) { return cmp(kLe, a, b); }
-Tensor gt(const Tensor& a, const Scalar& b) { return cmp(kGt, a, b); }
-Tensor ge(const Tensor& a, const Scalar& b) { return cmp(kGe, a, b); }
-Tensor eq(const Tensor& a, const Scalar& b) { return cmp(kEq, a, b); }
-Tensor ne(const Tensor& a, const Scalar& b) { return cmp(kNe, a, b); }
 // Logical ops take any dtype: nonzero is true (torch.logical_and & co.).
 namespace {
 Tensor truth(const Tensor& a) {
   if (!a.defined()) fail("logical", "undefined operand");
-  return a.dtype() == Bool ? a : call1(kNe, {a, scalar_tensor(0, a.dtype())});
+  return a.dtype() == Bool ? a : ne(a, scalar_tensor(0, a.dtype()));
 }
 }  // namespace
 Tensor logical_and(const Tensor& a, const Tensor& b) { return call1(kAnd, {truth(a), truth(b)}); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return call1(kOr, {truth(a), truth(b)}); }
 Tensor logical_not(const Tensor& a) { return call1(kNot, {truth(a)}); }
-Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
-  auto [x, y] = promoted(a, b);
-  return call1(kWhere, {c, x, y});
-}
-Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value) {
-  if (!a.defined() || !mask.defined()) fail("masked_fill", "undefined input");
-  if (mask.dtype() != Bool)
-    fail("masked_fill", "mask must be bool, got ", mask.dtype(), mask.shape(), " (input ",
-         a.dtype(), a.shape(), ")");
-  const Shape s = broadcast_shapes(a.shape(), mask.shape(), "masked_fill");
-  bool fits = s.rank() == a.dim();
-  for (int64_t d = 0; fits && d < s.rank(); ++d)
-    fits = s[d] < 0 || a.shape()[d] < 0 || s[d] == a.shape()[d];  // (dynamic dims: at run time)
-  if (!fits)
-    fail("masked_fill", "mask ", mask.shape(), " must broadcast to the input's shape ", a.shape());
-  // The value takes the input's dtype (torch: masked_fill never changes the dtype).
-  return where(mask, scalar_tensor(value.to_double(), a.dtype()), a);
-}
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
@@ -776,14 +608,6 @@ Tensor operator-(const Scalar& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Scalar& a, const Tensor& b) { return div(a, b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
-Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
-Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
-Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
-Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-Tensor operator<(const Tensor& a, const Scalar& b) { return lt(a, b); }
-Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, b); }
-Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, b); }
-Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, b); }
 
 // a - b and a / b with the scalar on the left: the scalar becomes a 0-d tensor of the result
 // dtype, so the same promotion holds.

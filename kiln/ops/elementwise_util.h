@@ -114,6 +114,23 @@ inline std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b) {
   return {a.dtype() == t ? a : cast(a, t), b.dtype() == t ? b : cast(b, t)};
 }
 
+// A host scalar next to a tensor: both take result_type(a, b) (promotion.h), the scalar wrapped
+// into the narrow integers as torch does (torch.tensor([1], dtype=torch.int8) + 300 is 45).
+inline std::pair<Tensor, Tensor> with_scalar(const Tensor& a, const Scalar& b) {
+  if (!a.defined()) fail("binary", "undefined operand");
+  const DType t = result_type(a, b);
+  double v = b.to_double();
+  if (is_integral(t)) {
+    const int64_t i = b.to_int();
+    v = t == Int8    ? static_cast<int8_t>(i)
+        : t == UInt8 ? static_cast<uint8_t>(i)
+        : t == Int16 ? static_cast<int16_t>(i)
+        : t == Int32 ? static_cast<int32_t>(i)
+                     : static_cast<double>(i);
+  }
+  return {a.dtype() == t ? a : cast(a, t), scalar_tensor(v, t)};
+}
+
 /// Integer and bool inputs of float-only ops compute in float32, as in PyTorch.
 inline Tensor float_in(const Tensor& a) {
   if (!a.defined()) fail("unary", "undefined operand");
