@@ -1,7 +1,11 @@
-// Helpers for ops that read integer index tensors (gather, scatter_add, index_select, embedding,
-// nll_loss): dtype checks, typed access to int64/int32 data, and range checks run before any
-// parallel loop (an exception must never leave an OpenMP region).
+// Helpers for ops that read integer index tensors (the gather/scatter, index_select, sort and
+// advanced-indexing families, nll_loss): dtype checks, typed access to int64/int32 data, range
+// checks run before any parallel loop (an exception must never leave an OpenMP region), and the
+// small tensor-level helpers those families' wrappers and gradient rules share.
 #pragma once
+#include <cmath>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/ops/op_util.h"
@@ -57,6 +61,39 @@ inline int64_t prod(const Shape& s, int64_t d0, int64_t d1) {
   int64_t p = 1;
   for (int64_t d = d0; d < d1; ++d) p *= s[d];
   return p;
+}
+
+/// NaN test that compiles for every dtype (false for integers and bool).
+template <typename T>
+bool nan_of(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  return false;
+}
+
+/// Both sizes known (a graph's dims may be dynamic, -1).
+inline bool known(int64_t a, int64_t b) { return a >= 0 && b >= 0; }
+
+/// Zeros shaped like `like` at run time (a graph's dims may be dynamic) in dtype dt.
+inline Tensor zeros_as(const Tensor& like, DType dt) {
+  Tensor z = zeros_like(like);
+  return z.dtype() == dt ? z : cast(z, dt);
+}
+
+/// Bool inputs of the accumulating ops add as logical or (torch): computed on uint8, then != 0.
+inline bool is_bool(const Tensor& t) { return t.defined() && t.dtype() == Bool; }
+inline Tensor u8(const Tensor& t) { return is_bool(t) ? cast(t, UInt8) : t; }
+inline Tensor back_to_bool(const Tensor& r, const Tensor& a) { return is_bool(a) ? ne(r, 0) : r; }
+
+/// Eager (concrete) indices are checked here so that the error names `op`, the index and the
+/// size; symbolic ones are checked by the primitive when the graph runs.
+inline void check_eager_range(const char* op, const Tensor& t, int64_t size, bool negative_ok,
+                              const std::string& what) {
+  if (!t.is_concrete() || t.numel() == 0 || size < 0) return;
+  const Tensor t64 = t.dtype() == Int64 ? t : cast(t, Int64);
+  const int64_t lo = min(t64).item<int64_t>(), hi = max(t64).item<int64_t>();
+  if (hi >= size || lo < (negative_ok ? -size : 0))
+    fail(op, "index ", hi >= size ? hi : lo, " is out of range for ", what, " of size ", size,
+         " (index shape ", t.shape(), ")");
 }
 
 }  // namespace kiln::detail::op_util
