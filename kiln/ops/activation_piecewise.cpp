@@ -1,6 +1,7 @@
-// More activations with PyTorch's formulas and gradients (issue #21): hardtanh, hardswish,
-// hardsigmoid, mish, selu, celu, logsigmoid; glu is a composite. Each primitive has an `expr`
-// so it fuses like the activations in activation.cpp.
+// Piecewise activations with PyTorch's formulas and gradients: hardtanh, hardsigmoid, hardswish
+// (piecewise linear), selu and celu (linear and exponential pieces), with the smooth mish and
+// logsigmoid; glu is a composite. Each primitive has an `expr`, so it fuses like the hot-path
+// activations of activation.cpp (which alone is compiled with 512-bit vectors).
 #include <cmath>
 
 #include "kiln/ops/elementwise_util.h"

@@ -1,8 +1,8 @@
-// More elementwise math with PyTorch's semantics (issue #21): rounding, fmod / remainder,
-// reciprocal, square, log2 / log10 / exp2, trigonometric and hyperbolic functions, atan2,
-// isnan / isinf / isfinite, nan_to_num, logical_xor, bitwise ops and shifts, lerp; the
-// composites addcmul, addcdiv and clamp with tensor bounds. Float ops carry an `expr` so the
-// fusion pass and codegen fuse them like exp and sin (libm in kernel and generated code alike).
+// Elementwise math with PyTorch's semantics beyond the arithmetic of elementwise.cpp: rounding,
+// fmod / remainder, reciprocal, square, log2 / log10 / exp2, trigonometric and hyperbolic
+// functions, atan2, nan_to_num, lerp; the composites addcmul, addcdiv and clamp with tensor
+// bounds. Every op carries an `expr` so the fusion pass and codegen fuse them like exp and sin
+// (libm in kernel and generated code alike). Bool-valued and integer ops: bitwise_ops.cpp.
 #include <cmath>
 #include <limits>
 
@@ -361,153 +361,6 @@ const OpDef& kLerp = def_op(
      .expr = "((($2 < T(0) ? -$2 : $2) < T(0.5)) ? $0 + $2 * ($1 - $0) : $1 - ($1 - $0) * (T(1) - "
              "$2))"});
 
-// ---- bool-valued and integer ops (not fused: codegen handles float and bool slots only) ------
-
-constexpr char kIsnanN[] = "isnan", kIsinfN[] = "isinf", kIsfiniteN[] = "isfinite",
-               kXorN[] = "logical_xor", kBAndN[] = "bitwise_and", kBOrN[] = "bitwise_or",
-               kBXorN[] = "bitwise_xor", kBNotN[] = "bitwise_not", kShlN[] = "bitwise_left_shift",
-               kShrN[] = "bitwise_right_shift";
-
-MetaList infer_to_bool(std::span<const Tensor> in, const Attrs&) {
-  return one(Bool, in[0].shape());
-}
-template <int Kind>  // 0 isnan, 1 isinf, 2 isfinite
-void k_classify(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  KILN_DISPATCH_ALL(in[0].dtype(), "classify", [&] {
-    cpu::unary_loop<scalar_t, bool>(in[0], out[0], [](scalar_t x) {
-      if constexpr (!std::is_floating_point_v<scalar_t>) {
-        (void)x;
-        return Kind == 2;
-      } else if constexpr (Kind == 0) {
-        return x != x;
-      } else if constexpr (Kind == 1) {
-        return x == scalar_t(INFINITY) || x == scalar_t(-INFINITY);
-      } else {
-        return x - x == scalar_t(0);
-      }
-    });
-  });
-}
-const OpDef& kIsnan = def_op({.name = kIsnanN,
-                              .traits = kElementwise,
-                              .infer = infer_to_bool,
-                              .kernel = k_classify<0>,
-                              .doc = "x != x (bool)"});
-const OpDef& kIsinf = def_op({.name = kIsinfN,
-                              .traits = kElementwise,
-                              .infer = infer_to_bool,
-                              .kernel = k_classify<1>,
-                              .doc = "x is +inf or -inf (bool)"});
-const OpDef& kIsfinite = def_op({.name = kIsfiniteN,
-                                 .traits = kElementwise,
-                                 .infer = infer_to_bool,
-                                 .kernel = k_classify<2>,
-                                 .doc = "x is neither NaN nor infinite (bool)"});
-const OpDef& kXor =
-    def_op({.name = kXorN,
-            .num_inputs = 2,
-            .traits = kElementwise,
-            .infer = infer_logical<kXorN>,
-            .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-              cpu::binary_loop<bool, bool, bool>(in[0], in[1], out[0],
-                                                 [](bool a, bool b) { return a != b; });
-            }});
-
-template <const char* Name, bool AllowBool>
-MetaList infer_bitwise(std::span<const Tensor> in, const Attrs&) {
-  for (const auto& t : in)
-    if (is_floating(t.dtype()) || (!AllowBool && t.dtype() == Bool))
-      fail(Name, "expected integer", AllowBool ? " or bool" : "", " tensors, got ", t.dtype(), " ",
-           t.shape());
-  if (in.size() == 1) return one(in[0].dtype(), in[0].shape());
-  return infer_binary(Name, in);
-}
-#define KILN_DISPATCH_BITS(dt, op, ...)                                    \
-  switch (dt) {                                                            \
-    KILN_CASE_(Int64, int64_t, __VA_ARGS__)                                \
-    KILN_CASE_(Int32, int32_t, __VA_ARGS__)                                \
-    KILN_CASE_(Bool, bool, __VA_ARGS__)                                    \
-    default:                                                               \
-      ::kiln::fail(op, "expected integers, got ", ::kiln::dtype_name(dt)); \
-  }
-template <int Kind>  // 0 and, 1 or, 2 xor, 3 shift left, 4 shift right
-struct BitF {
-  template <class T>
-  T operator()(T a, T b) const {
-    if constexpr (Kind == 0) {
-      return static_cast<T>(a & b);
-    } else if constexpr (Kind == 1) {
-      return static_cast<T>(a | b);
-    } else if constexpr (Kind == 2) {
-      return static_cast<T>(a ^ b);
-    } else if constexpr (std::is_same_v<T, bool>) {
-      return false;  // refused by inference
-    } else {
-      // torch: a shift by a negative count or by the width or more gives 0 (left) or the sign
-      // fill (right); shifting C++ integers that far is undefined.
-      using U = std::make_unsigned_t<T>;
-      constexpr T kBits = static_cast<T>(sizeof(T) * 8);
-      if constexpr (Kind == 3) {
-        if (b < 0 || b >= kBits) return T(0);
-        return static_cast<T>(static_cast<U>(a) << b);
-      } else {
-        if (b < 0 || b >= kBits) return a < 0 ? T(-1) : T(0);
-        return static_cast<T>(a >> b);
-      }
-    }
-  }
-};
-struct BitNotF {
-  template <class T>
-  T operator()(T x) const {
-    if constexpr (std::is_same_v<T, bool>)
-      return !x;
-    else
-      return static_cast<T>(~x);
-  }
-};
-template <int Kind>
-void k_bitwise(std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-  KILN_DISPATCH_BITS(in[0].dtype(), "bitwise", [&] {
-    cpu::binary_loop<scalar_t, scalar_t, scalar_t>(in[0], in[1], out[0], BitF<Kind>{});
-  });
-}
-const OpDef& kBAnd = def_op({.name = kBAndN,
-                             .num_inputs = 2,
-                             .traits = kElementwise,
-                             .infer = infer_bitwise<kBAndN, true>,
-                             .kernel = k_bitwise<0>});
-const OpDef& kBOr = def_op({.name = kBOrN,
-                            .num_inputs = 2,
-                            .traits = kElementwise,
-                            .infer = infer_bitwise<kBOrN, true>,
-                            .kernel = k_bitwise<1>});
-const OpDef& kBXor = def_op({.name = kBXorN,
-                             .num_inputs = 2,
-                             .traits = kElementwise,
-                             .infer = infer_bitwise<kBXorN, true>,
-                             .kernel = k_bitwise<2>});
-const OpDef& kShl = def_op({.name = kShlN,
-                            .num_inputs = 2,
-                            .traits = kElementwise,
-                            .infer = infer_bitwise<kShlN, false>,
-                            .kernel = k_bitwise<3>});
-const OpDef& kShr = def_op({.name = kShrN,
-                            .num_inputs = 2,
-                            .traits = kElementwise,
-                            .infer = infer_bitwise<kShrN, false>,
-                            .kernel = k_bitwise<4>});
-const OpDef& kBNot =
-    def_op({.name = kBNotN,
-            .traits = kElementwise,
-            .infer = infer_bitwise<kBNotN, true>,
-            .kernel = [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs&) {
-              KILN_DISPATCH_BITS(in[0].dtype(), kBNotN, [&] {
-                cpu::unary_loop<scalar_t, scalar_t>(in[0], out[0], BitNotF{});
-              });
-            }});
-#undef KILN_DISPATCH_BITS
-
 // ---- wrappers' helpers ----------------------------------------------------------------------
 
 void need(const char* op, const Tensor& t) {
@@ -557,11 +410,6 @@ Tensor rounding(const OpDef& op, const Tensor& a, Attrs attrs = {}) {
   }
   return call1(op, {a}, std::move(attrs));
 }
-Tensor bits(const OpDef& op, const Tensor& a, const Tensor& b) {
-  auto [x, y] = both(op.name.c_str(), a, b);
-  return call1(op, {x, y});
-}
-Tensor to_bool(const Tensor& t) { return t.dtype() == Bool ? t : ne(t, 0.0); }
 
 }  // namespace
 
@@ -604,18 +452,7 @@ Tensor cosh(const Tensor& a) { return call1(kCosh, {float_in(a)}); }
 Tensor asinh(const Tensor& a) { return call1(kAsinh, {float_in(a)}); }
 Tensor acosh(const Tensor& a) { return call1(kAcosh, {float_in(a)}); }
 Tensor atanh(const Tensor& a) { return call1(kAtanh, {float_in(a)}); }
-Tensor isnan(const Tensor& a) {
-  need(kIsnanN, a);
-  return call1(kIsnan, {a});
-}
-Tensor isinf(const Tensor& a) {
-  need(kIsinfN, a);
-  return call1(kIsinf, {a});
-}
-Tensor isfinite(const Tensor& a) {
-  need(kIsfiniteN, a);
-  return call1(kIsfinite, {a});
-}
+
 Tensor nan_to_num(const Tensor& a, double nan, std::optional<double> posinf,
                   std::optional<double> neginf) {
   need(kNanToNumN, a);
@@ -628,20 +465,7 @@ Tensor nan_to_num(const Tensor& a, double nan, std::optional<double> posinf,
                                    : static_cast<double>(std::numeric_limits<float>::max());
   return call1(kNanToNum, {a}, {nan, posinf.value_or(hi), neginf.value_or(-hi)});
 }
-Tensor logical_xor(const Tensor& a, const Tensor& b) {
-  need(kXorN, a);
-  need(kXorN, b);
-  return call1(kXor, {to_bool(a), to_bool(b)});
-}
-Tensor bitwise_and(const Tensor& a, const Tensor& b) { return bits(kBAnd, a, b); }
-Tensor bitwise_or(const Tensor& a, const Tensor& b) { return bits(kBOr, a, b); }
-Tensor bitwise_xor(const Tensor& a, const Tensor& b) { return bits(kBXor, a, b); }
-Tensor bitwise_left_shift(const Tensor& a, const Tensor& b) { return bits(kShl, a, b); }
-Tensor bitwise_right_shift(const Tensor& a, const Tensor& b) { return bits(kShr, a, b); }
-Tensor bitwise_not(const Tensor& a) {
-  need(kBNotN, a);
-  return call1(kBNot, {a});
-}
+
 // torch.lerp takes end (and a tensor weight) of start's dtype only.
 void same_lerp_dtype(const Tensor& a, const Tensor& b) {
   if (a.defined() && b.defined() && a.dtype() != b.dtype())

@@ -1,8 +1,8 @@
-// More losses with torch 1.13's formulas (issue #21): cross_entropy with class weights, label
-// smoothing and probability targets; weighted nll_loss; l1_loss; binary_cross_entropy (a
-// pointwise primitive, for torch's clamped logs and its gradient); kl_div; and the composites
-// cosine_embedding, margin_ranking, hinge_embedding, soft_margin, multilabel_soft_margin,
-// poisson_nll, gaussian_nll and triplet_margin losses.
+// Loss family beyond nn_ops.cpp's plain nll_loss, cross_entropy and mse_loss, with torch 1.13's
+// formulas: cross_entropy with class weights, label smoothing and probability targets; weighted
+// nll_loss; l1_loss; binary_cross_entropy (a pointwise primitive, for torch's clamped logs and
+// its gradient); kl_div; and the composites cosine_embedding, margin_ranking, hinge_embedding,
+// soft_margin, multilabel_soft_margin, poisson_nll, gaussian_nll and triplet_margin losses.
 #include <cmath>
 
 #include "kiln/ops/elementwise_util.h"
