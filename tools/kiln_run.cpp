@@ -40,6 +40,25 @@ struct Model {
   std::string kind;
 };
 
+std::string describe(const Tensor& t) { return str_cat(dtype_name(t.dtype()), t.shape()); }
+
+// Raises naming the first model input without a --input, what it expects and which dims the
+// array would fix.
+void check_all_fed(const std::vector<std::string>& names, const std::vector<Tensor>& inputs,
+                   const std::vector<std::pair<std::string, Tensor>>& feeds) {
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (std::any_of(feeds.begin(), feeds.end(), [&](const auto& p) { return p.first == names[k]; }))
+      continue;
+    std::string all;
+    for (size_t j = 0; j < names.size(); ++j)
+      all += str_cat(j ? ", " : "", names[j], " ", describe(inputs[j]));
+    const bool dynamic = !inputs[k].shape().is_static();
+    fail("kiln-run", "no --input for '", names[k], "' (it expects ", describe(inputs[k]),
+         dynamic ? "; its ? dims are dynamic and the fed array fixes them" : "",
+         "; the model's inputs: ", all, ")");
+  }
+}
+
 // From the path, not from bytes: external weights (SaveOptions::external_data, or a standard
 // ONNX file's external data) are read beside the model.
 Model load(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& feeds) {
@@ -55,7 +74,16 @@ Model load(const std::string& path, const std::vector<std::pair<std::string, Ten
   // Standard ONNX: the fed arrays' shapes fix the model's symbolic dims.
   onnx::ImportOptions opt;
   for (const auto& [n, t] : feeds) opt.input_shapes[n] = t.shape();
-  onnx::ImportedModel im = onnx::import_model(path, opt);
+  onnx::ImportedModel im;
+  try {
+    im = onnx::import_model(path, opt);
+  } catch (const Error&) {
+    // An input left without --input keeps its symbolic dims, and the first op that needs them
+    // fails naming only itself: name the input instead.
+    const onnx::ImportedModel probe = onnx::import_model_inputs_only(path);
+    check_all_fed(probe.input_names, probe.inputs, feeds);
+    throw;
+  }
   m.graph = im.graph;
   m.input_names = im.input_names;
   m.inputs = im.inputs;
@@ -113,16 +141,20 @@ int main(int argc, char** argv) {
     Model m = load(model_path, feeds_by_name);
     const double load_ms = ms_since(t0);
     FeedDict feeds;
+    check_all_fed(m.input_names, m.inputs, feeds_by_name);
     for (size_t k = 0; k < m.inputs.size(); ++k) {
       auto it = std::find_if(feeds_by_name.begin(), feeds_by_name.end(),
                              [&](const auto& p) { return p.first == m.input_names[k]; });
-      if (it == feeds_by_name.end()) {
-        std::string names;
-        for (const auto& n : m.input_names) names += " " + n;
-        fail("kiln-run", "no --input for '", m.input_names[k], "' (the model's inputs:", names,
-             ")");
-      }
-      if (m.inputs[k].is_symbolic()) feeds.emplace_back(m.inputs[k], it->second);
+      const Tensor& want = m.inputs[k];
+      const Tensor& got = it->second;
+      bool ok = got.dtype() == want.dtype() && got.dim() == want.dim();
+      for (int64_t d = 0; ok && d < want.dim(); ++d)
+        ok = want.size(d) < 0 || want.size(d) == got.size(d);
+      if (!ok)
+        fail("kiln-run", "input '", m.input_names[k], "' expects ", describe(want), ", given ",
+             describe(got), " from '",
+             input_files[static_cast<size_t>(it - feeds_by_name.begin())].second, "'");
+      if (want.is_symbolic()) feeds.emplace_back(want, got);
     }
     for (const auto& [n, t] : feeds_by_name)
       if (std::find(m.input_names.begin(), m.input_names.end(), n) == m.input_names.end())

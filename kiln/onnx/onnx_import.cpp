@@ -295,15 +295,47 @@ void charge_nodes(const NodeIn& n, int64_t nodes) {
 
 namespace {
 
+// The declared dims of a tensor input as text: sizes, symbolic names ("batch") or "?".
+std::string declared_shape(const ::onnx::ValueInfoProto& v) {
+  const auto& tt = v.type().tensor_type();
+  if (!tt.has_shape()) return "(no shape)";
+  std::string s = "[";
+  for (int k = 0; k < tt.shape().dim_size(); ++k) {
+    const auto& d = tt.shape().dim(k);
+    if (k) s += ", ";
+    s += d.has_dim_value() ? std::to_string(d.dim_value())
+                           : (d.dim_param().empty() ? std::string("?") : d.dim_param());
+  }
+  return s + "]";
+}
+
 Shape shape_from_value_info(const ::onnx::ValueInfoProto& v, const ImportOptions& opt) {
-  auto it = opt.input_shapes.find(v.name());
-  if (it != opt.input_shapes.end()) return it->second;
   if (!v.type().has_tensor_type())
     fail(kOp, "input '", v.name(),
          "' is not a tensor (sequences, maps and optionals are not "
          "supported)");
-  Shape s;
   const auto& tt = v.type().tensor_type();
+  auto it = opt.input_shapes.find(v.name());
+  if (it != opt.input_shapes.end()) {
+    // A size given for the input fixes its symbolic dims; the dims the model fixes must agree
+    // (an exported batch-1 model has no batch-8 form: its Reshapes hold the 1).
+    if (!tt.has_shape()) return it->second;
+    const Shape& given = it->second;
+    const std::string dtype = dtype_name(dtype_from_onnx(tt.elem_type(), "input"));
+    if (static_cast<int64_t>(given.size()) != tt.shape().dim_size())
+      fail(kOp, "input '", v.name(), "' has rank ", tt.shape().dim_size(), " (the model expects ",
+           dtype, declared_shape(v), "), given ", given.size(), "-D ", given);
+    for (int k = 0; k < tt.shape().dim_size(); ++k) {
+      const auto& d = tt.shape().dim(k);
+      if (d.has_dim_value() && d.dim_value() != given[static_cast<size_t>(k)])
+        fail(kOp, "input '", v.name(), "': the model fixes its shape to ", dtype, declared_shape(v),
+             ", given ", given, " (dim ", k, " is ", given[static_cast<size_t>(k)],
+             ", the model's ", d.dim_value(),
+             "; re-export the model with that dim dynamic to feed other sizes)");
+    }
+    return given;
+  }
+  Shape s;
   if (!tt.has_shape())
     fail(kOp, "input '", v.name(), "' has no shape; give one in ImportOptions::input_shapes");
   for (const auto& d : tt.shape().dim()) {
@@ -322,12 +354,15 @@ void import_nodes(Ctx& ctx, const ::onnx::GraphProto& g, std::vector<std::string
   for (const auto& init : g.initializer())
     ctx.bind(init.name(), tensor_from_proto(init, "initializer"));
   for (const auto& node : g.node()) {
-    if (!node.domain().empty() && node.domain() != "ai.onnx")
+    // The preview training domain's ops are registered as "<domain>.<op>".
+    const bool training = node.domain() == "ai.onnx.preview.training";
+    if (!node.domain().empty() && node.domain() != "ai.onnx" && !training)
       fail(kOp, node.op_type(), " (domain '", node.domain(),
-           "'): only the default ONNX domain is supported");
-    auto it = converters().find(node.op_type());
+           "'): only the default ONNX domain and ai.onnx.preview.training are supported");
+    auto it = converters().find(training ? node.domain() + "." + node.op_type() : node.op_type());
     if (it == converters().end())
-      fail(kOp, "unsupported op ", node.op_type(), " (opset ", ctx.opset, ")");
+      fail(kOp, "unsupported op ", node.op_type(), " (", training ? node.domain() + " " : "",
+           "opset ", ctx.opset, ")");
     if (op_types &&
         std::find(op_types->begin(), op_types->end(), node.op_type()) == op_types->end())
       op_types->push_back(node.op_type());
@@ -409,6 +444,9 @@ ImportedModel import_impl(const void* data, size_t size, const ImportOptions& op
   for (const auto& os : m.opset_import())
     if (os.domain().empty() || os.domain() == "ai.onnx") out.opset = os.version();
   if (out.opset == 0 && m.opset_import_size() == 0) out.opset = 1;  // IR v2 and older: opset 1
+  // A model of other domains' ops only (the training optimizers) has no default opset: its
+  // default-domain ops, if any, are read as the newest supported.
+  if (out.opset == 0 && m.opset_import_size() > 0) out.opset = 17;
   // Opsets 1-6 are accepted where an op's meaning did not change (converters check the rest:
   // the legacy broadcast attributes, for one); the suite and the exporters use 7-17.
   if (out.opset < 1 || out.opset > 17)
@@ -446,7 +484,28 @@ ImportedModel import_impl(const void* data, size_t size, const ImportOptions& op
     out.inputs.push_back(ph);
   }
   if (!nodes) return out;
-  import_nodes(ctx, g, &out.op_types);
+  try {
+    import_nodes(ctx, g, &out.op_types);
+  } catch (const Error& e) {
+    // An op that needs static sizes failed while some input has dims no one fixed: say which
+    // input and how to fix them, since the op's own message only names the op.
+    const std::string msg = e.what();
+    if (msg.find("known at import") == std::string::npos && msg.find("static") == std::string::npos)
+      throw;
+    std::string dyn;
+    for (const auto& v : g.input()) {
+      if (is_init.count(v.name()) || options.input_shapes.count(v.name()) ||
+          options.constant_inputs.count(v.name()))
+        continue;
+      const auto* ph = ctx.lookup(v.name());
+      if (ph && !ph->shape().is_static())
+        dyn += str_cat(dyn.empty() ? "" : ", ", "'", v.name(), "' ", declared_shape(v));
+    }
+    if (dyn.empty()) throw;
+    throw Error(str_cat(msg, " (inputs with dynamic dims: ", dyn,
+                        "; give their sizes: ImportOptions::input_shapes, kiln-run --input "
+                        "NAME=FILE.npy)"));
+  }
   for (const auto& o : g.output()) {
     const Tensor* t = ctx.lookup(o.name());
     if (!t) fail(kOp, "output '", o.name(), "' is never computed");
@@ -485,11 +544,34 @@ std::vector<std::string> model_op_types(const std::string& path) {
 }
 
 std::vector<Tensor> ImportedModel::run(Session& sess, const std::vector<Tensor>& feeds) const {
-  if (feeds.size() != inputs.size())
-    fail(kOp, "run: the model takes ", inputs.size(), " inputs, ", feeds.size(), " given");
+  if (feeds.size() != inputs.size()) {
+    std::string names;
+    for (size_t k = 0; k < inputs.size(); ++k)
+      names += str_cat(k ? ", " : "", "'", input_names[k], "' ", dtype_name(inputs[k].dtype()),
+                       inputs[k].shape());
+    fail(kOp, "run: the model takes ", inputs.size(), " inputs (", names, "), ", feeds.size(),
+         " given");
+  }
   FeedDict fd;
-  for (size_t k = 0; k < feeds.size(); ++k)
-    if (inputs[k].is_symbolic()) fd.emplace_back(inputs[k], feeds[k]);
+  for (size_t k = 0; k < feeds.size(); ++k) {
+    if (!inputs[k].is_symbolic()) continue;  // bound at import (constant_inputs)
+    const Tensor& f = feeds[k];
+    const Shape& want = inputs[k].shape();
+    auto expects = [&] { return str_cat(dtype_name(inputs[k].dtype()), want); };
+    if (!f.defined()) fail(kOp, "run: input '", input_names[k], "' (", expects(), ") is missing");
+    if (f.dtype() != inputs[k].dtype())
+      fail(kOp, "run: input '", input_names[k], "' expects ", expects(), ", given ",
+           dtype_name(f.dtype()), f.shape(), " (another dtype)");
+    if (f.dim() != static_cast<int64_t>(want.size()))
+      fail(kOp, "run: input '", input_names[k], "' expects ", expects(), " (rank ", want.size(),
+           "), given ", dtype_name(f.dtype()), f.shape(), " (rank ", f.dim(), ")");
+    for (size_t d = 0; d < want.size(); ++d)
+      if (want[d] >= 0 && f.size(static_cast<int64_t>(d)) != want[d])
+        fail(kOp, "run: input '", input_names[k], "' expects ", expects(), ", given ",
+             dtype_name(f.dtype()), f.shape(), " (dim ", d, " is ", f.size(static_cast<int64_t>(d)),
+             ", the model fixes it to ", want[d], ")");
+    fd.emplace_back(inputs[k], f);
+  }
   std::vector<Tensor> fetches;
   std::vector<size_t> where;
   std::vector<Tensor> res(outputs.size());

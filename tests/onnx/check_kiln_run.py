@@ -67,6 +67,30 @@ def main():
         r = subprocess.run([kiln_run, os.path.join(models, "resnet", "model.onnx")],
                            capture_output=True, text=True)
         assert r.returncode == 1 and "no --input for 'input_0'" in r.stderr, r.stderr
+        # Input checks: a fixed-shape export refuses another batch and another rank, naming the
+        # input, the model's shape and the one given.
+        resnet = os.path.join(models, "resnet", "model.onnx")
+        x = pb(os.path.join(models, "resnet", "input_0.pb"))
+        for bad_x, words in ((x[:1], ["input 'input_0'", "fixes its shape to float32[2, 3, 64, 64]",
+                                      "given [1, 3, 64, 64]"]),
+                             (x[0], ["input 'input_0' has rank 4", "given 3-D [3, 64, 64]"])):
+            np.save(os.path.join(tmp, "bad_x.npy"), bad_x)
+            r = subprocess.run([kiln_run, resnet, "--input",
+                                "input_0=" + os.path.join(tmp, "bad_x.npy")],
+                               capture_output=True, text=True)
+            assert r.returncode == 1 and all(w in r.stderr for w in words), r.stderr
+            print(r.stderr.strip())
+        # A dynamic axis: without --input the error names the input and says its dims are
+        # dynamic; with one, any size along it runs.
+        dyn = os.path.join(models, "transformer_dynamic", "model.onnx")
+        r = subprocess.run([kiln_run, dyn], capture_output=True, text=True)
+        assert r.returncode == 1 and "no --input for 'input_0' (it expects float32[?, 10, 64]" \
+            in r.stderr and "dynamic" in r.stderr, r.stderr
+        print(r.stderr.strip())
+        np.save(os.path.join(tmp, "x3.npy"), np.random.randn(3, 10, 64).astype(np.float32))
+        r = subprocess.run([kiln_run, dyn, "--input", "input_0=" + os.path.join(tmp, "x3.npy"),
+                            "--output", out], capture_output=True, text=True, check=True)
+        assert np.load(out)["output_0"].shape == (3, 10, 64)
         # A corrupt model file is a clean error, not a crash.
         bad = os.path.join(tmp, "bad.onnx")
         with open(os.path.join(models, "lstm", "model.onnx"), "rb") as f:

@@ -108,6 +108,9 @@ def cases():
     yield "transformer", TransformerBlock(), (torch.randn(2, 10, 64),), 17
     yield "transformer_op13", TransformerBlock(), (torch.randn(2, 10, 64),), 13
     yield "lstm", LSTMModel(), (torch.randn(12, 3, 16),), 14
+    # A dynamic batch axis named "batch": its Reshapes read the batch from Shape, so Kiln needs
+    # the size at import (ImportOptions::input_shapes; kiln-run takes it from the fed array).
+    yield "transformer_dynamic", TransformerBlock(), (torch.randn(2, 10, 64),), 17
 
 
 def export(out_dir, name, model, inputs, opset):
@@ -125,7 +128,9 @@ def export(out_dir, name, model, inputs, opset):
             else torch.onnx.TrainingMode.EVAL)
     torch.onnx.export(model, inputs, path, opset_version=opset, training=mode,
                       input_names=[f"input_{k}" for k in range(len(inputs))],
-                      output_names=[f"output_{k}" for k in range(len(outputs))])
+                      output_names=[f"output_{k}" for k in range(len(outputs))],
+                      dynamic_axes=({"input_0": {0: "batch"}, "output_0": {0: "batch"}}
+                                    if name.endswith("_dynamic") else None))
     onnx.checker.check_model(onnx.load(path))
     for prefix, ts in (("input", inputs), ("output", outputs)):
         for k, t in enumerate(ts):

@@ -79,4 +79,76 @@ INSTANTIATE_TEST_SUITE_P(Exported, OnnxModels,
                          ::testing::Values("resnet", "resnet_bn", "transformer", "transformer_op13",
                                            "lstm"));
 
+fs::path model_path(const char* name) { return fs::path(KILN_ONNX_MODELS_DIR) / name; }
+
+// The message of the kiln::Error `f` raises ("" when it raises none).
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_has(const std::string& msg, std::initializer_list<const char*> parts) {
+  EXPECT_FALSE(msg.empty()) << "no error raised";
+  for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nlacks " << p;
+}
+
+// An export with fixed input shapes (batch 2) refuses another batch, naming the input, the
+// model's shape and the one given; at import (input_shapes, what kiln-run passes) and at run.
+TEST(OnnxInputs, FixedShapeRefusesAnotherShape) {
+  const std::string path = (model_path("resnet") / "model.onnx").string();
+  onnx::ImportOptions opt;
+  opt.input_shapes["input_0"] = Shape{3, 3, 64, 64};
+  expect_has(error_of([&] { onnx::import_model(path, opt); }),
+             {"[onnx_import] input 'input_0'", "fixes its shape to float32[2, 3, 64, 64]",
+              "given [3, 3, 64, 64]", "dim 0 is 3"});
+  opt.input_shapes["input_0"] = Shape{3, 64, 64};
+  expect_has(error_of([&] { onnx::import_model(path, opt); }),
+             {"input 'input_0' has rank 4", "float32[2, 3, 64, 64]", "given 3-D [3, 64, 64]"});
+  onnx::ImportedModel m = onnx::import_model(path);
+  Session sess(m.graph);
+  expect_has(error_of([&] {
+               m.run(sess, {randn({3, 3, 64, 64})});
+             }),
+             {"input 'input_0' expects float32[2, 3, 64, 64]", "given float32[3, 3, 64, 64]",
+              "dim 0 is 3, the model fixes it to 2"});
+  expect_has(error_of([&] {
+               m.run(sess, {randn({3, 64, 64})});
+             }),
+             {"input 'input_0' expects float32[2, 3, 64, 64] (rank 4)", "(rank 3)"});
+  expect_has(error_of([&] {
+               m.run(sess, {ones({2, 3, 64, 64}, Float64)});
+             }),
+             {"input 'input_0' expects float32[2, 3, 64, 64]", "given float64[2, 3, 64, 64]"});
+  expect_has(error_of([&] { m.run(sess, {}); }),
+             {"takes 1 inputs ('input_0' float32[2, 3, 64, 64]), 0 given"});
+  // The right shape still runs.
+  EXPECT_EQ(m.run(sess, {randn({2, 3, 64, 64})})[0].shape(), (Shape{2, 10}));
+}
+
+// A dynamic batch axis: without its size an op that needs it fails naming the input and its
+// symbolic dim; with it the model runs at any batch, and the fixed dims are still checked.
+TEST(OnnxInputs, DynamicAxisNeedsItsSize) {
+  const fs::path dir = model_path("transformer_dynamic");
+  ASSERT_TRUE(fs::exists(dir / "model.onnx"));
+  expect_has(error_of([&] { onnx::import_model((dir / "model.onnx").string()); }),
+             {"inputs with dynamic dims: 'input_0' [batch, 10, 64]", "input_shapes",
+              "--input NAME=FILE.npy"});
+  Tensor x = onnx::read_tensor_pb((dir / "input_0.pb").string());
+  Tensor want = onnx::read_tensor_pb((dir / "output_0.pb").string());
+  onnx::ImportOptions opt;
+  opt.input_shapes["input_0"] = x.shape();
+  onnx::ImportedModel m = onnx::import_model((dir / "model.onnx").string(), opt);
+  Session sess(m.graph);
+  Agreement a = agree(m.run(sess, {x})[0], want);
+  EXPECT_LE(a.max_abs_diff / a.max_abs_ref, 1e-4);
+  opt.input_shapes["input_0"] = Shape{5, 11, 64};
+  expect_has(error_of([&] { onnx::import_model((dir / "model.onnx").string(), opt); }),
+             {"input 'input_0'", "float32[batch, 10, 64]", "dim 1 is 11, the model's 10"});
+}
+
 }  // namespace
