@@ -1,9 +1,7 @@
-// Kiln graph -> standard ONNX (opset 17): each needed node becomes one or a few ONNX nodes
-// (rsqrt as Reciprocal(Sqrt), gelu through Erf, matmul with a bias as MatMul + Add, ...), with
-// attributes translated and constants (axes, shapes, bounds) as initializers; a cond's Merge
-// becomes an If whose branches hold the nodes each side's Switches gate, a while a Loop. The
-// table is keyed by op name, as serialization must be; an op it does not know fails loudly,
-// naming itself.
+// Kiln graph -> standard ONNX (opset 17): walks the nodes the outputs need; each op node becomes
+// one or a few ONNX nodes by its row in the rule table (onnx_export_rules.cpp, keyed by op
+// handle); a cond's Merge becomes an If whose branches hold the nodes each side's Switches
+// gate, a while a Loop. An op without a rule fails loudly, naming itself.
 #include "kiln/onnx/onnx_export.h"
 
 #include <cmath>
@@ -14,6 +12,7 @@
 
 #include "kiln/exec/while_body.h"
 #include "kiln/graph/node.h"
+#include "kiln/onnx/onnx_export_rules.h"
 #include "kiln/onnx/onnx_internal.h"
 
 namespace kiln::onnx {
@@ -23,28 +22,13 @@ namespace {
 
 constexpr char kExp[] = "export_onnx";
 
-void fill_tensor(::onnx::TensorProto* p, const Tensor& t, const std::string& name) {
-  Tensor c = contiguous(t);
-  p->set_name(name);
-  p->set_data_type(od::onnx_from_dtype(c.dtype()));
-  for (int64_t d : c.shape()) p->add_dims(d);
-  p->set_raw_data(std::string(static_cast<const char*>(c.raw_data()),
-                              static_cast<size_t>(c.numel()) * dtype_size(c.dtype())));
-}
+using od::attr_i;
+using od::fill_tensor;
 
+// A graph input's or output's type; each dynamic dim gets a name of its own (d0, d1, ...).
 void fill_type(::onnx::ValueInfoProto* v, const std::string& name, DType dt, const Shape& s,
                int* dyn) {
-  v->set_name(name);
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(od::onnx_from_dtype(dt));
-  auto* sh = tt->mutable_shape();
-  for (int64_t d : s) {
-    auto* dim = sh->add_dim();
-    if (d >= 0)
-      dim->set_dim_value(d);
-    else
-      dim->set_dim_param(str_cat("d", (*dyn)++));
-  }
+  od::fill_value_info(v, name, dt, s, [&] { return str_cat("d", (*dyn)++); });
 }
 
 // Names and counters shared by an exporter and the exporters of its subgraphs (If branches,
@@ -53,7 +37,7 @@ struct Shared {
   int counter = 0, dyn = 0, scopes = 0;
 };
 
-class Exporter {
+class Exporter : public od::ExportCtx {
  public:
   Exporter(::onnx::GraphProto* gp, const Session* sess, Exporter* parent = nullptr,
            Shared* shared = nullptr)
@@ -355,41 +339,28 @@ class Exporter {
            kKilnDomain, " domain");
     fail(kExp, "output ", v.index, " of ", v.node->label(), " has no standard ONNX form");
   }
-  std::string fresh() { return str_cat("kiln_t", shared_->counter++); }
-  std::string constant(const Tensor& t) {
+  std::string fresh() override { return str_cat("kiln_t", shared_->counter++); }
+  std::string constant(const Tensor& t) override {
     const std::string n = fresh();
     fill_tensor(gp_->add_initializer(), t, n);
     return n;
   }
-  std::string ints_const(const std::vector<int64_t>& v) {
+  std::string ints_const(const std::vector<int64_t>& v) override {
     Tensor t = empty(Shape{static_cast<int64_t>(v.size())}, Int64);
     std::copy(v.begin(), v.end(), t.data_ptr<int64_t>());
     return constant(t);
   }
-  ::onnx::NodeProto* emit(const char* op, std::vector<std::string> ins, std::string out) {
+  ::onnx::NodeProto* emit(const char* op, std::vector<std::string> ins, std::string out) override {
     auto* n = gp_->add_node();
     n->set_op_type(op);
     for (auto& i : ins) n->add_input(i);
     n->add_output(out);
     return n;
   }
-  static void attr_i(::onnx::NodeProto* n, const char* name, int64_t v) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(::onnx::AttributeProto::INT);
-    a->set_i(v);
-  }
-  static void attr_f(::onnx::NodeProto* n, const char* name, double v) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(::onnx::AttributeProto::FLOAT);
-    a->set_f(static_cast<float>(v));
-  }
-  static void attr_ints(::onnx::NodeProto* n, const char* name, const std::vector<int64_t>& v) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(::onnx::AttributeProto::INTS);
-    for (int64_t x : v) a->add_ints(x);
+  std::string extra_output(const kd::Node* n, int k) override {
+    const std::string o = str_cat(prefix_, n->id, "_", k);
+    names_[{n, k}] = o;
+    return o;
   }
 
   void node(const kd::Node* n) {
@@ -417,7 +388,7 @@ class Exporter {
   }
 
   // The ONNX name of input k, cast to `dt` when Kiln's promotion gave it another dtype.
-  std::string in_as(const kd::Node* n, size_t k, DType dt) {
+  std::string in_as(const kd::Node* n, size_t k, DType dt) override {
     const kd::ValueRef& v = n->inputs.at(k);
     const std::string& name = name_of(v);
     if (v.node->outputs[v.index].dtype == dt) return name;
@@ -425,205 +396,16 @@ class Exporter {
     attr_i(emit("Cast", {name}, o), "to", od::onnx_from_dtype(dt));
     return o;
   }
-  std::string in(const kd::Node* n, size_t k) { return name_of(n->inputs.at(k)); }
+  std::string in(const kd::Node* n, size_t k) override { return name_of(n->inputs.at(k)); }
 
   void op(const kd::Node* n) {
-    const std::string& k = n->op->name;
-    const kd::Attrs& a = n->attrs;
-    const DType odt = n->outputs[0].dtype;
-    const int64_t rank = n->outputs[0].shape.rank();
+    const od::ExportRule* rule = od::find_export_rule(n->op);
+    if (!rule)
+      fail(kExp, "Kiln op '", n->op->name, "' has no standard ONNX form here; save_graph keeps it",
+           " in the ", kKilnDomain, " domain");
     const std::string out = str_cat(prefix_, n->id);
     names_[{n, 0}] = out;
-    static const std::map<std::string, const char*> binary = {
-        {"add", "Add"}, {"sub", "Sub"},     {"mul", "Mul"},    {"div", "Div"},
-        {"pow", "Pow"}, {"maximum", "Max"}, {"minimum", "Min"}};
-    static const std::map<std::string, const char*> compare = {{"lt", "Less"},
-                                                               {"le", "LessOrEqual"},
-                                                               {"gt", "Greater"},
-                                                               {"ge", "GreaterOrEqual"},
-                                                               {"eq", "Equal"}};
-    static const std::map<std::string, const char*> unary = {
-        {"neg", "Neg"},         {"abs", "Abs"},         {"exp", "Exp"},
-        {"log", "Log"},         {"sqrt", "Sqrt"},       {"relu", "Relu"},
-        {"sigmoid", "Sigmoid"}, {"tanh", "Tanh"},       {"erf", "Erf"},
-        {"sin", "Sin"},         {"cos", "Cos"},         {"sign", "Sign"},
-        {"clone", "Identity"},  {"detach", "Identity"}, {"print", "Identity"},
-        {"logical_not", "Not"}};
-    if (auto it = binary.find(k); it != binary.end()) {
-      emit(it->second, {in_as(n, 0, odt), in_as(n, 1, odt)}, out);
-    } else if (auto c = compare.find(k); c != compare.end()) {
-      const DType dt = promote(n->inputs[0].node->outputs[n->inputs[0].index].dtype,
-                               n->inputs[1].node->outputs[n->inputs[1].index].dtype);
-      emit(c->second, {in_as(n, 0, dt), in_as(n, 1, dt)}, out);
-    } else if (k == "ne") {
-      const DType dt = promote(n->inputs[0].node->outputs[n->inputs[0].index].dtype,
-                               n->inputs[1].node->outputs[n->inputs[1].index].dtype);
-      const std::string e = fresh();
-      emit("Equal", {in_as(n, 0, dt), in_as(n, 1, dt)}, e);
-      emit("Not", {e}, out);
-    } else if (k == "logical_and" || k == "logical_or") {
-      emit(k == "logical_and" ? "And" : "Or", {in_as(n, 0, Bool), in_as(n, 1, Bool)}, out);
-    } else if (auto u = unary.find(k); u != unary.end()) {
-      emit(u->second, {in(n, 0)}, out);
-    } else if (k == "rsqrt") {
-      const std::string s = fresh();
-      emit("Sqrt", {in(n, 0)}, s);
-      emit("Reciprocal", {s}, out);
-    } else if (k == "silu") {
-      const std::string s = fresh();
-      emit("Sigmoid", {in(n, 0)}, s);
-      emit("Mul", {in(n, 0), s}, out);
-    } else if (k == "gelu") {
-      gelu(in(n, 0), a.b(0), odt, out);
-    } else if (k == "leaky_relu") {
-      attr_f(emit("LeakyRelu", {in(n, 0)}, out), "alpha", a.f(0));
-    } else if (k == "clamp") {
-      std::vector<std::string> ins{in(n, 0), "", ""};
-      if (std::isfinite(a.f(0))) ins[1] = constant(cast(scalar_tensor(a.f(0), Float64), odt));
-      if (std::isfinite(a.f(1))) ins[2] = constant(cast(scalar_tensor(a.f(1), Float64), odt));
-      emit("Clip", ins, out);
-    } else if (k == "where") {
-      emit("Where", {in_as(n, 0, Bool), in_as(n, 1, odt), in_as(n, 2, odt)}, out);
-    } else if (k == "fill_like") {  // zeros_like, ones_like, full_like
-      const std::string sh = fresh();
-      emit("Shape", {in(n, 0)}, sh);
-      auto* at = emit("ConstantOfShape", {sh}, out)->add_attribute();
-      at->set_name("value");
-      at->set_type(::onnx::AttributeProto::TENSOR);
-      fill_tensor(at->mutable_t(), cast(reshape(scalar_tensor(a.f(0), Float64), {1}), odt), "");
-    } else if (k == "cast") {
-      attr_i(emit("Cast", {in(n, 0)}, out), "to", od::onnx_from_dtype(odt));
-    } else if (k == "matmul") {
-      if (n->inputs.size() == 3) {
-        const std::string m = fresh();
-        emit("MatMul", {in(n, 0), in(n, 1)}, m);
-        emit("Add", {m, in(n, 2)}, out);
-      } else {
-        emit("MatMul", {in(n, 0), in(n, 1)}, out);
-      }
-    } else if (k == "addmm") {
-      auto* g = emit("Gemm", {in(n, 1), in(n, 2), in(n, 0)}, out);
-      attr_f(g, "beta", a.f(0));
-      attr_f(g, "alpha", a.f(1));
-    } else if (k == "conv2d") {
-      const Shape& ws = n->inputs[1].node->outputs[n->inputs[1].index].shape;
-      std::vector<std::string> ins{in(n, 0), in(n, 1)};
-      if (n->inputs.size() > 2) ins.push_back(in(n, 2));
-      auto* c = emit("Conv", ins, out);
-      attr_ints(c, "kernel_shape", {ws[2], ws[3]});
-      attr_ints(c, "strides", a.ints(0));
-      const auto& p = a.ints(1);
-      attr_ints(c, "pads", {p[0], p[1], p[0], p[1]});
-      attr_ints(c, "dilations", a.ints(2));
-      attr_i(c, "group", a.i(3));
-    } else if (k == "max_pool2d" || k == "avg_pool2d") {
-      auto* pl = emit(k == "max_pool2d" ? "MaxPool" : "AveragePool", {in(n, 0)}, out);
-      attr_ints(pl, "kernel_shape", a.ints(0));
-      attr_ints(pl, "strides", a.ints(1));
-      const auto& p = a.ints(2);
-      attr_ints(pl, "pads", {p[0], p[1], p[0], p[1]});
-      if (k == "avg_pool2d") attr_i(pl, "count_include_pad", 1);  // torch's default, as Kiln
-    } else if (k == "softmax" || k == "log_softmax") {
-      attr_i(emit(k == "softmax" ? "Softmax" : "LogSoftmax", {in(n, 0)}, out), "axis", a.i(0));
-    } else if (k == "layer_norm") {
-      layer_norm(n, out);
-    } else if (k == "reshape") {
-      emit("Reshape", {in(n, 0), ints_const(a.ints(0))}, out);
-    } else if (k == "permute") {
-      attr_ints(emit("Transpose", {in(n, 0)}, out), "perm", a.ints(0));
-    } else if (k == "transpose") {
-      std::vector<int64_t> perm;
-      for (int64_t d = 0; d < rank; ++d) perm.push_back(d);
-      std::swap(perm.at(wrap_dim(a.i(0), rank, kExp)), perm.at(wrap_dim(a.i(1), rank, kExp)));
-      attr_ints(emit("Transpose", {in(n, 0)}, out), "perm", perm);
-    } else if (k == "sum" || k == "mean" || k == "max" || k == "min") {
-      const char* r = k == "sum"    ? "ReduceSum"
-                      : k == "mean" ? "ReduceMean"
-                      : k == "max"  ? "ReduceMax"
-                                    : "ReduceMin";
-      std::vector<std::string> ins{in_as(n, 0, odt)};
-      if (k == "sum" && !a.ints(0).empty()) ins.push_back(ints_const(a.ints(0)));
-      auto* rn = emit(r, ins, out);
-      if (k != "sum" && !a.ints(0).empty()) attr_ints(rn, "axes", a.ints(0));
-      attr_i(rn, "keepdims", a.b(1) ? 1 : 0);
-    } else if (k == "cat") {
-      std::vector<std::string> ins;
-      for (size_t j = 0; j < n->inputs.size(); ++j) ins.push_back(in_as(n, j, odt));
-      attr_i(emit("Concat", ins, out), "axis", a.i(0));
-    } else if (k == "slice") {
-      emit("Slice",
-           {in(n, 0), ints_const({a.i(1)}), ints_const({a.i(2)}), ints_const({a.i(0)}),
-            ints_const({a.i(3)})},
-           out);
-    } else if (k == "squeeze" || k == "unsqueeze") {
-      emit(k == "squeeze" ? "Squeeze" : "Unsqueeze", {in(n, 0), ints_const({a.i(0)})}, out);
-    } else if (k == "expand") {
-      std::vector<int64_t> s = a.ints(0);
-      for (auto& d : s) d = d < 0 ? 1 : d;  // Kiln's -1 keeps a dim; ONNX's 1 broadcasts
-      emit("Expand", {in(n, 0), ints_const(s)}, out);
-    } else if (k == "index_select" || k == "embedding") {
-      if (k == "embedding")
-        attr_i(emit("Gather", {in(n, 0), in(n, 1)}, out), "axis", 0);
-      else
-        attr_i(emit("Gather", {in(n, 0), in(n, 1)}, out), "axis", a.i(0));
-    } else {
-      fail(kExp, "Kiln op '", k, "' has no standard ONNX form here; save_graph keeps it in the ",
-           kKilnDomain, " domain");
-    }
-  }
-
-  void gelu(const std::string& x, bool approximate, DType dt, const std::string& out) {
-    auto c = [&](double v) { return constant(cast(scalar_tensor(v, Float64), dt)); };
-    const std::string h = fresh(), inner = fresh(), t = fresh(), one = fresh();
-    if (!approximate) {  // 0.5 x (1 + erf(x / sqrt 2))
-      const std::string s = fresh();
-      emit("Mul", {x, c(M_SQRT1_2)}, s);
-      emit("Erf", {s}, t);
-    } else {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-      const std::string x3 = fresh(), p = fresh(), q = fresh();
-      emit("Pow", {x, c(3.0)}, x3);
-      emit("Mul", {x3, c(0.044715)}, p);
-      emit("Add", {x, p}, q);
-      emit("Mul", {q, c(std::sqrt(2.0 / M_PI))}, inner);
-      emit("Tanh", {inner}, t);
-    }
-    emit("Add", {t, c(1.0)}, one);
-    emit("Mul", {x, c(0.5)}, h);
-    emit("Mul", {h, one}, out);
-  }
-
-  void layer_norm(const kd::Node* n, const std::string& out) {
-    const kd::Attrs& a = n->attrs;
-    const int64_t nd = a.i(0);
-    const bool hw = a.b(2), hb = a.b(3);
-    const Shape& xs = n->inputs[0].node->outputs[n->inputs[0].index].shape;
-    const DType dt = n->outputs[0].dtype;
-    std::string scale;
-    size_t next = 1;
-    if (hw) {
-      scale = in(n, next++);
-    } else {
-      Shape s;
-      for (int64_t d = xs.rank() - nd; d < xs.rank(); ++d) {
-        if (xs[d] < 0) fail(kExp, "layer_norm without weight needs static normalized dims");
-        s.push_back(xs[d]);
-      }
-      scale = constant(ones(s, dt));
-    }
-    std::vector<std::string> ins{in(n, 0), scale};
-    if (hb) ins.push_back(in(n, next));
-    auto* ln = gp_->add_node();
-    ln->set_op_type("LayerNormalization");
-    for (auto& i : ins) ln->add_input(i);
-    ln->add_output(out);
-    // Kiln's extra outputs (the mean and 1/std the backward reads) are ONNX's Mean, InvStdDev.
-    for (size_t k = 1; k < n->outputs.size() && k < 3; ++k) {
-      const std::string o = str_cat(prefix_, n->id, "_", k);
-      names_[{n, static_cast<int>(k)}] = o;
-      ln->add_output(o);
-    }
-    attr_i(ln, "axis", -nd);
-    attr_f(ln, "epsilon", a.f(1));
+    rule->fn(*rule, *this, n, out);
   }
 
   ::onnx::GraphProto* gp_;
@@ -665,6 +447,30 @@ std::string export_onnx_bytes(const Graph& g, const NamedTensors& outputs, const
   std::string bytes;
   if (!m.SerializeToString(&bytes)) fail(kExp, "the model does not serialize (over 2 GiB?)");
   return bytes;
+}
+
+void detail::fill_tensor(::onnx::TensorProto* p, const Tensor& t, const std::string& name) {
+  Tensor c = contiguous(t);
+  p->set_name(name);
+  p->set_data_type(onnx_from_dtype(c.dtype()));
+  for (int64_t d : c.shape()) p->add_dims(d);
+  p->set_raw_data(std::string(static_cast<const char*>(c.raw_data()),
+                              static_cast<size_t>(c.numel()) * dtype_size(c.dtype())));
+}
+
+void detail::fill_value_info(::onnx::ValueInfoProto* v, const std::string& name, DType dt,
+                             const Shape& s, const std::function<std::string()>& dim_param) {
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx_from_dtype(dt));
+  auto* sh = tt->mutable_shape();
+  for (int64_t d : s) {
+    auto* dim = sh->add_dim();
+    if (d >= 0)
+      dim->set_dim_value(d);
+    else
+      dim->set_dim_param(dim_param());
+  }
 }
 
 void export_onnx(const std::string& path, const Graph& g, const NamedTensors& outputs,

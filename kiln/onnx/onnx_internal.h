@@ -1,5 +1,6 @@
 // Internals shared by the ONNX importer's driver (onnx_import.cpp) and its op converters
-// (onnx_ops*.cpp): the import context, a node's inputs and checked attribute reads.
+// (onnx_ops*.cpp), and by the writers (onnx_export.cpp, saved_graph.cpp): the import context, a
+// node's inputs and checked attribute reads, dtype codes and the proto fill helpers.
 #pragma once
 #include <functional>
 #include <string>
@@ -75,6 +76,12 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& what);
 /// The Kiln dtype of an ONNX element type; fails naming it when Kiln has none.
 DType dtype_from_onnx(int32_t elem_type, const std::string& what);
 int32_t onnx_from_dtype(DType dt);
+
+/// Writers' helpers (onnx_export.cpp, saved_graph.cpp): a tensor as a TensorProto (raw data),
+/// and a value's type as a ValueInfoProto, each dynamic dim named by `dim_param()`.
+void fill_tensor(::onnx::TensorProto* p, const Tensor& t, const std::string& name);
+void fill_value_info(::onnx::ValueInfoProto* v, const std::string& name, DType dt, const Shape& s,
+                     const std::function<std::string()>& dim_param);
 
 /// Host integers of an input that must be known at import (shapes, axes, pads, ...).
 std::vector<int64_t> const_ints(const NodeIn& n, size_t i, const char* what);
