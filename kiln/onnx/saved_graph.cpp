@@ -40,27 +40,11 @@ constexpr char kLoad[] = "load_graph";
 constexpr char kVersionKey[] = "kiln.format_version";
 constexpr int kMaxDepth = 16;
 
-void fill_tensor(::onnx::TensorProto* p, const Tensor& t, const std::string& name) {
-  Tensor c = contiguous(t);
-  p->set_name(name);
-  p->set_data_type(od::onnx_from_dtype(c.dtype()));
-  for (int64_t d : c.shape()) p->add_dims(d);
-  p->set_raw_data(std::string(static_cast<const char*>(c.raw_data()),
-                              static_cast<size_t>(c.numel()) * dtype_size(c.dtype())));
-}
+using od::fill_tensor;
 
+// Saved graphs name no dynamic dim: "?" for each.
 void fill_type(::onnx::ValueInfoProto* v, const std::string& name, DType dt, const Shape& s) {
-  v->set_name(name);
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(od::onnx_from_dtype(dt));
-  auto* sh = tt->mutable_shape();
-  for (int64_t d : s) {
-    auto* dim = sh->add_dim();
-    if (d >= 0)
-      dim->set_dim_value(d);
-    else
-      dim->set_dim_param("?");
-  }
+  od::fill_value_info(v, name, dt, s, [] { return std::string("?"); });
 }
 
 class Writer {
@@ -185,6 +169,15 @@ class Writer {
             }
           },
           n->attrs[k]);
+    }
+    if (!n->patches.empty()) {  // symbolic sizes: (attribute, element) per trailing input
+      auto* sp = node->add_attribute();
+      sp->set_name("kiln_size_patches");
+      sp->set_type(::onnx::AttributeProto::INTS);
+      for (const auto& p : n->patches) {
+        sp->add_ints(p.attr);
+        sp->add_ints(p.elem);
+      }
     }
     if (kd::is_while_op(n->op)) {
       kd::WhileBodyView b = kd::while_body_of(n->attrs);
@@ -389,7 +382,22 @@ class Loader {
       kd::Attrs attrs;
       const ::onnx::GraphProto* body = nullptr;
       int64_t num_vars = -1;
+      std::vector<kd::SizePatch> patches;
       for (const auto& a : node.attribute()) {
+        if (a.name() == "kiln_size_patches") {
+          if (a.type() != ::onnx::AttributeProto::INTS || a.ints_size() % 2 != 0 ||
+              a.ints_size() / 2 > node.input_size())
+            fail(kLoad, node.op_type(), ": kiln_size_patches must be (attribute, element) pairs, ",
+                 "one per trailing size input (", node.input_size(), " inputs)");
+          for (int k = 0; k + 1 < a.ints_size(); k += 2) {
+            if (a.ints(k) < 0 || a.ints(k) >= 64 || a.ints(k + 1) < -1 || a.ints(k + 1) >= 4096)
+              fail(kLoad, node.op_type(), ": size patch (", a.ints(k), ", ", a.ints(k + 1),
+                   ") is out of range");
+            patches.push_back(kd::SizePatch{static_cast<int16_t>(a.ints(k)),
+                                            static_cast<int16_t>(a.ints(k + 1))});
+          }
+          continue;
+        }
         if (a.name() == "kiln_body") {
           if (a.type() != ::onnx::AttributeProto::GRAPH) fail(kLoad, "kiln_body must be a graph");
           body = &a.g();
@@ -406,7 +414,14 @@ class Loader {
       if (kd::is_while_op(op)) {
         outs = load_while(node, ins, attrs, body, num_vars, depth);
       } else {
-        kd::TensorList r = kd::call(*op, std::span<const Tensor>(ins.data(), ins.size()), attrs);
+        if (patches.size() > ins.size())
+          fail(kLoad, node.op_type(), ": more size patches than inputs");
+        for (const auto& p : patches)
+          if (static_cast<size_t>(p.attr) >= attrs.size())
+            fail(kLoad, node.op_type(), ": size patch of attribute ", p.attr, " but only ",
+                 attrs.size(), " attributes");
+        kd::TensorList r =
+            kd::call_node(*op, std::span<const Tensor>(ins.data(), ins.size()), attrs, patches);
         outs.assign(r.begin(), r.end());
       }
       if (outs.size() < static_cast<size_t>(node.output_size()))
