@@ -1,7 +1,8 @@
 // The public API: everything a Kiln program is written with. Tensors and ops, autograd,
 // Graph/Session with cond and while_loop (request_interrupt stops a long run), jit, nn, optim
-// and io. Internals (the dispatcher, the op registry, graph nodes, passes, kernels) live in
-// kiln::detail, behind headers this one does not include.
+// and io, in namespaces kiln, kiln::nn, kiln::optim, kiln::io and kiln::linalg. Internals (the
+// dispatcher, the op registry, graph nodes, passes, the JIT engine) live in kiln::detail and the
+// loops in kiln::cpu, behind headers this one does not include. The layers: docs/architecture.md.
 #pragma once
 #include <iostream>  // tensors print with operator<<
 
