@@ -6,22 +6,9 @@
 namespace kiln::python {
 namespace {
 
+// Autograd's tensor arguments: None is no tensors, a None entry an undefined tensor.
 std::vector<Tensor> tensor_list(py::handle h, const char* what) {
-  if (h.is_none()) return {};
-  if (py::isinstance<Tensor>(h)) return {h.cast<Tensor>()};
-  std::vector<Tensor> out;
-  for (py::handle e : py::reinterpret_borrow<py::sequence>(h)) {
-    if (e.is_none()) {
-      out.emplace_back();
-      continue;
-    }
-    if (!py::isinstance<Tensor>(e))
-      raise(type_error_type(),
-            str_cat("[", what, "] expected tensors, got ",
-                    py::str(py::type::handle_of(e).attr("__name__")).cast<std::string>()));
-    out.push_back(e.cast<Tensor>());
-  }
-  return out;
+  return tensors_from(h, what, /*none_ok=*/true);
 }
 
 py::tuple with_none(const std::vector<Tensor>& v) {

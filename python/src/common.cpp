@@ -337,6 +337,26 @@ Tensor tensor_from_buffer(py::handle h) {
   return Tensor(std::move(impl));
 }
 
+std::vector<Tensor> tensors_from(py::handle h, const char* what, bool none_ok) {
+  if (none_ok && h.is_none()) return {};
+  if (py::isinstance<Tensor>(h)) return {h.cast<Tensor>()};
+  if (!none_ok && !PySequence_Check(h.ptr()))
+    raise(type_error_type(), str_cat("[", what, "] expected a tensor or a sequence of tensors"));
+  std::vector<Tensor> out;
+  for (py::handle e : py::reinterpret_borrow<py::sequence>(h)) {
+    if (none_ok && e.is_none()) {
+      out.emplace_back();
+      continue;
+    }
+    if (!py::isinstance<Tensor>(e))
+      raise(type_error_type(),
+            str_cat("[", what, "] expected tensors, got ",
+                    py::str(py::type::handle_of(e).attr("__name__")).cast<std::string>()));
+    out.push_back(e.cast<Tensor>());
+  }
+  return out;
+}
+
 Tensor tensor_from_object(py::handle h, std::optional<DType> dtype) {
   if (py::isinstance<Tensor>(h)) {
     const Tensor& t = h.cast<const Tensor&>();

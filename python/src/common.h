@@ -41,6 +41,10 @@ std::vector<int64_t> ints_from(py::handle h, const char* what);
 /// A copy of Python data as a tensor: a Tensor (cast when dtype is given), a bool, int or
 /// float, a nested list or tuple, or anything with the buffer protocol (NumPy arrays).
 Tensor tensor_from_object(py::handle h, std::optional<DType> dtype = std::nullopt);
+/// A tensor or a sequence of tensors as a list; anything else is a kiln.TypeError naming `what`.
+/// With `none_ok` (autograd's arguments), None is the empty list and a None entry an undefined
+/// tensor.
+std::vector<Tensor> tensors_from(py::handle h, const char* what, bool none_ok = false);
 /// A tensor sharing the memory of a buffer (NumPy array): kiln.from_numpy.
 Tensor tensor_from_buffer(py::handle h);
 /// Nested lists of the tensor's values (tolist) or a Python number for 0-d tensors.

@@ -6,20 +6,7 @@
 namespace kiln::python {
 namespace {
 
-std::vector<Tensor> tensors_of(py::handle h, const char* what) {
-  if (py::isinstance<Tensor>(h)) return {h.cast<Tensor>()};
-  if (!PySequence_Check(h.ptr()))
-    raise(type_error_type(), str_cat("[", what, "] expected a tensor or a sequence of tensors"));
-  std::vector<Tensor> out;
-  for (py::handle e : py::reinterpret_borrow<py::sequence>(h)) {
-    if (!py::isinstance<Tensor>(e))
-      raise(type_error_type(),
-            str_cat("[", what, "] expected tensors, got ",
-                    py::str(py::type::handle_of(e).attr("__name__")).cast<std::string>()));
-    out.push_back(e.cast<Tensor>());
-  }
-  return out;
-}
+std::vector<Tensor> tensors_of(py::handle h, const char* what) { return tensors_from(h, what); }
 
 py::tuple tuple_of(const std::vector<Tensor>& v) {
   py::tuple t(v.size());
