@@ -23,7 +23,12 @@ Tensor float_like(const Tensor& x) { return is_floating(x.dtype()) ? x : cast(x,
 // already an integer lies; beyond, x is returned (it is an integer, inf or NaN).
 Tensor trunc_f(const Tensor& x) {
   Tensor t = cast(cast(x, Int64), x.dtype());
-  return where(lt(abs(x), 4503599627370496.0), t, x);
+  // From 2^(mantissa bits) up every value of the type is an integer.
+  const double big = x.dtype() == Float64   ? 4503599627370496.0
+                     : x.dtype() == Float32 ? 8388608.0
+                     : x.dtype() == Float16 ? 1024.0
+                                            : 128.0;
+  return where(lt(abs(x), big), t, x);
 }
 Tensor floor_f(const Tensor& x) {
   Tensor t = trunc_f(x);
@@ -71,6 +76,10 @@ const bool registered = [] {
   unary("Asinh", [](const Tensor& x) { return log(add(x, sqrt(add(mul(x, x), 1.0)))); });
   unary("Acosh", [](const Tensor& x) { return log(add(x, sqrt(sub(mul(x, x), 1.0)))); });
   unary("Atanh", [](const Tensor& x) { return mul(log(div(add(x, 1.0), sub(1.0, x))), 0.5); });
+  unary("Asin", [](const Tensor& x) { return asin(x); });
+  unary("Acos", [](const Tensor& x) { return acos(x); });
+  unary("Atan", [](const Tensor& x) { return atan(x); });
+  unary("Det", [](const Tensor& x) { return linalg::det(x); });
   unary("Softsign", [](const Tensor& x) { return div(x, add(abs(x), 1.0)); });
   unary("IsNaN", [](const Tensor& x) { return ne(x, x); });
   unary("Not", [](const Tensor& x) { return logical_not(x); });
@@ -115,6 +124,13 @@ KILN_ONNX_OP(Mod) {
   }
   Tensor q = div(a, b);
   return TL{sub(a, mul(fmod ? trunc_f(q) : floor_f(q), b))};
+}
+
+KILN_ONNX_OP(BitShift) {
+  const std::string dir = n.s("direction", "");
+  if (dir == "LEFT") return TL{bitwise_left_shift(n.req(0), n.req(1))};
+  if (dir == "RIGHT") return TL{bitwise_right_shift(n.req(0), n.req(1))};
+  n.fail("direction must be LEFT or RIGHT, got '", dir, "'");
 }
 
 KILN_ONNX_OP(IsInf) {
@@ -203,6 +219,8 @@ KILN_ONNX_OP(Dropout) {
       double ratio = n.has_input(1) && n.in[1].is_concrete() && n.in[1].numel() == 1
                          ? n.in[1].to_vector<double>()[0]
                          : 0.5;
+      if (!tm.is_concrete() || (n.has_input(1) && !n.in[1].is_concrete()))
+        n.fail("training_mode and the ratio must be known at import (constants)");
       if (ratio != 0) n.fail("training mode (random dropout) is not supported");
     }
   }
@@ -217,9 +235,12 @@ KILN_ONNX_OP(Dropout) {
 std::vector<int64_t> reduce_axes(NodeIn& n, bool* noop) {
   *noop = false;
   if (n.has("axes")) return n.ints("axes");
-  if (n.has_input(1)) return const_ints(n, 1, "axes");
-  *noop = n.i("noop_with_empty_axes", 0) != 0;
-  return {};
+  std::vector<int64_t> axes;
+  // An empty axes input is as an absent one.
+  if (n.has_input(1) && !(n.in[1].shape().is_static() && n.in[1].numel() == 0))
+    axes = const_ints(n, 1, "axes");
+  *noop = axes.empty() && n.i("noop_with_empty_axes", 0) != 0;
+  return axes;
 }
 
 TL reduce(NodeIn& n,

@@ -27,42 +27,46 @@ bool lift_1d(const NodeIn& n, Tensor& x) {
     x = unsqueeze(x, 2);
     return true;
   }
-  if (x.dim() != 4)
-    n.fail("supports 1-D and 2-D inputs ([N, C, L] or [N, C, H, W]), got ", x.shape());
+  if (x.dim() != 4 && x.dim() != 5)
+    n.fail("supports 1-D, 2-D and 3-D inputs ([N, C, L], [N, C, H, W] or [N, C, D, H, W]), got ",
+           x.shape());
   return false;
 }
 
-Ints attr2(const NodeIn& n, const char* name, bool lifted, int64_t def) {
+// An attribute of `nd` spatial values (default `def`); a lifted 1-D op gets a leading one.
+Ints attr_nd(const NodeIn& n, const char* name, bool lifted, int64_t def, size_t nd = 2) {
   Ints v = n.ints(name);
-  if (v.empty()) return Ints(2, def);
+  if (v.empty()) return Ints(nd, def);
   if (lifted) v.insert(v.begin(), def);
-  if (v.size() != 2) n.fail("attribute '", name, "' needs ", lifted ? 1 : 2, " values");
+  if (v.size() != nd) n.fail("attribute '", name, "' needs ", lifted ? 1 : nd, " values");
   return v;
 }
 
+// The geometry of a conv or pool over kernel.size() (2 or 3) spatial dims of x [N, C, ...].
 Window window(const NodeIn& n, const Tensor& x, const Ints& kernel, bool lifted) {
+  const size_t nd = kernel.size();
   Window w;
   w.kernel = kernel;
-  w.stride = attr2(n, "strides", lifted, 1);
-  w.dilation = attr2(n, "dilations", lifted, 1);
-  for (int d = 0; d < 2; ++d) {
+  w.stride = attr_nd(n, "strides", lifted, 1, nd);
+  w.dilation = attr_nd(n, "dilations", lifted, 1, nd);
+  for (size_t d = 0; d < nd; ++d) {
     if (w.kernel[d] <= 0 || w.stride[d] <= 0 || w.dilation[d] <= 0)
       n.fail("kernel, strides and dilations must be positive");
   }
   const std::string ap = n.s("auto_pad", "NOTSET");
-  w.pad_begin.assign(2, 0);
-  w.pad_end.assign(2, 0);
+  w.pad_begin.assign(nd, 0);
+  w.pad_end.assign(nd, 0);
   if (ap == "NOTSET") {
     Ints p = n.ints("pads");
     if (!p.empty()) {
       if (lifted) p = {0, p.size() > 0 ? p[0] : 0, 0, p.size() > 1 ? p[1] : 0};
-      if (p.size() != 4) n.fail("pads needs ", lifted ? 2 : 4, " values");
-      w.pad_begin = {p[0], p[1]};
-      w.pad_end = {p[2], p[3]};
+      if (p.size() != 2 * nd) n.fail("pads needs ", lifted ? 2 : 2 * nd, " values");
+      w.pad_begin.assign(p.begin(), p.begin() + static_cast<int64_t>(nd));
+      w.pad_end.assign(p.begin() + static_cast<int64_t>(nd), p.end());
     }
   } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-    for (int d = 0; d < 2; ++d) {
-      const int64_t in = x.size(2 + d);
+    for (size_t d = 0; d < nd; ++d) {
+      const int64_t in = x.size(static_cast<int64_t>(2 + d));
       if (in < 0) n.fail("auto_pad needs static spatial sizes");
       const int64_t out = (in + w.stride[d] - 1) / w.stride[d];
       const int64_t total = std::max<int64_t>(
@@ -74,11 +78,11 @@ Window window(const NodeIn& n, const Tensor& x, const Ints& kernel, bool lifted)
   } else if (ap != "VALID") {
     n.fail("unknown auto_pad '", ap, "'");
   }
-  for (int d = 0; d < 2; ++d) {
+  for (size_t d = 0; d < nd; ++d) {
     if (w.pad_begin[d] < 0 || w.pad_end[d] < 0) n.fail("negative pads");
     // A pad past the input plus the kernel's extent only adds windows that see nothing but
     // padding; refused, so that pads of 10^9 cannot make a run allocate gigabytes (fuzzing).
-    const int64_t in = x.size(2 + d);
+    const int64_t in = x.size(static_cast<int64_t>(2 + d));
     const int64_t limit = (in < 0 ? 0 : in) + (w.kernel[d] - 1) * w.dilation[d] + 1;
     if (w.pad_begin[d] > limit || w.pad_end[d] > limit)
       n.fail("pads ", w.pad_begin[d], "/", w.pad_end[d], " exceed the input plus the kernel (",
@@ -89,9 +93,18 @@ Window window(const NodeIn& n, const Tensor& x, const Ints& kernel, bool lifted)
 
 bool symmetric(const Window& w) { return w.pad_begin == w.pad_end; }
 
-// kiln::pad's order: last dim first.
+// kiln::pad's order: last dim first; b and e cover the trailing b.size() dims.
 Tensor pad_hw(const Tensor& x, const Ints& b, const Ints& e, double value) {
-  return pad(x, {b[1], e[1], b[0], e[0]}, value);
+  Ints p;
+  for (size_t d = b.size(); d-- > 0;) p.push_back(b[d]), p.push_back(e[d]);
+  return pad(x, p, value);
+}
+
+// The kernel sizes of a weight [O, I, k...] (its trailing dims).
+Ints kernel_of(const Tensor& w) {
+  Ints k;
+  for (int64_t d = 2; d < w.dim(); ++d) k.push_back(w.size(d));
+  return k;
 }
 
 Tensor unlift(const Tensor& y, bool lifted) { return lifted ? squeeze(y, 2) : y; }
@@ -103,14 +116,16 @@ KILN_ONNX_OP(Conv) {
     if (w.dim() != 3) n.fail("1-D conv needs a 3-D weight, got ", w.shape());
     w = unsqueeze(w, 2);
   }
-  if (w.dim() != 4 || !w.shape().is_static()) n.fail("weight must be static 4-D, got ", w.shape());
-  Window win = window(n, x, {w.size(2), w.size(3)}, lifted);
+  if (w.dim() != x.dim() || !w.shape().is_static())
+    n.fail("weight must be static ", x.dim(), "-D for input ", x.shape(), ", got ", w.shape());
+  Window win = window(n, x, kernel_of(w), lifted);
   const int64_t group = n.i("group", 1);
   Ints padding = win.pad_begin;
   if (!symmetric(win)) {
     x = pad_hw(x, win.pad_begin, win.pad_end, 0.0);
-    padding = {0, 0};
+    padding.assign(padding.size(), 0);
   }
+  if (x.dim() == 5) return TL{conv3d(x, w, n.input(2), win.stride, padding, win.dilation, group)};
   Tensor y = conv2d(x, w, n.input(2), win.stride, padding, win.dilation, group);
   return TL{unlift(y, lifted)};
 }
@@ -119,21 +134,26 @@ KILN_ONNX_OP(ConvTranspose) {
   Tensor x = n.req(0), w = n.req(1);
   const bool lifted = lift_1d(n, x);
   if (lifted) w = unsqueeze(w, 2);
-  if (w.dim() != 4 || !w.shape().is_static()) n.fail("weight must be static 4-D, got ", w.shape());
+  if (w.dim() != x.dim() || !w.shape().is_static())
+    n.fail("weight must be static ", x.dim(), "-D for input ", x.shape(), ", got ", w.shape());
+  const size_t nd = static_cast<size_t>(x.dim() - 2);
   const int64_t group = n.i("group", 1);
-  const Ints stride = attr2(n, "strides", lifted, 1), dil = attr2(n, "dilations", lifted, 1);
-  Ints out_pad = attr2(n, "output_padding", lifted, 0);
+  const Ints stride = attr_nd(n, "strides", lifted, 1, nd),
+             dil = attr_nd(n, "dilations", lifted, 1, nd);
+  Ints out_pad = attr_nd(n, "output_padding", lifted, 0, nd);
   Ints out_shape = n.ints("output_shape");
   if (lifted && !out_shape.empty()) out_shape.insert(out_shape.begin(), 1);
   const std::string ap = n.s("auto_pad", "NOTSET");
-  Ints pb(2, 0), pe(2, 0);
-  for (int d = 0; d < 2; ++d) {
+  Ints pb(nd, 0), pe(nd, 0);
+  for (size_t d = 0; d < nd; ++d) {
     if (stride[d] <= 0 || dil[d] <= 0) n.fail("strides and dilations must be positive");
-    const int64_t in = x.size(2 + d);
+    const int64_t in = x.size(static_cast<int64_t>(2 + d));
     if (in < 0) n.fail("needs static spatial sizes");
-    const int64_t full = (in - 1) * stride[d] + (w.size(2 + d) - 1) * dil[d] + 1;
+    const int64_t full =
+        (in - 1) * stride[d] + (w.size(static_cast<int64_t>(2 + d)) - 1) * dil[d] + 1;
     if (!out_shape.empty() || ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-      if (!out_shape.empty() && out_shape.size() != 2) n.fail("output_shape needs 2 values");
+      if (!out_shape.empty() && out_shape.size() != nd)
+        n.fail("output_shape needs ", nd, " values");
       const int64_t target = out_shape.empty() ? in * stride[d] : out_shape[d];
       const int64_t total = full + out_pad[d] - target;
       // ONNX's formulas use Python's floor division: with an output_shape past the natural
@@ -150,88 +170,195 @@ KILN_ONNX_OP(ConvTranspose) {
       Ints p = n.ints("pads");
       if (!p.empty()) {
         if (lifted) p = {0, p[0], 0, p.size() > 1 ? p[1] : 0};
-        if (p.size() != 4) n.fail("pads needs ", lifted ? 2 : 4, " values");
-        pb = {p[0], p[1]};
-        pe = {p[2], p[3]};
+        if (p.size() != 2 * nd) n.fail("pads needs ", lifted ? 2 : 2 * nd, " values");
+        pb.assign(p.begin(), p.begin() + static_cast<int64_t>(nd));
+        pe.assign(p.begin() + static_cast<int64_t>(nd), p.end());
       }
     }
   }
   // The full transposed convolution, then the crop (pads) and the zero rows output_padding adds
   // at the end (no input reaches them), then the bias on every position.
-  for (int d = 0; d < 2; ++d)
+  for (size_t d = 0; d < nd; ++d)
     if (std::abs(pb[d]) > (int64_t(1) << 16) || std::abs(pe[d]) > (int64_t(1) << 16) ||
         out_pad[d] < 0 || out_pad[d] > (int64_t(1) << 16))
       n.fail("pads or output_padding out of range");
-  Tensor y = conv_transpose2d(x, w, Tensor(), stride, {0, 0}, {0, 0}, dil, group);
+  const Ints zero(nd, 0);
+  Tensor y = nd == 3 ? conv_transpose3d(x, w, Tensor(), stride, zero, zero, dil, group)
+                     : conv_transpose2d(x, w, Tensor(), stride, zero, zero, dil, group);
   check_result_size(n, y.shape());
-  y = pad(y, {-pb[1], out_pad[1] - pe[1], -pb[0], out_pad[0] - pe[0]}, 0.0);
-  if (n.has_input(2)) y = add(y, reshape(n.in[2], Shape{1, -1, 1, 1}));
+  Ints crop_b(nd), crop_e(nd);
+  for (size_t d = 0; d < nd; ++d) crop_b[d] = -pb[d], crop_e[d] = out_pad[d] - pe[d];
+  y = pad_hw(y, crop_b, crop_e, 0.0);
+  if (n.has_input(2)) {
+    Shape bs(static_cast<size_t>(x.dim()), 1);
+    bs[1] = -1;
+    y = add(y, reshape(n.in[2], bs));
+  }
   return TL{unlift(y, lifted)};
 }
 
 // Extra end padding so that ceil_mode's last partial window exists.
 void ceil_extend(const NodeIn& n, const Tensor& x, Window& w) {
   if (n.i("ceil_mode", 0) == 0) return;
-  for (int d = 0; d < 2; ++d) {
-    const int64_t in = x.size(2 + d) + w.pad_begin[d] + w.pad_end[d];
+  for (size_t d = 0; d < w.kernel.size(); ++d) {
+    const int64_t in = x.size(static_cast<int64_t>(2 + d)) + w.pad_begin[d] + w.pad_end[d];
     const int64_t ext = (w.kernel[d] - 1) * w.dilation[d] + 1;
     const int64_t out = (in - ext + w.stride[d] - 1) / w.stride[d] + 1;
     w.pad_end[d] += std::max<int64_t>(0, (out - 1) * w.stride[d] + ext - in);
   }
 }
 
-KILN_ONNX_OP(MaxPool) {
-  Tensor x = n.req(0);
-  if (n.proto.output_size() > 1 && !n.proto.output(1).empty())
-    n.fail("the Indices output is not supported");
-  const bool lifted = lift_1d(n, x);
-  if (!x.shape().is_static()) n.fail("needs a static input shape, got ", x.shape());
+// The pool's kernel_shape, checked against the input's spatial rank (a 1-D pool lifted).
+Ints pool_kernel(const NodeIn& n, const Tensor& x, bool lifted) {
   Ints k = n.ints("kernel_shape");
   if (lifted && k.size() == 1) k.insert(k.begin(), 1);
-  if (k.size() != 2) n.fail("kernel_shape needs ", lifted ? 1 : 2, " values");
-  Window w = window(n, x, k, lifted);
-  if (w.dilation != Ints{1, 1}) n.fail("dilations are not supported");
-  ceil_extend(n, x, w);
+  if (static_cast<int64_t>(k.size()) != x.dim() - 2)
+    n.fail("kernel_shape needs ", lifted ? 1 : x.dim() - 2, " values for input ", x.shape());
+  return k;
+}
+
+// Kiln's pools take float32 and float64: integers and the 16-bit floats pool in a float type
+// that holds their values exactly, and cast back.
+DType pool_dtype(DType dt) {
+  if (dt == Float32 || dt == Float64) return dt;
+  return dt == Int32 || dt == Int64 ? Float64 : Float32;
+}
+
+Tensor max_pool_nd(const Tensor& x, const Window& w, const Ints& padding) {
+  if (w.kernel.size() == 3) return max_pool3d(x, w.kernel, w.stride, padding, w.dilation);
+  return max_pool2d(x, w.kernel, w.stride, padding, w.dilation);
+}
+
+// MaxPool's Indices output: Kiln's index within each input plane becomes ONNX's index into the
+// whole tensor (row-major, or column-major over H and W with storage_order 1).
+Tensor onnx_pool_indices(const NodeIn& n, const Tensor& x, const Tensor& idx) {
+  int64_t plane = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) plane *= x.size(d);
+  Tensor i = idx;
+  if (n.i("storage_order", 0) != 0) {
+    if (x.dim() != 4) n.fail("storage_order 1 needs a 2-D pool");
+    const int64_t H = x.size(2), W = x.size(3);
+    Tensor h = div(i, full(Shape{}, static_cast<double>(W), Int64), "floor");
+    i = add(h, mul(sub(i, mul(h, W)), H));
+  }
+  Shape bs(static_cast<size_t>(idx.dim()), 1);
+  bs[0] = x.size(0);
+  bs[1] = x.size(1);
+  Tensor base =
+      reshape(mul(arange(0, static_cast<double>(x.size(0) * x.size(1)), 1, Int64), plane), bs);
+  return add(i, base);
+}
+
+KILN_ONNX_OP(MaxPool) {
+  Tensor x = n.req(0);
+  const bool want_idx = n.proto.output_size() > 1 && !n.proto.output(1).empty();
+  const bool lifted = lift_1d(n, x);
+  if (!x.shape().is_static()) n.fail("needs a static input shape, got ", x.shape());
+  Window w = window(n, x, pool_kernel(n, x, lifted), lifted);
+  const DType dt = x.dtype(), pdt = pool_dtype(dt);
+  Tensor xf = cast(x, pdt);
+  const size_t nd = w.kernel.size();
   // Symmetric pads of at most half the kernel (max_pool2d's limit, as torch's) leave every
   // window at least one input element, so the pool's own padding (ignored positions) equals
   // padding with -inf; a copy of the input into a padded buffer took as long as the pool
   // (ResNet's stem: 49 ms per batch of 32).
-  if (symmetric(w) && 2 * w.pad_begin[0] <= w.kernel[0] && 2 * w.pad_begin[1] <= w.kernel[1])
-    return TL{unlift(max_pool2d(x, w.kernel, w.stride, w.pad_begin), lifted)};
-  const double lowest = is_floating(x.dtype()) ? -INFINITY : -9.2e18;
-  Tensor xp = pad_hw(x, w.pad_begin, w.pad_end, lowest);
-  return TL{unlift(max_pool2d(xp, w.kernel, w.stride, {0, 0}), lifted)};
+  bool own_pad = symmetric(w);
+  for (size_t d = 0; d < nd; ++d) own_pad = own_pad && 2 * w.pad_begin[d] <= w.kernel[d];
+  if (want_idx) {
+    if (!own_pad || lifted)
+      n.fail(
+          "the Indices output needs symmetric pads of at most half the kernel and a 2-D or "
+          "3-D pool");
+    const bool ceil = n.i("ceil_mode", 0) != 0;
+    auto [y, idx] =
+        nd == 3 ? max_pool3d_with_indices(xf, w.kernel, w.stride, w.pad_begin, w.dilation, ceil)
+                : max_pool2d_with_indices(xf, w.kernel, w.stride, w.pad_begin, w.dilation, ceil);
+    return TL{cast(y, dt), onnx_pool_indices(n, x, idx)};
+  }
+  ceil_extend(n, x, w);
+  own_pad = own_pad && symmetric(w);
+  if (own_pad) return TL{cast(unlift(max_pool_nd(xf, w, w.pad_begin), lifted), dt)};
+  Tensor xp = pad_hw(xf, w.pad_begin, w.pad_end, -INFINITY);
+  return TL{cast(unlift(max_pool_nd(xp, w, Ints(nd, 0)), lifted), dt)};
+}
+
+Tensor avg_pool_nd(const Tensor& x, const Window& w) {
+  if (w.kernel.size() == 3) return avg_pool3d(x, w.kernel, w.stride, {0, 0, 0});
+  return avg_pool2d(x, w.kernel, w.stride, {0, 0});
 }
 
 KILN_ONNX_OP(AveragePool) {
   Tensor x = n.req(0);
   const bool lifted = lift_1d(n, x);
   if (!x.shape().is_static()) n.fail("needs a static input shape, got ", x.shape());
-  Ints k = n.ints("kernel_shape");
-  if (lifted && k.size() == 1) k.insert(k.begin(), 1);
-  if (k.size() != 2) n.fail("kernel_shape needs ", lifted ? 1 : 2, " values");
-  Window w = window(n, x, k, lifted);
-  if (w.dilation != Ints{1, 1}) n.fail("dilations are not supported");
-  const Ints pb = w.pad_begin, pe = w.pad_end;
+  Window w = window(n, x, pool_kernel(n, x, lifted), lifted);
+  const size_t nd = w.kernel.size();
+  if (w.dilation != Ints(nd, 1)) n.fail("dilations are not supported");
+  const Ints pb = w.pad_begin, pe = w.pad_end, zero(nd, 0);
   ceil_extend(n, x, w);
-  Ints ext(2);
-  for (int d = 0; d < 2; ++d) ext[d] = w.pad_end[d] - pe[d];
+  Ints ext(nd);
+  for (size_t d = 0; d < nd; ++d) ext[d] = w.pad_end[d] - pe[d];
   // The divisor counts the positions a window covers: inside the input, plus the explicit pads
   // when count_include_pad; never the ceil_mode overhang. Averages of x and of that mask, both
   // padded alike, divide to sum / count.
   const bool include = n.i("count_include_pad", 0) != 0;
-  Tensor xp = pad_hw(pad_hw(x, pb, pe, 0.0), {0, 0}, ext, 0.0);
-  Tensor y = avg_pool2d(xp, w.kernel, w.stride, {0, 0});
-  if (!include || ext != Ints{0, 0}) {
-    if (!include && pb == Ints{0, 0} && pe == Ints{0, 0} && ext == Ints{0, 0})
-      return TL{unlift(y, lifted)};
-    charge_fold(n, 2 * static_numel(Shape{x.size(2) + pb[0] + pe[0] + ext[0],
-                                          x.size(3) + pb[1] + pe[1] + ext[1]}));
-    Tensor ones_hw = ones(Shape{1, 1, x.size(2), x.size(3)}, x.dtype());
-    Tensor m = pad_hw(pad_hw(ones_hw, pb, pe, include ? 1.0 : 0.0), {0, 0}, ext, 0.0);
-    y = div(y, avg_pool2d(m, w.kernel, w.stride, {0, 0}));
+  Tensor xp = pad_hw(pad_hw(x, pb, pe, 0.0), zero, ext, 0.0);
+  Tensor y = avg_pool_nd(xp, w);
+  if (!include || ext != zero) {
+    if (!include && pb == zero && pe == zero && ext == zero) return TL{unlift(y, lifted)};
+    Shape padded, plane{1, 1};
+    for (size_t d = 0; d < nd; ++d) {
+      const int64_t in = x.size(static_cast<int64_t>(2 + d));
+      padded.push_back(in + pb[d] + pe[d] + ext[d]);
+      plane.push_back(in);
+    }
+    charge_fold(n, 2 * static_numel(padded));
+    Tensor ones_hw = ones(plane, x.dtype());
+    Tensor m = pad_hw(pad_hw(ones_hw, pb, pe, include ? 1.0 : 0.0), zero, ext, 0.0);
+    y = div(y, avg_pool_nd(m, w));
   }
   return TL{unlift(y, lifted)};
+}
+
+// ONNX's indices are into the whole output tensor; Kiln's unpool takes them per plane.
+KILN_ONNX_OP(MaxUnpool) {
+  const Tensor &x = n.req(0), &idx = n.req(1);
+  if ((x.dim() != 4 && x.dim() != 5) || !x.shape().is_static())
+    n.fail("needs a static 2-D or 3-D input [N, C, ...], got ", x.shape());
+  const size_t nd = static_cast<size_t>(x.dim() - 2);
+  const Ints k = pool_kernel(n, x, false);
+  const Ints stride = attr_nd(n, "strides", false, 1, nd);
+  Ints p = n.ints("pads");
+  if (p.empty()) p.assign(2 * nd, 0);
+  if (p.size() != 2 * nd) n.fail("pads needs ", 2 * nd, " values");
+  // The indices address the default output (input - 1) stride + kernel - pads; a larger
+  // output_shape adds zeros at the end of each dim.
+  Ints out(nd), grow(nd, 0);
+  for (size_t d = 0; d < nd; ++d)
+    out[d] = (x.size(static_cast<int64_t>(2 + d)) - 1) * stride[d] + k[d] - p[d] - p[nd + d];
+  if (n.has_input(2)) {
+    const Ints full = const_ints(n, 2, "output_shape");
+    if (full.size() != nd + 2) n.fail("output_shape needs ", nd + 2, " values");
+    for (size_t d = 0; d < nd; ++d) {
+      grow[d] = full[d + 2] - out[d];
+      if (grow[d] < 0 || grow[d] > (int64_t(1) << 16))
+        n.fail("output_shape ", full[d + 2], " against the default ", out[d]);
+    }
+  }
+  int64_t plane = 1;
+  Shape rs{x.size(0), x.size(1)};
+  for (size_t d = 0; d < nd; ++d) {
+    if (out[d] <= 0) n.fail("output size ", out[d]);
+    plane *= out[d];
+    rs.push_back(out[d] + grow[d]);
+  }
+  check_result_size(n, rs);
+  Tensor i = cast(idx, Int64);
+  i = sub(i, mul(div(i, full(Shape{}, static_cast<double>(plane), Int64), "floor"), plane));
+  const Ints zero(nd, 0);
+  Tensor y =
+      nd == 3 ? max_unpool3d(x, i, k, stride, zero, out) : max_unpool2d(x, i, k, stride, zero, out);
+  return TL{pad_hw(y, zero, grow, 0.0)};
 }
 
 Ints spatial_dims(const Tensor& x) {
@@ -263,7 +390,21 @@ Tensor per_channel(const Tensor& p, const Tensor& x) {
 
 KILN_ONNX_OP(BatchNormalization) {
   const Tensor& x = n.req(0);
-  if (n.i("training_mode", 0) != 0) n.fail("training_mode is not supported (inference only)");
+  if (x.dim() < 2) n.fail("input must be [N, C, ...], got ", x.shape());
+  if (n.i("training_mode", 0) != 0) {
+    // The batch's statistics (biased variance) normalize; the running ones move toward them.
+    const double eps = n.f("epsilon", 1e-5), mom = n.f("momentum", 0.9);
+    Ints dims{0};
+    for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+    Tensor m = mean(x, dims, true);
+    Tensor c = sub(x, m);
+    Tensor v = mean(mul(c, c), dims, true);
+    Tensor y = mul(div(c, sqrt(add(v, eps))), per_channel(n.req(1), x));
+    y = add(y, per_channel(n.req(2), x));
+    Tensor mc = reshape(m, Shape{-1}), vc = reshape(v, Shape{-1});
+    return TL{y, add(mul(n.req(3), mom), mul(mc, 1 - mom)),
+              add(mul(n.req(4), mom), mul(vc, 1 - mom))};
+  }
   for (int k = 1; k < n.proto.output_size(); ++k)
     if (!n.proto.output(k).empty()) n.fail("the running-statistics outputs are not supported");
   const double eps = n.f("epsilon", 1e-5);

@@ -85,11 +85,41 @@ class LSTMModel(nn.Module):
         return self.fc(y)
 
 
+class Video3d(nn.Module):
+    """torchvision's r3d_18 pattern at small widths: Conv3d stems and blocks with BatchNorm3d
+    folded, a strided 3-D conv, 3-D max and average pools, a residual add."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv3d(3, 8, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False),
+                                  nn.BatchNorm3d(8), nn.ReLU())
+        self.pool = nn.MaxPool3d(3, 2, 1)
+        self.block = nn.Sequential(nn.Conv3d(8, 8, 3, padding=1), nn.ReLU(),
+                                   nn.Conv3d(8, 8, 3, padding=1, groups=2))
+        self.down = nn.Conv3d(8, 16, 3, 2, 1)
+        self.avg = nn.AvgPool3d((1, 2, 2))
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = self.pool(self.stem(x))
+        x = torch.relu(x + self.block(x))
+        x = self.avg(self.down(x))
+        return self.fc(torch.flatten(x.mean((2, 3, 4), keepdim=True), 1))
+
+
+def swin_tiny():
+    """torchvision's Swin Transformer (swin_t's code) at one stage of width 24: its shifted
+    windows export the attention mask through ScatterND."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    return SwinTransformer(patch_size=[4, 4], embed_dim=24, depths=[2], num_heads=[2],
+                           window_size=[4, 4], num_classes=7)
+
+
 def randomize_bn(model):
     # Fresh BatchNorm statistics are 0/1, which would hide a wrong mean/var order.
     g = torch.Generator().manual_seed(1)
     for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
+        if isinstance(m, (nn.BatchNorm2d, nn.BatchNorm3d)):
             m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
             m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
             m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
@@ -111,6 +141,10 @@ def cases():
     # A dynamic batch axis named "batch": its Reshapes read the batch from Shape, so Kiln needs
     # the size at import (ImportOptions::input_shapes; kiln-run takes it from the fed array).
     yield "transformer_dynamic", TransformerBlock(), (torch.randn(2, 10, 64),), 17
+    video = Video3d()
+    randomize_bn(video)
+    yield "video3d", video, (torch.randn(2, 3, 4, 32, 32),), 17
+    yield "swin_tiny", swin_tiny(), (torch.randn(1, 3, 32, 32),), 17
 
 
 def export(out_dir, name, model, inputs, opset):

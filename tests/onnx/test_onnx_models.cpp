@@ -77,7 +77,7 @@ TEST_P(OnnxModels, AgreesWithPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Exported, OnnxModels,
                          ::testing::Values("resnet", "resnet_bn", "transformer", "transformer_op13",
-                                           "lstm"));
+                                           "lstm", "video3d", "swin_tiny"));
 
 fs::path model_path(const char* name) { return fs::path(KILN_ONNX_MODELS_DIR) / name; }
 
