@@ -245,3 +245,45 @@ TEST(ConvPaths, SessionsLayOutTheirOwnConstantWeightsOnce) {
     }
   }
 }
+
+// An inverted-residual block with squeeze-excite, as efficientnet and mobilenet_v3 have it,
+// run by a Session whose block_layout pass keeps it in channel blocks: the depthwise
+// convolutions (strides 1 and 2) on blocked activations, the squeeze (mean over H and W) and
+// the per-channel scale on blocks (mean_hw_blocked, scale_channels_blocked, either operand
+// order), the small 1x1 convolutions in NCHW between them. Against float64 eager, every run.
+TEST(ConvPaths, BlockedDepthwiseAndSqueezeExcite) {
+  manual_seed(21);
+  const int64_t N = 2, C = 32, H = 14, R = 8;
+  Tensor w_in = randn({C, C, 1, 1}), b_in = randn({C}), w_dw1 = randn({C, 1, 3, 3}),
+         w_dw2 = randn({C, 1, 3, 3}), w_r = randn({R, C, 1, 1}), b_r = randn({R}),
+         w_e = randn({C, R, 1, 1}), b_e = randn({C}), w_out = randn({48, C, 1, 1});
+  auto net = [&](const Tensor& x, auto k) {
+    Tensor h = relu(conv2d(x, k(w_in), k(b_in)));
+    auto se = [&](const Tensor& v, bool scale_first) {
+      Tensor m = mean(v, {2, 3}, true);
+      Tensor s = sigmoid(conv2d(relu(conv2d(m, k(w_r), k(b_r))), k(w_e), k(b_e)));
+      return scale_first ? mul(s, v) : mul(v, s);
+    };
+    h = se(relu(conv2d(h, k(w_dw1), Tensor(), {1, 1}, {1, 1}, {1, 1}, C)), false);
+    h = se(relu(conv2d(h, k(w_dw2), Tensor(), {2, 2}, {1, 1}, {1, 1}, C)), true);
+    return mean(conv2d(h, k(w_out)), {2, 3}, true);
+  };
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {N, C, H, H});
+  Tensor y = net(x, [&](const Tensor& t) { return g.constant(t); });
+  Tensor xv = randn({N, C, H, H});
+  Tensor want;
+  {
+    NoGradGuard ng;
+    want = net(xv.to(Float64), [](const Tensor& t) { return t.to(Float64); });
+  }
+  Session s(g);
+  for (int run = 0; run < 3; ++run) {
+    Tensor got = s.run({y}, {{x, xv}})[0];
+    ASSERT_EQ(got.shape(), (Shape{N, 48, 1, 1}));
+    const auto a = values(got), b = values(want);
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], b[i], 1e-3 * (1 + std::abs(b[i]))) << "run " << run << " at " << i;
+  }
+  EXPECT_NE(s.last_run().passes.find("block_layout"), std::string::npos) << s.last_run().passes;
+}

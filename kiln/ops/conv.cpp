@@ -733,8 +733,9 @@ FusedP fused_params(const char* op, const Attrs& a) {
            " and out_block ", f.out_block);
   if (f.w_blocked && f.in_block == 0)
     fail(op, "blocked weights need a blocked input (in_block 8 or 16), got in_block 0");
-  if ((f.in_block || f.out_block || f.w_blocked) && f.c.G != 1)
-    fail(op, "channel-blocked layouts need groups = 1, got groups = ", f.c.G);
+  // Grouped and depthwise convolutions take blocked activations (oneDNN's depthwise and grouped
+  // jit kernels compute in them); their weights stay goihw.
+  if (f.w_blocked && f.c.G != 1) fail(op, "blocked weights need groups = 1, got groups = ", f.c.G);
   return f;
 }
 

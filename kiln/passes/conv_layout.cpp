@@ -3,6 +3,7 @@
 // next. ResNet-18 at batch 32 (W9) spent 60 ms of 880 on relus, 13 on residual adds and 70 on
 // reorders between NCHW and nChw16c around every convolution: onnxruntime fuses the first two
 // and keeps NCHWc throughout, and these passes do the same.
+#include <algorithm>
 #include <set>
 #include <unordered_map>
 
@@ -18,6 +19,10 @@ namespace kiln::detail {
 namespace {
 
 using Ints = std::vector<int64_t>;
+
+// Ops this pass rewrites besides those kiln/ops/handles.h names.
+const OpHandle mean_op{"mean"}, mean_hw_blocked{"mean_hw_blocked"},
+    scale_channels_blocked{"scale_channels_blocked"};
 
 const TensorMeta& meta(ValueRef v) { return v.node->outputs[static_cast<size_t>(v.index)]; }
 
@@ -262,6 +267,13 @@ int block_layout(Program& p) {
     if (it != nchw_of.end()) return it->second;
     const Shape s = blocked.at(bn);
     const DType dt = bn->outputs[0].dtype;
+    if (s[2] * s[3] == 1) {  // [N, C/b, 1, 1, b] holds the bytes of [N, C, 1, 1]: a view
+      auto back = op_node(*ops::reshape, Attrs{s.vec()}, {ValueRef{bn, 0}}, TensorMeta{dt, s});
+      Node* r = back.get();
+      out.push_back(std::move(back));
+      nchw_of[bn] = r;
+      return r;
+    }
     auto perm = op_node(*ops::permute, Attrs{Ints{0, 1, 4, 2, 3}}, {ValueRef{bn, 0}},
                         TensorMeta{dt, Shape{s[0], s[1] / b, b, s[2], s[3]}});
     auto copy = op_node(*ops::clone, Attrs{}, {ValueRef{perm.get(), 0}}, perm->outputs[0]);
@@ -277,6 +289,12 @@ int block_layout(Program& p) {
   auto to_blocks = [&](ValueRef v) -> ValueRef {
     const Shape s = meta(v).shape;
     const DType dt = meta(v).dtype;
+    if (s[2] * s[3] == 1) {  // a per-channel vector: the same bytes either way
+      auto r = op_node(*ops::reshape, Attrs{bshape(s).vec()}, {v}, TensorMeta{dt, bshape(s)});
+      ValueRef rv{r.get(), 0};
+      out.push_back(std::move(r));
+      return rv;
+    }
     auto split = op_node(*ops::reshape, Attrs{Ints{s[0], s[1] / b, b, s[2], s[3]}}, {v},
                          TensorMeta{dt, Shape{s[0], s[1] / b, b, s[2], s[3]}});
     auto perm = op_node(*ops::permute, Attrs{Ints{0, 1, 3, 4, 2}}, {ValueRef{split.get(), 0}},
@@ -296,11 +314,15 @@ int block_layout(Program& p) {
     const TensorMeta& o = n->outputs[0];
     if (o.dtype != Float32 || !o.shape.is_static() || o.shape.rank() != 4 || o.shape[1] % b != 0)
       return false;
-    if (n->attrs.i(3) != 1) return false;
     if (!plain && (n->attrs.i(6) != 0 || n->attrs.i(7) != 0 || n->attrs.i(8) != 0)) return false;
     const size_t first = n->is(ops::conv2d_fused_add) ? 1 : 0;
     const Shape& xs = meta(n->inputs[first]).shape;
     if (!xs.is_static()) return false;
+    // Grouped: depthwise (oneDNN's dw kernels), or whole blocks of channels per group.
+    const int64_t G = n->attrs.i(3), O = o.shape[1];
+    const int64_t C = is_blocked(n->inputs[first]) ? blocked.at(n->inputs[first].node)[1] : xs[1];
+    if (G != 1 && !(C == G && O == G && C % b == 0) && ((C / G) % b != 0 || (O / G) % b != 0))
+      return false;
     // One that the conv op runs as column spans (kernels/cpu/conv_taps.h: oneDNN would take
     // its gemm kernel over the whole map) stays NCHW, its weight OIHW.
     const Shape& ws = meta(n->inputs[first + 1]).shape;
@@ -334,8 +356,9 @@ int block_layout(Program& p) {
       Node* w = n->inputs[first + 1].node;
       const Shape& ws = meta(n->inputs[first + 1]).shape;
       // Constant weights are laid out once here, not reordered on every run.
-      if (in_block && w->kind == NodeKind::Constant && w->value.is_concrete() && ws.rank() == 4 &&
-          ws.is_static() && ws[0] % b == 0 && ws[1] % b == 0) {
+      if (in_block && n->attrs.i(3) == 1 && w->kind == NodeKind::Constant &&
+          w->value.is_concrete() && ws.rank() == 4 && ws.is_static() && ws[0] % b == 0 &&
+          ws[1] % b == 0) {
         NoGradGuard ng;
         auto c = constant_node(conv_weight_to_blocks(w->value, b));
         n->inputs[first + 1] = ValueRef{c.get(), 0};
@@ -374,25 +397,69 @@ int block_layout(Program& p) {
       out.push_back(std::move(up));
       continue;
     }
-    // Elementwise ops over blocked values of one shape (and scalars) stay blocked.
-    if (n->op->has(kElementwise) && !n->op->has(kRandom) && n->outputs.size() == 1) {
-      const Shape* logical = nullptr;
+    // A global average pool of a blocked value (mean over H and W, kept): over the blocked
+    // value's dims 2 and 3 it gives [N, C/b, 1, 1, b], the bytes of [N, C, 1, 1] (the squeeze
+    // of a squeeze-excite block, the classifier's pool), without a copy back to NCHW first.
+    if (n->is(mean_op) && n->inputs.size() == 1 && is_blocked(n->inputs[0]) && n->attrs.b(1) &&
+        n->outputs[0].shape.is_static() && n->outputs[0].shape.rank() == 4) {
+      Ints dims = n->attrs.ints(0);
+      for (auto& d : dims) d = d < 0 ? d + 4 : d;
+      std::sort(dims.begin(), dims.end());
+      if (dims == Ints{2, 3}) {
+        n->op = &*mean_hw_blocked;
+        n->attrs = Attrs{};
+        ++changed;
+        blocked[n] = n->outputs[0].shape;
+        n->outputs[0].shape = bshape(n->outputs[0].shape);
+        out.push_back(std::move(up));
+        continue;
+      }
+    }
+    // Elementwise ops over blocked values stay blocked: operands of the output's shape, or
+    // broadcast over H and W (a squeeze-excite scale [N, C, 1, 1], blocked or not: a
+    // per-channel vector is blocked by a view), and scalars.
+    if (n->op->has(kElementwise) && !n->op->has(kRandom) && n->outputs.size() == 1 &&
+        n->outputs[0].shape.is_static() && n->outputs[0].shape.rank() == 4 &&
+        n->outputs[0].shape[1] % b == 0) {
+      const Shape& o = n->outputs[0].shape;
+      auto fits = [&](const Shape& s) {  // [N or 1, C, H or 1, W or 1]
+        return s.rank() == 4 && s.is_static() && s[1] == o[1] && (s[0] == o[0] || s[0] == 1) &&
+               (s[2] == o[2] || s[2] == 1) && (s[3] == o[3] || s[3] == 1);
+      };
       bool ok = true, any = false;
-      for (const auto& in : n->inputs) {
+      std::vector<size_t> per_channel;
+      for (size_t k = 0; k < n->inputs.size(); ++k) {
+        const ValueRef& in = n->inputs[k];
+        const Shape& ms = meta(in).shape;
         if (is_blocked(in)) {
-          const Shape& s = blocked.at(in.node);
-          ok = ok && (!logical || *logical == s);
-          logical = &s;
+          ok = ok && fits(blocked.at(in.node));
           any = true;
+        } else if (ms.is_static() && ms.numel() == 1 && ms.rank() <= 4) {
+        } else if (fits(ms) && ms[2] * ms[3] == 1) {
+          per_channel.push_back(k);
         } else {
-          ok = ok && meta(in).shape.is_static() && meta(in).shape.numel() == 1 &&
-               meta(in).shape.rank() <= 4;
+          ok = false;
         }
       }
-      if (any && ok && n->outputs[0].shape == *logical) {
+      if (any && ok) {
+        for (size_t k : per_channel) n->inputs[k] = to_blocks(n->inputs[k]);
+        // A squeeze-excite scale, x * s with s per channel: its own kernel (the broadcast mul
+        // reads s with a strided inner loop).
+        if (n->is(ops::mul) && n->inputs.size() == 2 && o[2] * o[3] > 1) {
+          for (int k = 0; k < 2; ++k) {
+            const Shape& xs = meta(n->inputs[static_cast<size_t>(k)]).shape;
+            const Shape& ss = meta(n->inputs[static_cast<size_t>(1 - k)]).shape;
+            if (xs == bshape(o) && ss.rank() == 5 && ss[2] * ss[3] == 1) {
+              n->op = &*scale_channels_blocked;
+              n->inputs = {n->inputs[static_cast<size_t>(k)],
+                           n->inputs[static_cast<size_t>(1 - k)]};
+              break;
+            }
+          }
+        }
         ++changed;
-        blocked[n] = *logical;
-        n->outputs[0].shape = bshape(*logical);
+        blocked[n] = o;
+        n->outputs[0].shape = bshape(o);
         out.push_back(std::move(up));
         continue;
       }
