@@ -247,7 +247,8 @@ TEST(ConvPaths, SessionsLayOutTheirOwnConstantWeightsOnce) {
 }
 
 // An inverted-residual block with squeeze-excite, as efficientnet and mobilenet_v3 have it,
-// run by a Session whose block_layout pass keeps it in channel blocks: the depthwise
+// run by a Session whose passes fuse the activations (relu, SiLU as x * sigmoid(x), hardswish)
+// into the convolutions and keep the block in channel blocks: the depthwise
 // convolutions (strides 1 and 2) on blocked activations, the squeeze (mean over H and W) and
 // the per-channel scale on blocks (mean_hw_blocked, scale_channels_blocked, either operand
 // order), the small 1x1 convolutions in NCHW between them. Against float64 eager, every run.
@@ -258,14 +259,15 @@ TEST(ConvPaths, BlockedDepthwiseAndSqueezeExcite) {
          w_dw2 = randn({C, 1, 3, 3}), w_r = randn({R, C, 1, 1}), b_r = randn({R}),
          w_e = randn({C, R, 1, 1}), b_e = randn({C}), w_out = randn({48, C, 1, 1});
   auto net = [&](const Tensor& x, auto k) {
-    Tensor h = relu(conv2d(x, k(w_in), k(b_in)));
+    Tensor h = conv2d(x, k(w_in), k(b_in));
+    h = mul(h, sigmoid(h));  // SiLU as ONNX exports it: the conv's swish epilogue
     auto se = [&](const Tensor& v, bool scale_first) {
       Tensor m = mean(v, {2, 3}, true);
       Tensor s = sigmoid(conv2d(relu(conv2d(m, k(w_r), k(b_r))), k(w_e), k(b_e)));
       return scale_first ? mul(s, v) : mul(v, s);
     };
     h = se(relu(conv2d(h, k(w_dw1), Tensor(), {1, 1}, {1, 1}, {1, 1}, C)), false);
-    h = se(relu(conv2d(h, k(w_dw2), Tensor(), {2, 2}, {1, 1}, {1, 1}, C)), true);
+    h = se(hardswish(conv2d(h, k(w_dw2), Tensor(), {2, 2}, {1, 1}, {1, 1}, C)), true);
     return mean(conv2d(h, k(w_out)), {2, 3}, true);
   };
   Graph g;

@@ -160,12 +160,15 @@ KILN_ONNX_OP(ThresholdedRelu) {
   return TL{where(gt(x, n.f("alpha", 1.0)), x, zeros_like(x))};
 }
 KILN_ONNX_OP(HardSigmoid) {
-  return TL{clamp(add(mul(n.req(0), n.f("alpha", 0.2)), n.f("beta", 0.5)), 0.0, 1.0)};
+  const double alpha = n.f("alpha", 0.2), beta = n.f("beta", 0.5);
+  // torch's hardsigmoid (what torch exports) is alpha 1/6, beta 1/2: Kiln's op.
+  if (std::fabs(alpha - 1.0 / 6) < 1e-7 && beta == 0.5 && is_floating(n.req(0).dtype()))
+    return TL{hardsigmoid(n.req(0))};
+  return TL{clamp(add(mul(n.req(0), alpha), beta), 0.0, 1.0)};
 }
-KILN_ONNX_OP(HardSwish) {
-  const Tensor& x = n.req(0);
-  return TL{mul(x, clamp(add(mul(x, 1.0 / 6), 0.5), 0.0, 1.0))};
-}
+// ONNX's HardSwish is torch's (x relu6(x + 3) / 6): Kiln's op, which a convolution before it
+// takes as its epilogue.
+KILN_ONNX_OP(HardSwish) { return TL{hardswish(n.req(0))}; }
 KILN_ONNX_OP(Shrink) {
   const Tensor& x = n.req(0);
   const double lambd = n.f("lambd", 0.5), bias = n.f("bias", 0.0);

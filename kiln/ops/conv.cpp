@@ -715,9 +715,12 @@ const OpDef& kConv2dGradWeight = def_op(
 
 // w_blocked (attribute 8): bit 0 the weight is blocked (else OIHW); bit 1 it is a constant of an
 // inference program (block_layout marks it), which oneDNN lays out once and keeps.
+// relu (attribute 5): the activation applied last, kConvAct* (0 and 1 as when it was a flag).
 struct FusedP {
   ConvP c;
-  bool bias, relu, w_blocked;
+  bool bias;
+  int64_t act;
+  bool w_blocked;
   int64_t in_block, out_block;
   bool w_const;
 };
@@ -725,7 +728,10 @@ struct FusedP {
 FusedP fused_params(const char* op, const Attrs& a) {
   if (a.i(8) < 0 || a.i(8) > 3)
     fail(op, "w_blocked must be 0 (OIHW), 1 (blocked), 2 or 3 (the same, constant), got ", a.i(8));
-  FusedP f{conv_params(op, a), a.i(4) != 0, a.i(5) != 0, (a.i(8) & 1) != 0, a.i(6), a.i(7),
+  if (a.i(5) < cpu::kConvActNone || a.i(5) > cpu::kConvActHardswish)
+    fail(op, "relu (the activation) must be 0 (none), 1 (relu), 2 (swish) or 3 (hardswish), got ",
+         a.i(5));
+  FusedP f{conv_params(op, a), a.i(4) != 0, a.i(5), (a.i(8) & 1) != 0, a.i(6), a.i(7),
            (a.i(8) & 2) != 0};
   for (int64_t b : {f.in_block, f.out_block})
     if (b != 0 && b != 8 && b != 16)
@@ -856,7 +862,7 @@ void conv2d_fused_kernel(std::span<const Tensor> in, Tensor& y, const FusedP& f,
                       f.w_blocked,
                       f.bias,
                       first == 1,
-                      f.relu,
+                      static_cast<int32_t>(f.act),
                       f.w_const};
     if (whole_map && x.numel() > 0 && w.numel() > 0 &&
         cpu::dnnl_conv2d_fused(cf, x.data_ptr<float>(), w.data_ptr<float>(),
@@ -882,7 +888,10 @@ void conv2d_fused_kernel(std::span<const Tensor> in, Tensor& y, const FusedP& f,
         T v = pc[(n * O + o) * P + q];
         if (pb) v += pb[o];
         if (first) v += py[at];
-        if (f.relu) v = v > T(0) || v != v ? v : T(0);
+        if (f.act == cpu::kConvActRelu) v = v > T(0) || v != v ? v : T(0);
+        if (f.act == cpu::kConvActSwish) v = v / (T(1) + std::exp(-v));
+        if (f.act == cpu::kConvActHardswish)
+          v = v * std::min(std::max(v + T(3), T(0)), T(6)) / T(6);
         py[at] = v;
       }
 }
@@ -923,8 +932,9 @@ const OpDef& kConv2dFused = def_op(
      .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
                   const Attrs& a) { fused_op_kernel("conv2d_fused", in, out[0], a, 0); },
      .contiguous_inputs = true,
-     .doc = "inference conv2d with its epilogue: relu?(conv(x, w) + bias), NCHW or channel-blocked "
-            "[N, C/b, H, W, b] (what the conv_epilogue and block_layout passes make)"});
+     .doc = "inference conv2d with its epilogue: act(conv(x, w) + bias), act by attribute relu "
+            "(0 none, 1 relu, 2 swish, 3 hardswish), NCHW or channel-blocked [N, C/b, H, W, b] "
+            "(what the conv_epilogue and block_layout passes make)"});
 
 const OpDef& kConv2dFusedAdd = def_op(
     {.name = "conv2d_fused_add",
@@ -937,7 +947,7 @@ const OpDef& kConv2dFusedAdd = def_op(
                   const Attrs& a) { fused_op_kernel("conv2d_fused_add", in, out[0], a, 1); },
      .contiguous_inputs = true,
      .doc = "conv2d_fused that adds a residual (input 0, same layout as the output) before the "
-            "relu: relu?(conv(x, w) + bias + residual), accumulated onto the residual"});
+            "activation: act(conv(x, w) + bias + residual), accumulated onto the residual"});
 
 // ---- the forward-declared helpers ------------------------------------------------------------
 

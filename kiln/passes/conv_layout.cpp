@@ -22,7 +22,8 @@ using Ints = std::vector<int64_t>;
 
 // Ops this pass rewrites besides those kiln/ops/handles.h names.
 const OpHandle mean_op{"mean"}, mean_hw_blocked{"mean_hw_blocked"},
-    scale_channels_blocked{"scale_channels_blocked"};
+    scale_channels_blocked{"scale_channels_blocked"}, sigmoid_op{"sigmoid"},
+    hardswish_op{"hardswish"};
 
 const TensorMeta& meta(ValueRef v) { return v.node->outputs[static_cast<size_t>(v.index)]; }
 
@@ -61,10 +62,11 @@ std::unique_ptr<Node> constant_node(const Tensor& v) {
 }
 
 // The conv attributes {stride, padding, dilation, groups} followed by conv2d_fused's own.
-Attrs fused_attrs(const Attrs& conv, bool bias, bool relu, int64_t in_block, int64_t out_block,
+// act: a cpu::ConvAct.
+Attrs fused_attrs(const Attrs& conv, bool bias, int64_t act, int64_t in_block, int64_t out_block,
                   bool w_blocked) {
-  return Attrs{conv[0],       conv[1],  conv[2],   conv[3],           int64_t{bias},
-               int64_t{relu}, in_block, out_block, int64_t{w_blocked}};
+  return Attrs{conv[0], conv[1],  conv[2],   conv[3],           int64_t{bias},
+               act,     in_block, out_block, int64_t{w_blocked}};
 }
 
 // a with attribute k replaced by v.
@@ -170,7 +172,7 @@ int fuse_conv_epilogue(Program& p) {
     if (absorbed.count(c)) continue;
     Node* last = c;
     ValueRef bias{}, residual{};
-    bool relu = false;
+    int64_t act = cpu::kConvActNone;
     // The nodes the fused one replaces (all but `last`, which it becomes); a later
     // convolution's chain must not take them again (a residual add reads two convolutions).
     std::vector<Node*> chain{c};
@@ -200,10 +202,25 @@ int fuse_conv_epilogue(Program& p) {
         u = next(last);
       }
     }
-    if (u && u->is(ops::relu) && u->inputs.size() == 1) {
-      relu = true;
+    if (u && (u->is(ops::relu) || u->is(hardswish_op)) && u->inputs.size() == 1) {
+      act = u->is(ops::relu) ? cpu::kConvActRelu : cpu::kConvActHardswish;
       last = u;
       chain.push_back(u);
+    } else if (!u && !fetched.count(last) && users.count(last) && users[last].size() == 2) {
+      // SiLU as exported, v * sigmoid(v): v's two readers are the sigmoid and the product,
+      // which alone reads the sigmoid.
+      Node *sg = users[last][0], *m = users[last][1];
+      if (!sg->is(sigmoid_op)) std::swap(sg, m);
+      if (sg->is(sigmoid_op) && sg->inputs.size() == 1 && !absorbed.count(sg) &&
+          only_user(sg) == m && m->is(ops::mul) && m->inputs.size() == 2 && !absorbed.count(m) &&
+          ((m->inputs[0].node == last && m->inputs[1].node == sg) ||
+           (m->inputs[1].node == last && m->inputs[0].node == sg)) &&
+          m->outputs[0].shape == out.shape) {
+        act = cpu::kConvActSwish;
+        chain.push_back(sg);
+        last = m;
+        chain.push_back(m);
+      }
     }
     if (last == c) continue;
     chain.pop_back();  // `last` stays, as the fused node
@@ -229,7 +246,7 @@ int fuse_conv_epilogue(Program& p) {
       inputs.push_back(bias);
     }
     last->op = residual.node ? &*ops::conv2d_fused_add : &*ops::conv2d_fused;
-    last->attrs = fused_attrs(c->attrs, bias.node != nullptr, relu, 0, 0, false);
+    last->attrs = fused_attrs(c->attrs, bias.node != nullptr, act, 0, 0, false);
     last->inputs = std::move(inputs);
     last->outputs = {out};
     for (Node* n : chain) absorbed.insert(n);
@@ -348,7 +365,7 @@ int block_layout(Program& p) {
     if (blockable_conv(n)) {
       if (n->is(ops::conv2d)) {
         n->op = &*ops::conv2d_fused;
-        n->attrs = fused_attrs(n->attrs, false, false, 0, 0, false);
+        n->attrs = fused_attrs(n->attrs, false, cpu::kConvActNone, 0, 0, false);
       }
       const size_t first = n->is(ops::conv2d_fused_add) ? 1 : 0;
       const int64_t in_block = is_blocked(n->inputs[first]) ? b : 0;
@@ -383,7 +400,7 @@ int block_layout(Program& p) {
     if (wi >= 0) {
       if (n->is(ops::conv2d)) {
         n->op = &*ops::conv2d_fused;
-        n->attrs = fused_attrs(n->attrs, false, false, 0, 0, false);
+        n->attrs = fused_attrs(n->attrs, false, cpu::kConvActNone, 0, 0, false);
       }
       n->attrs = with_attr(n->attrs, 8, int64_t{2});
       ++changed;

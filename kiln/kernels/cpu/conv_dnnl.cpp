@@ -401,11 +401,15 @@ bool build_fused(FusedEntry& e) {
   dnnl_post_ops_t po = nullptr;
   dnnl_primitive_attr_t attr = nullptr;
   if (dnnl_post_ops_create(&po) != dnnl_success) return false;
-  bool made = dnnl_primitive_attr_create(&attr) == dnnl_success &&
-              (!f.residual || dnnl_post_ops_append_sum(po, 1.f) == dnnl_success) &&
-              (!f.relu || dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_relu, 0.f, 0.f) ==
-                              dnnl_success) &&
-              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+  bool made =
+      dnnl_primitive_attr_create(&attr) == dnnl_success &&
+      (!f.residual || dnnl_post_ops_append_sum(po, 1.f) == dnnl_success) &&
+      (f.act == 0 || dnnl_post_ops_append_eltwise(po, 1.f,
+                                                  f.act == 1   ? dnnl_eltwise_relu
+                                                  : f.act == 2 ? dnnl_eltwise_swish
+                                                               : dnnl_eltwise_hardswish,
+                                                  f.act == 2 ? 1.f : 0.f, 0.f) == dnnl_success) &&
+      dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
   // forward_training, not _inference: with the latter oneDNN 2.6 picks its brgemm convolutions
   // here (slower on ResNet-18's layers: W9 33.5 against 40.9 images/s), and its Winograd kernel
   // wants weights it transformed beforehand.
@@ -465,7 +469,7 @@ bool build_fused(FusedEntry& e) {
 bool ConvFused::operator==(const ConvFused& o) const {
   return std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0 && in_block == o.in_block &&
          out_block == o.out_block && w_blocked == o.w_blocked && bias == o.bias &&
-         residual == o.residual && relu == o.relu && w_const == o.w_const;
+         residual == o.residual && act == o.act && w_const == o.w_const;
 }
 
 bool dnnl_conv2d_fused(const ConvFused& f, const float* x, const float* w, const float* bias,
@@ -582,7 +586,7 @@ bool dnnl_conv2d_backward_weights_bf16(const ConvShape&, const uint16_t*, const 
 bool ConvFused::operator==(const ConvFused& o) const {
   return std::memcmp(&s, &o.s, sizeof(ConvShape)) == 0 && in_block == o.in_block &&
          out_block == o.out_block && w_blocked == o.w_blocked && bias == o.bias &&
-         residual == o.residual && relu == o.relu && w_const == o.w_const;
+         residual == o.residual && act == o.act && w_const == o.w_const;
 }
 bool dnnl_conv2d_fused(const ConvFused&, const float*, const float*, const float*, float*,
                        const std::shared_ptr<const void>&, uint32_t) {

@@ -39,20 +39,30 @@ bool dnnl_conv2d_backward_data_bf16(const ConvShape& s, const uint16_t* gy, cons
 bool dnnl_conv2d_backward_weights_bf16(const ConvShape& s, const uint16_t* x, const uint16_t* gy,
                                        uint16_t* gw);
 
-/// An inference convolution with its epilogue, y = relu?(conv(x, w) + bias + y_in): the bias
+/// The activation of a fused convolution (ConvFused::act, conv2d_fused's attribute 5).
+enum ConvAct : int32_t {
+  kConvActNone = 0,
+  kConvActRelu = 1,
+  kConvActSwish = 2,      ///< x sigmoid(x) (SiLU)
+  kConvActHardswish = 3,  ///< x relu6(x + 3) / 6
+};
+
+/// An inference convolution with its epilogue, y = act(conv(x, w) + bias + y_in): the bias
 /// added in the kernel, the residual accumulated into y where y holds it on entry (oneDNN's sum
-/// post-op) and relu applied before the result is stored, so none of them is another pass over
-/// memory. Layouts: x and y NCHW (block 0) or channel-blocked [N, C/b, H, W, b] (oneDNN's
-/// nChw{b}c, which its jit kernels compute in; keeping activations in it between convolutions
-/// saves the reorders in and out); w OIHW or, when w_blocked, [O/b, C/b, kH, kW, b, b]
-/// (OIhw{b}i{b}o, b = in_block). float32, groups = 1 when anything is blocked.
-/// w_const: w is a constant of an inference program (the block_layout pass says so): the
-/// primitive's reorder of it runs on the first call and is kept while the same storage (w_owner,
-/// held weakly) at the same version comes back, so weights are laid out once, not per call.
+/// post-op) and the activation (relu, swish, hardswish) applied before the result is stored, so
+/// none of them is another pass over memory. Layouts: x and y NCHW (block 0) or channel-blocked [N,
+/// C/b, H, W, b] (oneDNN's nChw{b}c, which its jit kernels compute in; keeping activations in it
+/// between convolutions saves the reorders in and out); w OIHW or, when w_blocked, [O/b, C/b, kH,
+/// kW, b, b] (OIhw{b}i{b}o, b = in_block). float32, groups = 1 when anything is blocked. w_const: w
+/// is a constant of an inference program (the block_layout pass says so): the primitive's reorder
+/// of it runs on the first call and is kept while the same storage (w_owner, held weakly) at the
+/// same version comes back, so weights are laid out once, not per call.
 struct ConvFused {
   ConvShape s;
   int64_t in_block = 0, out_block = 0;
-  bool w_blocked = false, bias = false, residual = false, relu = false, w_const = false;
+  bool w_blocked = false, bias = false, residual = false;
+  int32_t act = kConvActNone;  ///< a ConvAct, applied last
+  bool w_const = false;
   bool operator==(const ConvFused& o) const;
 };
 bool dnnl_conv2d_fused(const ConvFused& f, const float* x, const float* w, const float* bias,
