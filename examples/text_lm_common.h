@@ -146,7 +146,8 @@ class GPT : public CharModel {
     register_parameter("head.bias", &head_b_);
   }
   Tensor logits(const Tensor& ids) override {
-    const int64_t T = ids.size(1);
+    // A symbol under jit with a dynamic length: one compiled version serves every length.
+    const SymInt T = sym_size(ids, 1);
     Tensor h = add(embedding(tok_, ids), slice(pos_, 0, 0, T));
     for (auto& b : blocks_) h = b->forward(h);
     return linear(layer_norm(h, {d_}, lnf_w_, lnf_b_), head_w_, head_b_);

@@ -53,10 +53,12 @@ namespace {
 detail::HostReadHook g_host_read_hook = nullptr;
 thread_local detail::HostReadHook t_host_read_hook = nullptr;
 
+}  // namespace
+
 // The function that called a conversion operator, from its return address: "main+0x2c in
 // ./prog", or "./prog+0x1234" where the binary exports no symbol names (addr2line -e ./prog
 // 0x1234 then gives the line).
-std::string call_site(const void* ret) {
+std::string detail::call_site(const void* ret) {
   Dl_info info{};
   if (!ret || !dladdr(ret, &info) || !info.dli_fname) return "an unknown caller";
   std::ostringstream os;
@@ -72,7 +74,6 @@ std::string call_site(const void* ret) {
   }
   return os.str();
 }
-}  // namespace
 
 void detail::set_host_read_hook(HostReadHook h) { g_host_read_hook = h; }
 detail::HostReadHook detail::set_thread_host_read_hook(HostReadHook h) {
@@ -117,7 +118,7 @@ Tensor Tensor::host_value(const char* what, const std::source_location& loc) con
 
 Tensor Tensor::host_value_from(const char* what, const void* ret) const {
   if (impl_ && impl_->storage) return *this;
-  return host_value(what, call_site(ret));
+  return host_value(what, detail::call_site(ret));
 }
 
 Tensor Tensor::host_value(const char* what, const std::string& where) const {

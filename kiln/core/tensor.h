@@ -96,6 +96,8 @@ namespace detail {
 /// (in a graph: an error; under jit: a graph break that returns the concrete value). `where` is
 /// the user's call site, `file:line` where C++ gives it.
 using HostReadHook = Tensor (*)(const Tensor& t, const char* what, const std::string& where);
+/// "function+0x2c in ./prog" for a return address: where a conversion or operator was called.
+std::string call_site(const void* ret);
 void set_host_read_hook(HostReadHook h);
 /// A hook for this thread only, tried before the process-wide one (the JIT tracer installs it
 /// while tracing to turn host reads into graph breaks). Returns the previous one.

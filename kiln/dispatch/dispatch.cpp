@@ -36,6 +36,75 @@ const OpDef* producer_op(const Tensor& t) {
   return t.defined() && t.is_symbolic() && g_producer_hook ? g_producer_hook(t) : nullptr;
 }
 void set_producer_hook(const OpDef* (*hook)(const Tensor&)) { g_producer_hook = hook; }
+
+namespace {
+Shape (*g_hint_hook)(const Tensor&) = nullptr;
+struct PendingPatches {
+  const OpDef* op = nullptr;
+  std::vector<SizePatch> patches;
+};
+thread_local PendingPatches t_pending;
+}  // namespace
+Shape hint_shape(const Tensor& t) {
+  if (!t.defined()) return {};
+  if (!t.is_symbolic() || t.shape().is_static()) return t.shape();
+  return g_hint_hook ? g_hint_hook(t) : Shape{};
+}
+void set_hint_hook(Shape (*hook)(const Tensor&)) { g_hint_hook = hook; }
+
+TensorList call_patched(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs,
+                        std::span<const SizePatch> patches) {
+  if (patches.size() > inputs.size())
+    fail(op.name.c_str(), "internal: ", patches.size(), " size patches for ", inputs.size(),
+         " inputs");
+  PendingPatches prev = std::move(t_pending);
+  t_pending.op = &op;
+  t_pending.patches.assign(patches.begin(), patches.end());
+  struct Restore {
+    PendingPatches& cur;
+    PendingPatches prev;
+    ~Restore() { cur = std::move(prev); }
+  } restore{t_pending, std::move(prev)};
+  SymbolicHandler* h = t_handler ? t_handler : g_graph_handler;
+  if (!h) fail(op.name.c_str(), "a symbolic size needs a graph being built or traced");
+  return h->handle(op, inputs, attrs);
+}
+
+Attrs resolve_patches(const Attrs& attrs, std::span<const SizePatch> patches,
+                      std::span<const Tensor> sizes) {
+  Attrs a = attrs;
+  for (size_t k = 0; k < patches.size(); ++k) {
+    const Tensor& t = sizes[k];
+    if (!t.defined() || !t.is_concrete() || t.numel() != 1 || !is_integral(t.dtype()))
+      fail("size", "internal: a symbolic size attribute needs a concrete integer scalar, got ",
+           t.defined() ? str_cat(t.dtype(), t.shape()) : std::string("an undefined tensor"));
+    a.set_int(static_cast<size_t>(patches[k].attr), patches[k].elem, t.item<int64_t>());
+  }
+  return a;
+}
+
+TensorList call_node(const OpDef& op, std::span<const Tensor> ins, const Attrs& attrs,
+                     std::span<const SizePatch> patches) {
+  if (patches.empty()) return call(op, ins, attrs);
+  const size_t n = ins.size() - patches.size();
+  bool symbolic = false;
+  for (size_t k = n; k < ins.size(); ++k) symbolic = symbolic || ins[k].is_symbolic();
+  if (symbolic) return call_patched(op, ins, attrs, patches);
+  return call(op, ins.first(n), resolve_patches(attrs, patches, ins.subspan(n)));
+}
+
+TensorList run_node_kernel(const OpDef& op, std::span<const Tensor> ins, const Attrs& attrs,
+                           std::span<const SizePatch> patches) {
+  if (patches.empty()) return run_kernel(op, ins, attrs);
+  const size_t n = ins.size() - patches.size();
+  return run_kernel(op, ins.first(n), resolve_patches(attrs, patches, ins.subspan(n)));
+}
+
+std::vector<SizePatch> take_patches(const OpDef& op) {
+  if (t_pending.op != &op) return {};
+  t_pending.op = nullptr;
+  return std::move(t_pending.patches);
+}
 void set_autograd_recorder(AutogradRecorder r) { g_recorder = r; }
 namespace {
 InplaceWriter g_writer = nullptr;

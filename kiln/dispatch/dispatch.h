@@ -31,6 +31,34 @@ void set_capture_all(bool on);
 const OpDef* producer_op(const Tensor& t);
 void set_producer_hook(const OpDef* (*hook)(const Tensor&));
 
+/// The sizes a symbolic tensor had in the trace that built it (a JIT traces with concrete
+/// arguments at hand): a dynamic dim's hint. Empty when unknown (a graph built by hand with
+/// Dim::any() placeholders). kiln/graph installs the lookup.
+Shape hint_shape(const Tensor& t);
+void set_hint_hook(Shape (*hook)(const Tensor&));
+
+/// An op call with symbolic size attributes (kiln/ops/sym_int.h): `inputs` ends with one 0-d
+/// int64 symbolic tensor per patch, `attrs` holds the traced values. Goes to the symbolic
+/// handler, whose graph builder gives the node those patches (take_patches).
+TensorList call_patched(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs,
+                        std::span<const SizePatch> patches);
+/// The patches of the call_patched call in progress for `op` (empty for an ordinary call); the
+/// graph builder takes them once.
+std::vector<SizePatch> take_patches(const OpDef& op);
+
+/// `attrs` with the values of the size inputs (0-d integer tensors, concrete) of `patches`
+/// written in.
+Attrs resolve_patches(const Attrs& attrs, std::span<const SizePatch> patches,
+                      std::span<const Tensor> sizes);
+/// Runs a graph node's op: `ins` are its op inputs followed by one size input per patch.
+/// Concrete sizes are written into the attributes; with symbolic ones (the node copied into
+/// another graph or trace) the call stays patched.
+TensorList call_node(const OpDef& op, std::span<const Tensor> ins, const Attrs& attrs,
+                     std::span<const SizePatch> patches);
+/// Eager form of call_node for executors (run_kernel with the sizes resolved).
+TensorList run_node_kernel(const OpDef& op, std::span<const Tensor> ins, const Attrs& attrs,
+                           std::span<const SizePatch> patches);
+
 /// Whether op calls on this thread are being captured (a JIT trace is in progress): code with
 /// an eager-only fast path (writing into tensors directly) must take the op path then.
 bool capturing();

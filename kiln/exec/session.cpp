@@ -28,7 +28,11 @@ struct Session::Plan {
     std::vector<int> in;
     std::vector<int> out;
     std::vector<int> free_after;  // slots whose last use is this step
-    bool takes_dead = false;      // merge: runs with dead inputs and forwards the live one
+    // Symbolic size attributes (Node::patches): the last patches.size() inputs are their
+    // values; out_shapes are the node's output shapes, whose static dims each run checks.
+    std::vector<SizePatch> patches;
+    std::vector<Shape> out_shapes;
+    bool takes_dead = false;  // merge: runs with dead inputs and forwards the live one
   };
   Program program;
   std::vector<Step> steps;
@@ -196,6 +200,9 @@ Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedD
         Plan::Step st;
         st.op = n->op;
         st.attrs = n->attrs;
+        st.patches = n->patches;
+        if (!st.patches.empty())
+          for (const auto& m : n->outputs) st.out_shapes.push_back(m.shape);
         st.takes_dead = n->op->has(kMerge);
         plan->has_control_flow = plan->has_control_flow || n->op->has(kControlFlow);
         for (auto& in : n->inputs) st.in.push_back(base[in.node] + in.index);
@@ -387,6 +394,23 @@ bool Session::feeds_match(const Plan& p) const {
   return true;
 }
 
+// Runs a step whose size attributes are symbolic: their values come from its trailing inputs.
+// A static dim of the node's outputs that came out otherwise is an error (the graph was built
+// believing it fixed), which the JIT answers by compiling the call for its concrete shape.
+static TensorList run_patched(const Session::Plan::Step& st, std::span<const Tensor> ins) {
+  TensorList outs = run_node_kernel(*st.op, ins, st.attrs, st.patches);
+  for (size_t o = 0; o < outs.size() && o < st.out_shapes.size(); ++o) {
+    const Shape& want = st.out_shapes[o];
+    const Shape& got = outs[o].shape();
+    bool ok = want.rank() == got.rank();
+    for (int64_t d = 0; ok && d < want.rank(); ++d) ok = want[d] < 0 || want[d] == got[d];
+    if (!ok)
+      fail(st.op->name.c_str(), "output ", o, " has shape ", got, " where the graph has ", want,
+           ": a symbolic size changed a dim taken as static (needs a static size)");
+  }
+  return outs;
+}
+
 void Session::run_generic(Plan& p) {
   stats_.donated_writes = 0;
   std::vector<Tensor>& slots = generic_slots_;
@@ -441,8 +465,9 @@ void Session::run_generic(Plan& p) {
       continue;
     }
     std::span<const Tensor> in_span(ins.data(), ins.size());
-    TensorList outs =
-        st.takes_dead ? st.op->view(in_span, st.attrs) : run_kernel(*st.op, in_span, st.attrs);
+    TensorList outs = st.takes_dead        ? st.op->view(in_span, st.attrs)
+                      : st.patches.empty() ? run_kernel(*st.op, in_span, st.attrs)
+                                           : run_patched(st, in_span);
     if (st.takes_dead && !outs[0].defined()) {  // every input dead: no work was done
       for (int s : st.free_after) slots[static_cast<size_t>(s)] = Tensor();
       continue;
@@ -479,7 +504,8 @@ void Session::bind(Plan& p) {
   for (size_t i = 0; i < S; ++i) {
     const auto& st = p.steps[i];
     Plan::StepKind k = Plan::StepKind::Kernel;
-    if (st.op->has(kSideEffect) || st.op->has(kControlFlow)) {  // assign is a view that writes
+    if (st.op->has(kSideEffect) || st.op->has(kControlFlow) || !st.patches.empty()) {
+      // assign is a view that writes; a patched op resolves its sizes on every run
       k = Plan::StepKind::Generic;
     } else if (st.op->view) {
       k = Plan::StepKind::View;
@@ -695,8 +721,9 @@ void Session::run_bound(Plan& p) {
       case Plan::StepKind::Generic: {
         ins.clear();
         for (int x : st.in) ins.push_back(slots[static_cast<size_t>(x)]);
+        const std::span<const Tensor> in_span(ins.data(), ins.size());
         TensorList o =
-            run_kernel(*st.op, std::span<const Tensor>(ins.data(), ins.size()), st.attrs);
+            st.patches.empty() ? run_kernel(*st.op, in_span, st.attrs) : run_patched(st, in_span);
         for (size_t k = 0; k < st.out.size(); ++k)
           slots[static_cast<size_t>(st.out[k])] = std::move(o[k]);
         break;

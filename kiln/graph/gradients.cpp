@@ -73,7 +73,11 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<T
     TensorList ins, outs, gout;
     SmallVec<bool, 4> needs, flows;
     bool any_need = false;
-    for (const auto& in : n->inputs) {
+    const size_t n_in = n->op_inputs();
+    TensorList sizes;
+    for (size_t k = n_in; k < n->inputs.size(); ++k) sizes.push_back(sym(n->inputs[k]));
+    for (size_t k = 0; k < n_in; ++k) {
+      const ValueRef& in = n->inputs[k];
       ins.push_back(sym(in));
       needs.push_back(from_x.count(in.node->id) > 0 &&
                       is_floating(in.node->outputs[in.index].dtype));
@@ -99,11 +103,14 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<T
                 std::span<const Tensor>(outs.data(), outs.size()),
                 std::span<const Tensor>(gout.data(), gout.size()),
                 std::span<const bool>(needs.data(), needs.size()),
-                std::span<const bool>(flows.data(), flows.size())};
+                std::span<const bool>(flows.data(), flows.size()),
+                {},
+                std::span<const SizePatch>(n->patches.data(), n->patches.size()),
+                std::span<const Tensor>(sizes.data(), sizes.size())};
     TensorList gin = n->op->grad(ctx);
-    if (gin.size() != n->inputs.size())
+    if (gin.size() != n_in)
       fail("gradients", "gradient rule of '", n->op->name, "' returned ", gin.size(),
-           " gradients for ", n->inputs.size(), " inputs");
+           " gradients for ", n_in, " inputs");
     for (size_t k = 0; k < gin.size(); ++k) {
       if (!needs[k] || !gin[k].defined()) continue;
       Tensor gk = gin[k];

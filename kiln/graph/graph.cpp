@@ -46,9 +46,93 @@ Node* constant_node(const std::shared_ptr<GraphImpl>& g, const Tensor& t, const 
   return p;
 }
 
+// A symbolic tensor of a scratch graph with `shape`: what inference sees of an input when it
+// runs on the traced sizes.
+Tensor stand_in(const std::shared_ptr<GraphImpl>& scratch, DType dtype, const Shape& shape) {
+  auto n = std::make_unique<Node>();
+  n->kind = NodeKind::Placeholder;
+  n->outputs.push_back(TensorMeta{dtype, shape});
+  return make_symbolic(scratch, scratch->add_node(std::move(n)), 0);
+}
+
+// Output shapes of `op` on the traced sizes of its inputs (Node::hints); empty when an input's
+// are unknown or inference refuses them.
+std::vector<Shape> hint_shapes(const OpDef& op, std::span<const Tensor> ins, const Attrs& attrs) {
+  auto scratch = std::make_shared<GraphImpl>();
+  TensorList stand;
+  for (const auto& t : ins) {
+    if (!t.defined() || !t.is_symbolic() || t.shape().is_static()) {
+      stand.push_back(t);
+      continue;
+    }
+    Shape h = hint_shape(t);
+    if (h.rank() != t.shape().rank()) return {};
+    stand.push_back(stand_in(scratch, t.dtype(), h));
+  }
+  try {
+    MetaList m = op.infer(std::span<const Tensor>(stand.data(), stand.size()), attrs);
+    std::vector<Shape> out;
+    for (const auto& x : m) out.push_back(x.shape);
+    return out;
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+// Metas of an op whose size attributes are symbolic: inference on the traced values, then on
+// other values of the sizes; a dim that moves with them is dynamic. A dim wrongly taken as
+// static would still be caught: the executor checks the static dims of a patched node's
+// outputs on every run (and the JIT then compiles the call for its concrete shape).
+MetaList patched_metas(const OpDef& op, std::span<const Tensor> ins, const Attrs& attrs,
+                       const std::vector<SizePatch>& patches) {
+  auto hint_of = [&](const SizePatch& p) {
+    const AttrValue& v = attrs[static_cast<size_t>(p.attr)];
+    if (p.elem < 0) return std::get<int64_t>(v);
+    return std::get<std::vector<int64_t>>(v).at(static_cast<size_t>(p.elem));
+  };
+  // A size without a traced value holds -1 (reshape's "dynamic"); where inference refuses
+  // that, it runs on 1 instead (the moves below then find the dims that depend on it).
+  Attrs base = attrs;
+  MetaList metas;
+  try {
+    metas = with_attr_check(op, attrs, [&] { return op.infer(ins, attrs); });
+  } catch (const std::exception&) {
+    bool unknown = false;
+    for (const auto& p : patches)
+      if (hint_of(p) < 0) {
+        unknown = true;
+        base.set_int(static_cast<size_t>(p.attr), p.elem, 1);
+      }
+    if (!unknown) throw;
+    metas = with_attr_check(op, base, [&] { return op.infer(ins, base); });
+  }
+  const std::pair<int64_t, int64_t> moves[] = {{1, 1}, {1, 2}, {2, 3}, {3, 7}, {1, 13}};
+  for (auto [mul, add] : moves) {
+    Attrs a = attrs;
+    for (const auto& p : patches)  // -1: a size without a traced value (graph.h SizePatch)
+      a.set_int(static_cast<size_t>(p.attr), p.elem, std::max<int64_t>(hint_of(p), 0) * mul + add);
+    MetaList other;
+    bool ok = true;
+    try {
+      other = op.infer(ins, a);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    for (size_t o = 0; o < metas.size(); ++o) {
+      Shape& s = metas[o].shape;
+      for (int64_t d = 0; d < s.rank(); ++d)
+        if (!ok || o >= other.size() || other[o].shape.rank() != s.rank() ||
+            other[o].shape[d] != s[d])
+          s[d] = Dim::any();
+    }
+  }
+  return metas;
+}
+
 class GraphBuilder : public SymbolicHandler {
  public:
   TensorList handle(const OpDef& op, std::span<const Tensor> given, const Attrs& attrs) override {
+    std::vector<SizePatch> patches = take_patches(op);
     // Inside a cond branch or a loop body, captured values are rewritten first (the hook may add
     // Switch nodes or body placeholders), so the node is built on the rewritten inputs.
     TensorList captured;
@@ -76,24 +160,33 @@ class GraphBuilder : public SymbolicHandler {
              "of one graph");
       g = gt;
     }
-    if (op.num_inputs >= 0 && static_cast<int>(inputs.size()) != op.num_inputs)
-      fail(op.name.c_str(), "expected ", op.num_inputs, " inputs, got ", inputs.size());
+    const std::span<const Tensor> op_ins = inputs.first(inputs.size() - patches.size());
+    if (op.num_inputs >= 0 && static_cast<int>(op_ins.size()) != op.num_inputs)
+      fail(op.name.c_str(), "expected ", op.num_inputs, " inputs, got ", op_ins.size());
     for (size_t k = 0; k < inputs.size(); ++k)
       if (!inputs[k].defined()) fail(op.name.c_str(), "input ", k, " is an undefined tensor");
     check_attr_count(op, attrs);
     // Shape and dtype inference runs now, so errors surface at build time with the shapes.
-    MetaList metas = with_attr_check(op, attrs, [&] { return op.infer(inputs, attrs); });
+    MetaList metas = patches.empty()
+                         ? with_attr_check(op, attrs, [&] { return op.infer(op_ins, attrs); })
+                         : patched_metas(op, op_ins, attrs, patches);
     auto n = std::make_unique<Node>();
     n->kind = NodeKind::Op;
     n->op = &op;
     n->attrs = attrs;
+    n->patches = std::move(patches);
     for (const auto& t : inputs) {
       if (t.is_symbolic())
         n->inputs.push_back(ValueRef{t.impl()->sym->node, t.impl()->sym->index});
       else
         n->inputs.push_back(ValueRef{constant_node(g, t, ""), 0});
     }
-    for (auto& m : metas) n->outputs.push_back(m);
+    bool dynamic = false;
+    for (auto& m : metas) {
+      dynamic = dynamic || !m.shape.is_static();
+      n->outputs.push_back(m);
+    }
+    if (g->track_hints && dynamic) n->hints = hint_shapes(op, op_ins, attrs);
     Node* p = g->add_node(std::move(n));
     TensorList outs;
     for (int i = 0; i < static_cast<int>(p->outputs.size()); ++i)
@@ -120,6 +213,11 @@ struct Install {
     set_producer_hook([](const Tensor& t) -> const OpDef* {
       const Node* n = t.impl()->sym->node;
       return n && n->kind == NodeKind::Op ? n->op : nullptr;
+    });
+    set_hint_hook([](const Tensor& t) -> Shape {
+      const Node* n = t.impl()->sym->node;
+      const auto i = static_cast<size_t>(t.impl()->sym->index);
+      return n && i < n->hints.size() ? n->hints[i] : Shape{};
     });
   }
 } g_install;
@@ -255,8 +353,8 @@ void Graph::verify() const {
              " which has ", in.node->outputs.size(), " outputs");
     }
     if (n->kind == NodeKind::Op) {
-      if (n->op->num_inputs >= 0 && static_cast<int>(n->inputs.size()) != n->op->num_inputs)
-        fail("verify", "node %", n->id, " (", n->op->name, ") has ", n->inputs.size(),
+      if (n->op->num_inputs >= 0 && static_cast<int>(n->op_inputs()) != n->op->num_inputs)
+        fail("verify", "node %", n->id, " (", n->op->name, ") has ", n->op_inputs(),
              " inputs, expected ", n->op->num_inputs);
     }
     seen.insert(n.get());

@@ -30,6 +30,14 @@ struct Node {
   std::vector<TensorMeta> outputs;
   std::string name;  ///< placeholder/variable name; optional for others
   Tensor value;      ///< Constant: its value; Variable: the initial value
+  /// Symbolic size attributes (op_def.h SizePatch): the last patches.size() inputs are their
+  /// 0-d int64 values, which the executor writes into `attrs` before each run.
+  std::vector<SizePatch> patches;
+  /// Per output, its shape in the trace that built the graph (a JIT trace with dynamic dims
+  /// keeps the concrete sizes beside the dynamic ones; a symbolic size's hint). Empty: unknown.
+  std::vector<Shape> hints;
+  /// Inputs the op itself takes (the size inputs of `patches` follow them).
+  size_t op_inputs() const { return inputs.size() - patches.size(); }
   /// Short label for printers: the name, or the op name.
   std::string label() const;
   /// Whether this is an application of `op` (passes match ops by handle, never by name).
@@ -50,6 +58,8 @@ struct GraphImpl {
   // Concrete tensor -> its constant node. The tensor is held so its address is not reused.
   std::unordered_map<const TensorImpl*, std::pair<Tensor, Node*>> constants;
   uint64_t uid = 0;
+  /// Whether nodes added get Node::hints (a JIT trace with dynamic dims sets it).
+  bool track_hints = false;
   Node* add_node(std::unique_ptr<Node> n);
   /// A symbolic tensor for a node output.
   Tensor tensor_of(const std::shared_ptr<GraphImpl>& self, ValueRef v) const;

@@ -59,6 +59,9 @@ struct TraceCtx {
   std::vector<BreakRec> breaks;
   // Module buffers the traced code gave new values: the member and its value before the trace.
   std::vector<std::pair<Tensor*, Tensor>> state_writes;
+  // The trace's placeholders in argument order, and the size comparisons host code read.
+  std::vector<Tensor> placeholders;
+  std::vector<ShapeGuard> guards;
 };
 thread_local TraceCtx* t_trace = nullptr;
 
@@ -92,8 +95,19 @@ Tensor on_host_read(const Tensor& t, const char* what, const std::string& where)
   TraceCtx* c = t_trace;
   if (!c || !t.is_symbolic() || !(Graph::of(t) == *c->g))
     fail(what, "value is unknown while building a graph; fetch it with Session::run");
-  // Graph break: compile and run the piece so far to produce the value (nothing of it captured).
   CaptureScope::Pause pause;
+  // A comparison of symbolic sizes: a guard on the argument shapes, not a break.
+  const ValueRef vr = c->g->value_of(t);
+  if (shape_only(vr)) {
+    std::vector<Tensor> flat;
+    for (const auto& f : c->feeds) flat.push_back(f.second);
+    ShapeGuard probe =
+        make_shape_guard(*c->g->impl(), vr, scalar_tensor(0, Int64), c->placeholders, what, where);
+    Tensor v = eval_shape_guard(probe, flat);
+    c->guards.push_back(make_shape_guard(*c->g->impl(), vr, v, c->placeholders, what, where));
+    return v;
+  }
+  // Graph break: compile and run the piece so far to produce the value (nothing of it captured).
   Session s(*c->g);
   Tensor v = s.run(t, c->feeds);
   BreakRec b;
@@ -163,6 +177,12 @@ struct Engine::Impl {
     int pc = 0;
     auto make_ph = [&](const Tensor& t, const Shape& s) {
       Tensor p = g.placeholder(str_cat("arg", pc++), t.dtype(), s);
+      // Dynamic dims keep their sizes as hints: the symbolic sizes host code sees (SymInt)
+      // carry them, and a comparison of them is evaluated on them.
+      if (!s.is_static()) {
+        g.impl()->track_hints = true;
+        g.node_of(p)->hints = {t.shape()};
+      }
       ctx.feeds.push_back({p, t});
       placeholders.push_back(p);
       return p;
@@ -186,6 +206,7 @@ struct Engine::Impl {
       ctx.state_writes.push_back({slot, *slot});
       *slot = sym[user_arity + j].t;
     }
+    ctx.placeholders = placeholders;
     const size_t cap_base = user_arity + state_slots.size();
     std::vector<std::pair<Tensor, Tensor>> known;
     for (size_t j = 0; j < captures.size() && cap_base + j < args.size(); ++j)
@@ -234,6 +255,7 @@ struct Engine::Impl {
           }
     }
     if (new_slots) throw NewStateSlots{};
+    for (auto& sg : ctx.guards) v.shape_guards.push_back(std::move(sg));
     v.fn = fn;
     v.user_arity = user_arity;
     v.state_slots = state_slots;
@@ -402,7 +424,7 @@ struct Engine::Impl {
       TensorList ins;
       for (const auto& in : n.inputs) ins.push_back(value(in));
       TensorList o =
-          kiln::detail::call(*n.op, std::span<const Tensor>(ins.data(), ins.size()), n.attrs);
+          call_node(*n.op, std::span<const Tensor>(ins.data(), ins.size()), n.attrs, n.patches);
       made[&n] = std::vector<Tensor>(o.begin(), o.end());
     }
     v.s_in_grads.clear();
@@ -493,7 +515,7 @@ struct Engine::Impl {
       if (n->kind == NodeKind::Constant)
         tn->constants.push_back({base[static_cast<size_t>(n->id)], n->value});
       if (n->kind != NodeKind::Op) continue;
-      Step st{n->op, n->attrs, {}, {}, {}};
+      Step st{n->op, n->attrs, {}, {}, {}, n->patches};
       for (const auto& in : n->inputs) {
         st.in.push_back(slot(in));
         last[static_cast<size_t>(slot(in))] = static_cast<int>(tn->steps.size());
@@ -546,7 +568,7 @@ struct Engine::Impl {
         if (n.kind == NodeKind::Constant)
           tn->constants.push_back({base[static_cast<size_t>(id)], n.value});
         if (n.kind != NodeKind::Op) continue;
-        Step st{n.op, n.attrs, {}, {}, {}};
+        Step st{n.op, n.attrs, {}, {}, {}, n.patches};
         for (const auto& in : n.inputs) st.in.push_back(slot(in));
         for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o)
           st.out.push_back(base[static_cast<size_t>(id)] + o);
@@ -610,7 +632,7 @@ struct Engine::Impl {
       ins.clear();
       for (int x : st.in) ins.push_back(s[static_cast<size_t>(x)]);
       TensorList o =
-          kiln::detail::call(*st.op, std::span<const Tensor>(ins.data(), ins.size()), st.attrs);
+          call_node(*st.op, std::span<const Tensor>(ins.data(), ins.size()), st.attrs, st.patches);
       for (size_t k = 0; k < st.out.size() && k < o.size(); ++k)
         s[static_cast<size_t>(st.out[k])] = o[k];
     }
@@ -769,8 +791,8 @@ struct Engine::Impl {
         bool merge = st.op->has(kMerge);
         if (dead && !merge) continue;
         std::span<const Tensor> in_span(ins.data(), ins.size());
-        TensorList o =
-            merge ? st.op->view(in_span, st.attrs) : run_kernel(*st.op, in_span, st.attrs);
+        TensorList o = merge ? st.op->view(in_span, st.attrs)
+                             : run_node_kernel(*st.op, in_span, st.attrs, st.patches);
         for (size_t k = 0; k < st.out.size() && k < o.size(); ++k)
           slots[static_cast<size_t>(st.out[k])] = std::move(o[k]);
         for (int fs : st.free_after) slots[static_cast<size_t>(fs)] = Tensor();
@@ -906,8 +928,14 @@ struct Engine::Impl {
     const std::vector<Arg>& args = extended ? ext : args0;
     Key k = key_of(args, opts.runtime_scalars);
     Version* hit = nullptr;
+    std::string guard_failed;
     for (auto& v : versions)
       if (mismatch(v->key, k).empty()) {
+        const std::string g = failed_shape_guard(*v, args);
+        if (!g.empty()) {
+          if (guard_failed.empty()) guard_failed = g;
+          continue;
+        }
         hit = v.get();
         break;
       }
@@ -965,7 +993,7 @@ struct Engine::Impl {
     if (versions.empty()) {
       reason = "first call";
     } else {
-      reason = mismatch(versions.back()->key, k);
+      reason = guard_failed.empty() ? mismatch(versions.back()->key, k) : guard_failed;
       Key dyn;
       if (opts.dynamic_dims) {
         for (auto& v : versions)
@@ -980,6 +1008,30 @@ struct Engine::Impl {
     ++stats.misses;
     if (!versions.empty()) log_recompile(reason);
     return compile_and_run(nk, k, args, fn);
+  }
+
+  // The call's tensors in the order trace() made placeholders (a runtime scalar as 0-d).
+  static std::vector<Tensor> flat_tensors(const std::vector<Arg>& args, const Key& key) {
+    std::vector<Tensor> flat;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i].kind == Arg::kTensor)
+        flat.push_back(args[i].t);
+      else if (args[i].kind == Arg::kTensorList)
+        flat.insert(flat.end(), args[i].ts.begin(), args[i].ts.end());
+      else if (i < key.size() && key[i].runtime)
+        flat.push_back(Tensor());
+    }
+    return flat;
+  }
+
+  // The first shape guard of `v` the call fails ("" if none): the recompile's reason.
+  static std::string failed_shape_guard(const Version& v, const std::vector<Arg>& args) {
+    if (v.shape_guards.empty()) return "";
+    const std::vector<Tensor> flat = flat_tensors(args, v.key);
+    for (const auto& sg : v.shape_guards)
+      if (!shape_guard_holds(sg, flat))
+        return str_cat("shape guard ", sg.text, " (", sg.where, ") failed");
+    return "";
   }
 
   static bool has_dynamic_dims(const Key& k) {
@@ -1328,6 +1380,8 @@ std::string Engine::explain() const {
   int vi = 0;
   for (const auto& v : m.versions) {
     os << "  #" << vi++ << " guards: " << key_str(v->key) << "\n";
+    for (const auto& sg : v->shape_guards)
+      os << "     shape guard: " << sg.text << "  (" << sg.what << " at " << sg.where << ")\n";
     os << "     compile time " << v->compile_ms << " ms";
     if (v->eager_only) os << "; runs eagerly (" << v->eager_reason << ")";
     if (v->lazy) {
@@ -1428,7 +1482,7 @@ void inline_captures(const Version& v, const std::vector<Tensor>& captures, Trac
       for (const auto& in : n.inputs)
         ins.push_back(made.at(in.node)[static_cast<size_t>(in.index)]);
       TensorList o =
-          kiln::detail::call(*n.op, std::span<const Tensor>(ins.data(), ins.size()), n.attrs);
+          call_node(*n.op, std::span<const Tensor>(ins.data(), ins.size()), n.attrs, n.patches);
       made[&n] = std::vector<Tensor>(o.begin(), o.end());
     }
   }

@@ -175,7 +175,7 @@ void interpret_node(LazyRun& r, const Node& n) {
   TensorList o;
   if (!dead || merge) {
     std::span<const Tensor> s(ins.data(), ins.size());
-    o = merge ? n.op->view(s, n.attrs) : run_kernel(*n.op, s, n.attrs);
+    o = merge ? n.op->view(s, n.attrs) : run_node_kernel(*n.op, s, n.attrs, n.patches);
   }
   o.resize(n.outputs.size());
   r.vals_of(&n) = std::move(o);
@@ -261,7 +261,8 @@ void compile(Entry& e, const PieceDesc& d) {
         ins.push_back(e.ext_ph[k]);
       }
     }
-    e.outs[i] = call(*n.op, std::span<const Tensor>(ins.data(), ins.size()), n.attrs);
+    e.outs[i] =
+        call_node(*n.op, std::span<const Tensor>(ins.data(), ins.size()), n.attrs, n.patches);
   }
   e.sess = std::make_unique<Session>(e.pg);
   ++e.compiles;

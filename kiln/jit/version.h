@@ -14,6 +14,7 @@
 #include "kiln/jit/guard_key.h"
 #include "kiln/jit/jit.h"
 #include "kiln/jit/lazy.h"
+#include "kiln/jit/shape_guard.h"
 #include "kiln/registry/op_def.h"
 
 namespace kiln::detail::jit_engine {
@@ -22,7 +23,8 @@ struct Step {
   const OpDef* op;
   Attrs attrs;
   std::vector<int> in, out;
-  std::vector<int> free_after;  // slots whose last use is this step (single-piece traces)
+  std::vector<int> free_after;     // slots whose last use is this step (single-piece traces)
+  std::vector<SizePatch> patches;  // symbolic sizes: the last patches.size() inputs (node.h)
 };
 
 struct TreeNode {
@@ -40,6 +42,9 @@ struct TreeNode {
 
 struct Version {
   Key key;
+  // Comparisons of symbolic sizes the host code made (shape_guard.h): checked on every call's
+  // argument shapes, after the key.
+  std::vector<ShapeGuard> shape_guards;
   int num_slots = 0;
   std::vector<std::vector<int>> arg_slots;  // per arg, per tensor
   std::unique_ptr<TreeNode> root;

@@ -25,6 +25,7 @@ const OpHandle relu{"relu"}, conv2d{"conv2d"}, conv2d_grad_input{"conv2d_grad_in
     conv2d_fused_add{"conv2d_fused_add"}, max_pool2d{"max_pool2d"},
     max_pool2d_blocked{"max_pool2d_blocked"};
 const OpHandle as_strided{"as_strided"}, as_strided_scatter{"as_strided_scatter"};
+const OpHandle sym_size{"sym_size"};
 }  // namespace ops
 
 std::vector<const OpHandle*> all_op_handles() {

@@ -46,6 +46,7 @@ extern const OpHandle matmul, addmm;
 extern const OpHandle relu, conv2d, conv2d_grad_input, conv2d_grad_weight, conv2d_fused,
     conv2d_fused_add, max_pool2d, max_pool2d_blocked;
 extern const OpHandle as_strided, as_strided_scatter;
+extern const OpHandle sym_size;
 }  // namespace ops
 
 }  // namespace kiln::detail

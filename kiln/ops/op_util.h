@@ -11,6 +11,32 @@
 
 namespace kiln::detail::op_util {
 
+/// A size argument of an op call: attribute `attr` (element `elem` of an integer list, or the
+/// integer itself when elem < 0) takes `size`, which may be a symbol.
+struct SizeArg {
+  int attr;
+  int elem;
+  SymInt size;
+};
+/// Calls `op` with `sizes` written into `attrs`: numbers directly; with symbols the call is
+/// patched (the graph node reads them at run time).
+TensorList call_sized(const OpDef& op, std::span<const Tensor> ins, Attrs attrs,
+                      const std::vector<SizeArg>& sizes);
+inline TensorList call_sized(const OpDef& op, std::initializer_list<Tensor> ins, Attrs attrs,
+                             const std::vector<SizeArg>& sizes) {
+  return call_sized(op, std::span<const Tensor>(ins.begin(), ins.size()), std::move(attrs), sizes);
+}
+/// The elements of an integer-list attribute as size arguments.
+std::vector<SizeArg> list_sizes(int attr, const std::vector<SymInt>& s);
+/// In a gradient rule: calls `op` with the forward node's symbolic sizes (GradCtx::patches),
+/// their attribute indices moved by `shift`.
+TensorList patched_again(const OpDef& op, std::span<const Tensor> ins, const Attrs& attrs,
+                         const GradCtx& c, int shift);
+inline TensorList patched_again(const OpDef& op, std::initializer_list<Tensor> ins,
+                                const Attrs& attrs, const GradCtx& c, int shift) {
+  return patched_again(op, std::span<const Tensor>(ins.begin(), ins.size()), attrs, c, shift);
+}
+
 inline MetaList one(DType dt, const Shape& s) {
   MetaList m;
   TensorMeta& t = m.emplace_back();

@@ -15,6 +15,7 @@
 
 #include "kiln/core/promotion.h"
 #include "kiln/core/tensor.h"
+#include "kiln/ops/sym_int.h"
 
 namespace kiln {
 
@@ -193,7 +194,17 @@ Tensor operator>=(const Tensor& a, const Scalar& b);
 Tensor reshape(const Tensor& a, const Shape& shape);
 Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
 Tensor permute(const Tensor& a, const std::vector<int64_t>& dims);
-Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+/// Sizes may be symbolic (sym_int.h): under jit `slice(x, 0, 0, sym_size(y, 1))` serves every
+/// length with one compiled version.
+Tensor slice(const Tensor& a, int64_t dim, SymInt start, SymInt end, SymInt step = 1);
+/// reshape / expand to sizes of which some may be symbols.
+Tensor reshape_symint(const Tensor& a, const std::vector<SymInt>& shape);
+Tensor expand_symint(const Tensor& a, const std::vector<SymInt>& shape);
+/// Integer range [start, end) whose bounds may be symbols.
+Tensor arange_symint(const SymInt& start, const SymInt& end, const SymInt& step = 1,
+                     DType dtype = Int64);
+/// A tensor filled with `value` whose shape may hold symbols.
+Tensor full_symint(const std::vector<SymInt>& shape, double value, DType dtype = Float32);
 Tensor expand(const Tensor& a, const Shape& shape);
 /// Broadcasts `a` to the (run-time) shape of `like`, without a copy.
 Tensor expand_as(const Tensor& a, const Tensor& like);
@@ -664,7 +675,7 @@ Tensor swapaxes(const Tensor& a, int64_t axis0, int64_t axis1);
 /// torch.tile: repeat with reps padded with leading 1s to a's rank.
 Tensor tile(const Tensor& a, const std::vector<int64_t>& reps);
 /// torch.narrow: `length` elements from `start` (negative from the end) along dim (a view).
-Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);
+Tensor narrow(const Tensor& a, int64_t dim, SymInt start, SymInt length);
 /// torch.repeat_interleave: each element (slice along dim) repeated `repeats` times; dim =
 /// nullopt flattens first.
 Tensor repeat_interleave(const Tensor& a, int64_t repeats,

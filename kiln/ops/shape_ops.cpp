@@ -199,7 +199,12 @@ const OpDef& kReshape =
             .traits = kView,
             .infer = infer_reshape,
             .view = view_reshape,
-            .grad = [](const GradCtx& c) { return TensorList{reshape(c.g(), c.in(0).shape())}; }});
+            // With dynamic dims the input's sizes are symbols (sym_size), not -1s.
+            .grad = [](const GradCtx& c) {
+              const Tensor& x = c.in(0);
+              return TensorList{x.shape().is_static() ? reshape(c.g(), x.shape())
+                                                      : reshape_symint(c.g(), sym_sizes(x))};
+            }});
 
 const OpDef& kTranspose =
     def_op({.name = "transpose",
@@ -342,7 +347,14 @@ const OpDef& kSlice = def_op(
      .grad =
          [](const GradCtx& c) {
            // With a dynamic dim the shape and the clamped bounds are known only at run
-           // time: the input itself gives them to slice_grad then.
+           // time: the input itself gives them to slice_grad then, and symbolic bounds
+           // (attributes 1-3) become slice_grad's (2-4).
+           if (!c.patches.empty()) {
+             const Attrs& a = c.attrs;
+             return TensorList{op_util::patched_again(
+                 kSliceGrad, {c.g(), c.in(0)},
+                 {std::vector<int64_t>{}, a.i(0), a.i(1), a.i(2), a.i(3)}, c, 1)[0]};
+           }
            if (!c.in(0).shape().is_static()) {
              const Attrs& a = c.attrs;
              return TensorList{call1(kSliceGrad, {c.g(), c.in(0)},
@@ -675,8 +687,11 @@ Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) {
 Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) {
   return call1(kPermute, {a}, {dims});
 }
-Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step) {
-  return call1(kSlice, {a}, {dim, start, end, step});
+Tensor slice(const Tensor& a, int64_t dim, SymInt start, SymInt end, SymInt step) {
+  if (!start.is_symbolic() && !end.is_symbolic() && !step.is_symbolic()) [[likely]]
+    return call1(kSlice, {a}, {dim, start.hint(), end.hint(), step.hint()});
+  return op_util::call_sized(kSlice, {a}, Attrs{dim, int64_t{0}, int64_t{0}, int64_t{1}},
+                             {{1, -1, start}, {2, -1, end}, {3, -1, step}})[0];
 }
 Tensor expand(const Tensor& a, const Shape& s) { return call1(kExpand, {a}, {s.vec()}); }
 Tensor expand_as(const Tensor& a, const Tensor& like) { return call1(kExpandAs, {a, like}); }
@@ -929,9 +944,12 @@ Tensor tile(const Tensor& a, const std::vector<int64_t>& reps) {
   return repeat(a, r);
 }
 
-Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length) {
+Tensor narrow(const Tensor& a, int64_t dim, SymInt start, SymInt length) {
   if (!a.defined()) fail("narrow", "input is undefined");
-  return a.narrow(dim, start, length);
+  if (!start.is_symbolic() && !length.is_symbolic())
+    return a.narrow(dim, start.hint(), length.hint());
+  // A symbolic start counts from the front (a size is never negative).
+  return slice(a, dim, start, start + length);
 }
 
 Tensor repeat_interleave(const Tensor& a, int64_t repeats, std::optional<int64_t> dim) {

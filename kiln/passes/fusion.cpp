@@ -19,7 +19,7 @@ bool is_float(DType d) { return d == Float32 || d == Float64; }
 // Whether n can be a member of a group computing dtype `dt` over `shape`.
 bool can_join(const Node& n, DType dt, const Shape& shape) {
   if (n.kind != NodeKind::Op || n.outputs.size() != 1 || !fused::supported(*n.op)) return false;
-  if (n.op->has(kRandom) || n.op->has(kSideEffect)) return false;
+  if (n.op->has(kRandom) || n.op->has(kSideEffect) || !n.patches.empty()) return false;
   const TensorMeta& m = n.outputs[0];
   if (!m.shape.is_static() || m.shape != shape) return false;
   if (m.dtype == Bool) {

@@ -116,7 +116,8 @@ int cse(Program& p) {
     return h;
   };
   auto same = [](const Node* a, const Node* b) {
-    if (a->op != b->op || a->inputs.size() != b->inputs.size() || !(a->attrs == b->attrs))
+    if (a->op != b->op || a->inputs.size() != b->inputs.size() || !(a->attrs == b->attrs) ||
+        a->patches != b->patches)
       return false;
     for (size_t i = 0; i < a->inputs.size(); ++i)
       if (!(a->inputs[i] == b->inputs[i])) return false;
@@ -171,8 +172,10 @@ int const_fold(Program& p, int64_t max_elems) {
     if (!small || n->outputs.size() != 1) continue;
     TensorList ins;
     for (const auto& in : n->inputs) ins.push_back(in.node->value);
-    TensorList outs = run_kernel(*n->op, std::span<const Tensor>(ins.data(), ins.size()), n->attrs);
+    TensorList outs = run_node_kernel(*n->op, std::span<const Tensor>(ins.data(), ins.size()),
+                                      n->attrs, n->patches);
     n->kind = NodeKind::Constant;
+    n->patches.clear();
     n->value = outs[0].is_contiguous() ? outs[0] : raw_contiguous_copy(outs[0]);
     n->inputs.clear();
     n->op = nullptr;
@@ -251,8 +254,8 @@ void verify_program(const Program& p, const std::string& after) {
     }
     if (n.kind == NodeKind::Op) {
       if (!n.op) fail("verify", "after ", after, ": op node ", i, " has no op");
-      if (n.op->num_inputs >= 0 && static_cast<int>(n.inputs.size()) != n.op->num_inputs)
-        fail("verify", "after ", after, ": node ", i, " (", n.op->name, ") has ", n.inputs.size(),
+      if (n.op->num_inputs >= 0 && static_cast<int>(n.op_inputs()) != n.op->num_inputs)
+        fail("verify", "after ", after, ": node ", i, " (", n.op->name, ") has ", n.op_inputs(),
              " inputs, expected ", n.op->num_inputs);
       if (n.outputs.empty()) fail("verify", "after ", after, ": node ", i, " has no outputs");
     } else if (!n.inputs.empty()) {

@@ -167,7 +167,8 @@ int simplify(Program& p) {
       auto it = subst.find({in.node, in.index});
       if (it != subst.end()) in = it->second;
     }
-    if (n->kind != NodeKind::Op || n->outputs.size() != 1) continue;
+    // A node with symbolic sizes (Node::patches) is what its sizes make it on each run.
+    if (n->kind != NodeKind::Op || n->outputs.size() != 1 || !n->patches.empty()) continue;
     const OpDef* op = n->op;
     ValueRef to;
     bool fwd = false;

@@ -38,6 +38,9 @@ class Attrs {
   }
   const std::string& s(size_t k) const { return get<std::string>(k, "a string"); }
   void push(AttrValue v) { v_.push_back(std::move(v)); }
+  /// Writes an integer at attribute k (elem < 0) or at element `elem` of its integer list: the
+  /// executor resolving a symbolic size (SizePatch) before it runs the op.
+  void set_int(size_t k, int elem, int64_t v);
   bool operator==(const Attrs& o) const { return v_ == o.v_; }
   size_t hash() const;
   std::string str(const std::vector<std::string>& names) const;
@@ -51,6 +54,17 @@ class Attrs {
   }
   [[noreturn]] void bad(size_t k, const char* what) const;
   std::vector<AttrValue> v_;
+};
+
+/// A size attribute that is symbolic in a graph (kiln/ops/sym_int.h): the node takes its value
+/// as an extra trailing input (a 0-d int64 computed in the graph from the sizes of other values)
+/// and the executor writes it into attribute `attr` (element `elem` of an integer list, or the
+/// integer itself when elem < 0) before each run of the op. The attribute keeps the value it
+/// had while tracing (its hint).
+struct SizePatch {
+  int16_t attr = 0;
+  int16_t elem = -1;
+  bool operator==(const SizePatch& o) const { return attr == o.attr && elem == o.elem; }
 };
 
 struct TensorMeta {
@@ -78,6 +92,11 @@ struct GradCtx {
   /// Eager backward: each input's version when it was saved. in(k) refuses an input written in
   /// place since (torch's saved-variable check, made when a rule reads the value).
   std::span<const uint32_t> input_versions = {};
+  /// A graph node with symbolic size attributes (SizePatch): the patches and their values (0-d
+  /// int64 symbolic tensors). `attrs` holds the traced values; a rule that builds ops from size
+  /// attributes passes these on (call_patched) so its ops resize with the forward's.
+  std::span<const SizePatch> patches = {};
+  std::span<const Tensor> sizes = {};
   const Tensor& in(size_t k) const {
     if (k < input_versions.size() && inputs[k].is_concrete() &&
         inputs[k].impl()->version() != input_versions[k]) [[unlikely]]

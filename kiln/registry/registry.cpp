@@ -71,6 +71,20 @@ void Attrs::bad(size_t k, const char* what) const {
   throw AttrError(str_cat("attribute ", k, " is ", kinds[v_[k].index()], ", expected ", what));
 }
 
+void Attrs::set_int(size_t k, int elem, int64_t v) {
+  if (elem < 0) {
+    if (k >= v_.size() || !std::holds_alternative<int64_t>(v_[k])) bad(k, "an integer");
+    v_[k] = v;
+    return;
+  }
+  if (k >= v_.size() || !std::holds_alternative<std::vector<int64_t>>(v_[k]))
+    bad(k, "an integer list");
+  auto& l = std::get<std::vector<int64_t>>(v_[k]);
+  if (static_cast<size_t>(elem) >= l.size())
+    throw AttrError(str_cat("attribute ", k, " has ", l.size(), " elements, no element ", elem));
+  l[static_cast<size_t>(elem)] = v;
+}
+
 void check_attr_count(const OpDef& op, const Attrs& a) {
   if (op.attr_names.empty() || a.size() == op.attr_names.size()) return;
   std::string names;
