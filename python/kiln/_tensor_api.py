@@ -50,11 +50,33 @@ def _sizes(size, op):
     return tuple(size)
 
 
+_SymInt = _C.SymInt
+
+
+def _has_sym(size):
+    """Whether a size argument holds a symbolic size (a dynamic dim under kiln.jit)."""
+    for s in size:
+        if type(s) is _SymInt:
+            if s.is_symbolic:
+                return True
+        elif type(s) in (tuple, list) and _has_sym(s):
+            return True
+    return False
+
+
+_FILL = {"zeros": 0.0, "ones": 1.0, "empty": 0.0}
+
+
 def _sized_factory(name):
     raw = getattr(_C, name)
+    fill = _FILL.get(name)
 
     def factory(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False,
                 pin_memory=False, generator=None, memory_format=None, **kw):
+        if fill is not None and _has_sym(size):  # zeros(B, T) with T a dynamic size
+            shape = size[0] if len(size) == 1 and type(size[0]) in (tuple, list) else size
+            r = _C._full_symint(tuple(shape), fill, dtype if dtype is not None else _C.float32)
+            return _finish(r, requires_grad, out, name)
         if not kw and device is None and generator is None and out is None:
             return raw(*size, dtype=dtype, requires_grad=requires_grad)  # the common call
         if "size" in kw:
@@ -100,8 +122,14 @@ def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None,
             dtype = _C.bool
         elif isinstance(fill_value, numbers.Integral):
             dtype = _C.int64
-    if isinstance(size, numbers.Integral):
+    if isinstance(size, (numbers.Integral, _SymInt)):
         size = (size,)
+    if _has_sym(size):
+        if isinstance(fill_value, _T):
+            fill_value = fill_value.item()
+        r = _C._full_symint(tuple(size), float(fill_value),
+                            dtype if dtype is not None else _C.float32)
+        return _finish(r, requires_grad, out, "full")
     return _finish(_C.full(tuple(size), fill_value, dtype=dtype), requires_grad, out, "full")
 
 
@@ -114,6 +142,11 @@ def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, devi
         end = end.item()
     if isinstance(step, _T):
         step = step.item()
+    if _has_sym((start, end, step)):  # arange(T) with T a dynamic size: one range per call
+        if end is None:
+            start, end = 0, start
+        r = _C._arange_symint(start, end, step, dtype if dtype is not None else _C.int64)
+        return _finish(r, requires_grad, out, "arange")
     return _finish(_C.arange(start, end, step, dtype=dtype), requires_grad, out, "arange")
 
 

@@ -55,6 +55,18 @@ py::object item_of(const Tensor& t);
 /// the calling Python line, outside the kiln package, as its `file:line`, which explain() shows.
 Tensor host_read(const Tensor& t, const char* what);
 
+// ---- symbolic sizes (sym_int.cpp) ----
+void init_sym_int(py::module_& m);
+/// Whether `h` is a kiln.SymInt that is a symbol (a dynamic dim's size while tracing).
+bool is_symbolic_size(py::handle h);
+/// Whether `h` (an int, a SymInt, or a tuple/list of them) holds a symbol.
+bool any_symbolic_size(py::handle h);
+/// The sizes `h` gives (an int or SymInt, or a tuple/list of them).
+std::vector<SymInt> sym_sizes_from(py::handle h, const char* what);
+/// x.shape[d] / x.size(d): an int, a SymInt for a dynamic dim while tracing, None in a graph
+/// built by hand.
+py::object size_object(const Tensor& t, int64_t d);
+
 /// Kernels on at least this many elements run with the GIL released, so other Python threads
 /// proceed; below it releasing and re-taking the GIL (~0.1 us) would be most of a small op's
 /// cost (W3's per-op budget is 0.5 us).

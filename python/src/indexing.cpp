@@ -174,6 +174,17 @@ Tensor get(const Tensor& t, py::handle key) {
         break;
       }
       case Item::kSlice: {
+        // Bounds that are symbolic sizes (x[:, :T] under jit) stay symbols in the slice.
+        py::object s0 = it.slice.attr("start"), s1 = it.slice.attr("stop"),
+                   s2 = it.slice.attr("step");
+        if (is_symbolic_size(s0) || is_symbolic_size(s1) || is_symbolic_size(s2)) {
+          const SymInt b = s0.is_none() ? SymInt(0) : sym_sizes_from(s0, "getitem")[0];
+          const SymInt e = s1.is_none() ? SymInt(INT64_MAX) : sym_sizes_from(s1, "getitem")[0];
+          const SymInt st = s2.is_none() ? SymInt(1) : sym_sizes_from(s2, "getitem")[0];
+          r = kiln::slice(r, d, b, e, st);
+          ++d;
+          break;
+        }
         Py_ssize_t start, stop, step;
         if (PySlice_Unpack(it.slice.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
         if (step <= 0) raise(value_error_type(), "[getitem] slice step must be positive");

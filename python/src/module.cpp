@@ -12,6 +12,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "Kiln's C++ core (tensors, ops, autograd, graphs, jit); import kiln instead.";
   init_errors(m);
   init_interrupt(m);
+  init_sym_int(m);
   TensorClass cls = init_tensor(m);
   init_indexing(cls);
   init_interop(m, cls);

@@ -188,7 +188,7 @@ void init_index_shape(py::module_& m, TensorClass& cls) {
           [](const Tensor& a, py::args reps) { return tile(a, ints_or_args(reps, "tile")); });
   m.def(
       "narrow",
-      [](const Tensor& a, int64_t dim, int64_t start, int64_t length) {
+      [](const Tensor& a, int64_t dim, const SymInt& start, const SymInt& length) {
         return narrow(a, dim, start, length);
       },
       py::arg("input"), py::arg("dim"), py::arg("start"), py::arg("length"));
@@ -341,7 +341,10 @@ void init_index_shape(py::module_& m, TensorClass& cls) {
 void init_ops_shape(py::module_& m, TensorClass& cls) {
   m.def(
       "reshape",
-      [](const Tensor& a, py::object s) { return reshape(a, Shape(ints_from(s, "reshape"))); },
+      [](const Tensor& a, py::object s) {
+        if (any_symbolic_size(s)) return reshape_symint(a, sym_sizes_from(s, "reshape"));
+        return reshape(a, Shape(ints_from(s, "reshape")));
+      },
       py::arg("input"), py::arg("shape"));
   m.def(
       "transpose", [](const Tensor& a, int64_t d0, int64_t d1) { return transpose(a, d0, d1); },
@@ -356,7 +359,11 @@ void init_ops_shape(py::module_& m, TensorClass& cls) {
       },
       py::arg("dim"), py::arg("start") = 0, py::arg("end") = py::none(), py::arg("step") = 1);
   m.def(
-      "expand", [](const Tensor& a, py::object s) { return expand(a, shape_from(s)); },
+      "expand",
+      [](const Tensor& a, py::object s) {
+        if (any_symbolic_size(s)) return expand_symint(a, sym_sizes_from(s, "expand"));
+        return expand(a, shape_from(s));
+      },
       py::arg("input"), py::arg("size"));
   m.def(
       "expand_as", [](const Tensor& a, const Tensor& b) { return expand_as(a, b); },

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "common.h"
+#include "kiln/dispatch/dispatch.h"
 
 namespace kiln::python {
 namespace {
@@ -23,8 +24,15 @@ py::tuple shape_tuple(const Tensor& t) {
   const Shape& s = t.shape();
   py::tuple r(s.size());
   for (size_t i = 0; i < s.size(); ++i)
-    r[i] = s[i] < 0 ? py::object(py::none()) : py::object(py::int_(s[i]));
+    r[i] = s[i] < 0 ? size_object(t, static_cast<int64_t>(i)) : py::object(py::int_(s[i]));
   return r;
+}
+
+// The target of view/reshape from *args: a SymInt-aware form when a size is a symbol.
+Tensor reshape_args(const Tensor& t, const py::args& s, const char* what) {
+  py::handle h = s.size() == 1 && !PyIndex_Check(s[0].ptr()) ? py::handle(s[0]) : py::handle(s);
+  if (any_symbolic_size(h)) return reshape_symint(t, sym_sizes_from(h, what));
+  return t.reshape(Shape(ints_from(h, what)));
 }
 
 std::optional<DType> opt_dtype(py::handle h) {
@@ -103,7 +111,7 @@ TensorClass init_tensor(py::module_& m) {
           "size",
           [](const Tensor& t, py::object d) -> py::object {
             if (d.is_none()) return shape_tuple(t);
-            return py::int_(t.size(d.cast<int64_t>()));
+            return size_object(t, d.cast<int64_t>());
           },
           py::arg("dim") = py::none(), "The shape, or the size of one dim.")
       .def_property_readonly("dtype", &Tensor::dtype)
@@ -184,20 +192,8 @@ TensorClass init_tensor(py::module_& m) {
       .def("detach", &Tensor::detach)
       .def("detach_", [](Tensor& t) { return t.detach(); })
       // ---- views and copies ----
-      .def("reshape",
-           [](const Tensor& t, py::args s) {
-             std::vector<int64_t> v = s.size() == 1 && !PyIndex_Check(s[0].ptr())
-                                          ? ints_from(s[0], "reshape")
-                                          : ints_from(s, "reshape");
-             return t.reshape(Shape(v));
-           })
-      .def("view",
-           [](const Tensor& t, py::args s) {
-             std::vector<int64_t> v = s.size() == 1 && !PyIndex_Check(s[0].ptr())
-                                          ? ints_from(s[0], "view")
-                                          : ints_from(s, "view");
-             return t.view(Shape(v));
-           })
+      .def("reshape", [](const Tensor& t, py::args s) { return reshape_args(t, s, "reshape"); })
+      .def("view", [](const Tensor& t, py::args s) { return reshape_args(t, s, "view"); })
       .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"))
       .def("t", &Tensor::t)
       .def_property_readonly("T",
@@ -213,10 +209,25 @@ TensorClass init_tensor(py::module_& m) {
                                   ? ints_from(dims[0], "permute")
                                   : ints_from(dims, "permute"));
            })
-      .def("narrow", &Tensor::narrow, py::arg("dim"), py::arg("start"), py::arg("length"))
+      .def(
+          "narrow",
+          [](const Tensor& t, int64_t dim, const SymInt& start, const SymInt& length) {
+            return kiln::narrow(t, dim, start, length);
+          },
+          py::arg("dim"), py::arg("start"), py::arg("length"))
       .def("select", &Tensor::select, py::arg("dim"), py::arg("index"))
       .def("expand",
            [](const Tensor& t, py::args s) {
+             py::handle h =
+                 s.size() == 1 && !PyIndex_Check(s[0].ptr()) ? py::handle(s[0]) : py::handle(s);
+             if (any_symbolic_size(h)) {
+               std::vector<SymInt> v = sym_sizes_from(h, "expand");
+               const int64_t off = static_cast<int64_t>(v.size()) - t.dim();
+               for (size_t i = 0; i < v.size(); ++i)  // torch: -1 keeps the existing size
+                 if (!v[i].is_symbolic() && v[i].hint() == -1 && static_cast<int64_t>(i) >= off)
+                   v[i] = sym_size(t, static_cast<int64_t>(i) - off);
+               return expand_symint(t, v);
+             }
              std::vector<int64_t> v = s.size() == 1 && !PyIndex_Check(s[0].ptr())
                                           ? ints_from(s[0], "expand")
                                           : ints_from(s, "expand");
@@ -548,6 +559,11 @@ TensorClass init_tensor(py::module_& m) {
         else
           e = end.cast<double>();
         DType dt = dtype.is_none() ? (ints ? Int64 : Float32) : dtype_from(dtype);
+        // Under a trace an integer range is a node (arange_symint): the same for every trace,
+        // where a fresh tensor would be captured state that changes each time.
+        if (ints && kiln::detail::capturing())
+          return arange_symint(static_cast<int64_t>(s), static_cast<int64_t>(e),
+                               static_cast<int64_t>(st), dt);
         return arange(s, e, st, dt);
       },
       py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1, py::kw_only(),

@@ -33,7 +33,7 @@ ALL_CASES = [c for mod in FILES for c in mod.SUITE.cases]
 INTERNAL = {
     "conv2d_fused": "internal", "conv2d_fused_add": "internal", "fused": "internal",
     "max_pool2d_blocked": "internal",
-    "check_numel": "internal", "split_like": "internal",
+    "check_numel": "internal", "split_like": "internal", "sym_size": "graph",
     "assign": "graph", "group": "graph", "merge": "graph", "switch": "graph", "while": "graph",
     "while_grad": "graph", "print": "graph", "jit_call": "graph", "py_function": "graph",
     "all_reduce": "dist",

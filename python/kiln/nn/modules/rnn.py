@@ -171,8 +171,10 @@ class RNNBase(Module):
         dirs = 2 if self.bidirectional else 1
         B = x.shape[1]
         real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
-        # A time dim known only at run time (a graph, or jit's dynamic dims) reads as None.
-        if x.shape[0] is None or x.shape[0] < 0:
+        # A time dim known only at run time reads as None (a graph built by hand) or as a
+        # symbolic size (jit's dynamic dims): the step loop cannot count it.
+        t0 = x.shape[0]
+        if t0 is None or (type(t0) is _C.SymInt and t0.is_symbolic):
             return self._dynamic_length_forward(x, hx, batched, name)
         h0, c0 = self._initial_state(hx, batched, B, real_hidden, x.dtype, name, x)
         layer_in = x
