@@ -23,6 +23,7 @@ set(KILN_INTERNAL_HEADERS
   "kiln/registry/.*" "kiln/kernels/.*" "kiln/passes/.*" "kiln/codegen/.*"
   "kiln/dispatch/dispatch\\.h" "kiln/graph/node\\.h" "kiln/autograd/grad_node\\.h"
   "kiln/ops/(op_util|handles|grad_ops|fused|elementwise_util|index_util)\\.h"
+  "kiln/ops/(pool_util|reduce_util|collective|traced_write)\\.h"
   "kiln/jit/(version|guard_key)\\.h" "kiln/exec/while_body\\.h")
 
 set(layer_index 0)
