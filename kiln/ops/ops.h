@@ -1,8 +1,9 @@
 // The public op functions. Each is a thin wrapper that calls the dispatcher with its OpDef, so
 // it works eagerly, while building a graph and while tracing. Definitions live in the family
-// files beside this header (elementwise.cpp, activation.cpp, shape_ops.cpp, reduce.cpp,
-// linalg.cpp, conv.cpp, pool.cpp, nn_ops.cpp, norm.cpp, index_ops.cpp, attention.cpp,
-// state_ops.cpp, control_flow.cpp; fused.cpp for the fusion pass's `fused` op).
+// files beside this header, one per concept, each opening with a line on what it holds
+// (elementwise.cpp, activation.cpp, shape_ops.cpp, reduce.cpp, linalg.cpp, conv.cpp,
+// max_pool.cpp, avg_pool.cpp, nn_ops.cpp, norm.cpp, gather_scatter.cpp, attention.cpp, ...;
+// docs/architecture.md lists them; fused.cpp for the fusion pass's `fused` op).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -75,7 +76,8 @@ Tensor ne(const Tensor& a, const Scalar& b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& a);
-// ---- more elementwise math (elementwise_ext.cpp), PyTorch semantics ----------------------
+// ---- more elementwise math (elementwise_math.cpp; the bool-valued and bitwise ops:
+// bitwise_ops.cpp), PyTorch semantics ------------------------------------------------------
 /// Rounding: integer inputs come back unchanged (a copy); the gradient is zero, as torch's.
 Tensor floor(const Tensor& a);
 Tensor ceil(const Tensor& a);
@@ -624,8 +626,9 @@ Tensor tril(const Tensor& a, int64_t diagonal = 0);
 /// Upper triangle: x[..., i, j] where j - i >= diagonal, else 0.
 Tensor triu(const Tensor& a, int64_t diagonal = 0);
 
-// ---- indexing, shape helpers and host-read ops with torch's names (index_ops.cpp,
-// shape_ops.cpp, join_ops.cpp). Index tensors are int64 or int32; an index out of range raises
+// ---- indexing, shape helpers and host-read ops with torch's names (gather_scatter.cpp,
+// advanced_index.cpp, mask_ops.cpp, sort_search.cpp, shape_ops.cpp, join_ops.cpp). Index
+// tensors are int64 or int32; an index out of range raises
 // `[op] index i is out of range ... size n`. ---------------------------------------------------
 /// torch.scatter: a copy of `a` with src[i][j][k] written at a[index[i][j][k]][j][k] (dim = 0);
 /// reduce "" overwrites (a repeated index: the last write in row-major order wins), "add" and
@@ -753,6 +756,9 @@ UniqueResult unique_consecutive(const Tensor& a,
 /// torch.logspace: base ** linspace(start, end, steps).
 Tensor logspace(double start, double end, int64_t steps, double base = 10.0, DType dtype = Float32);
 
+// Losses: the plain cross_entropy, nll_loss, mse_loss, binary_cross_entropy_with_logits,
+// smooth_l1_loss and huber_loss in nn_ops.cpp, the rest (weighted forms, torch's other
+// losses) in losses.cpp.
 enum class Reduction { None, Mean, Sum };
 /// logits [N, C] (or [N, C, d...]) and class indices [N] (int64).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
