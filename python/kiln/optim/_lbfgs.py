@@ -4,8 +4,8 @@ fixed step (line_search_fn=None) or torch's strong-Wolfe line search ("strong_wo
 Scalars of the line search are Python floats (torch keeps some as float32 tensors)."""
 import math
 
-from .. import _C
-from .optimizer import Optimizer
+from .. import _C, no_grad
+from .optimizer import Optimizer, _loss_of
 
 
 def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
@@ -153,21 +153,8 @@ class LBFGS(Optimizer):
         if closure is None:
             raise _C.ValueError("[LBFGS] step() needs a closure that reevaluates the model "
                                 "and returns the loss")
-
-        def evaluate():
-            prev = _C.is_grad_enabled()
-            _C._set_grad_enabled(True)
-            try:
-                return closure()
-            finally:
-                _C._set_grad_enabled(prev)
-
-        prev_mode = _C.is_grad_enabled()
-        _C._set_grad_enabled(False)
-        try:
-            return self._step(evaluate)
-        finally:
-            _C._set_grad_enabled(prev_mode)
+        with no_grad():
+            return self._step(lambda: _loss_of(closure))
 
     def _step(self, closure):
         group = self.param_groups[0]

@@ -3,19 +3,8 @@ RAdam, Rprop and ASGD."""
 import math
 
 from .. import _C
-from ._optimizers import _PythonOptimizer, _check
-
-
-def _zeros(p):
-    return _C.zeros(tuple(p.shape), dtype=p.dtype)
-
-
-def _adam_checks(name, lr, eps, betas, weight_decay):
-    _check(0.0 <= lr, f"[{name}] Invalid learning rate: {lr}")
-    _check(0.0 <= eps, f"[{name}] Invalid epsilon value: {eps}")
-    _check(0.0 <= betas[0] < 1.0, f"[{name}] Invalid beta parameter at index 0: {betas[0]}")
-    _check(0.0 <= betas[1] < 1.0, f"[{name}] Invalid beta parameter at index 1: {betas[1]}")
-    _check(0.0 <= weight_decay, f"[{name}] Invalid weight_decay value: {weight_decay}")
+from ._optimizers import _adam_checks, _check, _check_nonneg, _decay, _ema_, _zeros
+from .optimizer import _PythonOptimizer
 
 
 class Adamax(_PythonOptimizer):
@@ -29,21 +18,14 @@ class Adamax(_PythonOptimizer):
                                       weight_decay=weight_decay, foreach=foreach,
                                       maximize=maximize, differentiable=differentiable))
 
-    def _group_step(self, g):
+    def _init_state(self, p, g):
+        return {"exp_avg": _zeros(p), "exp_inf": _zeros(p)}
+
+    def _python_step(self, g):
         (b1, b2), eps, wd, lr = g["betas"], g["eps"], g["weight_decay"], g["lr"]
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            grad = -p.grad if g["maximize"] else p.grad
-            st = self.state[p]
-            if not st:
-                st["step"] = _C.tensor(0.0)
-                st["exp_avg"], st["exp_inf"] = _zeros(p), _zeros(p)
-            st["step"] = st["step"] + 1
-            step = float(st["step"])
-            if wd != 0:
-                grad = grad + p * wd
-            st["exp_avg"].mul_(b1).add_(grad * (1 - b1))
+        for p, grad, st, step in self._param_steps(g):
+            grad = _decay(grad, p, wd)
+            _ema_(st["exp_avg"], grad, b1)
             st["exp_inf"].copy_(_C.maximum(st["exp_inf"] * b2, grad.abs() + eps))
             clr = lr / (1 - b1 ** step)
             p.sub_(st["exp_avg"] / st["exp_inf"] * clr)
@@ -56,28 +38,20 @@ class NAdam(_PythonOptimizer):
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  momentum_decay=4e-3, foreach=None, *, differentiable=False):
         _adam_checks("NAdam", lr, eps, betas, weight_decay)
-        _check(0.0 <= momentum_decay, f"[NAdam] Invalid momentum_decay value: {momentum_decay}")
+        _check_nonneg("NAdam", momentum_decay=momentum_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, momentum_decay=momentum_decay,
                                       foreach=foreach, differentiable=differentiable))
 
-    def _group_step(self, g):
+    def _init_state(self, p, g):
+        return {"mu_product": _C.tensor(1.0), "exp_avg": _zeros(p), "exp_avg_sq": _zeros(p)}
+
+    def _python_step(self, g):
         (b1, b2), eps, wd, lr, md = (g["betas"], g["eps"], g["weight_decay"], g["lr"],
                                      g["momentum_decay"])
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            grad = p.grad
-            st = self.state[p]
-            if not st:
-                st["step"] = _C.tensor(0.0)
-                st["mu_product"] = _C.tensor(1.0)
-                st["exp_avg"], st["exp_avg_sq"] = _zeros(p), _zeros(p)
-            st["step"] = st["step"] + 1
-            step = float(st["step"])
+        for p, grad, st, step in self._param_steps(g):
             bc2 = 1 - b2 ** step
-            if wd != 0:
-                grad = grad + p * wd
+            grad = _decay(grad, p, wd)
             mu = b1 * (1.0 - 0.5 * (0.96 ** (step * md)))
             mu_next = b1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * md)))
             # torch 1.13 keeps mu_product as a float32 tensor (products rounded to float32) and
@@ -88,8 +62,8 @@ class NAdam(_PythonOptimizer):
             st["mu_product"] = _C.tensor(float(mu_product))
             mu_product_next = float(mu_product * f32(mu) * f32(mu_next))
             mu_product = float(mu_product)
-            st["exp_avg"].mul_(b1).add_(grad * (1 - b1))
-            st["exp_avg_sq"].mul_(b2).add_(grad * grad * (1 - b2))
+            _ema_(st["exp_avg"], grad, b1)
+            _ema_(st["exp_avg_sq"], grad * grad, b2)
             denom = (st["exp_avg_sq"] / bc2).sqrt() + eps
             p.add_(grad / denom * (-lr * (1.0 - mu) / (1.0 - mu_product)))
             p.add_(st["exp_avg"] / denom * ((-lr * mu_next) / (1.0 - mu_product_next)))
@@ -106,23 +80,16 @@ class RAdam(_PythonOptimizer):
                                       weight_decay=weight_decay, foreach=foreach,
                                       differentiable=differentiable))
 
-    def _group_step(self, g):
+    def _init_state(self, p, g):
+        return {"exp_avg": _zeros(p), "exp_avg_sq": _zeros(p)}
+
+    def _python_step(self, g):
         (b1, b2), eps, wd, lr = g["betas"], g["eps"], g["weight_decay"], g["lr"]
         rho_inf = 2 / (1 - b2) - 1
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            grad = p.grad
-            st = self.state[p]
-            if not st:
-                st["step"] = _C.tensor(0.0)
-                st["exp_avg"], st["exp_avg_sq"] = _zeros(p), _zeros(p)
-            st["step"] = st["step"] + 1
-            step = float(st["step"])
-            if wd != 0:
-                grad = grad + p * wd
-            st["exp_avg"].mul_(b1).add_(grad * (1 - b1))
-            st["exp_avg_sq"].mul_(b2).add_(grad * grad * (1 - b2))
+        for p, grad, st, step in self._param_steps(g):
+            grad = _decay(grad, p, wd)
+            _ema_(st["exp_avg"], grad, b1)
+            _ema_(st["exp_avg_sq"], grad * grad, b2)
             bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
             corrected = st["exp_avg"] / bc1
             rho_t = rho_inf - 2 * step * (b2 ** step) / bc2
@@ -142,25 +109,22 @@ class Rprop(_PythonOptimizer):
 
     def __init__(self, params, lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), foreach=None,
                  *, maximize=False, differentiable=False):
-        _check(0.0 <= lr, f"[Rprop] Invalid learning rate: {lr}")
+        _check_nonneg("Rprop", lr=lr)
         _check(0.0 < etas[0] < 1.0 < etas[1], f"[Rprop] Invalid eta values: {etas[0]}, "
                                                f"{etas[1]}")
         super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes),
                                       foreach=foreach, maximize=maximize,
                                       differentiable=differentiable))
 
-    def _group_step(self, g):
+    _TENSOR_STEP = False
+
+    def _init_state(self, p, g):
+        return {"prev": _zeros(p),
+                "step_size": _C.full(tuple(p.shape), float(g["lr"]), dtype=p.dtype)}
+
+    def _python_step(self, g):
         (eta_minus, eta_plus), (smin, smax) = g["etas"], g["step_sizes"]
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            grad = -p.grad if g["maximize"] else p.grad
-            st = self.state[p]
-            if not st:
-                st["step"] = 0
-                st["prev"] = _zeros(p)
-                st["step_size"] = _C.full(tuple(p.shape), float(g["lr"]), dtype=p.dtype)
-            st["step"] += 1
+        for p, grad, st, _ in self._param_steps(g):
             prod = (grad * st["prev"]).sign()
             one = _C.ones(tuple(p.shape), dtype=p.dtype)
             factor = _C.where(prod > 0, one * eta_plus, _C.where(prod < 0, one * eta_minus, one))
@@ -176,30 +140,20 @@ class ASGD(_PythonOptimizer):
 
     def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0,
                  foreach=None, maximize=False):
-        _check(0.0 <= lr, f"[ASGD] Invalid learning rate: {lr}")
-        _check(0.0 <= weight_decay, f"[ASGD] Invalid weight_decay value: {weight_decay}")
+        _check_nonneg("ASGD", lr=lr, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0,
                                       weight_decay=weight_decay, foreach=foreach,
                                       maximize=maximize))
 
-    def _group_step(self, g):
+    def _init_state(self, p, g):
+        return {"eta": _C.tensor(float(g["lr"])), "mu": _C.tensor(1.0), "ax": _zeros(p)}
+
+    def _python_step(self, g):
         import numpy as np  # (lazily, as above)
         f32 = np.float32  # torch keeps eta and mu as float32 tensors
         lr, lambd, alpha, t0, wd = g["lr"], g["lambd"], g["alpha"], g["t0"], g["weight_decay"]
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            grad = -p.grad if g["maximize"] else p.grad
-            st = self.state[p]
-            if not st:
-                st["step"] = _C.tensor(0.0)
-                st["eta"] = _C.tensor(float(lr))
-                st["mu"] = _C.tensor(1.0)
-                st["ax"] = _zeros(p)
-            st["step"] = st["step"] + 1
-            step = float(st["step"])
-            if wd != 0:
-                grad = grad + p * wd
+        for p, grad, st, step in self._param_steps(g):
+            grad = _decay(grad, p, wd)
             eta, mu = float(st["eta"]), float(st["mu"])
             p.mul_(1 - lambd * eta)
             p.sub_(grad * eta)

@@ -4,7 +4,7 @@ with tensor ops, as torch 1.13's single-tensor implementations)."""
 import math
 
 from .. import _C
-from .optimizer import Optimizer, _EngineOptimizer, _no_grad, required
+from .optimizer import _EngineOptimizer, _PerParameter, _PythonOptimizer, required
 
 _C_optim = _C.optim
 
@@ -14,7 +14,37 @@ def _check(cond, msg):
         raise _C.ValueError(msg)
 
 
-class SGD(_EngineOptimizer):
+_WHAT = {"lr": "learning rate", "eps": "epsilon value"}
+
+
+def _check_nonneg(name, **values):
+    """torch's argument checks, in order: each value >= 0, else "[name] Invalid <what>: v"."""
+    for key, v in values.items():
+        _check(0.0 <= v, f"[{name}] Invalid {_WHAT.get(key, key + ' value')}: {v}")
+
+
+def _adam_checks(name, lr, eps, betas, weight_decay):
+    _check_nonneg(name, lr=lr, eps=eps)
+    _check(0.0 <= betas[0] < 1.0, f"[{name}] Invalid beta parameter at index 0: {betas[0]}")
+    _check(0.0 <= betas[1] < 1.0, f"[{name}] Invalid beta parameter at index 1: {betas[1]}")
+    _check_nonneg(name, weight_decay=weight_decay)
+
+
+def _zeros(p):
+    return _C.zeros(tuple(p.shape), dtype=p.dtype)
+
+
+def _decay(grad, p, weight_decay):
+    """The gradient with L2 weight decay added (torch's coupled form)."""
+    return grad + p * weight_decay if weight_decay != 0 else grad
+
+
+def _ema_(avg, x, beta):
+    """avg <- beta avg + (1 - beta) x, in place: the running moments."""
+    avg.mul_(beta).add_(x * (1 - beta))
+
+
+class SGD(_PerParameter, _EngineOptimizer):
     """SGD(params, lr=required, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,
     maximize=False, foreach=None, differentiable=False)."""
     _GRAPH = "SGD"
@@ -25,9 +55,8 @@ class SGD(_EngineOptimizer):
     def __init__(self, params, lr=required, momentum=0, dampening=0, weight_decay=0,
                  nesterov=False, *, maximize=False, foreach=None, differentiable=False):
         if lr is not required:
-            _check(lr >= 0.0, f"[SGD] Invalid learning rate: {lr}")
-        _check(momentum >= 0.0, f"[SGD] Invalid momentum value: {momentum}")
-        _check(weight_decay >= 0.0, f"[SGD] Invalid weight_decay value: {weight_decay}")
+            _check_nonneg("SGD", lr=lr)
+        _check_nonneg("SGD", momentum=momentum, weight_decay=weight_decay)
         _check(not nesterov or (momentum > 0 and dampening == 0),
                "[SGD] Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
@@ -44,12 +73,8 @@ class SGD(_EngineOptimizer):
 
     def _python_step(self, g):
         lr, mom, damp, wd = g["lr"], g["momentum"], g["dampening"], g["weight_decay"]
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            d = -p.grad if g["maximize"] else p.grad
-            if wd != 0:
-                d = d + p * wd
+        for p, d in self._param_grads(g):
+            d = _decay(d, p, wd)
             if mom != 0:
                 st = self.state[p]
                 buf = st.get("momentum_buffer")
@@ -61,7 +86,7 @@ class SGD(_EngineOptimizer):
             p.sub_(d * lr)
 
 
-class Adam(_EngineOptimizer):
+class Adam(_PerParameter, _EngineOptimizer):
     """Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
     foreach=None, maximize=False, capturable=False, differentiable=False, fused=False)."""
     _GRAPH = "Adam"
@@ -73,12 +98,7 @@ class Adam(_EngineOptimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=False):
-        name = type(self).__name__
-        _check(0.0 <= lr, f"[{name}] Invalid learning rate: {lr}")
-        _check(0.0 <= eps, f"[{name}] Invalid epsilon value: {eps}")
-        _check(0.0 <= betas[0] < 1.0, f"[{name}] Invalid beta parameter at index 0: {betas[0]}")
-        _check(0.0 <= betas[1] < 1.0, f"[{name}] Invalid beta parameter at index 1: {betas[1]}")
-        _check(0.0 <= weight_decay, f"[{name}] Invalid weight_decay value: {weight_decay}")
+        _adam_checks(type(self).__name__, lr, eps, betas, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize, foreach=foreach, capturable=capturable,
@@ -95,29 +115,22 @@ class Adam(_EngineOptimizer):
         return _C_optim.Adam(params, lr=g["lr"], betas=b, eps=g["eps"],
                              weight_decay=g["weight_decay"])
 
+    def _init_state(self, p, g):
+        st = {"exp_avg": _zeros(p), "exp_avg_sq": _zeros(p)}
+        if g["amsgrad"]:
+            st["max_exp_avg_sq"] = _zeros(p)
+        return st
+
     def _python_step(self, g):
         lr, (b1, b2), eps, wd = g["lr"], g["betas"], g["eps"], g["weight_decay"]
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            grad = -p.grad if g["maximize"] else p.grad
-            st = self.state[p]
-            if not st:
-                st["step"] = _C.tensor(0.0)
-                st["exp_avg"] = _C.zeros(tuple(p.shape), dtype=p.dtype)
-                st["exp_avg_sq"] = _C.zeros(tuple(p.shape), dtype=p.dtype)
-                if g["amsgrad"]:
-                    st["max_exp_avg_sq"] = _C.zeros(tuple(p.shape), dtype=p.dtype)
-            st["step"] = st["step"] + 1
-            step = float(st["step"])
-            if wd != 0:
-                if self._decoupled:
-                    p.mul_(1 - lr * wd)
-                else:
-                    grad = grad + p * wd
+        for p, grad, st, step in self._param_steps(g):
+            if not self._decoupled:
+                grad = _decay(grad, p, wd)
+            elif wd != 0:
+                p.mul_(1 - lr * wd)
             m, v = st["exp_avg"], st["exp_avg_sq"]
-            m.mul_(b1).add_(grad * (1 - b1))
-            v.mul_(b2).add_(grad * grad * (1 - b2))
+            _ema_(m, grad, b1)
+            _ema_(v, grad * grad, b2)
             bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
             if g["amsgrad"]:
                 mx = st["max_exp_avg_sq"]
@@ -153,11 +166,8 @@ class RMSprop(_EngineOptimizer):
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
                  centered=False, foreach=None, maximize=False, differentiable=False):
-        _check(0.0 <= lr, f"[RMSprop] Invalid learning rate: {lr}")
-        _check(0.0 <= eps, f"[RMSprop] Invalid epsilon value: {eps}")
-        _check(0.0 <= momentum, f"[RMSprop] Invalid momentum value: {momentum}")
-        _check(0.0 <= weight_decay, f"[RMSprop] Invalid weight_decay value: {weight_decay}")
-        _check(0.0 <= alpha, f"[RMSprop] Invalid alpha value: {alpha}")
+        _check_nonneg("RMSprop", lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay,
+                      alpha=alpha)
         if maximize:
             raise _C.ValueError("[RMSprop] maximize=True is not supported")
         super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
@@ -171,22 +181,6 @@ class RMSprop(_EngineOptimizer):
                                 centered=g["centered"])
 
 
-class _PythonOptimizer(Optimizer):
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            prev = _C.is_grad_enabled()
-            _C._set_grad_enabled(True)
-            try:
-                loss = closure()
-            finally:
-                _C._set_grad_enabled(prev)
-        with _no_grad():
-            for g in self.param_groups:
-                self._group_step(g)
-        return loss
-
-
 class Adagrad(_PythonOptimizer):
     """Adagrad(params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0,
     eps=1e-10, foreach=None, *, maximize=False, differentiable=False)."""
@@ -194,33 +188,25 @@ class Adagrad(_PythonOptimizer):
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
                  initial_accumulator_value=0, eps=1e-10, foreach=None, *, maximize=False,
                  differentiable=False):
-        _check(0.0 <= lr, f"[Adagrad] Invalid learning rate: {lr}")
-        _check(0.0 <= lr_decay, f"[Adagrad] Invalid lr_decay value: {lr_decay}")
-        _check(0.0 <= weight_decay, f"[Adagrad] Invalid weight_decay value: {weight_decay}")
-        _check(0.0 <= initial_accumulator_value,
-               f"[Adagrad] Invalid initial_accumulator_value value: {initial_accumulator_value}")
-        _check(0.0 <= eps, f"[Adagrad] Invalid epsilon value: {eps}")
+        _check_nonneg("Adagrad", lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                      initial_accumulator_value=initial_accumulator_value, eps=eps)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps,
                                       weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,
                                       foreach=foreach, maximize=maximize,
                                       differentiable=differentiable))
+        # torch makes Adagrad's state here rather than on the first step.
         for g in self.param_groups:
             for p in g["params"]:
-                self.state[p]["step"] = _C.tensor(0.0)
-                self.state[p]["sum"] = _C.full(tuple(p.shape), float(
-                    g["initial_accumulator_value"]), dtype=p.dtype)
+                self.state[p] = {"step": _C.tensor(0.0), **self._init_state(p, g)}
 
-    def _group_step(self, g):
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            grad = -p.grad if g["maximize"] else p.grad
-            st = self.state[p]
-            st["step"] = st["step"] + 1
-            step = float(st["step"])
-            if g["weight_decay"] != 0:
-                grad = grad + p * g["weight_decay"]
+    def _init_state(self, p, g):
+        return {"sum": _C.full(tuple(p.shape), float(g["initial_accumulator_value"]),
+                               dtype=p.dtype)}
+
+    def _python_step(self, g):
+        for p, grad, st, step in self._param_steps(g):
+            grad = _decay(grad, p, g["weight_decay"])
             clr = g["lr"] / (1 + (step - 1) * g["lr_decay"])
             st["sum"].add_(grad * grad)
             p.sub_(grad / (st["sum"].sqrt() + g["eps"]) * clr)
@@ -232,32 +218,26 @@ class Adadelta(_PythonOptimizer):
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None, *,
                  maximize=False, differentiable=False):
-        _check(0.0 <= lr, f"[Adadelta] Invalid learning rate: {lr}")
+        _check_nonneg("Adadelta", lr=lr)
         _check(0.0 <= rho <= 1.0, f"[Adadelta] Invalid rho value: {rho}")
-        _check(0.0 <= eps, f"[Adadelta] Invalid epsilon value: {eps}")
-        _check(0.0 <= weight_decay, f"[Adadelta] Invalid weight_decay value: {weight_decay}")
+        _check_nonneg("Adadelta", eps=eps, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
                                       maximize=maximize, foreach=foreach,
                                       differentiable=differentiable))
 
-    def _group_step(self, g):
+    _TENSOR_STEP = False
+
+    def _init_state(self, p, g):
+        return {"square_avg": _zeros(p), "acc_delta": _zeros(p)}
+
+    def _python_step(self, g):
         lr, rho, eps, wd = g["lr"], g["rho"], g["eps"], g["weight_decay"]
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            grad = -p.grad if g["maximize"] else p.grad
-            st = self.state[p]
-            if not st:
-                st["step"] = 0
-                st["square_avg"] = _C.zeros(tuple(p.shape), dtype=p.dtype)
-                st["acc_delta"] = _C.zeros(tuple(p.shape), dtype=p.dtype)
-            st["step"] += 1
-            if wd != 0:
-                grad = grad + p * wd
+        for p, grad, st, _ in self._param_steps(g):
+            grad = _decay(grad, p, wd)
             sq, acc = st["square_avg"], st["acc_delta"]
-            sq.mul_(rho).add_(grad * grad * (1 - rho))
+            _ema_(sq, grad * grad, rho)
             delta = (acc + eps).sqrt() / (sq + eps).sqrt() * grad
-            acc.mul_(rho).add_(delta * delta * (1 - rho))
+            _ema_(acc, delta * delta, rho)
             p.sub_(delta * lr)
 
 

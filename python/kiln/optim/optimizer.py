@@ -12,7 +12,7 @@ maximize, amsgrad) run a Python update instead. Subclasses written by users (tor
 import copy
 from collections import defaultdict
 
-from .. import _C
+from .. import _C, enable_grad, no_grad
 
 _T = _C.Tensor
 
@@ -25,20 +25,12 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 
-class _no_grad:
-    def __enter__(self):
-        self.prev = _C.is_grad_enabled()
-        _C._set_grad_enabled(False)
-
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self.prev)
-        return False
-
-
-class _enable_grad(_no_grad):
-    def __enter__(self):
-        self.prev = _C.is_grad_enabled()
-        _C._set_grad_enabled(True)
+def _loss_of(closure):
+    """step(closure)'s loss: the closure re-evaluates the model, with grad mode on."""
+    if closure is None:
+        return None
+    with enable_grad():
+        return closure()
 
 
 class Optimizer:
@@ -270,13 +262,10 @@ class _EngineOptimizer(Optimizer):
             pass  # another slot layout (RMSprop's centered switched): the state starts over
 
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with _enable_grad():
-                loss = closure()
+        loss = _loss_of(closure)
         for i, group in enumerate(self.param_groups):
             if not self._python_ok(group):
-                with _no_grad():
+                with no_grad():
                     self._python_step(group)
                 continue
             eng = self._engine(i, group)
@@ -327,3 +316,42 @@ class _EngineOptimizer(Optimizer):
             step = step if isinstance(step, _T) else _C.tensor(float(step or 0))
             eng.load_state_dict([("step", step.to(_C.float64)),
                                  ("lr", _C.tensor(group["lr"], dtype=_C.float64))] + pairs)
+
+
+class _PerParameter:
+    """The loop that the updates written in Python share (torch 1.13's single-tensor ones):
+    _init_state gives a parameter's state besides `step`, made on its first step."""
+    _TENSOR_STEP = True  # torch counts `step` in a float32 tensor (Rprop and Adadelta: an int)
+
+    def _init_state(self, p, group):
+        return {}
+
+    def _param_grads(self, group):
+        """(p, grad) for each parameter of the group that has a gradient; grad is negated when
+        the optimizer takes `maximize` and the group asks for it."""
+        negate = "maximize" in self.defaults and group["maximize"]
+        for p in group["params"]:
+            if p.grad is not None:
+                yield p, (-p.grad if negate else p.grad)
+
+    def _param_steps(self, group):
+        """(p, grad, state, step) for each parameter that has a gradient, its `step` counted
+        (and returned as a float) before the update."""
+        for p, grad in self._param_grads(group):
+            st = self.state[p]
+            if not st:
+                st["step"] = _C.tensor(0.0) if self._TENSOR_STEP else 0
+                st.update(self._init_state(p, group))
+            st["step"] = st["step"] + 1
+            yield p, grad, st, float(st["step"])
+
+
+class _PythonOptimizer(_PerParameter, Optimizer):
+    """An Optimizer whose every group steps in Python: subclasses give _python_step(group)."""
+
+    def step(self, closure=None):
+        loss = _loss_of(closure)
+        with no_grad():
+            for group in self.param_groups:
+                self._python_step(group)
+        return loss
