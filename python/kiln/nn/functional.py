@@ -1,7 +1,8 @@
 """kiln.nn.functional: torch.nn.functional's names over Kiln's ops (most are the ops
 themselves; the rest are compositions of ops, so autograd, graphs and jit see ordinary ops).
 `import kiln.nn.functional as F` and `from kiln.nn import functional as F` both work."""
-from .. import _C
+from .. import _C, no_grad
+from ._functional_more import _reduce
 
 
 def _inplace(input, out, inplace):
@@ -287,16 +288,6 @@ def _reduction(size_average, reduce, reduction):
     return out
 
 
-def _reduce(loss, reduction, who):
-    if reduction == "none":
-        return loss
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    raise _C.ValueError(f"[{who}] reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
-
-
 def relu(input, inplace=False):
     return _inplace(input, _C.relu(input), inplace)
 
@@ -382,7 +373,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     the looked-up rows of weight in place first."""
     if max_norm is not None:
         from .. import linalg
-        with _no_grad():
+        with no_grad():
             idx = input.reshape(-1).to(_C.int64)
             rows = _C.index_select(weight, 0, idx)
             norms = linalg.vector_norm(rows, norm_type, -1, True)
@@ -395,15 +386,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
         mask = (input == pad).unsqueeze(-1)
         out = _C.where(mask, out.detach(), out)
     return out
-
-
-class _no_grad:
-    def __enter__(self):
-        self._prev = _C.is_grad_enabled()
-        _C._set_grad_enabled(False)
-
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self._prev)
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):

@@ -3,20 +3,11 @@ autograd history and returns it; the distributions, gains and fan computations a
 import math
 import warnings
 
-from .. import _C
-
-
-class _no_grad:
-    def __enter__(self):
-        self._prev = _C.is_grad_enabled()
-        _C._set_grad_enabled(False)
-
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self._prev)
+from .. import _C, no_grad
 
 
 def _fill(tensor, values):
-    with _no_grad():
+    with no_grad():
         tensor.detach().copy_(values.to(tensor.dtype) if values.dtype != tensor.dtype else values)
     return tensor
 
@@ -91,7 +82,7 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
         warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. "
                       "The distribution of values may be incorrect.", stacklevel=2)
     shape, dt = _shape(tensor), _float(tensor)
-    with _no_grad():
+    with no_grad():
         v = _C.randn(*shape, dtype=dt) * std + mean
         for _ in range(1000):
             bad = (v < a) | (v > b)
@@ -102,7 +93,7 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
 
 
 def constant_(tensor, val):
-    with _no_grad():
+    with no_grad():
         tensor.detach().fill_(val)
     return tensor
 

@@ -3,7 +3,7 @@ are scaled (or clamped) in place and the total norm is returned as a tensor."""
 import math
 import warnings
 
-from ... import _C
+from ... import _C, no_grad
 
 
 def _grads(parameters):
@@ -24,7 +24,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     max_norm, norm_type = float(max_norm), float(norm_type)
     if not grads:
         return _C.tensor(0.0)
-    with _NoGrad():
+    with no_grad():
         if math.isinf(norm_type):
             norms = [g.detach().abs().max() for g in grads]
             total = norms[0] if len(norms) == 1 else _C.stack(norms).max()
@@ -51,15 +51,6 @@ def clip_grad_norm(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False
 def clip_grad_value_(parameters, clip_value):
     """Clamps every gradient element to [-clip_value, clip_value] in place."""
     clip_value = float(clip_value)
-    with _NoGrad():
+    with no_grad():
         for g in _grads(parameters):
             g.detach().copy_(_C.clamp(g.detach(), -clip_value, clip_value))
-
-
-class _NoGrad:
-    def __enter__(self):
-        self._prev = _C.is_grad_enabled()
-        _C._set_grad_enabled(False)
-
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self._prev)

@@ -1,7 +1,7 @@
 """weight_norm and spectral_norm (torch.nn.utils'): a module's weight recomputed before each
 forward from new parameters (g and v; or weight_orig with power-iteration buffers u and v),
 under torch's state_dict names, and their removal."""
-from ... import _C
+from ... import _C, no_grad
 from ..modules.module import Parameter
 
 
@@ -60,26 +60,23 @@ def weight_norm(module, name="weight", dim=0):
     return module
 
 
-def remove_weight_norm(module, name="weight"):
+def _remove_hook(module, name, kind, what):
+    """Undoes weight_norm or spectral_norm: the hook of `kind` on parameter `name` restores
+    a plain parameter and is unregistered."""
     for k, hook in list(module._forward_pre_hooks.items()):
-        if isinstance(hook, WeightNorm) and hook.name == name:
+        if isinstance(hook, kind) and hook.name == name:
             hook.remove(module)
             del module._forward_pre_hooks[k]
             return module
-    raise _C.ValueError(f"[remove_weight_norm] weight_norm of '{name}' not found in {module}")
+    raise _C.ValueError(f"[remove_{what}] {what} of '{name}' not found in {module}")
+
+
+def remove_weight_norm(module, name="weight"):
+    return _remove_hook(module, name, WeightNorm, "weight_norm")
 
 
 def _normalize(v, eps):
     return v / _C.clamp_min((v * v).sum().sqrt(), eps)
-
-
-class _NoGrad:
-    def __enter__(self):
-        self._prev = _C.is_grad_enabled()
-        _C._set_grad_enabled(False)
-
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self._prev)
 
 
 class SpectralNorm:
@@ -103,7 +100,7 @@ class SpectralNorm:
         v = getattr(module, self.name + "_v")
         mat = self.reshape_weight_to_matrix(weight)
         if do_power_iteration:
-            with _NoGrad():
+            with no_grad():
                 m = mat.detach()
                 for _ in range(self.n_power_iterations):
                     v.copy_(_normalize(_C.matmul(m.t(), u), self.eps))
@@ -117,7 +114,7 @@ class SpectralNorm:
                            self.compute_weight(module, do_power_iteration=module.training))
 
     def remove(self, module):
-        with _NoGrad():
+        with no_grad():
             weight = self.compute_weight(module, do_power_iteration=False)
         object.__delattr__(module, self.name)
         del module._buffers[self.name + "_u"]
@@ -135,7 +132,7 @@ class SpectralNorm:
         weight = module._parameters.get(name)
         if weight is None:
             raise _C.ValueError(f"[spectral_norm] module has no parameter '{name}'")
-        with _NoGrad():
+        with no_grad():
             mat = fn.reshape_weight_to_matrix(weight.detach())
             h, w = mat.shape
             u = _normalize(_C.randn(h, dtype=weight.dtype), eps)
@@ -160,9 +157,4 @@ def spectral_norm(module, name="weight", n_power_iterations=1, eps=1e-12, dim=No
 
 
 def remove_spectral_norm(module, name="weight"):
-    for k, hook in list(module._forward_pre_hooks.items()):
-        if isinstance(hook, SpectralNorm) and hook.name == name:
-            hook.remove(module)
-            del module._forward_pre_hooks[k]
-            return module
-    raise _C.ValueError(f"[remove_spectral_norm] spectral_norm of '{name}' not found in {module}")
+    return _remove_hook(module, name, SpectralNorm, "spectral_norm")
