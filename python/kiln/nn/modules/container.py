@@ -26,41 +26,24 @@ class Container(Module):
             self.add_module(key, value)
 
 
-class Sequential(Module):
-    """Modules applied in order: Sequential(m0, m1, ...) or Sequential(OrderedDict(name=m))."""
+class _ModuleSequence(Module):
+    """What Sequential and ModuleList share: children named '0', '1', ... in order, renumbered
+    after an insert or a deletion, as torch's."""
+    _who = None  # the name errors start with
 
-    def __init__(self, *modules):
-        super().__init__()
-        if len(modules) == 1 and isinstance(modules[0], (OrderedDict, dict)):
-            for k, m in modules[0].items():
-                self.add_module(k, m)
-        else:
-            for i, m in enumerate(modules):
-                self.add_module(str(i), m)
+    def _at(self, i):
+        return list(self._modules.values())[_index(i, len(self), self._who)]
 
-    def forward(self, input):
-        for m in self._modules.values():
-            input = m(input)
-        return input
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return Sequential(OrderedDict(list(self._modules.items())[i]))
-        return list(self._modules.values())[_index(i, len(self), "Sequential")]
-
-    def __setitem__(self, i, module):
-        key = list(self._modules)[_index(i, len(self), "Sequential")]
-        self.add_module(key, module)
+    def _renumber(self, modules):
+        self._modules.clear()
+        for j, m in enumerate(modules):
+            self._modules[str(j)] = m
 
     def __delitem__(self, i):
         keys = list(self._modules)
-        for k in (keys[i] if isinstance(i, slice) else [keys[_index(i, len(keys), "Sequential")]]):
+        for k in (keys[i] if isinstance(i, slice) else [keys[_index(i, len(keys), self._who)]]):
             del self._modules[k]
-        # Renumber, as torch does, so keys stay 0..n-1.
-        items = list(self._modules.values())
-        self._modules.clear()
-        for j, m in enumerate(items):
-            self._modules[str(j)] = m
+        self._renumber(list(self._modules.values()))
 
     def __len__(self):
         return len(self._modules)
@@ -80,56 +63,57 @@ class Sequential(Module):
     def insert(self, index, module):
         items = list(self._modules.values())
         items.insert(index, module)
-        self._modules.clear()
-        for j, m in enumerate(items):
-            self._modules[str(j)] = m
+        self._renumber(items)
+
+
+class Sequential(_ModuleSequence):
+    """Modules applied in order: Sequential(m0, m1, ...) or Sequential(OrderedDict(name=m))."""
+    _who = "Sequential"
+
+    def __init__(self, *modules):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], (OrderedDict, dict)):
+            for k, m in modules[0].items():
+                self.add_module(k, m)
+        else:
+            for i, m in enumerate(modules):
+                self.add_module(str(i), m)
+
+    def forward(self, input):
+        for m in self._modules.values():
+            input = m(input)
+        return input
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Sequential(OrderedDict(list(self._modules.items())[i]))
+        return self._at(i)
+
+    def __setitem__(self, i, module):
+        key = list(self._modules)[_index(i, len(self), self._who)]
+        self.add_module(key, module)
+
+    def insert(self, index, module):
+        super().insert(index, module)
         return self
 
 
-class ModuleList(Module):
+class ModuleList(_ModuleSequence):
     """A list of modules registered as children '0', '1', ..."""
+    _who = "ModuleList"
 
     def __init__(self, modules=None):
         super().__init__()
         if modules is not None:
             self.extend(modules)
 
-    def append(self, module):
-        self.add_module(str(len(self._modules)), module)
-        return self
-
-    def extend(self, modules):
-        for m in modules:
-            self.append(m)
-        return self
-
-    def insert(self, index, module):
-        items = list(self._modules.values())
-        items.insert(index, module)
-        self._modules.clear()
-        for j, m in enumerate(items):
-            self._modules[str(j)] = m
-
     def __getitem__(self, i):
         if isinstance(i, slice):
             return ModuleList(list(self._modules.values())[i])
-        return list(self._modules.values())[_index(i, len(self), "ModuleList")]
+        return self._at(i)
 
     def __setitem__(self, i, module):
-        self.add_module(str(_index(i, len(self), "ModuleList")), module)
-
-    def __delitem__(self, i):
-        items = list(self._modules.values())
-        del items[i]
-        self._modules.clear()
-        for j, m in enumerate(items):
-            self._modules[str(j)] = m
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def __len__(self):
-        return len(self._modules)
+        self.add_module(str(_index(i, len(self), self._who)), module)
 
     def __iadd__(self, modules):
         return self.extend(modules)
@@ -187,10 +171,20 @@ class ModuleDict(Module):
             self[k] = m
 
 
-def _as_param(value):
+def _set_param(module, key, value):
+    """A tensor (made a Parameter unless it is a leaf that requires grad) or None registered
+    as a parameter; anything else becomes a plain attribute, as torch's containers allow."""
     if isinstance(value, Tensor) and not (value.requires_grad and value.is_leaf):
-        return Parameter(value)
-    return value
+        value = Parameter(value)
+    if isinstance(value, Tensor) or value is None:
+        module.register_parameter(key, value)
+    else:
+        object.__setattr__(module, key, value)
+
+
+def _param_lines(pairs):
+    return "\n".join(f"({k}): Parameter containing: [{p.dtype} of size {tuple(p.shape)}]"
+                     for k, p in pairs if isinstance(p, Tensor))
 
 
 class ParameterList(Module):
@@ -202,20 +196,13 @@ class ParameterList(Module):
         if values is not None:
             self.extend(values)
 
-    def _set(self, key, value):
-        value = _as_param(value)
-        if isinstance(value, Tensor) or value is None:
-            self.register_parameter(key, value)
-        else:
-            object.__setattr__(self, key, value)
-
     def __getitem__(self, i):
         if isinstance(i, slice):
             return ParameterList([self[j] for j in range(len(self))[i]])
         return getattr(self, str(_index(i, len(self), "ParameterList")))
 
     def __setitem__(self, i, value):
-        self._set(str(_index(i, len(self), "ParameterList")), value)
+        _set_param(self, str(_index(i, len(self), "ParameterList")), value)
 
     def __len__(self):
         return self._size
@@ -229,7 +216,7 @@ class ParameterList(Module):
     def append(self, value):
         n = self._size
         object.__setattr__(self, "_size", n + 1)
-        self._set(str(n), value)
+        _set_param(self, str(n), value)
         return self
 
     def extend(self, values):
@@ -238,8 +225,7 @@ class ParameterList(Module):
         return self
 
     def extra_repr(self):
-        return "\n".join(f"({i}): Parameter containing: [{p.dtype} of size {tuple(p.shape)}]"
-                         for i, p in enumerate(self) if isinstance(p, Tensor))
+        return _param_lines(enumerate(self))
 
 
 class ParameterDict(Module):
@@ -257,11 +243,7 @@ class ParameterDict(Module):
     def __setitem__(self, key, value):
         if key not in self._keys:
             self._keys.append(key)
-        value = _as_param(value)
-        if isinstance(value, Tensor) or value is None:
-            self.register_parameter(key, value)
-        else:
-            object.__setattr__(self, key, value)
+        _set_param(self, key, value)
 
     def __delitem__(self, key):
         self._keys.remove(key)
@@ -303,5 +285,4 @@ class ParameterDict(Module):
             self[k] = v
 
     def extra_repr(self):
-        return "\n".join(f"({k}): Parameter containing: [{p.dtype} of size {tuple(p.shape)}]"
-                         for k, p in self.items() if isinstance(p, Tensor))
+        return _param_lines(self.items())

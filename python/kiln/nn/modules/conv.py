@@ -4,7 +4,8 @@ import math
 
 from ... import _C
 from .. import init
-from .module import Module, Parameter, _device_str
+from .linear import _weight_and_bias
+from .module import Module, _device_str
 
 
 def _ntuple(v, n):
@@ -52,11 +53,7 @@ class _ConvNd(Module):
             shape = (in_channels, out_channels // groups) + self.kernel_size
         else:
             shape = (out_channels, in_channels // groups) + self.kernel_size
-        self.weight = Parameter(_C.empty(*shape, dtype=dt))
-        if bias:
-            self.bias = Parameter(_C.empty(out_channels, dtype=dt))
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, shape, bias, out_channels, dt)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -111,34 +108,28 @@ class _ConvNd(Module):
         return s
 
 
-class Conv1d(_ConvNd):
+class _Conv(_ConvNd):
+    """Conv1d, Conv2d and Conv3d: torch's signature, differing only in _n."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         False, 0, groups, bias, padding_mode, device, dtype)
+
+
+class Conv1d(_Conv):
     """1-D convolution over [N, C, L]; weight [out, in/groups, k]."""
     _n = 1
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         False, 0, groups, bias, padding_mode, device, dtype)
 
-
-class Conv2d(_ConvNd):
+class Conv2d(_Conv):
     """2-D convolution over [N, C, H, W]; weight [out, in/groups, kH, kW]."""
     _n = 2
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         False, 0, groups, bias, padding_mode, device, dtype)
 
-
-class Conv3d(_ConvNd):
+class Conv3d(_Conv):
     """3-D convolution over [N, C, D, H, W]; weight [out, in/groups, kD, kH, kW]."""
     _n = 3
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         False, 0, groups, bias, padding_mode, device, dtype)
 
 
 class _ConvTransposeNd(_ConvNd):

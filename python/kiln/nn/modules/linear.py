@@ -13,6 +13,16 @@ def _factory(device, dtype, op):
     return dtype or _C.float32
 
 
+def _weight_and_bias(m, weight_shape, bias, bias_size, dt):
+    """Registers the uninitialized weight and the bias (or a None bias) that torch's layers
+    create before their reset_parameters() fills them."""
+    m.weight = Parameter(_C.empty(*weight_shape, dtype=dt))
+    if bias:
+        m.bias = Parameter(_C.empty(bias_size, dtype=dt))
+    else:
+        m.register_parameter("bias", None)
+
+
 class Identity(Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -29,11 +39,7 @@ class Linear(Module):
         super().__init__()
         dt = _factory(device, dtype, type(self).__name__)
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(_C.empty(out_features, in_features, dtype=dt))
-        if bias:
-            self.bias = Parameter(_C.empty(out_features, dtype=dt))
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, (out_features, in_features), bias, out_features, dt)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -60,11 +66,8 @@ class Bilinear(Module):
         dt = _factory(device, dtype, type(self).__name__)
         self.in1_features, self.in2_features = in1_features, in2_features
         self.out_features = out_features
-        self.weight = Parameter(_C.empty(out_features, in1_features, in2_features, dtype=dt))
-        if bias:
-            self.bias = Parameter(_C.empty(out_features, dtype=dt))
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, (out_features, in1_features, in2_features), bias, out_features,
+                         dt)
         bound = 1 / math.sqrt(in1_features)
         init.uniform_(self.weight, -bound, bound)
         if self.bias is not None:

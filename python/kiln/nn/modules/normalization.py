@@ -5,6 +5,16 @@ from .. import init
 from .module import Module, Parameter, _device_str
 
 
+def _affine(m, shape, on, dt):
+    """The learned scale and shift: weight ones and bias zeros of `shape`, or both None."""
+    if on:
+        m.weight = Parameter(_C.ones(*shape, dtype=dt))
+        m.bias = Parameter(_C.zeros(*shape, dtype=dt))
+    else:
+        m.register_parameter("weight", None)
+        m.register_parameter("bias", None)
+
+
 class _NormBase(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, device=None, dtype=None):
@@ -13,12 +23,7 @@ class _NormBase(Module):
         dt = dtype or _C.float32
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(_C.ones(num_features, dtype=dt))
-            self.bias = Parameter(_C.zeros(num_features, dtype=dt))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, (num_features,), affine, dt)
         if track_running_stats:
             self.register_buffer("running_mean", _C.zeros(num_features, dtype=dt))
             self.register_buffer("running_var", _C.ones(num_features, dtype=dt))
@@ -101,12 +106,7 @@ class LayerNorm(Module):
             normalized_shape = (normalized_shape,)
         self.normalized_shape = tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(_C.ones(*self.normalized_shape, dtype=dt))
-            self.bias = Parameter(_C.zeros(*self.normalized_shape, dtype=dt))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, self.normalized_shape, elementwise_affine, dt)
 
     def forward(self, input):
         return _C.layer_norm(input, list(self.normalized_shape), self.weight, self.bias, self.eps)
@@ -128,12 +128,7 @@ class GroupNorm(Module):
                                 f"num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps, self.affine = (num_groups, num_channels,
                                                                      eps, affine)
-        if affine:
-            self.weight = Parameter(_C.ones(num_channels, dtype=dt))
-            self.bias = Parameter(_C.zeros(num_channels, dtype=dt))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine(self, (num_channels,), affine, dt)
 
     def forward(self, input):
         return _C.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)

@@ -34,6 +34,13 @@ class _Fn(Module):
         return ", ".join(f"{k}={v!r}" for k, v in self._kw.items())
 
 
+def _nd(base, n, fn):
+    """The n-D form of a 1-D (or 3-D) module: the same arguments and repr, fn the functional
+    it calls (MaxPool2d beside MaxPool1d)."""
+    name = base.__name__[:-2] + f"{n}d"
+    return type(name, (base,), {"_fn": staticmethod(fn), "_n": n, "__doc__": f"torch.nn.{name}."})
+
+
 class MaxPool1d(_Fn):
     _fn = staticmethod(_C.max_pool1d)
     _repr = ("kernel_size={kernel_size}, stride={stride}, padding={padding}, "
@@ -46,12 +53,8 @@ class MaxPool1d(_Fn):
                          dilation=dilation, ceil_mode=ceil_mode, return_indices=return_indices)
 
 
-class MaxPool2d(MaxPool1d):
-    _fn = staticmethod(_C.max_pool2d)
-
-
-class MaxPool3d(MaxPool1d):
-    _fn = staticmethod(_C.max_pool3d)
+MaxPool2d = _nd(MaxPool1d, 2, _C.max_pool2d)
+MaxPool3d = _nd(MaxPool1d, 3, _C.max_pool3d)
 
 
 class AvgPool1d(_Fn):
@@ -67,6 +70,7 @@ class AvgPool1d(_Fn):
 
 
 class AvgPool3d(_Fn):
+    """torch.nn.AvgPool3d (AvgPool2d is its 2-D form; AvgPool1d keeps torch's 1-tuples)."""
     _fn = staticmethod(_C.avg_pool3d)
     _repr = "kernel_size={kernel_size}, stride={stride}, padding={padding}"
 
@@ -93,14 +97,8 @@ class MaxUnpool1d(_Fn):
         return type(self)._fn(input, indices, output_size=output_size, **self._kw)
 
 
-class MaxUnpool2d(MaxUnpool1d):
-    _fn = staticmethod(_C.max_unpool2d)
-    _n = 2
-
-
-class MaxUnpool3d(MaxUnpool1d):
-    _fn = staticmethod(_C.max_unpool3d)
-    _n = 3
+MaxUnpool2d = _nd(MaxUnpool1d, 2, _C.max_unpool2d)
+MaxUnpool3d = _nd(MaxUnpool1d, 3, _C.max_unpool3d)
 
 
 class LPPool1d(_Fn):
@@ -113,8 +111,7 @@ class LPPool1d(_Fn):
                          ceil_mode=ceil_mode)
 
 
-class LPPool2d(LPPool1d):
-    _fn = staticmethod(_C.lp_pool2d)
+LPPool2d = _nd(LPPool1d, 2, _C.lp_pool2d)
 
 
 class AdaptiveAvgPool1d(_Fn):
@@ -125,12 +122,8 @@ class AdaptiveAvgPool1d(_Fn):
         super().__init__(output_size=output_size)
 
 
-class AdaptiveAvgPool2d(AdaptiveAvgPool1d):
-    _fn = staticmethod(_C.adaptive_avg_pool2d)
-
-
-class AdaptiveAvgPool3d(AdaptiveAvgPool1d):
-    _fn = staticmethod(_C.adaptive_avg_pool3d)
+AdaptiveAvgPool2d = _nd(AdaptiveAvgPool1d, 2, _C.adaptive_avg_pool2d)
+AdaptiveAvgPool3d = _nd(AdaptiveAvgPool1d, 3, _C.adaptive_avg_pool3d)
 
 
 class AdaptiveMaxPool1d(_Fn):
@@ -141,12 +134,8 @@ class AdaptiveMaxPool1d(_Fn):
         super().__init__(output_size=output_size, return_indices=return_indices)
 
 
-class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
-    _fn = staticmethod(_C.adaptive_max_pool2d)
-
-
-class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
-    _fn = staticmethod(_C.adaptive_max_pool3d)
+AdaptiveMaxPool2d = _nd(AdaptiveMaxPool1d, 2, _C.adaptive_max_pool2d)
+AdaptiveMaxPool3d = _nd(AdaptiveMaxPool1d, 3, _C.adaptive_max_pool3d)
 
 
 class PixelShuffle(_Fn):
@@ -288,9 +277,7 @@ class FractionalMaxPool2d(Module):
                               self.return_indices, _random_samples=self._random_samples)
 
 
-class FractionalMaxPool3d(FractionalMaxPool2d):
-    _fn = staticmethod(F.fractional_max_pool3d)
-    _n = 3
+FractionalMaxPool3d = _nd(FractionalMaxPool2d, 3, F.fractional_max_pool3d)
 
 
 class CrossMapLRN2d(Module):
@@ -327,8 +314,7 @@ class CrossMapLRN2d(Module):
         return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
 
 
-class AvgPool2d(AvgPool3d):
-    _fn = staticmethod(_C.avg_pool2d)
+AvgPool2d = _nd(AvgPool3d, 2, _C.avg_pool2d)
 
 
 class UpsamplingNearest2d(Upsample):
