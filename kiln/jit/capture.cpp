@@ -86,8 +86,11 @@ TensorList CaptureScope::handle(const OpDef& op, std::span<const Tensor> inputs,
                                 const Attrs& attrs) {
   TensorList ins(inputs.begin(), inputs.end());
   bool sym = false, foreign = false;
+  // While a while_loop's body is built inside the trace (an input capture hook is active), its
+  // values are the trace's too: a parameter the body reads (an RNN's bias) is captured state.
+  const bool in_body = input_capture() != nullptr;
   for (const auto& t : ins)
-    if (t.defined() && t.is_symbolic()) (Graph::of(t) == g_ ? sym : foreign) = true;
+    if (t.defined() && t.is_symbolic()) (in_body || Graph::of(t) == g_ ? sym : foreign) = true;
   // An op of another graph (a pass, a graph the function builds itself) is not the trace's.
   if (!foreign)
     for (auto& t : ins) {
