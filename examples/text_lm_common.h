@@ -116,6 +116,30 @@ inline Tensor uniform_init(const Shape& s, double bound) {
   return sub(mul(rand(s), 2.0 * bound), bound);
 }
 
+/// The character LSTM (examples/char_lstm.cpp): embedding, one LSTM layer, linear head. Under
+/// jit a varying length runs the LSTM's time loop as one while_loop.
+class CharLSTM : public CharModel {
+ public:
+  CharLSTM(int64_t vocab, int64_t emb, int64_t hidden)
+      : lstm_(nn::RNNOptions{.input_size = emb, .hidden_size = hidden, .batch_first = true}) {
+    emb_ = normal_init({vocab, emb});
+    register_parameter("emb.weight", &emb_);
+    register_module("lstm", &lstm_);
+    const double b = 1.0 / std::sqrt(static_cast<double>(hidden));
+    head_w_ = uniform_init({vocab, hidden}, b), head_b_ = uniform_init({vocab}, b);
+    register_parameter("head.weight", &head_w_);
+    register_parameter("head.bias", &head_b_);
+  }
+  Tensor logits(const Tensor& ids) override {
+    auto [out, state] = lstm_(embedding(emb_, ids));  // [B, T, H]
+    return linear(out, head_w_, head_b_);
+  }
+
+ private:
+  Tensor emb_, head_w_, head_b_;
+  nn::LSTM lstm_;
+};
+
 /// GPT: token + position embeddings (N(0, 1), as nn.Embedding), pre-LN blocks, final LayerNorm,
 /// untied linear head.
 class GPT : public CharModel {
