@@ -138,7 +138,7 @@ void init_interop(py::module_& m, TensorClass& cls);
 void init_ops_math(py::module_& m, TensorClass& cls);
 void init_ops_nn(py::module_& m, TensorClass& cls);
 void init_ops_shape(py::module_& m, TensorClass& cls);
-void init_ops_ext(py::module_& m, TensorClass& cls);
+void init_ops_math_losses(py::module_& m, TensorClass& cls);
 void init_ops_reduce_linalg(py::module_& m, TensorClass& cls);
 void init_autograd(py::module_& m, TensorClass& cls);
 void init_graph(py::module_& m);

@@ -19,7 +19,7 @@ PYBIND11_MODULE(_C, m) {
   init_ops_math(m, cls);
   init_ops_nn(m, cls);
   init_ops_shape(m, cls);
-  init_ops_ext(m, cls);
+  init_ops_math_losses(m, cls);
   init_ops_conv_pool(m, cls);
   init_ops_reduce_linalg(m, cls);
   init_autograd(m, cls);

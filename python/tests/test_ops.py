@@ -289,7 +289,7 @@ CASES.update({
     "soft_margin_loss": (lambda: kiln.soft_margin_loss(t(A), t(np.sign(B)), reduction="none"),
                          lambda: np.log1p(np.exp(-A * np.sign(B)))),
 })
-# Losses compared with torch (every reduction, weights, edge cases) in test_ops_elementwise_ext.py.
+# Losses compared with torch (every reduction, weights, edge cases) in test_ops_math_losses.py.
 TORCH_COMPARED = {"cosine_embedding_loss", "hinge_embedding_loss", "multilabel_soft_margin_loss",
                   "poisson_nll_loss", "gaussian_nll_loss", "triplet_margin_loss"}
 

@@ -1,7 +1,7 @@
-// The ops of issue #21's elementwise and loss part as kiln.<op>(...) and Tensor methods, with
-// torch's names, argument names and defaults: rounding, fmod / remainder, trigonometric and
-// hyperbolic functions, isnan & co, bitwise ops, lerp / addcmul / addcdiv, clamp_min / max, the
-// extra activations and losses.
+// The more elementwise math, the piecewise activations and the losses as kiln.<op>(...) and
+// Tensor methods, with torch's names, argument names and defaults: rounding, fmod / remainder,
+// trigonometric and hyperbolic functions, isnan & co, bitwise ops, lerp / addcmul / addcdiv,
+// clamp_min / max, the extra activations and losses.
 #include <cmath>
 
 #include "common.h"
@@ -59,7 +59,7 @@ Tensor other_of(const Tensor& a, py::handle b) {
 
 }  // namespace
 
-void init_ops_ext(py::module_& m, TensorClass& cls) {
+void init_ops_math_losses(py::module_& m, TensorClass& cls) {
   struct Unary {
     const char* name;
     Tensor (*f)(const Tensor&);

@@ -1,7 +1,8 @@
-# The elementwise ops, activations and losses of issue #21 against torch 1.13: forward values
-# (NaN, inf and negative-zero edge cases included), result dtypes for integer inputs, gradients
-# through backward() against torch autograd, loss reductions, weights and label smoothing, the
-# Tensor methods and nn modules, and the errors for bad input.
+# The more elementwise math (rounding, fmod, trigonometry, bitwise, ...), the piecewise
+# activations and the losses against torch 1.13: forward values (NaN, inf and negative-zero edge
+# cases included), result dtypes for integer inputs, gradients through backward() against torch
+# autograd, loss reductions, weights and label smoothing, the Tensor methods and nn modules, and
+# the errors for bad input.
 import math
 
 import numpy as np

@@ -1,7 +1,7 @@
-// Samples for the ops of kiln/ops/elementwise_ext.cpp, activation_ext.cpp and loss_ext.cpp's
-// binary_cross_entropy: rounding, fmod / remainder, trigonometric and hyperbolic functions,
-// classification (isnan ...), nan_to_num, bitwise ops, lerp and the extra activations. References
-// are plain double math through ref_elementwise.
+// Samples for the ops of kiln/ops/elementwise_math.cpp, bitwise_ops.cpp, activation_piecewise.cpp
+// and losses.cpp's binary_cross_entropy: rounding, fmod / remainder, trigonometric and
+// hyperbolic functions, classification (isnan ...), nan_to_num, bitwise ops, lerp and the extra
+// activations. References are plain double math through ref_elementwise.
 #include <cmath>
 #include <cstdint>
 
