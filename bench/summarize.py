@@ -34,11 +34,12 @@ def main(path):
         lower = metric in LOWER_IS_BETTER
         torch_vals = [statistics.median(v) for (impl, _), v in g.items() if impl.startswith("pytorch")]
         best_torch = (min(torch_vals) if lower else max(torch_vals)) if torch_vals else None
-        # Rows without a PyTorch side (DIST, kiln_dist_bench; HEAL) compare with their own
-        # reference in the same run: raw MPI_Allreduce, one process on all the threads, or eager.
+        # Rows without a PyTorch side (DIST, kiln_dist_bench; HEAL; SYM) compare with their own
+        # reference in the same run: raw MPI_Allreduce, one process on all the threads, eager,
+        # or (SYM) the per-length static jit version.
         ref_vals = [statistics.median(v) for (impl, mode), v in g.items()
                     if impl == "mpi" or mode.startswith("1proc") or (w == "HEAL" and mode == "eager")
-                    or (w == "CONV" and mode == "best")]
+                    or (w == "CONV" and mode == "best") or (w == "SYM" and mode == "jit_static")]
         ref_mark = ""
         if best_torch is None and ref_vals:
             best_torch, ref_mark = ref_vals[0], " (ref)"
