@@ -3,6 +3,7 @@
 // height of 1; asymmetric and SAME padding become an explicit pad.
 #include <cmath>
 
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/onnx/onnx_internal.h"
 
 namespace kiln::onnx::detail {
@@ -278,6 +279,17 @@ KILN_ONNX_OP(MaxPool) {
   ceil_extend(n, x, w);
   own_pad = own_pad && symmetric(w);
   if (own_pad) return TL{cast(unlift(max_pool_nd(xf, w, w.pad_begin), lifted), dt)};
+  // Asymmetric pads (ceil_mode's overhang) below the kernel: Kiln's values-only pool that
+  // skips padded positions, no padded copy of the input (which block_layout keeps in blocks).
+  bool below = nd == 2 && w.dilation == Ints(2, 1);
+  for (size_t d = 0; d < nd; ++d)
+    below = below && w.pad_begin[d] < w.kernel[d] && w.pad_end[d] < w.kernel[d];
+  if (below) {
+    static const auto& pool = kiln::detail::OpRegistry::get().at("max_pool2d_values");
+    Tensor y = kiln::detail::call1(
+        pool, {xf}, kiln::detail::Attrs{w.kernel, w.stride, w.pad_begin, w.pad_end, int64_t{0}});
+    return TL{cast(unlift(y, lifted), dt)};
+  }
   Tensor xp = pad_hw(xf, w.pad_begin, w.pad_end, -INFINITY);
   return TL{cast(unlift(max_pool_nd(xp, w, Ints(nd, 0)), lifted), dt)};
 }

@@ -1,9 +1,17 @@
 // Inference ops on channel-blocked activations [N, C/b, H, W, b] (oneDNN's nChw{b}c, which the
 // block_layout pass keeps between convolutions): the global average pool and the per-channel
-// scale of a squeeze-excite block. The generic mean and broadcast mul read these layouts with
-// strided inner loops (efficientnet_b0, batch 1: 62 and 49 us a call against 5-10 here), so a
-// network's SE blocks cost more in blocks than the copies back to NCHW they saved.
+// scale of a squeeze-excite block, and a max pool with asymmetric padding (ceil_mode). The generic
+// mean and broadcast mul read these layouts with strided inner loops (efficientnet_b0, batch 1: 62
+// and 49 us a call against 5-10 here), so a network's SE blocks cost more in blocks than the copies
+// back to NCHW they saved.
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/ops/op_util.h"
@@ -105,6 +113,138 @@ const OpDef& kScaleChannelsBlocked = def_op(
      .doc =
          "inference x * s of channel-blocked x [N, C/b, H, W, b] and a per-channel s "
          "[N or 1, C/b, 1, 1, b] (a squeeze-excite scale; what block_layout makes of that mul)"});
+
+// ---- max_pool2d_values: values-only max pooling, padding per side, NCHW or blocked -----------
+// Attributes: kernel, stride, pad_begin, pad_end (2 values each: H, W) and block (0: NCHW [N, C,
+// H, W], else [N, C/b, H, W, b]). Padded positions are skipped (as padding with -inf), so
+// ONNX's asymmetric and ceil_mode pools (googlenet's, 13 per image) need no padded copy of
+// their input (an extra pass over it) and no int64 indices, and stay in channel blocks.
+
+struct PadPool {
+  int64_t kH, kW, sH, sW, pt, pl, pb, pr, block;
+};
+
+PadPool pad_pool_params(const char* op, const Attrs& a) {
+  const auto &k = a.ints(0), &s = a.ints(1), &b = a.ints(2), &e = a.ints(3);
+  if (k.size() != 2 || s.size() != 2 || b.size() != 2 || e.size() != 2)
+    fail(op, "kernel, stride, pad_begin and pad_end need 2 values each");
+  PadPool p{k[0], k[1], s[0], s[1], b[0], b[1], e[0], e[1], a.i(4)};
+  if (p.kH <= 0 || p.kW <= 0 || p.sH <= 0 || p.sW <= 0 || p.kH > (1 << 20) || p.kW > (1 << 20) ||
+      p.sH > (1 << 20) || p.sW > (1 << 20))
+    fail(op, "kernel and stride must be positive, got ", Shape(k), " and ", Shape(s));
+  // Below the kernel, every window holds at least one input element.
+  if (p.pt < 0 || p.pl < 0 || p.pb < 0 || p.pr < 0 || p.pt >= p.kH || p.pb >= p.kH ||
+      p.pl >= p.kW || p.pr >= p.kW)
+    fail(op, "pads ", Shape(b), " / ", Shape(e), " must be non-negative and below the kernel ",
+         Shape(k));
+  if (p.block != 0 && p.block != 8 && p.block != 16)
+    fail(op, "block must be 0 (NCHW), 8 or 16, got ", p.block);
+  return p;
+}
+
+// The max over one window of B-lane vectors: max_pool2d's rule, a larger value or a NaN takes
+// the place (a NaN already there stays).
+template <typename T, int64_t B>
+inline void window_max(const T* xp, int64_t W, int64_t h0, int64_t h1, int64_t w0, int64_t w1,
+                       T* out) {
+#ifdef __AVX2__
+  if constexpr (std::is_same_v<T, float> && B % 8 == 0) {
+    __m256 best[B / 8];
+    for (int64_t k = 0; k < B / 8; ++k) best[k] = _mm256_set1_ps(-INFINITY);
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) {
+        const float* v = xp + (ih * W + iw) * B;
+        for (int64_t k = 0; k < B / 8; ++k) {
+          const __m256 m = _mm256_max_ps(best[k], _mm256_loadu_ps(v + 8 * k));
+          best[k] = _mm256_blendv_ps(m, best[k], _mm256_cmp_ps(best[k], best[k], _CMP_UNORD_Q));
+        }
+      }
+    for (int64_t k = 0; k < B / 8; ++k) _mm256_storeu_ps(out + 8 * k, best[k]);
+    return;
+  }
+#endif
+  // v > m ? v : m is a max instruction, no branch (random data mispredicts half the
+  // compares: 4.7 ns an element); a NaN is tracked apart and wins at the end.
+  T best[B];
+  bool nan[B];
+  for (int64_t i = 0; i < B; ++i) best[i] = -std::numeric_limits<T>::infinity(), nan[i] = false;
+  for (int64_t ih = h0; ih < h1; ++ih)
+    for (int64_t iw = w0; iw < w1; ++iw) {
+      const T* v = xp + (ih * W + iw) * B;
+      for (int64_t i = 0; i < B; ++i) {
+        best[i] = v[i] > best[i] ? v[i] : best[i];
+        nan[i] |= v[i] != v[i];
+      }
+    }
+  for (int64_t i = 0; i < B; ++i) out[i] = nan[i] ? std::numeric_limits<T>::quiet_NaN() : best[i];
+}
+
+// B (lanes per position) a constant, so the lane loops vectorize.
+template <typename T, int64_t B>
+void max_pool_pad(const Tensor& x, Tensor& y, const PadPool& p) {
+  const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
+  const int64_t planes = x.size(0) * x.size(1);
+  const T* px = x.data_ptr<T>();
+  T* py = y.data_ptr<T>();
+  const PadPool q = p;  // by value: no reload of the geometry after each store
+  parallel_for(planes, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, OH * OW * B)),
+               [&](int64_t b0, int64_t e0) {
+                 for (int64_t pl = b0; pl < e0; ++pl) {
+                   const T* xp = px + pl * H * W * B;
+                   T* yp = py + pl * OH * OW * B;
+                   for (int64_t oh = 0; oh < OH; ++oh) {
+                     const int64_t h0 = std::max<int64_t>(oh * q.sH - q.pt, 0);
+                     const int64_t h1 = std::min(oh * q.sH - q.pt + q.kH, H);
+                     for (int64_t ow = 0; ow < OW; ++ow) {
+                       const int64_t w0 = std::max<int64_t>(ow * q.sW - q.pl, 0);
+                       const int64_t w1 = std::min(ow * q.sW - q.pl + q.kW, W);
+                       window_max<T, B>(xp, W, h0, h1, w0, w1, yp + (oh * OW + ow) * B);
+                     }
+                   }
+                 }
+               });
+}
+
+const OpDef& kMaxPool2dValues = def_op(
+    {.name = "max_pool2d_values",
+     .num_inputs = 1,
+     .attr_names = {"kernel", "stride", "pad_begin", "pad_end", "block"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const char* op = "max_pool2d_values";
+           const PadPool p = pad_pool_params(op, a);
+           const Shape& s = in[0].shape();
+           if (p.block) {
+             require_blocked(op, in[0], "input");
+             if (s[4] != p.block) fail(op, "input ", s, " is not in blocks of ", p.block);
+           } else if (s.rank() != 4) {
+             fail(op, "input must be 4-D [N, C, H, W], got shape ", s);
+           }
+           op_util::require_float(op, in[0]);
+           if (s[2] == 0 || s[3] == 0) fail(op, "input must have a non-empty plane, got ", s);
+           Shape ys = s;
+           if (s[2] >= 0) ys[2] = (s[2] + p.pt + p.pb - p.kH) / p.sH + 1;
+           if (s[3] >= 0) ys[3] = (s[3] + p.pl + p.pr - p.kW) / p.sW + 1;
+           if (ys[2] == 0 || ys[3] == 0 || (s[2] >= 0 && s[2] + p.pt + p.pb < p.kH) ||
+               (s[3] >= 0 && s[3] + p.pl + p.pr < p.kW))
+             fail(op, "the kernel ", p.kH, "x", p.kW, " does not fit the padded input ", s);
+           return one(in[0].dtype(), ys);
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           const PadPool p = pad_pool_params("max_pool2d_values", a);
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d_values", [&] {
+             if (p.block == 16)
+               max_pool_pad<scalar_t, 16>(in[0], out[0], p);
+             else if (p.block == 8)
+               max_pool_pad<scalar_t, 8>(in[0], out[0], p);
+             else
+               max_pool_pad<scalar_t, 1>(in[0], out[0], p);
+           });
+         },
+     .contiguous_inputs = true,
+     .doc = "inference 2-D max pooling, values only, with padding per side (padded positions "
+            "skipped), of NCHW or channel-blocked [N, C/b, H, W, b] input (block attribute)"});
 
 }  // namespace
 }  // namespace kiln

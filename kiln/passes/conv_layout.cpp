@@ -23,7 +23,7 @@ using Ints = std::vector<int64_t>;
 // Ops this pass rewrites besides those kiln/ops/handles.h names.
 const OpHandle mean_op{"mean"}, mean_hw_blocked{"mean_hw_blocked"},
     scale_channels_blocked{"scale_channels_blocked"}, sigmoid_op{"sigmoid"},
-    hardswish_op{"hardswish"};
+    hardswish_op{"hardswish"}, max_pool2d_values{"max_pool2d_values"};
 
 const TensorMeta& meta(ValueRef v) { return v.node->outputs[static_cast<size_t>(v.index)]; }
 
@@ -413,6 +413,31 @@ int block_layout(Program& p) {
       ++changed;
       out.push_back(std::move(up));
       continue;
+    }
+    // The padded max pool (ONNX's ceil_mode and asymmetric pools) on blocks.
+    if (n->is(max_pool2d_values) && n->attrs.i(4) == 0 && is_blocked(n->inputs[0]) &&
+        n->outputs[0].shape.is_static()) {
+      n->attrs = with_attr(n->attrs, 4, b);
+      blocked[n] = n->outputs[0].shape;
+      n->outputs[0].shape = bshape(n->outputs[0].shape);
+      ++changed;
+      out.push_back(std::move(up));
+      continue;
+    }
+    // A concatenation of blocked values along whole channel blocks is one along C/b: the
+    // branches of an inception module or a fire module stay blocked.
+    if (n->is(ops::cat) && n->outputs[0].shape.is_static() && n->outputs[0].shape.rank() == 4 &&
+        (n->attrs.i(0) == 1 || n->attrs.i(0) == -3) && !n->inputs.empty()) {
+      bool all = true;
+      for (const auto& in : n->inputs) all = all && is_blocked(in);
+      if (all) {
+        n->attrs = Attrs{int64_t{1}};
+        blocked[n] = n->outputs[0].shape;
+        n->outputs[0].shape = bshape(n->outputs[0].shape);
+        ++changed;
+        out.push_back(std::move(up));
+        continue;
+      }
     }
     // A global average pool of a blocked value (mean over H and W, kept): over the blocked
     // value's dims 2 and 3 it gives [N, C/b, 1, 1, b], the bytes of [N, C, 1, 1] (the squeeze
