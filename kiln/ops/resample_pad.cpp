@@ -81,13 +81,10 @@ Tensor resample_matrix(int64_t out, int64_t in, Resample mode, bool align_corner
   }
   return tensor(m, {out, in}).to(dt);
 }
-}  // namespace
 
-// Resizing is linear and separable: one [out, in] matrix per resized axis, applied as a GEMM
-// over all the other dims (gradients are those of matmul).
-Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string& mode,
-                   bool align_corners, std::vector<double> scale_factor,
-                   bool recompute_scale_factor) {
+// The resampling of `mode` after torch's checks of the mode, align_corners and the input's rank
+// and dtype.
+Resample resample_mode(const Tensor& x, const std::string& mode, bool align_corners) {
   const char* op = "interpolate";
   if (!x.defined()) fail(op, "input is an undefined tensor");
   Resample rm;
@@ -120,12 +117,20 @@ Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string
     fail(op, "mode \"", mode, "\" expects ", need ? std::to_string(need) : std::string("3-D to 5"),
          "-D input [N, C, spatial...], got shape ", x.shape());
   if (!is_floating(x.dtype())) fail(op, "input must be floating point, got ", x.dtype(), x.shape());
+  return rm;
+}
+
+// The output's spatial sizes from `size` or `scale_factor` (one value, or one per spatial dim),
+// and per dim the scale torch's kernels index with (1/scale_factor, or 0: in / out).
+Ints output_sizes(const Tensor& x, const Ints& size, const std::vector<double>& scale_factor,
+                  bool recompute_scale_factor, std::vector<double>& scales) {
+  const char* op = "interpolate";
   const int64_t nd = x.dim() - 2;
   if (size.empty() == scale_factor.empty())
     fail(op, "exactly one of size and scale_factor must be given, got size ", Shape(size), " and ",
          scale_factor.size(), " scale factors");
   Ints o;
-  std::vector<double> scales(static_cast<size_t>(nd), 0.0);
+  scales.assign(static_cast<size_t>(nd), 0.0);
   for (int64_t d = 0; d < nd; ++d) {
     const int64_t in = x.size(d + 2);
     if (in <= 0) fail(op, "needs static, non-empty spatial dims, got shape ", x.shape());
@@ -152,29 +157,38 @@ Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string
       fail(op, "resizing ", x.shape(), " to ", Shape(o),
            " needs resampling matrices over 2^28 elements");
   }
-  // Axis d's matrix A: y = A applied along that dim. The last dim multiplies from the right;
-  // the others by moving the dim last... as [.., in, rest] @ from the left.
+  return o;
+}
+
+// y with the resampling matrix A ([out, in]) applied along `dim`: the last dim multiplies from
+// the right; another as [..., in, rest merged] from the left.
+Tensor resample_axis(const Tensor& y, int64_t dim, const Tensor& A) {
+  if (dim == y.dim() - 1) return matmul(y, transpose(A, 0, 1));
+  const Shape ys = y.shape();
+  Shape merged;
+  for (int64_t k = 0; k <= dim; ++k) merged.push_back(ys[k]);
+  merged.push_back(-1);
+  Shape back = ys;
+  back[dim] = A.size(0);
+  return reshape(matmul(A, reshape(y, merged)), back);
+}
+}  // namespace
+
+// Resizing is linear and separable: one [out, in] matrix per resized axis, applied as a GEMM
+// over all the other dims (gradients are those of matmul).
+Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string& mode,
+                   bool align_corners, std::vector<double> scale_factor,
+                   bool recompute_scale_factor) {
+  const Resample rm = resample_mode(x, mode, align_corners);
+  std::vector<double> scales;
+  const Ints o = output_sizes(x, size, scale_factor, recompute_scale_factor, scales);
   Tensor y = x;
-  for (int64_t d = 0; d < nd; ++d) {
+  for (int64_t d = 0; d < x.dim() - 2; ++d) {
     const int64_t in = x.size(d + 2), out = o[static_cast<size_t>(d)];
-    const bool identity = out == in && (rm == Resample::Nearest || rm == Resample::Area);
-    if (identity) continue;
-    Tensor A =
-        resample_matrix(out, in, rm, align_corners, scales[static_cast<size_t>(d)], x.dtype());
-    const int64_t dim = d + 2;
-    if (dim == y.dim() - 1) {
-      y = matmul(y, transpose(A, 0, 1));
-    } else {
-      // [N, C, ..., in, rest...] -> [N, C, ..., in, R] (rest merged) -> A @ -> back
-      Shape ys = y.shape();
-      Shape merged;
-      for (int64_t k = 0; k <= dim; ++k) merged.push_back(ys[k]);
-      merged.push_back(-1);
-      Tensor z = matmul(A, reshape(y, merged));
-      Shape back = ys;
-      back[dim] = out;
-      y = reshape(z, back);
-    }
+    if (out == in && (rm == Resample::Nearest || rm == Resample::Area)) continue;  // identity
+    y = resample_axis(
+        y, d + 2,
+        resample_matrix(out, in, rm, align_corners, scales[static_cast<size_t>(d)], x.dtype()));
   }
   return y.is_same(x) ? clone(y) : y;
 }
