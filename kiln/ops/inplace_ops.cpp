@@ -92,12 +92,12 @@ static bool castable_into(DType r, DType s) {
   return !is_floating(r);
 }
 
-Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
-                       std::span<const Tensor> inputs, const Attrs& attrs) {
+// Undefined or dead operands refuse the write: a tensor cannot turn dead in place, and a dead
+// one has no buffer to write.
+static void check_operands(const char* name, const Tensor& self, std::span<const Tensor> inputs) {
   if (!self.defined()) fail(name, "the tensor to write into is undefined");
   for (const auto& t : inputs)
     if (!t.defined()) fail(name, "operand is undefined (tensor shape ", self.shape(), ")");
-  // A tensor cannot turn dead in place, and a dead one has no buffer to write.
   if (self.is_dead())
     fail(name, "the tensor to write into (", self.dtype(), self.shape(),
          ") is dead: it lies on the untaken side of an eager switch_");
@@ -105,50 +105,40 @@ Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
     if (t.is_dead())
       fail(name, "an operand (", t.dtype(), t.shape(),
            ") is dead: it lies on the untaken side of an eager switch_");
-  bool symbolic = self.is_symbolic() || capturing();
-  for (const auto& t : inputs) symbolic = symbolic || t.is_symbolic();
-  // Under a JIT trace the tracer records a write into a concrete tensor (traced_write.h).
-  if (symbolic && !self.is_symbolic())
-    if (TracedWriteHook h = traced_write_hook()) {
-      Tensor r = call1(op, inputs, attrs);
-      if (h(self, r)) return self;
-      symbolic = !r.is_concrete();
-    }
-  if (symbolic)
-    fail(name,
-         "in-place ops are eager-only; in a graph or a jitted function write the "
-         "out-of-place op and rebind (x = ",
-         op.name, "(x, ...)), tensor shape ", self.shape());
-  bool other_grad = false;
-  for (size_t k = 1; k < inputs.size(); ++k) other_grad = other_grad || inputs[k].requires_grad();
-  const bool with_grad =
-      grad_mode_enabled() && (self.requires_grad() || other_grad || base_requires_grad(self));
-  if (with_grad) {
-    // torch's rule: a leaf that requires grad cannot change under autograd (its gradient would
-    // belong to a value that no longer exists). Views are written through (their base gets a
-    // new history; see engine.cpp).
-    if (self.requires_grad() && self.is_leaf())
-      fail(name, "a leaf tensor that requires grad (shape ", self.shape(),
-           ") cannot be modified in place in grad mode; use ", op.name,
-           "() or wrap the update in NoGradGuard");
-    if (!inputs[0].is_same(self))
-      fail(name, "with autograd the operands must have the tensor's dtype ", self.dtype(), " (got ",
-           inputs[0].dtype(), "); use ", op.name, "()");
-    Tensor r;
-    try {
-      r = call1(op, inputs, attrs);
-    } catch (const Error& e) {
-      fail(name, e.what());
-    }
-    if (r.shape() != self.shape())
-      fail(name, "result of shape ", r.shape(), " does not fit the tensor of shape ", self.shape(),
-           " it would be written into");
-    if (r.dtype() != self.dtype())
-      fail(name, "result of dtype ", r.dtype(), " cannot be written into a tensor of dtype ",
-           self.dtype(), " (shape ", self.shape(), ")");
-    write_result(name, self, r);
-    return self;
+}
+
+// With autograd the op runs out of place and its result becomes self's value and history.
+static void write_recorded(const char* name, Tensor& self, const OpDef& op,
+                           std::span<const Tensor> inputs, const Attrs& attrs) {
+  // torch's rule: a leaf that requires grad cannot change under autograd (its gradient would
+  // belong to a value that no longer exists). Views are written through (their base gets a
+  // new history; see engine.cpp).
+  if (self.requires_grad() && self.is_leaf())
+    fail(name, "a leaf tensor that requires grad (shape ", self.shape(),
+         ") cannot be modified in place in grad mode; use ", op.name,
+         "() or wrap the update in NoGradGuard");
+  if (!inputs[0].is_same(self))
+    fail(name, "with autograd the operands must have the tensor's dtype ", self.dtype(), " (got ",
+         inputs[0].dtype(), "); use ", op.name, "()");
+  Tensor r;
+  try {
+    r = call1(op, inputs, attrs);
+  } catch (const Error& e) {
+    fail(name, e.what());
   }
+  if (r.shape() != self.shape())
+    fail(name, "result of shape ", r.shape(), " does not fit the tensor of shape ", self.shape(),
+         " it would be written into");
+  if (r.dtype() != self.dtype())
+    fail(name, "result of dtype ", r.dtype(), " cannot be written into a tensor of dtype ",
+         self.dtype(), " (shape ", self.shape(), ")");
+  write_result(name, self, r);
+}
+
+// Without autograd: the op's inference checks the operands, then its kernel writes into self
+// directly where it can, else through a temporary.
+static void write_unrecorded(const char* name, Tensor& self, const OpDef& op,
+                             std::span<const Tensor> inputs, const Attrs& attrs) {
   NoGradGuard ng;
   MetaList metas;
   try {
@@ -181,6 +171,31 @@ Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
     op_util::copy_cast_kernel(r, self);
   }
   self.impl()->storage->bump_version();
+}
+
+Tensor& write_in_place(const char* name, Tensor& self, const OpDef& op,
+                       std::span<const Tensor> inputs, const Attrs& attrs) {
+  check_operands(name, self, inputs);
+  bool symbolic = self.is_symbolic() || capturing();
+  for (const auto& t : inputs) symbolic = symbolic || t.is_symbolic();
+  // Under a JIT trace the tracer records a write into a concrete tensor (traced_write.h).
+  if (symbolic && !self.is_symbolic())
+    if (TracedWriteHook h = traced_write_hook()) {
+      Tensor r = call1(op, inputs, attrs);
+      if (h(self, r)) return self;
+      symbolic = !r.is_concrete();
+    }
+  if (symbolic)
+    fail(name,
+         "in-place ops are eager-only; in a graph or a jitted function write the "
+         "out-of-place op and rebind (x = ",
+         op.name, "(x, ...)), tensor shape ", self.shape());
+  bool other_grad = false;
+  for (size_t k = 1; k < inputs.size(); ++k) other_grad = other_grad || inputs[k].requires_grad();
+  if (grad_mode_enabled() && (self.requires_grad() || other_grad || base_requires_grad(self)))
+    write_recorded(name, self, op, inputs, attrs);
+  else
+    write_unrecorded(name, self, op, inputs, attrs);
   return self;
 }
 
