@@ -860,6 +860,19 @@ Tensor repeat(const Tensor& a, const std::vector<int64_t>& reps) {
     fail("repeat", "needs at least one repeat count per dim: ", ints_str(reps), " for shape ",
          a.shape());
   const int64_t r = static_cast<int64_t>(reps.size()), lead = r - a.dim();
+  if (!a.shape().is_static()) {  // a dynamic dim: the same views with its size a symbol
+    for (int64_t rep : reps)
+      if (rep < 0) fail("repeat", "repeat counts must be >= 0, got ", ints_str(reps));
+    std::vector<SymInt> inter, expanded, out;
+    for (int64_t d = 0; d < r; ++d) {
+      const SymInt sz = d < lead ? SymInt(1) : sym_size(a, d - lead);
+      const int64_t rep = reps[static_cast<size_t>(d)];
+      inter.insert(inter.end(), {SymInt(1), sz});
+      expanded.insert(expanded.end(), {SymInt(rep), sz});
+      out.push_back(sz * rep);
+    }
+    return reshape_symint(expand_symint(reshape_symint(a, inter), expanded), out);
+  }
   // [1]*lead + shape, then [rep, 1, ...] interleaved: [.., 1, s_d, ..] expanded to [.., rep_d,
   // s_d, ..], reshaped to [.., rep_d * s_d, ..].
   Shape inter, expanded, out;

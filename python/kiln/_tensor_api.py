@@ -337,10 +337,14 @@ def _type_as(self, other):
     return self.to(other.dtype)
 
 
-def _new(make):
+def _new(make, fill=0.0):
     def new(self, *size, dtype=None, device=None, requires_grad=False, layout=None,
             pin_memory=False):
         _check_device(device, make.__name__)
+        if _has_sym(size):  # x.new_zeros(B, T) with T a dynamic size under kiln.jit
+            shape = size[0] if len(size) == 1 and type(size[0]) in (tuple, list) else size
+            r = _C._full_symint(tuple(shape), fill, dtype or self.dtype)
+            return _finish(r, requires_grad, None, "new")
         shape = _sizes(size, "new")
         return _finish(make(shape, dtype or self.dtype), requires_grad, None, "new")
     return new
@@ -349,6 +353,9 @@ def _new(make):
 def _new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False,
               layout=None, pin_memory=False):
     _check_device(device, "new_full")
+    if _has_sym(size):
+        r = _C._full_symint(tuple(size), float(fill_value), dtype or self.dtype)
+        return _finish(r, requires_grad, None, "new_full")
     return _finish(_C.full(tuple(size), fill_value, dtype=dtype or self.dtype), requires_grad,
                    None, "new_full")
 
@@ -655,7 +662,7 @@ def install(ns):
                      ("type_as", _type_as), ("bernoulli", _bernoulli_method),
                      ("multinomial", _multinomial_method),
                      ("new_zeros", _new(lambda s, d: _C.zeros(s, dtype=d))),
-                     ("new_ones", _new(lambda s, d: _C.ones(s, dtype=d))),
+                     ("new_ones", _new(lambda s, d: _C.ones(s, dtype=d), 1.0)),
                      ("new_empty", _new(lambda s, d: _C.empty(s, dtype=d))),
                      ("new_full", _new_full), ("new_tensor", _new_tensor),
                      ("nelement", lambda self: self.numel()), ("new", _legacy_new),

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "common.h"
+#include "kiln/dispatch/dispatch.h"
 
 namespace kiln::python {
 namespace {
@@ -97,7 +98,19 @@ class PyJit {
             break;
         }
       }
-      py::object r = (*fn)(*pargs);
+      py::object r;
+      try {
+        r = (*fn)(*pargs);
+      } catch (py::error_already_set& e) {
+        // Raised while tracing (the inputs are graph values): a kiln::Error the engine answers
+        // as for C++ code, by compiling for the concrete shape or running eagerly, where the
+        // function raises its own error again if it fails there too. Interrupts pass through.
+        bool tracing = kiln::detail::capturing();
+        for (size_t i = 0; i < n; ++i)
+          tracing = tracing || (a[i].kind == Arg::kTensor && a[i].t.is_symbolic());
+        if (!tracing || !e.matches(PyExc_Exception)) throw;
+        throw Error(str_cat("[jit] the function raised while tracing: ", e.what()));
+      }
       std::vector<Tensor> out;
       if (py::isinstance<Tensor>(r)) {
         (*structures)[1] = {Structure::kTensor, 1};

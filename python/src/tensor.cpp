@@ -136,6 +136,8 @@ TensorClass init_tensor(py::module_& m) {
       .def("__len__",
            [](const Tensor& t) {
              if (t.dim() == 0) raise(type_error_type(), "[len] len() of a 0-d tensor");
+             // A dynamic dim under jit: len() needs the number (a guard on its value).
+             if (t.size(0) < 0) return host_read(sym_size(t, 0).as_tensor(), "len").item<int64_t>();
              return t.size(0);
            })
       .def("__hash__", [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.impl()); })

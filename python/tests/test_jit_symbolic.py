@@ -173,3 +173,40 @@ def test_a_graph_built_by_hand_keeps_none_for_a_dynamic_dim():
     g = kiln.Graph()
     x = g.placeholder(kiln.float32, (None, 3), "x")
     assert x.shape == (None, 3)
+
+
+# Patterns a PyTorch user writes with a varying leading size: (fn, most compiles over 5 sizes).
+# Sizes that decide how many pieces there are (split/chunk by a fixed size, len()) guard on the
+# value, one version per size, as torch.compile does; every other pattern compiles twice.
+PATTERNS = {
+    "reflect_pad": (lambda x: F.pad(x.unsqueeze(0), (2, 2), mode="reflect").sum(), 2),
+    "replicate_pad": (lambda x: F.pad(x.unsqueeze(0), (1, 2), mode="replicate").sum(), 2),
+    "interpolate_scale": (lambda x: F.interpolate(x.unsqueeze(0), scale_factor=2.0).sum(), 2),
+    "interpolate_size": (lambda x: F.interpolate(x.unsqueeze(0), size=x.shape[-1] * 2,
+                                                 mode="linear").sum(), 2),
+    "tril_of_ones": (lambda x: (kiln.tril(kiln.ones(x.shape[0], x.shape[0])) @ x).sum(), 2),
+    "new_zeros": (lambda x: (x.new_zeros(x.shape[0], 3) + x[:, :3]).sum(), 2),
+    "new_full": (lambda x: (x.new_full((x.shape[0], 2), 2.0) * x[:, :2]).sum(), 2),
+    "repeat": (lambda x: x.repeat(2, 1).sum(1).sum(), 2),
+    "flatten": (lambda x: x.view(-1).sum() + x.reshape(x.shape[0] * x.shape[1]).sum(), 2),
+    "negative_slice": (lambda x: x[-x.shape[0] // 2:].sum(), 2),
+    "arange_float": (lambda x: (kiln.arange(x.shape[0], dtype=kiln.float32) * x[:, 0]).sum(), 2),
+    "mean_by_size": (lambda x: x.sum() / x.shape[0], 2),
+    "size_times_tensor": (lambda x: x.sum() * x.size(0), 2),
+    "transpose_view": (lambda x: x.t().contiguous().view(x.shape[1], x.shape[0]).sum(), 2),
+    "split_by_two": (lambda x: sum(p.sum() for p in x.split(2, dim=0)), 5),
+    "chunk": (lambda x: sum(c.sum() for c in x.chunk(2, dim=0)), 5),
+    "len": (lambda x: x.sum() * len(x), 5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_pytorch_patterns_over_varying_sizes(name):
+    fn, most = PATTERNS[name]
+    f = kiln.jit(fn)
+    for n in (6, 7, 8, 9, 10):
+        x = kiln.randn(n, 8)
+        assert f(x).item() == pytest.approx(fn(x).item(), rel=1e-4, abs=1e-4)
+    st = f.stats
+    assert st["compiles"] <= most and st["graph_breaks"] == 0, f.explain()
+    assert not st["eager_fallback"], f.explain()
