@@ -80,6 +80,7 @@ constexpr int64_t kTile = 256;
 // the arithmetic and loads of the next (W2 gelu at 2 threads: 1024 -> 38 GB/s, 128 -> 44).
 constexpr int64_t kStreamChunk = 128;
 constexpr int kMaxSpecs = 16;
+constexpr int kMaxInputs = 64;  // a program's inputs, at most (parse refuses more)
 constexpr int64_t kMaxPrograms = 1 << 16;
 
 struct Spec {
@@ -328,7 +329,7 @@ void interpret(const State& s, const Spec& sp, int64_t n, const void* const* in,
       in_place = o1 <= a0 || a1 <= o0;
     }
   }
-  const T* src[64];
+  const T* src[kMaxInputs];
   for (int k = 0; k < ni; ++k) src[k] = buf + k * kTile;
   T* o = static_cast<T*>(out[0]);
   for (int64_t i0 = 0; i0 < n; i0 += kTile) {
@@ -408,6 +409,151 @@ const Spec& spec_for(State& s, DType dtype, const DType* in_dt, uint64_t pattern
 
 constexpr int kMaxRank = 12;
 
+// How k_fused walks its output: in rows of `inner` elements, the row index running over the
+// outer dims dims[0..cut) (the output's dims of size > 1 that are not folded into the row).
+// Per input its strides over the output's dims (0 where it broadcasts); bit k of `pattern` is
+// set when input k advances along the row, clear when it is one value per row.
+struct RowPlan {
+  int64_t rank = 0;
+  int dims[kMaxRank];
+  int cut = 0;
+  int64_t inner = 1;
+  uint64_t pattern = 0;
+  SmallVec<int64_t, 8 * kMaxRank> st;
+  int64_t stride(int k, int d) const { return st[static_cast<size_t>(k * rank + d)]; }
+};
+
+// The rows of output shape S; an input strided along the innermost dim is made contiguous
+// first (one copy of it).
+RowPlan plan_rows(SmallVec<Tensor, 8>& in, const Shape& S) {
+  RowPlan pl;
+  const int ni = static_cast<int>(in.size());
+  const int64_t r = pl.rank = S.rank();
+  pl.st.resize(static_cast<size_t>(ni * r), 0);
+  auto fill_strides = [&](int k) {
+    const Tensor& t = in[static_cast<size_t>(k)];
+    int64_t tr = t.dim();
+    for (int64_t d = 0; d < r; ++d) {
+      int64_t td = d - (r - tr);
+      pl.st[static_cast<size_t>(k * r + d)] = td < 0 || t.shape()[td] == 1 ? 0 : t.strides()[td];
+    }
+  };
+  int nd = 0;
+  for (int64_t d = 0; d < r; ++d)
+    if (S[d] != 1) pl.dims[nd++] = static_cast<int>(d);
+  for (int k = 0; k < ni; ++k) {
+    fill_strides(k);
+    if (nd == 0) continue;
+    int64_t s0 = pl.stride(k, pl.dims[nd - 1]);
+    if (s0 != 0 && s0 != 1) {  // strided innermost: one contiguous copy of this input
+      in[static_cast<size_t>(k)] = in[static_cast<size_t>(k)].contiguous();
+      fill_strides(k);
+      s0 = pl.stride(k, pl.dims[nd - 1]);
+    }
+    if (s0 == 1) pl.pattern |= uint64_t(1) << k;
+  }
+  // Fold trailing dims into one inner run while every input keeps its mode across them.
+  pl.cut = nd;
+  if (nd > 0) {
+    pl.inner = S[pl.dims[nd - 1]];
+    pl.cut = nd - 1;
+    while (pl.cut > 0) {
+      int d = pl.dims[pl.cut - 1];
+      bool ok = true;
+      for (int k = 0; k < ni && ok; ++k) {
+        int64_t sd = pl.stride(k, d);
+        ok = ((pl.pattern >> k) & 1) ? sd == pl.inner : sd == 0;
+      }
+      if (!ok) break;
+      pl.inner *= S[d];
+      --pl.cut;
+    }
+  }
+  return pl;
+}
+
+// One call's data and work units: whole rows, or pieces of `chunk` elements of a row when there
+// are too few rows to share among the threads.
+struct Walk {
+  const RowPlan& plan;
+  const Shape& S;
+  int ni, no;
+  SmallVec<const char*, 8> base;  // per input: its first element
+  SmallVec<int64_t, 8> esz;       // per input: its element size
+  char* obase[kMaxOutputs];
+  int64_t oes = 0;  // the outputs' element size
+  int64_t per_row = 1, chunk = 0, units = 0;
+  bool stream = false;  // outputs large enough to write with streaming stores
+};
+
+void split_rows(Walk& w, int64_t numel) {
+  const int64_t inner = w.plan.inner, rows = numel / inner;
+  const int nt = get_num_threads();
+  int64_t per_row = 1;
+  if (rows < 4 * nt && numel >= kParallelGrain) {
+    per_row = (4 * nt + rows - 1) / rows;
+    per_row = std::min<int64_t>(per_row, std::max<int64_t>(1, inner / 1024));
+  }
+  int64_t chunk = (inner + per_row - 1) / per_row;
+  w.chunk = (chunk + 63) / 64 * 64;
+  w.per_row = (inner + w.chunk - 1) / w.chunk;
+  w.units = rows * w.per_row;
+}
+
+// Unit u's input and output pointers; returns its length.
+int64_t unit_pointers(const Walk& w, int64_t u, const void** p, void** op) {
+  const RowPlan& pl = w.plan;
+  const int64_t row = u / w.per_row, col = (u % w.per_row) * w.chunk;
+  // Row index -> offsets along the outer dims.
+  int64_t idx[kMaxRank];
+  int64_t rem = row;
+  for (int c = pl.cut - 1; c >= 0; --c) {
+    const int64_t sz = w.S[pl.dims[c]];
+    idx[c] = rem % sz;
+    rem /= sz;
+  }
+  for (int k = 0; k < w.ni; ++k) {
+    int64_t off = ((pl.pattern >> k) & 1) ? col : 0;
+    for (int c = 0; c < pl.cut; ++c) off += idx[c] * pl.stride(k, pl.dims[c]);
+    p[k] = w.base[static_cast<size_t>(k)] + off * w.esz[static_cast<size_t>(k)];
+  }
+  for (int k = 0; k < w.no; ++k) op[k] = w.obase[k] + (row * pl.inner + col) * w.oes;
+  return std::min(w.chunk, pl.inner - col);
+}
+
+// Large outputs: each sub-chunk is computed into a cached buffer, then streamed out.
+template <class Compute>
+void compute_streamed(const Walk& w, int64_t len, const void* const* p, void* const* op,
+                      const Compute& compute) {
+  alignas(64) char tmp[kMaxOutputs][kStreamChunk * 8];
+  void* tp[kMaxOutputs];
+  for (int k = 0; k < w.no; ++k) tp[k] = tmp[k];
+  const void* q[kMaxInputs];
+  for (int64_t off = 0; off < len; off += kStreamChunk) {
+    const int64_t m = std::min(kStreamChunk, len - off);
+    for (int k = 0; k < w.ni; ++k)
+      q[k] = static_cast<const char*>(p[k]) +
+             (((w.plan.pattern >> k) & 1) ? off * w.esz[static_cast<size_t>(k)] : 0);
+    compute(m, q, tp);
+    for (int k = 0; k < w.no; ++k)
+      cpu::stream_copy(static_cast<char*>(op[k]) + off * w.oes, tmp[k], m * w.oes);
+  }
+}
+
+template <class Compute>
+void run_units(const Walk& w, int64_t u0, int64_t u1, const Compute& compute) {
+  const void* p[kMaxInputs];
+  void* op[kMaxOutputs];
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t len = unit_pointers(w, u, p, op);
+    if (w.stream)
+      compute_streamed(w, len, p, op, compute);
+    else
+      compute(len, p, op);
+  }
+  if (w.stream) cpu::stream_fence();
+}
+
 void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs& a) {
   State& s = state_for(a);
   const int ni = s.prog.num_inputs;
@@ -419,80 +565,23 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
   Tensor& o = out[0];
   const DType dt = o.dtype();
   const Shape& S = o.shape();
-  const int64_t r = S.rank();
-  if (r > kMaxRank) fail("fused", "rank ", r, " is above ", kMaxRank);
+  if (S.rank() > kMaxRank) fail("fused", "rank ", S.rank(), " is above ", kMaxRank);
   if (o.numel() == 0) return;
   SmallVec<Tensor, 8> in(in_raw.begin(), in_raw.end());
   SmallVec<DType, 8> in_dt;
   for (const auto& t : in) in_dt.push_back(t.dtype());
-  // Per input, strides over the output's dims (0 where it broadcasts).
-  SmallVec<int64_t, 8 * kMaxRank> st(static_cast<size_t>(ni * r), 0);
-  auto fill_strides = [&](int k) {
-    const Tensor& t = in[static_cast<size_t>(k)];
-    int64_t tr = t.dim();
-    for (int64_t d = 0; d < r; ++d) {
-      int64_t td = d - (r - tr);
-      st[static_cast<size_t>(k * r + d)] = td < 0 || t.shape()[td] == 1 ? 0 : t.strides()[td];
-    }
-  };
-  int dims[kMaxRank];
-  int nd = 0;
-  for (int64_t d = 0; d < r; ++d)
-    if (S[d] != 1) dims[nd++] = static_cast<int>(d);
-  uint64_t pattern = 0;
-  int64_t inner = 1;
+  const RowPlan plan = plan_rows(in, S);
+  const Spec& sp = spec_for(s, dt, in_dt.data(), plan.pattern);
+  Walk w{plan, S, ni, no};
   for (int k = 0; k < ni; ++k) {
-    fill_strides(k);
-    if (nd == 0) continue;
-    int64_t s0 = st[static_cast<size_t>(k * r + dims[nd - 1])];
-    if (s0 != 0 && s0 != 1) {  // strided innermost: one contiguous copy of this input
-      in[static_cast<size_t>(k)] = in[static_cast<size_t>(k)].contiguous();
-      fill_strides(k);
-      s0 = st[static_cast<size_t>(k * r + dims[nd - 1])];
-    }
-    if (s0 == 1) pattern |= uint64_t(1) << k;
+    w.base.push_back(static_cast<const char*>(in[static_cast<size_t>(k)].raw_data()));
+    w.esz.push_back(static_cast<int64_t>(dtype_size(in_dt[static_cast<size_t>(k)])));
   }
-  // Fold trailing dims into one inner run while every input keeps its mode across them.
-  int cut = nd;
-  if (nd > 0) {
-    inner = S[dims[nd - 1]];
-    cut = nd - 1;
-    while (cut > 0) {
-      int d = dims[cut - 1];
-      bool ok = true;
-      for (int k = 0; k < ni && ok; ++k) {
-        int64_t sd = st[static_cast<size_t>(k * r + d)];
-        ok = ((pattern >> k) & 1) ? sd == inner : sd == 0;
-      }
-      if (!ok) break;
-      inner *= S[d];
-      --cut;
-    }
-  }
-  const Spec& sp = spec_for(s, dt, in_dt.data(), pattern);
-  SmallVec<const char*, 8> base;
-  SmallVec<int64_t, 8> esz;
-  for (int k = 0; k < ni; ++k) {
-    base.push_back(static_cast<const char*>(in[static_cast<size_t>(k)].raw_data()));
-    esz.push_back(static_cast<int64_t>(dtype_size(in_dt[static_cast<size_t>(k)])));
-  }
-  char* obase[kMaxOutputs];
   for (int k = 0; k < no; ++k)
-    obase[k] = static_cast<char*>(out[static_cast<size_t>(k)].raw_data());
-  const int64_t oes = static_cast<int64_t>(dtype_size(dt));
-  const int64_t rows = o.numel() / inner;
-  // Work units: whole rows, or pieces of rows when there are too few rows to share.
-  int nt = get_num_threads();
-  int64_t per_row = 1;
-  if (rows < 4 * nt && o.numel() >= kParallelGrain) {
-    per_row = (4 * nt + rows - 1) / rows;
-    per_row = std::min<int64_t>(per_row, std::max<int64_t>(1, inner / 1024));
-  }
-  int64_t chunk = (inner + per_row - 1) / per_row;
-  chunk = (chunk + 63) / 64 * 64;
-  per_row = (inner + chunk - 1) / chunk;
-  const int64_t units = rows * per_row;
-  const bool stream = o.numel() * oes >= cpu::kStreamBytes;
+    w.obase[k] = static_cast<char*>(out[static_cast<size_t>(k)].raw_data());
+  w.oes = static_cast<int64_t>(dtype_size(dt));
+  split_rows(w, o.numel());
+  w.stream = o.numel() * w.oes >= cpu::kStreamBytes;
   // One load per call: a kernel compiled in the background meanwhile takes over on the next.
   const KernelPtr gen = sp.fn.load(std::memory_order_acquire);
   auto compute = [&](int64_t n, const void* const* p, void* const* op) {
@@ -503,61 +592,8 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
     else
       interpret<double>(s, sp, n, p, op);
   };
-  auto run_units = [&](int64_t u0, int64_t u1) {
-    const void* ptr[64];
-    SmallVec<const void*, 8> ptr_big;
-    const void** p = ptr;
-    if (ni > 64) {
-      ptr_big.resize(static_cast<size_t>(ni));
-      p = ptr_big.data();
-    }
-    for (int64_t u = u0; u < u1; ++u) {
-      int64_t row = u / per_row, col = (u % per_row) * chunk;
-      int64_t len = std::min(chunk, inner - col);
-      // Row index -> offsets along the outer dims.
-      int64_t idx[kMaxRank];
-      int64_t rem = row;
-      for (int c = cut - 1; c >= 0; --c) {
-        int64_t sz = S[dims[c]];
-        idx[c] = rem % sz;
-        rem /= sz;
-      }
-      for (int k = 0; k < ni; ++k) {
-        int64_t off = ((pattern >> k) & 1) ? col : 0;
-        for (int c = 0; c < cut; ++c) off += idx[c] * st[static_cast<size_t>(k * r + dims[c])];
-        p[k] = base[static_cast<size_t>(k)] + off * esz[static_cast<size_t>(k)];
-      }
-      void* op[kMaxOutputs];
-      for (int k = 0; k < no; ++k) op[k] = obase[k] + (row * inner + col) * oes;
-      if (!stream) {
-        compute(len, p, op);
-        continue;
-      }
-      // Large outputs: compute a sub-chunk into a cached buffer, then stream it out.
-      alignas(64) char tmp[kMaxOutputs][kStreamChunk * 8];
-      void* tp[kMaxOutputs];
-      for (int k = 0; k < no; ++k) tp[k] = tmp[k];
-      const void* q[64];
-      SmallVec<const void*, 8> q_big;
-      const void** qq = q;
-      if (ni > 64) {
-        q_big.resize(static_cast<size_t>(ni));
-        qq = q_big.data();
-      }
-      for (int64_t off = 0; off < len; off += kStreamChunk) {
-        int64_t m = std::min(kStreamChunk, len - off);
-        for (int k = 0; k < ni; ++k)
-          qq[k] = static_cast<const char*>(p[k]) +
-                  (((pattern >> k) & 1) ? off * esz[static_cast<size_t>(k)] : 0);
-        compute(m, qq, tp);
-        for (int k = 0; k < no; ++k)
-          cpu::stream_copy(static_cast<char*>(op[k]) + off * oes, tmp[k], m * oes);
-      }
-    }
-    if (stream) cpu::stream_fence();
-  };
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, chunk));
-  parallel_for(units, grain, run_units);
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, w.chunk));
+  parallel_for(w.units, grain, [&](int64_t u0, int64_t u1) { run_units(w, u0, u1, compute); });
 }
 
 // Generic instructions compute in the group's dtype: their op must map it to itself and accept
@@ -722,7 +758,7 @@ Program parse(const std::string& text) {
     }
   }
   if (p.code.empty()) bad("empty");
-  if (p.num_inputs > 64) bad("more than 64 inputs");
+  if (p.num_inputs > kMaxInputs) bad(str_cat("more than ", kMaxInputs, " inputs"));
   const int last = static_cast<int>(p.code.size()) - 1;
   p.outputs = {last};
   for (int t : extra) {
