@@ -335,10 +335,14 @@ int block_layout(Program& p) {
     const size_t first = n->is(ops::conv2d_fused_add) ? 1 : 0;
     const Shape& xs = meta(n->inputs[first]).shape;
     if (!xs.is_static()) return false;
-    // Grouped: depthwise (oneDNN's dw kernels), or whole blocks of channels per group.
+    // Grouped: depthwise (oneDNN's dw kernels), or whole blocks of channels per group; on an
+    // input that arrives blocked (the dw kernels want one layout in and out: an NCHW input
+    // would be reordered inside the primitive on every call).
     const int64_t G = n->attrs.i(3), O = o.shape[1];
-    const int64_t C = is_blocked(n->inputs[first]) ? blocked.at(n->inputs[first].node)[1] : xs[1];
-    if (G != 1 && !(C == G && O == G && C % b == 0) && ((C / G) % b != 0 || (O / G) % b != 0))
+    const bool in_blocked = is_blocked(n->inputs[first]);
+    const int64_t C = in_blocked ? blocked.at(n->inputs[first].node)[1] : xs[1];
+    if (G != 1 && (!in_blocked ||
+                   (!(C == G && O == G && C % b == 0) && ((C / G) % b != 0 || (O / G) % b != 0))))
       return false;
     // One that the conv op runs as column spans (kernels/cpu/conv_taps.h: oneDNN would take
     // its gemm kernel over the whole map) stays NCHW, its weight OIHW.
