@@ -1,5 +1,5 @@
 // W9 on Kiln: an exported ONNX model imported into a Graph and run by a Session (all passes),
-// images/s over the median timed run. Usage: kiln_onnx_bench MODEL INPUT.npy THREADS
+// images/s over the median timed run. Usage: kiln_onnx_bench MODEL INPUT.npy THREADS [NAME]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,8 +14,8 @@
 using namespace kiln;
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: kiln_onnx_bench MODEL INPUT.npy THREADS\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: kiln_onnx_bench MODEL INPUT.npy THREADS [NAME]\n");
     return 2;
   }
   const int threads = std::stoi(argv[3]);
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   std::sort(times.begin(), times.end());
   const double med = times[times.size() / 2];
   const int64_t b = x.size(0);
-  bench::emit("W9", "resnet18_onnx", "kiln", "graph", threads,
+  bench::emit("W9", argc == 5 ? argv[4] : "resnet18_onnx", "kiln", "graph", threads,
               "{\"batch\": " + std::to_string(b) + "}", "images/s", static_cast<double>(b) / med);
   return 0;
 }

@@ -1,9 +1,15 @@
 #!/usr/bin/python3
 """W9, imported-CNN inference: exports a ResNet-18 (torchvision's layout: 7x7 stem, 4 stages of
 2 BasicBlocks, 64-512 channels, 1000 classes; the classes of tests/onnx/export_models.py) at
-224x224 for a given batch, and times PyTorch 1.13 eager on it.
+224x224 for a given batch, and times PyTorch 1.13 eager on it. Also the torchvision models of
+issue #38 (random weights, opset 17) beside onnxruntime-node.
   onnx_models.py export OUT_DIR BATCH     -> OUT_DIR/resnet18_b<BATCH>.onnx (+ input .npy)
-  onnx_models.py pytorch BATCH THREADS    -> one JSON line (images/s, median of timed runs)"""
+  onnx_models.py pytorch BATCH THREADS    -> one JSON line (images/s, median of timed runs)
+  onnx_models.py torchvision OUT_DIR BATCH NAME...  -> OUT_DIR/NAME_b<BATCH>.onnx, _x.npy, _y.npy
+  onnx_models.py table OUT_DIR BATCHES THREADS ROUNDS NAME...
+      -> Kiln (kiln_onnx_bench) and onnxruntime-node (onnx_ort.js) interleaved per model, batch
+         and thread count, ROUNDS rounds; JSON lines on stderr, a markdown table of the medians
+         (ms per batch) on stdout. BATCHES, THREADS: comma lists."""
 import json
 import os
 import resource
@@ -24,8 +30,83 @@ def model():
     return m.eval()
 
 
+VIDEO = ("r3d_18", "mc3_18", "r2plus1d_18")
+
+
+def torchvision_input(name, b):
+    if name in VIDEO:
+        return (b, 3, 16, 112, 112)
+    return (b, 3, 299, 299) if name == "inception_v3" else (b, 3, 224, 224)
+
+
+def export_torchvision(out, b, names):
+    import torchvision
+    os.makedirs(out, exist_ok=True)
+    for name in names:
+        path = os.path.join(out, f"{name}_b{b}.onnx")
+        if os.path.exists(path):
+            continue
+        torch.manual_seed(0)
+        mod = torchvision.models.video if name in VIDEO else torchvision.models
+        m = getattr(mod, name)().eval()
+        x = torch.randn(*torchvision_input(name, b))
+        with torch.no_grad():
+            y = m(x)
+        torch.onnx.export(m, (x,), path, opset_version=17, input_names=["x"],
+                          output_names=["y"])
+        np.save(os.path.join(out, f"{name}_b{b}_x.npy"), x.numpy())
+        np.save(os.path.join(out, f"{name}_b{b}_y.npy"), y.numpy())
+        print(f"exported {path}", file=sys.stderr)
+
+
+def table(out, batches, threads, rounds, names):
+    import subprocess
+    root = os.path.join(os.path.dirname(__file__), "..")
+    kiln = os.path.join(root, "build", "release", "bench", "kiln_onnx_bench")
+    node_path = os.path.join(root, "build", "node", "node_modules")
+    env = dict(os.environ, NODE_PATH=node_path)
+    rows = []
+    for b in batches:
+        export_torchvision(out, b, names)
+        for name in names:
+            model = os.path.join(out, f"{name}_b{b}.onnx")
+            chw = ",".join(str(d) for d in torchvision_input(name, b)[1:])
+            for t in threads:
+                got = {"kiln": [], "onnxruntime": []}
+                for _ in range(rounds):
+                    for impl, cmd in (
+                            ("kiln", [kiln, model, os.path.join(out, f"{name}_b{b}_x.npy"),
+                                      str(t), name]),
+                            ("onnxruntime", ["node", os.path.join(root, "bench", "onnx_ort.js"),
+                                             model, str(b), str(t), name, chw])):
+                        # Retried: on a shared host a rebuild may briefly replace libkiln.
+                        for attempt in range(3):
+                            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                            if r.returncode == 0:
+                                break
+                            print(f"# retry {cmd[0]}: {r.stderr.strip()[-200:]}", file=sys.stderr)
+                            time.sleep(20)
+                        r.check_returncode()
+                        line = r.stdout.strip().splitlines()[-1]
+                        print(line, file=sys.stderr, flush=True)
+                        got[impl].append(b / json.loads(line)["value"] * 1000)
+                k, o = statistics.median(got["kiln"]), statistics.median(got["onnxruntime"])
+                rows.append((name, b, t, k, o))
+    print("| model | batch | threads | Kiln ms | ORT ms | Kiln / ORT |")
+    print("|---|---|---|---|---|---|")
+    for name, b, t, k, o in rows:
+        print(f"| {name} | {b} | {t} | {k:.2f} | {o:.2f} | {k / o:.2f} |")
+
+
 def main():
     cmd = sys.argv[1]
+    if cmd == "torchvision":
+        export_torchvision(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
+        return
+    if cmd == "table":
+        table(sys.argv[2], [int(v) for v in sys.argv[3].split(",")],
+              [int(v) for v in sys.argv[4].split(",")], int(sys.argv[5]), sys.argv[6:])
+        return
     if cmd == "export":
         out, b = sys.argv[2], int(sys.argv[3])
         os.makedirs(out, exist_ok=True)
