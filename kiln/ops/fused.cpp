@@ -1,16 +1,15 @@
-// The `fused` op: program parsing, the per-program state table, the driver that walks the
-// output in rows (broadcast inputs read in place, never expanded) and the tile interpreter.
+// The `fused` op: the per-program state table, the driver that walks the output in rows
+// (broadcast inputs read in place, never expanded) and the tile interpreter; the program text
+// (which ops may be instructions, parsing) is fused_program.cpp's.
 // Generated code, when kiln/codegen is linked and a compiler exists, replaces the interpreter
 // for a (program, dtype, input pattern) specialization; results agree to rounding.
 #include "kiln/ops/fused.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <set>
 #include <unordered_map>
 
 #include "kiln/dispatch/dispatch.h"
@@ -24,63 +23,11 @@ using namespace kiln::detail;
 namespace kiln::detail::fused {
 namespace {
 
-enum Code : int {
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kPow,
-  kMax,
-  kMin,
-  kLt,
-  kLe,
-  kGt,
-  kGe,
-  kEq,
-  kNe,
-  kAnd,
-  kOr,
-  kNot,
-  kWhere,
-  kNeg,
-  kExp,
-  kLog,
-  kSqrt,
-  kRsqrt,
-  kAbs,
-  kSign,
-  kErf,
-  kClamp,
-  kRelu,
-  kLeaky,
-  kSigmoid,
-  kTanh,
-  kGelu,
-  kSilu,
-  kCopy,
-  kGeneric  // any other elementwise op: its kernel runs on the tile
-};
-
-const std::unordered_map<std::string, int>& codes() {
-  static const std::unordered_map<std::string, int> m = {
-      {"add", kAdd},         {"sub", kSub},         {"mul", kMul},       {"div", kDiv},
-      {"pow", kPow},         {"maximum", kMax},     {"minimum", kMin},   {"lt", kLt},
-      {"le", kLe},           {"gt", kGt},           {"ge", kGe},         {"eq", kEq},
-      {"ne", kNe},           {"logical_and", kAnd}, {"logical_or", kOr}, {"logical_not", kNot},
-      {"where", kWhere},     {"neg", kNeg},         {"exp", kExp},       {"log", kLog},
-      {"sqrt", kSqrt},       {"rsqrt", kRsqrt},     {"abs", kAbs},       {"sign", kSign},
-      {"erf", kErf},         {"clamp", kClamp},     {"relu", kRelu},     {"leaky_relu", kLeaky},
-      {"sigmoid", kSigmoid}, {"tanh", kTanh},       {"gelu", kGelu},     {"silu", kSilu},
-      {"clone", kCopy}};
-  return m;
-}
-
 constexpr int64_t kTile = 256;
 // Elements computed into cache before streaming out. Small pieces let the stores of one overlap
 // the arithmetic and loads of the next (W2 gelu at 2 threads: 1024 -> 38 GB/s, 128 -> 44).
 constexpr int64_t kStreamChunk = 128;
 constexpr int kMaxSpecs = 16;
-constexpr int kMaxInputs = 64;  // a program's inputs, at most (parse refuses more)
 constexpr int64_t kMaxPrograms = 1 << 16;
 
 struct Spec {
@@ -643,137 +590,6 @@ MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
 }
 
 }  // namespace
-
-bool native(const OpDef& op) { return codes().count(op.name) != 0; }
-
-bool supported(const OpDef& op) {
-  if (native(op)) return true;
-  return op.has(kElementwise) && op.has(kFusable) && op.kernel && !op.expr.empty() &&
-         op.num_outputs == 1 && op.num_inputs >= 1 && op.num_inputs <= 3;
-}
-
-bool bool_valued(const OpDef& op) {
-  static const std::set<std::string> names = {"lt", "le",          "gt",         "ge",         "eq",
-                                              "ne", "logical_and", "logical_or", "logical_not"};
-  return names.count(op.name) != 0;
-}
-
-std::string instr_text(const OpDef& op, const std::vector<std::string>& args, const Attrs& attrs) {
-  std::string s = op.name;
-  s += '(';
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (i) s += ',';
-    s += args[i];
-  }
-  for (size_t i = 0; i < attrs.size(); ++i) {
-    double v = 0;
-    if (auto* d = std::get_if<double>(&attrs[i]))
-      v = *d;
-    else if (auto* b = std::get_if<bool>(&attrs[i]))
-      v = *b ? 1 : 0;
-    else if (auto* n = std::get_if<int64_t>(&attrs[i]))
-      v = static_cast<double>(*n);
-    else
-      fail("fused", "op ", op.name, " has a non-numeric attribute");
-    char tmp[40];
-    std::snprintf(tmp, sizeof tmp, "%.17g", v);
-    s += (i ? "," : "|");
-    s += tmp;
-  }
-  return s + ")";
-}
-
-Program parse(const std::string& text) {
-  Program p;
-  p.text = text;
-  size_t pos = 0;
-  auto bad = [&](const std::string& why) -> void {
-    fail("fused", "malformed program at offset ", pos, " (", why, "): '", text, "'");
-  };
-  std::vector<int> extra;
-  while (pos < text.size()) {
-    if (text[pos] == '>') {  // the extra outputs, last segment
-      size_t a = pos + 1;
-      while (a <= text.size()) {
-        size_t c = text.find(',', a);
-        std::string tok = text.substr(a, c == std::string::npos ? std::string::npos : c - a);
-        if (tok.size() < 2 || tok[0] != 't' ||
-            tok.find_first_not_of("0123456789", 1) != std::string::npos)
-          bad(str_cat("bad output '", tok, "'"));
-        extra.push_back(std::stoi(tok.substr(1)));
-        if (c == std::string::npos) break;
-        a = c + 1;
-      }
-      pos = text.size();
-      break;
-    }
-    size_t lp = text.find('(', pos), rp = text.find(')', pos);
-    if (lp == std::string::npos || rp == std::string::npos || rp < lp) bad("expected op(...)");
-    Instr ins;
-    std::string name = text.substr(pos, lp - pos);
-    auto it = codes().find(name);
-    ins.op = OpRegistry::get().find(name);
-    if (!ins.op || !supported(*ins.op)) bad(str_cat("unknown op '", name, "'"));
-    ins.code = it != codes().end() ? it->second : kGeneric;
-    std::string body = text.substr(lp + 1, rp - lp - 1);
-    size_t bar = body.find('|');
-    std::string args = body.substr(0, bar),
-                attrs = bar == std::string::npos ? "" : body.substr(bar + 1);
-    size_t a = 0;
-    while (a < args.size()) {
-      size_t c = args.find(',', a);
-      std::string tok = args.substr(a, c == std::string::npos ? std::string::npos : c - a);
-      if (tok.size() < 2 || (tok[0] != 'i' && tok[0] != 't'))
-        bad(str_cat("bad argument '", tok, "'"));
-      int v = std::stoi(tok.substr(1));
-      if (tok[0] == 'i') {
-        ins.args.push_back(v);
-        p.num_inputs = std::max(p.num_inputs, v + 1);
-      } else {
-        if (v < 0 || v >= static_cast<int>(p.code.size())) bad(str_cat("forward reference ", tok));
-        ins.args.push_back(-1 - v);
-      }
-      if (c == std::string::npos) break;
-      a = c + 1;
-    }
-    a = 0;
-    while (a < attrs.size()) {
-      size_t c = attrs.find(',', a);
-      ins.attrs.push_back(
-          std::stod(attrs.substr(a, c == std::string::npos ? std::string::npos : c - a)));
-      if (c == std::string::npos) break;
-      a = c + 1;
-    }
-    size_t want =
-        ins.op->num_inputs < 0 ? ins.args.size() : static_cast<size_t>(ins.op->num_inputs);
-    if (ins.args.size() != want) bad(str_cat(name, " takes ", want, " arguments"));
-    if (ins.attrs.size() != ins.op->attr_names.size())
-      bad(str_cat(name, ": wrong attribute count"));
-    for (double v : ins.attrs) ins.kernel_attrs.push(v);
-    p.code.push_back(std::move(ins));
-    pos = rp + 1;
-    if (pos < text.size()) {
-      if (text[pos] != ';') bad("expected ';'");
-      ++pos;
-    }
-  }
-  if (p.code.empty()) bad("empty");
-  if (p.num_inputs > kMaxInputs) bad(str_cat("more than ", kMaxInputs, " inputs"));
-  const int last = static_cast<int>(p.code.size()) - 1;
-  p.outputs = {last};
-  for (int t : extra) {
-    if (t < 0 || t >= last) bad(str_cat("output t", t, " is not an instruction before the last"));
-    if (std::find(p.outputs.begin(), p.outputs.end(), t) != p.outputs.end())
-      bad(str_cat("output t", t, " listed twice"));
-    // Comparisons are bool values inside generated code; outputs share the group's float dtype.
-    if (bool_valued(*p.code[static_cast<size_t>(t)].op))
-      bad(str_cat("output t", t, " is a ", p.code[static_cast<size_t>(t)].op->name));
-    p.outputs.push_back(t);
-  }
-  if (static_cast<int>(p.outputs.size()) > kMaxOutputs)
-    bad(str_cat("more than ", kMaxOutputs, " outputs"));
-  return p;
-}
 
 int64_t register_program(const std::string& text) {
   std::lock_guard<std::mutex> lk(g_mu);

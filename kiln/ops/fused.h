@@ -14,11 +14,50 @@
 
 namespace kiln::detail::fused {
 
+/// Interpreter opcodes (Instr::code): the ops the tile interpreter has a loop of its own for
+/// (`native`); kGeneric runs any other supported op's kernel on the tile.
+enum Code : int {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kEq,
+  kNe,
+  kAnd,
+  kOr,
+  kNot,
+  kWhere,
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kAbs,
+  kSign,
+  kErf,
+  kClamp,
+  kRelu,
+  kLeaky,
+  kSigmoid,
+  kTanh,
+  kGelu,
+  kSilu,
+  kCopy,
+  kGeneric  // any other elementwise op: its kernel runs on the tile
+};
+
 /// One instruction: op (an elementwise OpDef), arguments (>= 0: group input k; < 0: the result
 /// of instruction -1-k), attribute values as doubles.
 struct Instr {
   const OpDef* op = nullptr;
-  int code = 0;  ///< interpreter opcode (generic: the op's own kernel runs on the tile)
+  int code = 0;  ///< interpreter opcode, a Code (kGeneric: the op's own kernel runs on the tile)
   std::vector<int> args;
   std::vector<double> attrs;
   Attrs kernel_attrs;  ///< attrs as the op's kernel reads them (generic instructions)
@@ -26,6 +65,8 @@ struct Instr {
 
 /// Most outputs a program may have (the last instruction and up to 7 more).
 constexpr int kMaxOutputs = 8;
+/// Most inputs a program may have (parse refuses more).
+constexpr int kMaxInputs = 64;
 
 /// A parsed program. Text form: "mul(i0,i1);add(t0,i2);gelu(t1|0)" — iK a group input, tK the
 /// result of instruction K, attributes after '|'. The last instruction is output 0; a final
