@@ -67,42 +67,44 @@ std::string instr_text(const OpDef& op, const std::vector<std::string>& args, co
   return s + ")";
 }
 
-Program parse(const std::string& text) {
-  Program p;
-  p.text = text;
+namespace {
+
+// The attribute values as the op's kernel reads them (doubles, in order).
+Attrs kernel_attrs(const std::vector<double>& values) {
+  Attrs a;
+  for (double v : values) a.push(v);
+  return a;
+}
+
+// Reads a program's text left to right; an error names the offset of the piece being read.
+struct Parser {
+  const std::string& text;
   size_t pos = 0;
-  auto bad = [&](const std::string& why) -> void {
+  Program p;
+
+  [[noreturn]] void bad(const std::string& why) const {
     fail("fused", "malformed program at offset ", pos, " (", why, "): '", text, "'");
-  };
-  std::vector<int> extra;
-  while (pos < text.size()) {
-    if (text[pos] == '>') {  // the extra outputs, last segment
-      size_t a = pos + 1;
-      while (a <= text.size()) {
-        size_t c = text.find(',', a);
-        std::string tok = text.substr(a, c == std::string::npos ? std::string::npos : c - a);
-        if (tok.size() < 2 || tok[0] != 't' ||
-            tok.find_first_not_of("0123456789", 1) != std::string::npos)
-          bad(str_cat("bad output '", tok, "'"));
-        extra.push_back(std::stoi(tok.substr(1)));
-        if (c == std::string::npos) break;
-        a = c + 1;
-      }
-      pos = text.size();
-      break;
+  }
+
+  // The last segment, ">t1,t3": instructions that are outputs 1, 2, ... as well.
+  std::vector<int> extra_outputs() const {
+    std::vector<int> extra;
+    size_t a = pos + 1;
+    while (a <= text.size()) {
+      size_t c = text.find(',', a);
+      std::string tok = text.substr(a, c == std::string::npos ? std::string::npos : c - a);
+      if (tok.size() < 2 || tok[0] != 't' ||
+          tok.find_first_not_of("0123456789", 1) != std::string::npos)
+        bad(str_cat("bad output '", tok, "'"));
+      extra.push_back(std::stoi(tok.substr(1)));
+      if (c == std::string::npos) break;
+      a = c + 1;
     }
-    size_t lp = text.find('(', pos), rp = text.find(')', pos);
-    if (lp == std::string::npos || rp == std::string::npos || rp < lp) bad("expected op(...)");
-    Instr ins;
-    std::string name = text.substr(pos, lp - pos);
-    auto it = codes().find(name);
-    ins.op = OpRegistry::get().find(name);
-    if (!ins.op || !supported(*ins.op)) bad(str_cat("unknown op '", name, "'"));
-    ins.code = it != codes().end() ? it->second : kGeneric;
-    std::string body = text.substr(lp + 1, rp - lp - 1);
-    size_t bar = body.find('|');
-    std::string args = body.substr(0, bar),
-                attrs = bar == std::string::npos ? "" : body.substr(bar + 1);
+    return extra;
+  }
+
+  // "i0,t1": group inputs and earlier instructions' results.
+  void read_args(const std::string& args, Instr& ins) {
     size_t a = 0;
     while (a < args.size()) {
       size_t c = args.find(',', a);
@@ -120,8 +122,23 @@ Program parse(const std::string& text) {
       if (c == std::string::npos) break;
       a = c + 1;
     }
-    a = 0;
-    while (a < attrs.size()) {
+  }
+
+  // One "op(args|attrs)" instruction, then its ';'.
+  void instruction() {
+    size_t lp = text.find('(', pos), rp = text.find(')', pos);
+    if (lp == std::string::npos || rp == std::string::npos || rp < lp) bad("expected op(...)");
+    Instr ins;
+    std::string name = text.substr(pos, lp - pos);
+    auto it = codes().find(name);
+    ins.op = OpRegistry::get().find(name);
+    if (!ins.op || !supported(*ins.op)) bad(str_cat("unknown op '", name, "'"));
+    ins.code = it != codes().end() ? it->second : kGeneric;
+    std::string body = text.substr(lp + 1, rp - lp - 1);
+    size_t bar = body.find('|');
+    read_args(body.substr(0, bar), ins);
+    const std::string attrs = bar == std::string::npos ? "" : body.substr(bar + 1);
+    for (size_t a = 0; a < attrs.size();) {
       size_t c = attrs.find(',', a);
       ins.attrs.push_back(
           std::stod(attrs.substr(a, c == std::string::npos ? std::string::npos : c - a)));
@@ -133,7 +150,7 @@ Program parse(const std::string& text) {
     if (ins.args.size() != want) bad(str_cat(name, " takes ", want, " arguments"));
     if (ins.attrs.size() != ins.op->attr_names.size())
       bad(str_cat(name, ": wrong attribute count"));
-    for (double v : ins.attrs) ins.kernel_attrs.push(v);
+    ins.kernel_attrs = kernel_attrs(ins.attrs);
     p.code.push_back(std::move(ins));
     pos = rp + 1;
     if (pos < text.size()) {
@@ -141,22 +158,44 @@ Program parse(const std::string& text) {
       ++pos;
     }
   }
-  if (p.code.empty()) bad("empty");
-  if (p.num_inputs > kMaxInputs) bad(str_cat("more than ", kMaxInputs, " inputs"));
-  const int last = static_cast<int>(p.code.size()) - 1;
-  p.outputs = {last};
-  for (int t : extra) {
-    if (t < 0 || t >= last) bad(str_cat("output t", t, " is not an instruction before the last"));
-    if (std::find(p.outputs.begin(), p.outputs.end(), t) != p.outputs.end())
-      bad(str_cat("output t", t, " listed twice"));
-    // Comparisons are bool values inside generated code; outputs share the group's float dtype.
-    if (bool_valued(*p.code[static_cast<size_t>(t)].op))
-      bad(str_cat("output t", t, " is a ", p.code[static_cast<size_t>(t)].op->name));
-    p.outputs.push_back(t);
+
+  // Output 0 is the last instruction; the extra ones come before it, once each, not bool.
+  void set_outputs(const std::vector<int>& extra) {
+    const int last = static_cast<int>(p.code.size()) - 1;
+    p.outputs = {last};
+    for (int t : extra) {
+      if (t < 0 || t >= last) bad(str_cat("output t", t, " is not an instruction before the last"));
+      if (std::find(p.outputs.begin(), p.outputs.end(), t) != p.outputs.end())
+        bad(str_cat("output t", t, " listed twice"));
+      // Comparisons are bool values inside generated code; outputs share the group's float
+      // dtype.
+      if (bool_valued(*p.code[static_cast<size_t>(t)].op))
+        bad(str_cat("output t", t, " is a ", p.code[static_cast<size_t>(t)].op->name));
+      p.outputs.push_back(t);
+    }
+    if (static_cast<int>(p.outputs.size()) > kMaxOutputs)
+      bad(str_cat("more than ", kMaxOutputs, " outputs"));
   }
-  if (static_cast<int>(p.outputs.size()) > kMaxOutputs)
-    bad(str_cat("more than ", kMaxOutputs, " outputs"));
-  return p;
+};
+
+}  // namespace
+
+Program parse(const std::string& text) {
+  Parser ps{text};
+  ps.p.text = text;
+  std::vector<int> extra;
+  while (ps.pos < text.size()) {
+    if (text[ps.pos] == '>') {  // the extra outputs, last segment
+      extra = ps.extra_outputs();
+      ps.pos = text.size();
+      break;
+    }
+    ps.instruction();
+  }
+  if (ps.p.code.empty()) ps.bad("empty");
+  if (ps.p.num_inputs > kMaxInputs) ps.bad(str_cat("more than ", kMaxInputs, " inputs"));
+  ps.set_outputs(extra);
+  return std::move(ps.p);
 }
 
 }  // namespace kiln::detail::fused
