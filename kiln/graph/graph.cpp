@@ -8,6 +8,7 @@
 
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/graph/node.h"
+#include "kiln/ops/handles.h"
 
 using namespace kiln::detail;
 
@@ -195,7 +196,38 @@ class GraphBuilder : public SymbolicHandler {
   }
 };
 
+// The value of `v` at the placeholders' example sizes (Graph::set_hint) when it depends on them
+// only through their sizes (sym_size of hinted placeholders, constants, integer or bool scalar
+// ops); undefined otherwise.
+Tensor value_at_hints(ValueRef v) {
+  const Node* n = v.node;
+  if (n->kind == NodeKind::Constant) return n->value;
+  if (n->kind != NodeKind::Op || !n->patches.empty() || n->op->has(kRandom) ||
+      n->op->has(kSideEffect) || n->op->has(kControlFlow))
+    return Tensor();
+  if (n->is(ops::sym_size)) {
+    const Node* x = n->inputs[0].node;
+    if (x->kind != NodeKind::Placeholder || x->hints.empty()) return Tensor();
+    const Shape& h = x->hints[0];
+    return scalar_tensor(static_cast<double>(h[wrap_dim(n->attrs.i(0), h, "sym_size")]), Int64);
+  }
+  for (const auto& m : n->outputs)
+    if (m.shape.rank() != 0 || !(is_integral(m.dtype) || m.dtype == Bool)) return Tensor();
+  TensorList ins;
+  for (const auto& in : n->inputs) {
+    Tensor x = value_at_hints(in);
+    if (!x.defined()) return Tensor();
+    ins.push_back(x);
+  }
+  return run_kernel(*n->op, std::span<const Tensor>(ins.data(), ins.size()), n->attrs)[v.index];
+}
+
 Tensor host_read(const Tensor& t, const char* what, const std::string& where) {
+  // Building from example inputs (kiln.onnx.export): a comparison of sizes is taken at the
+  // examples' sizes, as a tracing exporter does.
+  if (t.is_symbolic())
+    if (Tensor v = value_at_hints(ValueRef{t.impl()->sym->node, t.impl()->sym->index}); v.defined())
+      return v;
   std::string name = "?";
   if (t.is_symbolic()) {
     Node* n = t.impl()->sym->node;
@@ -285,6 +317,20 @@ Tensor Graph::placeholder(const std::string& name, DType dtype, const Shape& sha
   n->outputs.push_back(TensorMeta{dtype, shape});
   Node* p = impl_->add_node(std::move(n));
   return make_symbolic(impl_, p, 0);
+}
+
+void Graph::set_hint(const Tensor& placeholder, const Shape& sizes) {
+  Node* n = node_of(placeholder, "set_hint");
+  if (n->kind != NodeKind::Placeholder)
+    fail("set_hint", "%", n->id, " (", n->label(), ") is not a placeholder");
+  const Shape& s = n->outputs[0].shape;
+  bool ok = s.rank() == sizes.rank();
+  for (int64_t d = 0; ok && d < s.rank(); ++d) ok = sizes[d] >= 0 && (s[d] < 0 || s[d] == sizes[d]);
+  if (!ok)
+    fail("set_hint", "example sizes ", sizes, " do not fit placeholder '", n->name, "' of shape ",
+         s);
+  n->hints = {sizes};
+  impl_->track_hints = true;
 }
 
 Tensor Graph::variable(const std::string& name, const Tensor& initial) {

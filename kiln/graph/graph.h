@@ -26,6 +26,10 @@ class Graph {
   static Graph of(const Tensor& t);
   /// A named input fed at run time. Dims may be Dim::any().
   Tensor placeholder(const std::string& name, DType dtype, const Shape& shape);
+  /// The sizes an example input has (an exporter tracing a model from example inputs): the
+  /// symbolic sizes of the placeholder's dynamic dims carry them as hints, and comparisons of
+  /// sizes read while building are taken at them.
+  void set_hint(const Tensor& placeholder, const Shape& sizes);
   /// A named piece of state, initialized from `initial` in each Session.
   Tensor variable(const std::string& name, const Tensor& initial);
   /// A constant node holding `value` (concrete tensors used in ops become constants anyway).

@@ -35,6 +35,7 @@ void fill_type(::onnx::ValueInfoProto* v, const std::string& name, DType dt, con
 // Loop bodies): ONNX wants every name unique across a graph and the graphs nested in it.
 struct Shared {
   int counter = 0, dyn = 0, scopes = 0;
+  const std::map<std::string, std::string>* dim_names = nullptr;  // SaveOptions::dim_names
 };
 
 class Exporter : public od::ExportCtx {
@@ -369,7 +370,18 @@ class Exporter : public od::ExportCtx {
         if (names_.count({n, 0})) return;  // a body's placeholder, bound by its Loop
         if (parent_) fail(kExp, "placeholder '", n->name, "' inside a subgraph is not bound");
         names_[{n, 0}] = n->name;
-        fill_type(gp_->add_input(), n->name, n->outputs[0].dtype, n->outputs[0].shape, &dyn_);
+        {
+          int axis = 0;  // the dim fill_value_info asks a name for next
+          const Shape& s = n->outputs[0].shape;
+          od::fill_value_info(gp_->add_input(), n->name, n->outputs[0].dtype, s, [&] {
+            while (axis < s.rank() && s[axis] >= 0) ++axis;
+            const std::string key = str_cat(n->name, ":", axis++);
+            const auto* dn = shared_->dim_names;
+            if (dn)
+              if (auto it = dn->find(key); it != dn->end()) return it->second;
+            return str_cat("d", dyn_++);
+          });
+        }
         return;
       case kd::NodeKind::Variable:
         names_[{n, 0}] = n->name;
@@ -422,7 +434,8 @@ class Exporter : public od::ExportCtx {
 
 namespace {
 
-::onnx::ModelProto export_model(const Graph& g, const NamedTensors& outputs, const Session* sess) {
+::onnx::ModelProto export_model(const Graph& g, const NamedTensors& outputs, const Session* sess,
+                                const std::map<std::string, std::string>* dim_names = nullptr) {
   if (outputs.empty()) fail(kExp, "no outputs to export");
   ::onnx::ModelProto m;
   m.set_ir_version(8);
@@ -435,7 +448,9 @@ namespace {
   gp->set_name("kiln_export");
   for (const auto& [name, t] : outputs)
     if (!t.is_symbolic()) fail(kExp, "output '", name, "' is not a symbolic tensor of the graph");
-  Exporter e(gp, sess);
+  Shared shared;
+  shared.dim_names = dim_names;
+  Exporter e(gp, sess, nullptr, &shared);
   e.run(g, outputs);
   return m;
 }
@@ -475,7 +490,7 @@ void detail::fill_value_info(::onnx::ValueInfoProto* v, const std::string& name,
 
 void export_onnx(const std::string& path, const Graph& g, const NamedTensors& outputs,
                  const Session* sess, const SaveOptions& options) {
-  ::onnx::ModelProto m = export_model(g, outputs, sess);
+  ::onnx::ModelProto m = export_model(g, outputs, sess, &options.dim_names);
   od::write_model(m, path, options, kExp);
 }
 

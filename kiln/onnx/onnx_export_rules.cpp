@@ -33,6 +33,8 @@ const OpHandle h_avg_pool2d{"avg_pool2d"}, h_softmax{"softmax"}, h_log_softmax{"
 const OpHandle h_sum{"sum"}, h_mean{"mean"}, h_max{"max"}, h_min{"min"};
 const OpHandle h_slice{"slice"}, h_squeeze{"squeeze"}, h_unsqueeze{"unsqueeze"},
     h_index_select{"index_select"}, h_embedding{"embedding"};
+const OpHandle h_sdpa{"scaled_dot_product_attention"}, h_split{"split"}, h_fmod{"fmod"},
+    h_remainder{"remainder"}, h_arange{"arange"}, h_full{"full"};
 
 DType out_dtype(const Node* n) { return n->outputs[0].dtype; }
 DType in_dtype(const Node* n, size_t k) {
@@ -40,6 +42,42 @@ DType in_dtype(const Node* n, size_t k) {
 }
 std::string scalar_const(ExportCtx& e, double v, DType dt) {
   return e.constant(cast(scalar_tensor(v, Float64), dt));
+}
+
+// ---- symbolic sizes (kiln/ops/sym_int.h): a patched attribute is a run-time value -------------
+
+// The trailing input of n that patches attribute `attr` (element `elem`), or -1.
+int patch_input(const Node* n, int attr, int elem) {
+  for (size_t k = 0; k < n->patches.size(); ++k)
+    if (n->patches[k].attr == attr && n->patches[k].elem == elem)
+      return static_cast<int>(n->op_inputs() + k);
+  return -1;
+}
+// A 1-D int64 [1] holding attribute `attr` (element `elem`): the patched size, or a constant.
+std::string size_1d(ExportCtx& e, const Node* n, int attr, int elem, int64_t value) {
+  const int k = patch_input(n, attr, elem);
+  if (k < 0) return e.ints_const({value});
+  const std::string u = e.fresh();
+  e.emit("Unsqueeze", {e.in_as(n, static_cast<size_t>(k), Int64), e.ints_const({0})}, u);
+  return u;
+}
+// A 0-d int64 scalar for attribute `attr` (an integer attribute).
+std::string size_0d(ExportCtx& e, const Node* n, int attr) {
+  const int k = patch_input(n, attr, -1);
+  if (k < 0) return e.constant(scalar_tensor(static_cast<double>(n->attrs.i(attr)), Int64));
+  return e.in_as(n, static_cast<size_t>(k), Int64);
+}
+// The integer-list attribute `attr` as a 1-D int64: a constant, or its patched elements concat'd.
+std::string sizes_1d(ExportCtx& e, const Node* n, int attr, std::vector<int64_t> values) {
+  bool patched = false;
+  for (const auto& p : n->patches) patched = patched || p.attr == attr;
+  if (!patched) return e.ints_const(values);
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < values.size(); ++i)
+    parts.push_back(size_1d(e, n, attr, static_cast<int>(i), values[i]));
+  const std::string c = e.fresh();
+  attr_i(e.emit("Concat", parts, c), "axis", 0);
+  return c;
 }
 
 // ---- rules shared by a table of ops (ExportRule::onnx names the ONNX op) --------------------
@@ -211,7 +249,7 @@ void layer_norm(const ExportRule&, ExportCtx& e, const Node* n, const std::strin
   attr_f(ln, "epsilon", a.f(1));
 }
 void reshape_rule(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
-  e.emit("Reshape", {e.in(n, 0), e.ints_const(n->attrs.ints(0))}, out);
+  e.emit("Reshape", {e.in(n, 0), sizes_1d(e, n, 0, n->attrs.ints(0))}, out);
 }
 void permute(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
   attr_ints(e.emit("Transpose", {e.in(n, 0)}, out), "perm", n->attrs.ints(0));
@@ -232,14 +270,109 @@ void cat(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out)
 void slice(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
   const kd::Attrs& a = n->attrs;
   e.emit("Slice",
-         {e.in(n, 0), e.ints_const({a.i(1)}), e.ints_const({a.i(2)}), e.ints_const({a.i(0)}),
-          e.ints_const({a.i(3)})},
+         {e.in(n, 0), size_1d(e, n, 1, -1, a.i(1)), size_1d(e, n, 2, -1, a.i(2)),
+          e.ints_const({a.i(0)}), size_1d(e, n, 3, -1, a.i(3))},
          out);
 }
 void expand(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
   std::vector<int64_t> s = n->attrs.ints(0);
-  for (auto& d : s) d = d < 0 ? 1 : d;  // Kiln's -1 keeps a dim; ONNX's 1 broadcasts
-  e.emit("Expand", {e.in(n, 0), e.ints_const(s)}, out);
+  for (size_t i = 0; i < s.size(); ++i)  // Kiln's -1 keeps a dim; ONNX's 1 broadcasts
+    if (s[i] < 0 && patch_input(n, 0, static_cast<int>(i)) < 0) s[i] = 1;
+  e.emit("Expand", {e.in(n, 0), sizes_1d(e, n, 0, s)}, out);
+}
+// scaled_dot_product_attention(q, k, v; causal, scale): MatMul, Mul, the causal mask (key j >
+// query i) as Where over two Ranges of the run-time lengths, Softmax, MatMul. Kiln's output 0 is
+// "raw" ([..., T, H, E] for rank >= 3: dims -3 and -2 swapped), output 1 the probabilities.
+void sdpa(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
+  const int64_t rank = n->inputs[0].node->outputs[n->inputs[0].index].shape.rank();
+  const DType dt = out_dtype(n);
+  auto swap_last = [&](int64_t a, int64_t b) {
+    std::vector<int64_t> perm;
+    for (int64_t d = 0; d < rank; ++d) perm.push_back(d);
+    std::swap(perm[static_cast<size_t>(rank + a)], perm[static_cast<size_t>(rank + b)]);
+    return perm;
+  };
+  const std::string kt = e.fresh(), qk = e.fresh(), s = e.fresh();
+  attr_ints(e.emit("Transpose", {e.in(n, 1)}, kt), "perm", swap_last(-2, -1));
+  e.emit("MatMul", {e.in(n, 0), kt}, qk);
+  double scale = n->attrs.f(1);
+  if (scale == 0) {
+    const Shape& qs = n->inputs[0].node->outputs[n->inputs[0].index].shape;
+    if (qs[rank - 1] < 0) fail(kExp, "attention with the default scale needs a static head dim");
+    scale = 1.0 / std::sqrt(static_cast<double>(qs[rank - 1]));
+  }
+  e.emit("Mul", {qk, scalar_const(e, scale, dt)}, s);
+  std::string logits = s;
+  if (n->attrs.b(0)) {             // causal
+    auto length = [&](size_t k) {  // dim -2 of input k, 0-d
+      const std::string sh = e.fresh(), l = e.fresh();
+      auto* shp = e.emit("Shape", {e.in(n, k)}, sh);
+      attr_i(shp, "start", rank - 2);
+      attr_i(shp, "end", rank - 1);
+      e.emit("Squeeze", {sh, e.ints_const({0})}, l);
+      return l;
+    };
+    const std::string zero = e.constant(scalar_tensor(0, Int64));
+    const std::string one = e.constant(scalar_tensor(1, Int64));
+    const std::string rows = e.fresh(), cols = e.fresh(), rows2 = e.fresh(), mask = e.fresh();
+    e.emit("Range", {zero, length(0), one}, rows);
+    e.emit("Range", {zero, length(1), one}, cols);
+    e.emit("Unsqueeze", {rows, e.ints_const({1})}, rows2);
+    e.emit("Greater", {cols, rows2}, mask);
+    logits = e.fresh();
+    e.emit("Where", {mask, scalar_const(e, -INFINITY, dt), s}, logits);
+  }
+  const std::string p = n->outputs.size() > 1 ? e.extra_output(n, 1) : e.fresh();
+  attr_i(e.emit("Softmax", {logits}, p), "axis", -1);
+  if (rank < 3) {
+    e.emit("MatMul", {p, e.in(n, 2)}, out);
+    return;
+  }
+  const std::string o = e.fresh();
+  e.emit("MatMul", {p, e.in(n, 2)}, o);
+  attr_ints(e.emit("Transpose", {o}, out), "perm", swap_last(-3, -2));
+}
+// split(x; dim, sizes): ONNX Split with the sizes as an input, one output per piece.
+void split(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
+  const int64_t rank = n->inputs[0].node->outputs[n->inputs[0].index].shape.rank();
+  auto* sp = e.emit("Split", {e.in(n, 0), e.ints_const(n->attrs.ints(1))}, out);
+  for (size_t k = 1; k < n->outputs.size(); ++k)
+    sp->add_output(e.extra_output(n, static_cast<int>(k)));
+  attr_i(sp, "axis", wrap_dim(n->attrs.i(0), rank, kExp));
+}
+// sym_size(x; dim): Shape's one-dim slice, squeezed to the 0-d int64 Kiln has.
+void sym_size(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
+  const Shape& xs = n->inputs[0].node->outputs[n->inputs[0].index].shape;
+  const int64_t d = wrap_dim(n->attrs.i(0), xs.rank(), kExp);
+  const std::string s = e.fresh();
+  auto* sh = e.emit("Shape", {e.in(n, 0)}, s);
+  attr_i(sh, "start", d);
+  attr_i(sh, "end", d + 1);
+  e.emit("Squeeze", {s, e.ints_const({0})}, out);
+}
+// arange(; start, end, step, dtype) with bounds that may be symbolic: Range over int64.
+void arange(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
+  const DType dt = out_dtype(n);
+  const std::string r = dt == Int64 ? out : e.fresh();
+  e.emit("Range", {size_0d(e, n, 0), size_0d(e, n, 1), size_0d(e, n, 2)}, r);
+  if (dt != Int64) attr_i(e.emit("Cast", {r}, out), "to", onnx_from_dtype(dt));
+}
+// full(; shape, value, dtype): ConstantOfShape of the (possibly symbolic) shape.
+void full(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
+  auto* at = e.emit("ConstantOfShape", {sizes_1d(e, n, 0, n->attrs.ints(0))}, out)->add_attribute();
+  at->set_name("value");
+  at->set_type(::onnx::AttributeProto::TENSOR);
+  fill_tensor(at->mutable_t(),
+              cast(reshape(scalar_tensor(n->attrs.f(1), Float64), {1}), out_dtype(n)), "");
+}
+// remainder (Python's %, the divisor's sign) is Mod with fmod 0, defined by ONNX for integers
+// only; fmod (C's, the dividend's sign) is Mod with fmod 1.
+void mod(const ExportRule&, ExportCtx& e, const Node* n, const std::string& out) {
+  const bool c_fmod = n->op == h_fmod;
+  if (!c_fmod && is_floating(out_dtype(n)))
+    fail(kExp, "remainder of floating tensors has no ONNX form (Mod with fmod=0 takes integers)");
+  auto* m = e.emit("Mod", {e.in_as(n, 0, out_dtype(n)), e.in_as(n, 1, out_dtype(n))}, out);
+  attr_i(m, "fmod", c_fmod ? 1 : 0);
 }
 
 }  // namespace
@@ -308,6 +441,13 @@ const std::vector<ExportRule>& export_rules() {
       {&ops::expand, nullptr, expand},
       {&h_index_select, nullptr, gather_rows},
       {&h_embedding, nullptr, gather_rows},
+      {&h_split, nullptr, split},
+      {&h_sdpa, nullptr, sdpa},
+      {&kd::ops::sym_size, nullptr, sym_size},
+      {&h_arange, nullptr, arange},
+      {&h_full, nullptr, full},
+      {&h_fmod, nullptr, mod},
+      {&h_remainder, nullptr, mod},
   };
   return rules;
 }

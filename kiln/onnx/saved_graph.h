@@ -6,6 +6,7 @@
 // open it. For standard ONNX ops that other engines run, see onnx_export.h.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,9 @@ struct SaveOptions {
   std::string external_file;
   /// Initializers smaller than this stay inside the model.
   int64_t external_min_bytes = 0;
+  /// ONNX export: names of the inputs' dynamic dims, keyed "input:axis" (torch.onnx.export's
+  /// dynamic_axes names); a dynamic dim without one is named d0, d1, ...
+  std::map<std::string, std::string> dim_names;
 };
 
 /// Writes the part of `g` that `outputs` (named symbolic tensors of g) need. Variables are

@@ -65,6 +65,7 @@ def export(model, args, f, export_params=True, verbose=False, training=TrainingM
             raise _C.ValueError(f"[onnx.export] dynamic_axes names {key!r}, which is neither an "
                                 "input nor an output name")
     g = _C.Graph()
+    dim_names = {}
     feeds, it = [], iter(names)
     for a in args:
         if not isinstance(a, _T):
@@ -73,8 +74,17 @@ def export(model, args, f, export_params=True, verbose=False, training=TrainingM
         name = next(it)
         axes = dynamic_axes.get(name, ())
         axes = set(axes.keys() if isinstance(axes, dict) else axes)
+        named = dynamic_axes.get(name, ())
         shape = [None if d in axes or d - a.dim() in axes else s for d, s in enumerate(a.shape)]
-        feeds.append(g.placeholder(a.dtype, shape, name=name))
+        ph = g.placeholder(a.dtype, shape, name=name)
+        if None in shape:
+            # The example's sizes: x.shape gives kiln.SymInt for the dynamic dims, so code that
+            # computes with them (view(B, T, C), x[:, :T], arange(T)) exports symbolically.
+            g.set_hint(ph, tuple(a.shape))
+            if isinstance(named, dict):
+                for d, dn in named.items():
+                    dim_names[f"{name}:{d % a.dim()}"] = str(dn)
+        feeds.append(ph)
     was_training = getattr(model, "training", None)
     if hasattr(model, "train") and training != TrainingMode.PRESERVE:
         model.train(training == TrainingMode.TRAINING)
@@ -92,10 +102,10 @@ def export(model, args, f, export_params=True, verbose=False, training=TrainingM
     if len(onames) != len(outs):
         raise _C.ValueError(f"[onnx.export] {len(onames)} output_names for {len(outs)} outputs")
     if isinstance(f, (str, os.PathLike)):
-        _C._export_onnx(str(f), g, onames, outs)
+        _C._export_onnx(str(f), g, onames, outs, dim_names)
         return
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")
-        _C._export_onnx(path, g, onames, outs)
+        _C._export_onnx(path, g, onames, outs, dim_names)
         with open(path, "rb") as fh:
             f.write(fh.read())

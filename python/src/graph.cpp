@@ -43,6 +43,14 @@ void init_graph(py::module_& m) {
           py::arg("dtype"), py::arg("shape"), py::arg("name") = py::none(),
           "A named input fed at run time; None in the shape is a dim of any size.")
       .def(
+          "set_hint",
+          [](Graph& g, const Tensor& ph, py::object sizes) {
+            g.set_hint(ph, shape_from(sizes, false, "set_hint"));
+          },
+          py::arg("placeholder"), py::arg("sizes"),
+          "The sizes an example input has: its dynamic dims read as kiln.SymInt while the graph "
+          "is built, and comparisons of sizes are taken at these (as an exporter's trace).")
+      .def(
           "variable",
           [](Graph& g, const TensorLike& init, py::object name) {
             std::string n = name.is_none() ? g.unique_name("variable") : name.cast<std::string>();

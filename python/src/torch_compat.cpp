@@ -136,15 +136,18 @@ void init_torch_compat(py::module_& m, TensorClass&) {
   m.def(
       "_export_onnx",
       [](const std::string& path, const Graph& g, const std::vector<std::string>& names,
-         const std::vector<Tensor>& outputs) {
+         const std::vector<Tensor>& outputs, const std::map<std::string, std::string>& dims) {
         if (names.size() != outputs.size())
           raise(value_error_type(), "[onnx.export] one name per output");
         onnx::NamedTensors named;
         for (size_t k = 0; k < names.size(); ++k) named.emplace_back(names[k], outputs[k]);
+        onnx::SaveOptions options;
+        options.dim_names = dims;
         py::gil_scoped_release nogil;
-        onnx::export_onnx(path, g, named);
+        onnx::export_onnx(path, g, named, nullptr, options);
       },
       py::arg("path"), py::arg("graph"), py::arg("names"), py::arg("outputs"),
+      py::arg("dim_names") = std::map<std::string, std::string>{},
       "Writes the part of `graph` computing `outputs` as standard ONNX (opset 17).");
 #endif
 }

@@ -210,3 +210,36 @@ def test_pytorch_patterns_over_varying_sizes(name):
     st = f.stats
     assert st["compiles"] <= most and st["graph_breaks"] == 0, f.explain()
     assert not st["eager_fallback"], f.explain()
+
+
+def _kiln_run():
+    import os
+    exe = os.path.join(os.path.dirname(kiln.__file__), "..", "..", "tools", "kiln-run")
+    return exe if os.path.exists(exe) else None
+
+
+@pytest.mark.skipif(not hasattr(kiln._C, "_export_onnx") or _kiln_run() is None,
+                    reason="built without the ONNX exporter or kiln-run")
+def test_onnx_export_keeps_the_length_symbolic_with_named_axes(tmp_path):
+    """kiln.onnx.export traces from the example's sizes: x.size() gives SymInts for the
+    dynamic_axes, so one exported model serves every batch and length."""
+    import subprocess
+    onnx = pytest.importorskip("onnx")
+    kiln.manual_seed(3)
+    model = GPT()
+    path = tmp_path / "gpt.onnx"
+    kiln.onnx.export(model, (kiln.randint(0, 50, (2, 7)),), str(path), input_names=["idx"],
+                     output_names=["logits"], dynamic_axes={"idx": {0: "batch", 1: "T"}})
+    m = onnx.load(str(path))
+    onnx.checker.check_model(m, full_check=True)
+    dims = [d.dim_param or d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", "T"]
+    for B, T in ((3, 5), (1, 30), (2, 64)):
+        idx = kiln.randint(0, 50, (B, T))
+        np.save(tmp_path / "idx.npy", idx.numpy())
+        r = subprocess.run([_kiln_run(), str(path), "--input", f"idx={tmp_path / 'idx.npy'}",
+                            "--output", str(tmp_path / "out.npz"), "--quiet"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        got = np.load(tmp_path / "out.npz")["logits"]
+        _close(kiln.tensor(got), model(idx), 1e-5)
