@@ -1,6 +1,6 @@
 // Captured state of a JIT trace (docs/jit.md, "Captured state"): tensors the traced function
 // reads that are not its arguments (a closure's parameters, a module's buffers, a global) and
-// in-place writes into them. Internal to the JIT engine (jit.cpp traces, lazy.cpp records).
+// in-place writes into them. Internal to the JIT engine (tracer.cpp traces, lazy.cpp records).
 //
 // While a trace runs, every op call on the thread comes here (the capturing handler). A concrete
 // input that the trace did not make and that is state (it requires grad, has more than

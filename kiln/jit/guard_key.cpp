@@ -126,4 +126,31 @@ std::string key_str(const Key& k) {
   return os.str();
 }
 
+bool has_dynamic_dims(const Key& k) {
+  for (const auto& a : k)
+    for (const auto& s : a.shapes)
+      if (!s.is_static()) return true;
+  return false;
+}
+
+bool any_grad(const Key& k) {
+  for (const auto& a : k)
+    for (bool g : a.grads)
+      if (g) return true;
+  return false;
+}
+
+std::vector<Tensor> flat_tensors(const std::vector<Arg>& args, const Key& key) {
+  std::vector<Tensor> flat;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].kind == Arg::kTensor)
+      flat.push_back(args[i].t);
+    else if (args[i].kind == Arg::kTensorList)
+      flat.insert(flat.end(), args[i].ts.begin(), args[i].ts.end());
+    else if (i < key.size() && key[i].runtime)
+      flat.push_back(Tensor());
+  }
+  return flat;
+}
+
 }  // namespace kiln::detail::jit_engine

@@ -1,4 +1,4 @@
-// Guard keys of the JIT (kiln/jit/jit.cpp): what a compiled version assumes about its arguments
+// Guard keys of the JIT (engine.h): what a compiled version assumes about its arguments
 // (kinds, dtypes, requires_grad, shapes with -1 for dynamic dims, constant scalar values), the
 // check of a call against them, and the relaxation of a shape guard into a dynamic dim.
 #pragma once
@@ -32,5 +32,12 @@ std::string mismatch(const Key& g, const Key& k);
 bool only_dims_differ(const Key& g, const Key& k, Key* dyn);
 /// One line per key for explain() and the recompile log.
 std::string key_str(const Key& k);
+/// Whether the key has a dynamic dim.
+bool has_dynamic_dims(const Key& k);
+/// Whether a tensor of the key requires grad (under grad mode).
+bool any_grad(const Key& k);
+/// The call's tensors in the order a trace makes its placeholders: per tensor, per list
+/// element, an undefined one per runtime scalar of `key`.
+std::vector<Tensor> flat_tensors(const std::vector<Arg>& args, const Key& key);
 
 }  // namespace kiln::detail::jit_engine

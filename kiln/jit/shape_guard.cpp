@@ -137,4 +137,12 @@ bool shape_guard_holds(const ShapeGuard& sg, const std::vector<Tensor>& flat) {
                            : v.item<int64_t>() == sg.expected.item<int64_t>();
 }
 
+std::string failed_shape_guard(const std::vector<ShapeGuard>& guards,
+                               const std::vector<Tensor>& flat) {
+  for (const auto& sg : guards)
+    if (!shape_guard_holds(sg, flat))
+      return str_cat("shape guard ", sg.text, " (", sg.where, ") failed");
+  return "";
+}
+
 }  // namespace kiln::detail::jit_engine

@@ -29,5 +29,8 @@ ShapeGuard make_shape_guard(const GraphImpl& g, ValueRef v, const Tensor& value,
 Tensor eval_shape_guard(const ShapeGuard& sg, const std::vector<Tensor>& flat);
 /// Whether the call satisfies the guard.
 bool shape_guard_holds(const ShapeGuard& sg, const std::vector<Tensor>& flat);
+/// The first of `guards` the call fails, as the recompile's reason; "" when it satisfies all.
+std::string failed_shape_guard(const std::vector<ShapeGuard>& guards,
+                               const std::vector<Tensor>& flat);
 
 }  // namespace kiln::detail::jit_engine

@@ -1,5 +1,5 @@
 // A compiled version of a jitted function: its trace tree of pieces and the sessions that replay
-// it, shared by the engine (jit.cpp) and the jit_call op that takes gradients through it
+// it, shared by the engine (engine.h) and the jit_call op that takes gradients through it
 // (jit_call.cpp). Internal.
 #pragma once
 #include <functional>
