@@ -1,10 +1,9 @@
 // Lazy pieces (lazy.h): recording a call's tensor ops, cutting them into pieces at host reads,
-// the cache of compiled pieces by structure, fed constants, and the values a piece keeps for
-// the pieces after it.
+// the cache of compiled pieces by structure (a piece's description and compile are
+// lazy_piece.cpp's), fed constants, and the values a piece keeps for the pieces after it.
 #include "kiln/jit/lazy.h"
 
 #include <algorithm>
-#include <cmath>
 #include <set>
 #include <unordered_map>
 
@@ -13,127 +12,24 @@
 #include "kiln/exec/session.h"
 #include "kiln/graph/node.h"
 #include "kiln/jit/capture.h"
+#include "kiln/jit/lazy_piece.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::detail::jit_engine {
-namespace {
-
-// Constants up to this many elements compare by value; larger ones (weights, tensors the host
-// made) by identity, as comparing them would cost what the piece costs.
-constexpr int64_t kSmallConst = 64;
-// Distinct piece structures one version compiles; past it new structures run op by op (a
-// function whose host code makes a new structure on every call would otherwise compile forever).
-constexpr size_t kMaxStructures = 256;
-
-// One piece as recorded in a call's graph: its ops in order, what they read from outside the
-// piece (arguments, values of earlier pieces) and the constants they use.
-struct PieceDesc {
-  std::vector<int64_t> code;  // op identities, input wiring, input and constant metas
-  std::vector<const Node*> ops;
-  std::vector<ValueRef> ext;
-  std::vector<const Node*> consts;
-  size_t hash = 0;
-};
-
-size_t mix(size_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
-
-void push_meta(std::vector<int64_t>& code, const TensorMeta& m) {
-  code.push_back(static_cast<int64_t>(m.dtype));
-  code.push_back(static_cast<int64_t>(m.shape.size()));
-  for (size_t d = 0; d < m.shape.size(); ++d) code.push_back(m.shape[d]);
-}
-
-PieceDesc describe(const Graph& g, int lo, int hi) {
-  PieceDesc d;
-  const auto& nodes = g.nodes();
-  std::vector<int> local(static_cast<size_t>(hi - lo), -1);  // by node id - lo
-  std::vector<std::pair<const Node*, int>> ext_keys;
-  for (int id = lo; id < hi; ++id) {
-    const Node* n = nodes[static_cast<size_t>(id)].get();
-    if (n->kind != NodeKind::Op) continue;
-    local[static_cast<size_t>(id - lo)] = static_cast<int>(d.ops.size());
-    d.ops.push_back(n);
-    d.code.push_back(reinterpret_cast<int64_t>(n->op));
-    d.code.push_back(static_cast<int64_t>(n->inputs.size()));
-    for (const auto& in : n->inputs) {
-      const int id_in = in.node->id;
-      if (in.node->kind == NodeKind::Constant) {
-        auto pos = std::find(d.consts.begin(), d.consts.end(), in.node);
-        d.code.push_back(-2);
-        d.code.push_back(pos - d.consts.begin());
-        if (pos == d.consts.end()) d.consts.push_back(in.node);
-      } else if (id_in >= lo && id_in < hi && local[static_cast<size_t>(id_in - lo)] >= 0) {
-        d.code.push_back(-1);
-        d.code.push_back(local[static_cast<size_t>(id_in - lo)]);
-        d.code.push_back(in.index);
-      } else {
-        auto key = std::make_pair(static_cast<const Node*>(in.node), in.index);
-        auto pos = std::find(ext_keys.begin(), ext_keys.end(), key);
-        int k = static_cast<int>(pos - ext_keys.begin());
-        if (pos == ext_keys.end()) {
-          ext_keys.push_back(key);
-          d.ext.push_back(in);
-        }
-        d.code.push_back(-3);
-        d.code.push_back(k);
-      }
-    }
-  }
-  d.code.push_back(-4);
-  for (const auto& e : d.ext) push_meta(d.code, e.node->outputs[static_cast<size_t>(e.index)]);
-  d.code.push_back(-5);
-  for (const Node* c : d.consts) push_meta(d.code, TensorMeta{c->value.dtype(), c->value.shape()});
-  size_t h = 14695981039346656037ull;
-  for (int64_t v : d.code) h = mix(h, static_cast<uint64_t>(v));
-  for (const Node* n : d.ops) h = mix(h, n->attrs.hash());
-  d.hash = h;
-  return d;
-}
-
-bool same_const(const Tensor& a, const Tensor& b) {
-  if (a.impl() == b.impl()) return true;
-  if (a.numel() > kSmallConst) return false;
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(x[i] == y[i]) && !(std::isnan(x[i]) && std::isnan(y[i]))) return false;
-  return true;
-}
-
-// A compiled piece structure.
-struct Entry {
-  std::vector<int64_t> code;
-  std::vector<Attrs> attrs;
-  // Per constant: the value compiled in, or whether it is fed (seen to change).
-  std::vector<Tensor> baked;
-  std::vector<char> fed;
-  // (op, output) values later pieces or the outputs read: fetched on every run.
-  std::set<std::pair<int, int>> keep;
-  std::string where;  // the host read that ends the piece ("" when it ends the function)
-  int index = 0;      // in LazyCache::Impl::order
-  int compiles = 0;
-  int64_t runs = 0;
-  bool interpret = false;
-  std::string interpret_reason;
-  int64_t num_ops = 0;
-  // The compiled form: a graph of its own with placeholders for the outside values and the fed
-  // constants, run by a Session (optimizer, fusion, memory plan as any static graph).
-  Graph pg;
-  std::unique_ptr<Session> sess;
-  std::vector<Tensor> ext_ph, const_ph;
-  std::vector<TensorList> outs;  // per op, its symbolic outputs in pg
-};
-
-}  // namespace
 
 struct LazyCache::Impl {
-  std::unordered_map<size_t, std::vector<std::unique_ptr<Entry>>> by_hash;
+  std::unordered_map<size_t, std::vector<std::unique_ptr<CompiledPiece>>> by_hash;
   Stats stats;
-  std::vector<const Entry*> order;  // insertion order, for explain()
+  std::vector<const CompiledPiece*> order;  // insertion order, for explain()
   // Piece to piece transitions seen (-1: the call's start, -2: its end), for the picture.
   std::set<std::pair<int, int>> edges;
 };
 
 namespace {
+
+// Distinct piece structures one version compiles; past it new structures run op by op (a
+// function whose host code makes a new structure on every call would otherwise compile forever).
+constexpr size_t kMaxStructures = 256;
 
 // One lazy call in progress on this thread (the host-read and buffer-write hooks consult it).
 struct LazyRun {
@@ -152,7 +48,7 @@ struct LazyRun {
   // Pieces run so far: node range and entry, to learn which values later pieces need.
   struct Ran {
     int lo, hi;
-    Entry* entry;            // null for a piece run op by op without an entry
+    CompiledPiece* entry;    // null for a piece run op by op without an entry
     std::vector<int> local;  // by node id - lo: the op's index in the piece (-1: not an op)
   };
   std::vector<Ran> ran;
@@ -212,7 +108,7 @@ Tensor materialize(LazyRun& r, ValueRef v) {
   return r.vals_of(n)[static_cast<size_t>(v.index)];
 }
 
-Entry* find_entry(LazyCache::Impl& c, const PieceDesc& d) {
+CompiledPiece* find_entry(LazyCache::Impl& c, const PieceDesc& d) {
   auto it = c.by_hash.find(d.hash);
   if (it == c.by_hash.end()) return nullptr;
   for (auto& e : it->second) {
@@ -224,48 +120,66 @@ Entry* find_entry(LazyCache::Impl& c, const PieceDesc& d) {
   return nullptr;
 }
 
-void compile(Entry& e, const PieceDesc& d) {
-  e.pg = Graph();
-  e.ext_ph.clear();
-  e.const_ph.assign(d.consts.size(), Tensor());
-  e.outs.assign(d.ops.size(), TensorList());
-  std::vector<Tensor> ext_sym, const_sym(d.consts.size());
-  for (size_t k = 0; k < d.ext.size(); ++k) {
-    const TensorMeta& m = d.ext[k].node->outputs[static_cast<size_t>(d.ext[k].index)];
-    e.ext_ph.push_back(e.pg.placeholder(str_cat("in", k), m.dtype, m.shape));
-  }
-  for (size_t k = 0; k < d.consts.size(); ++k) {
-    const Tensor& c = d.consts[k]->value;
-    if (e.fed[k]) {
-      e.const_ph[k] = e.pg.placeholder(str_cat("fed", k), c.dtype(), c.shape());
-      const_sym[k] = e.const_ph[k];
-    } else {
-      const_sym[k] = e.pg.constant(c);
+// The cached entry of a piece's structure, or a new one (fresh) while the cache has room; null
+// past kMaxStructures (the piece then runs op by op).
+CompiledPiece* entry_for(LazyCache::Impl& c, const PieceDesc& d, const std::string& where,
+                         bool* fresh) {
+  CompiledPiece* e = find_entry(c, d);
+  *fresh = false;
+  if (e || c.order.size() >= kMaxStructures) return e;
+  auto ne = std::make_unique<CompiledPiece>();
+  ne->code = d.code;
+  for (const Node* n : d.ops) ne->attrs.push_back(n->attrs);
+  ne->fed.assign(d.consts.size(), 0);
+  for (const Node* k : d.consts) ne->baked.push_back(k->value);
+  ne->where = where;
+  ne->num_ops = static_cast<int64_t>(d.ops.size());
+  ne->index = static_cast<int>(c.order.size());
+  e = ne.get();
+  c.order.push_back(e);
+  c.by_hash[d.hash].push_back(std::move(ne));
+  ++c.stats.structures;
+  *fresh = true;
+  return e;
+}
+
+// Compiles the entry when it is fresh or a constant baked into it changed since (that constant
+// is fed from now on). False when the compile failed: the structure runs op by op from now on.
+bool compile_if_changed(LazyCache::Impl& c, CompiledPiece& e, const PieceDesc& d, bool fresh) {
+  bool changed = fresh;
+  for (size_t k = 0; k < d.consts.size(); ++k)
+    if (!e.fed[k] && !same_const(e.baked[k], d.consts[k]->value)) {
+      e.fed[k] = 1;
+      e.baked[k] = Tensor();
+      changed = true;
     }
+  if (!changed) return true;
+  try {
+    compile_piece(e, d);
+    ++c.stats.compiles;
+  } catch (const Error& err) {
+    e.interpret = true;
+    e.interpret_reason = err.what();
+    e.sess.reset();
+    return false;
   }
-  std::unordered_map<const Node*, int> local;
-  for (size_t i = 0; i < d.ops.size(); ++i) local[d.ops[i]] = static_cast<int>(i);
-  std::unordered_map<const Node*, int> cidx;
-  for (size_t k = 0; k < d.consts.size(); ++k) cidx[d.consts[k]] = static_cast<int>(k);
-  for (size_t i = 0; i < d.ops.size(); ++i) {
-    const Node& n = *d.ops[i];
-    TensorList ins;
-    for (const auto& in : n.inputs) {
-      if (in.node->kind == NodeKind::Constant) {
-        ins.push_back(const_sym[static_cast<size_t>(cidx.at(in.node))]);
-      } else if (auto it = local.find(in.node); it != local.end()) {
-        ins.push_back(e.outs[static_cast<size_t>(it->second)][static_cast<size_t>(in.index)]);
-      } else {
-        size_t k = 0;
-        while (!(d.ext[k] == in)) ++k;
-        ins.push_back(e.ext_ph[k]);
-      }
-    }
-    e.outs[i] =
-        call_node(*n.op, std::span<const Tensor>(ins.data(), ins.size()), n.attrs, n.patches);
-  }
-  e.sess = std::make_unique<Session>(e.pg);
-  ++e.compiles;
+  return true;
+}
+
+// What a compiled piece fetches, as (op, output) in the piece: what the caller wants now, what
+// later pieces were seen to need, random draws and side effects (run on every call).
+std::set<std::pair<int, int>> fetch_set(const CompiledPiece& e, const PieceDesc& d,
+                                        const std::vector<ValueRef>& want,
+                                        const std::vector<int>& local, int lo, int hi) {
+  std::set<std::pair<int, int>> fetch = e.keep;
+  for (const auto& v : want)
+    if (v.node->id >= lo && v.node->id < hi && local[static_cast<size_t>(v.node->id - lo)] >= 0)
+      fetch.insert({local[static_cast<size_t>(v.node->id - lo)], v.index});
+  for (size_t i = 0; i < d.ops.size(); ++i)
+    if (d.ops[i]->op->has(kRandom) || d.ops[i]->op->has(kSideEffect))
+      for (int o = 0; o < static_cast<int>(d.ops[i]->outputs.size()); ++o)
+        fetch.insert({static_cast<int>(i), o});
+  return fetch;
 }
 
 // Runs the ops recorded in [lo, hi) as one piece; `want` are values the caller needs now.
@@ -276,23 +190,8 @@ void run_piece(LazyRun& r, int lo, int hi, const std::vector<ValueRef>& want,
   PieceDesc d = describe(r.g, lo, hi);
   r.cut = hi;
   if (d.ops.empty()) return;
-  Entry* e = find_entry(c, d);
   bool fresh = false;
-  if (!e && c.order.size() < kMaxStructures) {
-    auto ne = std::make_unique<Entry>();
-    ne->code = d.code;
-    for (const Node* n : d.ops) ne->attrs.push_back(n->attrs);
-    ne->fed.assign(d.consts.size(), 0);
-    for (const Node* k : d.consts) ne->baked.push_back(k->value);
-    ne->where = where;
-    ne->num_ops = static_cast<int64_t>(d.ops.size());
-    ne->index = static_cast<int>(c.order.size());
-    e = ne.get();
-    c.order.push_back(e);
-    c.by_hash[d.hash].push_back(std::move(ne));
-    ++c.stats.structures;
-    fresh = true;
-  }
+  CompiledPiece* e = entry_for(c, d, where, &fresh);
   if (e) {
     c.edges.insert({r.last_piece, e->index});
     r.last_piece = e->index;
@@ -306,37 +205,8 @@ void run_piece(LazyRun& r, int lo, int hi, const std::vector<ValueRef>& want,
     ++c.stats.interpreted;
     for (const Node* n : d.ops) interpret_node(r, *n);
   };
-  if (!e || e->interpret) return interpret_all();
-  // A constant that changed since the compile becomes an input: compile once more.
-  bool changed = fresh;
-  for (size_t k = 0; k < d.consts.size(); ++k)
-    if (!e->fed[k] && !same_const(e->baked[k], d.consts[k]->value)) {
-      e->fed[k] = 1;
-      e->baked[k] = Tensor();
-      changed = true;
-    }
-  if (changed) {
-    try {
-      compile(*e, d);
-      ++c.stats.compiles;
-    } catch (const Error& err) {
-      e->interpret = true;
-      e->interpret_reason = err.what();
-      e->sess.reset();
-      return interpret_all();
-    }
-  }
-  // What to fetch: what the caller wants, what later pieces were seen to need, random draws and
-  // side effects (run on every call).
-  std::set<std::pair<int, int>> fetch = e->keep;
-  auto& local = r.ran.back().local;
-  for (const auto& v : want)
-    if (v.node->id >= lo && v.node->id < hi && local[static_cast<size_t>(v.node->id - lo)] >= 0)
-      fetch.insert({local[static_cast<size_t>(v.node->id - lo)], v.index});
-  for (size_t i = 0; i < d.ops.size(); ++i)
-    if (d.ops[i]->op->has(kRandom) || d.ops[i]->op->has(kSideEffect))
-      for (int o = 0; o < static_cast<int>(d.ops[i]->outputs.size()); ++o)
-        fetch.insert({static_cast<int>(i), o});
+  if (!e || e->interpret || !compile_if_changed(c, *e, d, fresh)) return interpret_all();
+  const std::set<std::pair<int, int>> fetch = fetch_set(*e, d, want, r.ran.back().local, lo, hi);
   std::vector<Tensor> fetches;
   for (auto [i, o] : fetch)
     fetches.push_back(e->outs[static_cast<size_t>(i)][static_cast<size_t>(o)]);
@@ -407,12 +277,12 @@ bool on_lazy_buffer_write(Tensor& slot, const Tensor& value) {
 LazyCache::LazyCache() : impl_(std::make_unique<Impl>()) {}
 LazyCache::~LazyCache() = default;
 
-LazyResult LazyCache::run(const Key& key, const std::vector<Arg>& args, const TraceFn& fn,
-                          bool stop_if_no_reads) {
-  LazyRun r;
-  r.cache = impl_.get();
-  ++impl_->stats.calls;
-  LazyResult res;
+namespace {
+
+// fn's arguments for a lazy call: a placeholder per tensor (per list element, per runtime scalar,
+// which fn takes as a 0-d tensor), fed the call's value.
+std::vector<Arg> lazy_args(LazyRun& r, LazyResult& res, const Key& key,
+                           const std::vector<Arg>& args) {
   std::vector<Arg> sym = args;
   int pc = 0;
   auto make_ph = [&](const Tensor& t) {
@@ -434,6 +304,38 @@ LazyResult LazyCache::run(const Key& key, const std::vector<Arg>& args, const Tr
       sym[i].t = make_ph(scalar_tensor(args[i].v, Float32));
     }
   }
+  return sym;
+}
+
+// The end of a call that ran: the last piece (what the outputs and the assigned buffers need),
+// then the outputs and the buffers' new values made concrete.
+void finish_run(LazyRun& r, std::vector<Tensor>& outs) {
+  std::vector<ValueRef> want;
+  for (const auto& o : outs)
+    if (o.defined() && o.is_symbolic() && Graph::of(o) == r.g) want.push_back(r.g.value_of(o));
+  for (auto& [slot, old] : r.state_writes) want.push_back(r.g.value_of(*slot));
+  run_piece(r, r.cut, static_cast<int>(r.g.nodes().size()), want, "");
+  for (auto& o : outs) {
+    if (!o.defined()) fail("jit", "fn returned an undefined tensor");
+    if (o.is_symbolic()) {
+      if (!(Graph::of(o) == r.g))
+        fail("jit", "fn returned a tensor of another graph (a graph it built itself)");
+      o = materialize(r, r.g.value_of(o));
+    }
+  }
+  for (auto& [slot, old] : r.state_writes) *slot = materialize(r, r.g.value_of(*slot)).detach();
+  r.cache->edges.insert({r.last_piece, -2});
+}
+
+}  // namespace
+
+LazyResult LazyCache::run(const Key& key, const std::vector<Arg>& args, const TraceFn& fn,
+                          bool stop_if_no_reads) {
+  LazyRun r;
+  r.cache = impl_.get();
+  ++impl_->stats.calls;
+  LazyResult res;
+  std::vector<Arg> sym = lazy_args(r, res, key, args);
   std::vector<Tensor> outs;
   {
     LazyRun* prev = t_lazy;
@@ -478,22 +380,7 @@ LazyResult LazyCache::run(const Key& key, const std::vector<Arg>& args, const Tr
       ok = true;
       return res;
     }
-    // The last piece: what the outputs and the assigned buffers need.
-    std::vector<ValueRef> want;
-    for (const auto& o : outs)
-      if (o.defined() && o.is_symbolic() && Graph::of(o) == r.g) want.push_back(r.g.value_of(o));
-    for (auto& [slot, old] : r.state_writes) want.push_back(r.g.value_of(*slot));
-    run_piece(r, r.cut, static_cast<int>(r.g.nodes().size()), want, "");
-    for (auto& o : outs) {
-      if (!o.defined()) fail("jit", "fn returned an undefined tensor");
-      if (o.is_symbolic()) {
-        if (!(Graph::of(o) == r.g))
-          fail("jit", "fn returned a tensor of another graph (a graph it built itself)");
-        o = materialize(r, r.g.value_of(o));
-      }
-    }
-    for (auto& [slot, old] : r.state_writes) *slot = materialize(r, r.g.value_of(*slot)).detach();
-    impl_->edges.insert({r.last_piece, -2});
+    finish_run(r, outs);
     ok = true;
   }
   res.complete = true;
@@ -505,13 +392,13 @@ LazyCache::Stats LazyCache::stats() const { return impl_->stats; }
 
 int LazyCache::max_compiles_per_piece() const {
   int m = 0;
-  for (const Entry* e : impl_->order) m = std::max(m, e->compiles);
+  for (const CompiledPiece* e : impl_->order) m = std::max(m, e->compiles);
   return m;
 }
 
 void LazyCache::explain(std::ostream& os, const std::string& indent) const {
   int i = 0;
-  for (const Entry* e : impl_->order) {
+  for (const CompiledPiece* e : impl_->order) {
     int fed = 0;
     for (char f : e->fed) fed += f;
     os << indent << "piece " << i++ << ": " << e->num_ops << " ops, "
@@ -529,7 +416,7 @@ void LazyCache::mermaid(std::ostream& os, const std::string& prefix, const std::
     for (size_t i = 0; (i = t.find('"', i)) != std::string::npos; i += 6) t.replace(i, 1, "#quot;");
     return t;
   };
-  for (const Entry* e : impl_->order) {
+  for (const CompiledPiece* e : impl_->order) {
     int fed = 0;
     for (char f : e->fed) fed += f;
     os << "  " << prefix << "p" << e->index << "[\"piece " << e->index << ": " << e->num_ops
