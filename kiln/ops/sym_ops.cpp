@@ -2,6 +2,7 @@
 // (sym_size reads a dim at run time; arange and full make tensors of a size known only then),
 // and the size-taking wrappers' symbolic forms, which hand the op its sizes as patched
 // attributes (op_def.h SizePatch) when any is a symbol.
+#include <cmath>
 #include <ostream>
 
 #include "kiln/ops/handles.h"
@@ -32,12 +33,28 @@ const OpDef& kSymSize =
             .grad = [](const GradCtx&) { return TensorList{Tensor()}; },
             .native_dtypes = kAllDTypes});
 
+// The dtype attribute of a factory (a graph or a file may hold any number).
+DType dtype_attr(const Attrs& a, size_t k, const char* op) {
+  const int64_t d = a.i(k);
+  if (!valid_dtype_code(d)) fail(op, "unknown dtype code ", d);
+  return static_cast<DType>(d);
+}
+
+// ceil((end - start) / step), 0 when empty; refuses spans that overflow or ranges past 2^40.
 int64_t arange_len(const Attrs& a) {
   const int64_t start = a.i(0), end = a.i(1), step = a.i(2);
   if (step == 0) fail("arange", "step must be nonzero");
-  const int64_t span = end - start;
-  if ((span > 0) != (step > 0) || span == 0) return 0;
-  return (span + step + (step > 0 ? -1 : 1)) / step;
+  int64_t span = 0;
+  if (__builtin_sub_overflow(end, start, &span))
+    fail("arange", "[", start, ", ", end, ") spans more than int64 holds");
+  if (span == 0 || (span > 0) != (step > 0)) return 0;
+  // Same signs: |span| / |step| rounded up, without overflow (step may be INT64_MIN).
+  const uint64_t us = span > 0 ? static_cast<uint64_t>(span) : 0 - static_cast<uint64_t>(span);
+  const uint64_t ut = step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+  const uint64_t n = us / ut + (us % ut != 0);
+  if (n > (uint64_t(1) << 40))
+    fail("arange", "[", start, ", ", end, ") in steps of ", step, " has too many elements");
+  return static_cast<int64_t>(n);
 }
 
 // Integer ranges whose bounds may be symbolic (arange(T) with T a dynamic size); the eager
@@ -47,7 +64,7 @@ const OpDef& kArange = def_op(
      .num_inputs = 0,
      .attr_names = {"start", "end", "step", "dtype"},
      .infer = [](std::span<const Tensor>,
-                 const Attrs& a) { return one(static_cast<DType>(a.i(3)), Shape{arange_len(a)}); },
+                 const Attrs& a) { return one(dtype_attr(a, 3, "arange"), Shape{arange_len(a)}); },
      .kernel =
          [](std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {
            const int64_t n = arange_len(a), start = a.i(0), step = a.i(2);
@@ -67,7 +84,11 @@ const OpDef& kFull =
                 [](std::span<const Tensor>, const Attrs& a) {
                   for (int64_t d : a.ints(0))
                     if (d < 0) fail("full", "sizes must be >= 0, got ", ints_str(a.ints(0)));
-                  return one(static_cast<DType>(a.i(2)), Shape(a.ints(0)));
+                  const DType dt = dtype_attr(a, 2, "full");
+                  // A value an integer or bool tensor cannot hold (a graph or file may say so).
+                  if (!is_floating(dt) && !std::isfinite(a.f(1)))
+                    fail("full", "value ", a.f(1), " does not fit dtype ", dt);
+                  return one(dt, Shape(a.ints(0)));
                 },
             .kernel =
                 [](std::span<const Tensor>, std::span<Tensor> out, const Attrs& a) {

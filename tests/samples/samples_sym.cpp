@@ -52,6 +52,7 @@ std::vector<OpSample> make_samples() {
     s.reference = [](const In& in) {
       return ref_elementwise(in, [](const std::vector<double>& a) { return a[0] + a[1]; });
     };
+    s.noncontig_inputs = {0};  // a [1, 3] row stored transposed is still contiguous
     v.push_back(std::move(s));
   }
   {  // x + [0, 1, ..., n-1] down the rows
@@ -60,7 +61,7 @@ std::vector<OpSample> make_samples() {
     s.name = "arange_rows";
     s.inputs = [] { return In{rnd({5, 2}, 505)}; };
     s.run = [](const In& in) {
-      Tensor r = arange_symint(0, sym_size(in[0], 0), 1, Float64);
+      Tensor r = arange_symint(0, sym_size(in[0], 0), 1, in[0].dtype());
       return add(in[0], reshape_symint(r, {sym_size(in[0], 0), SymInt(1)}));
     };
     s.reference = [](const In& in) {
@@ -75,7 +76,9 @@ std::vector<OpSample> make_samples() {
     s.ops = {"sym_size", "full"};
     s.name = "full_like_shape";
     s.inputs = [] { return In{rnd({3, 4}, 506)}; };
-    s.run = [](const In& in) { return mul(in[0], full_symint(sym_sizes(in[0]), 2.0, Float64)); };
+    s.run = [](const In& in) {
+      return mul(in[0], full_symint(sym_sizes(in[0]), 2.0, in[0].dtype()));
+    };
     s.reference = [](const In& in) {
       std::vector<double> x = vals(in[0]);
       for (auto& e : x) e *= 2;
