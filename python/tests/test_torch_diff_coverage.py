@@ -34,6 +34,8 @@ INTERNAL = {
     "conv2d_fused": "internal", "conv2d_fused_add": "internal", "fused": "internal",
     "max_pool2d_blocked": "internal",
     "check_numel": "internal", "split_like": "internal", "sym_size": "graph",
+    "mean_hw_blocked": "internal", "scale_channels_blocked": "internal",
+    "max_pool2d_values": "internal",
     "assign": "graph", "group": "graph", "merge": "graph", "switch": "graph", "while": "graph",
     "while_grad": "graph", "print": "graph", "jit_call": "graph", "py_function": "graph",
     "all_reduce": "dist",
