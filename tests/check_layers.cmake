@@ -24,7 +24,8 @@ set(KILN_INTERNAL_HEADERS
   "kiln/dispatch/dispatch\\.h" "kiln/graph/node\\.h" "kiln/autograd/grad_node\\.h"
   "kiln/ops/(op_util|handles|grad_ops|fused|elementwise_util|index_util)\\.h"
   "kiln/ops/(pool_util|reduce_util|collective|traced_write)\\.h"
-  "kiln/jit/(version|guard_key)\\.h" "kiln/exec/while_body\\.h")
+  "kiln/jit/(arg|capture|compiled_backward|engine|guard_key|heal|lazy|lazy_piece)\\.h"
+  "kiln/jit/(replay|shape_guard|trace_tree|tracer|version)\\.h" "kiln/exec/while_body\\.h")
 
 set(layer_index 0)
 foreach(layer ${KILN_LAYERS})

@@ -24,8 +24,8 @@ const std::string kBreakEager = "graph break under autograd: this version runs e
 // first run that fails is never kept: with dynamic dims the shape is compiled statically
 // instead, and when that fails too the call runs eagerly (raising what eager raises); where
 // eager works, this shape then gets a version that runs eagerly, said in explain().
-std::vector<Tensor> Engine::Impl::compile_and_run(const Key& nk, const Key& k,
-                                                  const std::vector<Arg>& args, const TraceFn& fn) {
+std::vector<Tensor> Engine::compile_and_run(const Key& nk, const Key& k,
+                                            const std::vector<Arg>& args, const TraceFn& fn) {
   auto v = std::make_unique<Version>();
   v->key = nk;
   std::vector<Tensor> outs;
@@ -71,8 +71,8 @@ std::vector<Tensor> Engine::Impl::compile_and_run(const Key& nk, const Key& k,
 // with its tensor ops recorded lazily. With host reads the version reruns from now on, for
 // every shape of the same ranks (its pieces are cached by shape); without, kAuto compiles the
 // recording as one piece that replays (today's speed), into `v`, and returns false.
-bool Engine::Impl::first_lazy_call(Version& v, const Key& k, const std::vector<Arg>& args,
-                                   const TraceFn& fn, std::vector<Tensor>& outs) {
+bool Engine::first_lazy_call(Version& v, const Key& k, const std::vector<Arg>& args,
+                             const TraceFn& fn, std::vector<Tensor>& outs) {
   const double t0 = now_ms();
   v.lazy = std::make_unique<LazyCache>();
   const bool autom = opts.host_code == JitOptions::HostCode::kAuto;
@@ -100,7 +100,7 @@ bool Engine::Impl::first_lazy_call(Version& v, const Key& k, const std::vector<A
 
 // Traces fn into `v` (adding a path to its trace tree). Raises what the trace raised; the
 // caller decides on the fallback. A function that assigns module buffers makes `v` eager-only.
-void Engine::Impl::trace(Version& v, const std::vector<Arg>& args, const TraceFn& fn) {
+void Engine::trace(Version& v, const std::vector<Arg>& args, const TraceFn& fn) {
   const double t0 = now_ms();
   Trace tr = trace_fn(v.key, args, fn, held);
   v.num_user_outputs = tr.num_user_outputs;
@@ -128,7 +128,7 @@ void Engine::Impl::trace(Version& v, const std::vector<Arg>& args, const TraceFn
 
 // What a trace adds to its version: the compiled backward (calls that record gradients), then
 // its one piece or a path of the trace tree, healed where it can be.
-void Engine::Impl::add_trace(Version& v, Trace& tr) {
+void Engine::add_trace(Version& v, Trace& tr) {
   if (any_grad(v.key)) {
     if (tr.breaks.empty()) {
       build_backward(v, tr.graph, tr.placeholders, tr.outs, opts.save_activations);
@@ -152,7 +152,7 @@ void Engine::Impl::add_trace(Version& v, Trace& tr) {
 }
 
 // Heals v's trace tree (heal.h) and logs what it healed, or why not.
-void Engine::Impl::heal_tree(Version& v) {
+void Engine::heal_tree(Version& v) {
   const HealResult r = heal(v, opts.save_activations);
   stats.pieces += r.pieces;
   if (!r.refused.empty())

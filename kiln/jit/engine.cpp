@@ -50,13 +50,13 @@ double now_ms() {
       .count();
 }
 
-Engine::Impl::Impl(JitOptions o)
+Engine::Engine(JitOptions o)
     : opts(std::move(o)),
       verify(env_has("KILN_JIT_VERIFY", "1")),
       log_recompiles(env_has("KILN_JIT_LOG", "recompiles")),
       log_breaks(env_has("KILN_JIT_LOG", "breaks")) {}
 
-std::vector<Tensor> Engine::Impl::call(const std::vector<Arg>& user_args, const TraceFn& fn) {
+std::vector<Tensor> Engine::call(const std::vector<Arg>& user_args, const TraceFn& fn) {
   // A call on symbolic tensors only inlines fn (call_ext): it reads no engine state and takes
   // no lock, so traces of functions that call each other cannot deadlock.
   std::unique_lock<std::recursive_mutex> lk(mu, std::defer_lock);
@@ -86,7 +86,7 @@ std::vector<Tensor> Engine::Impl::call(const std::vector<Arg>& user_args, const 
   }
 }
 
-std::vector<Tensor> Engine::Impl::call_ext(const std::vector<Arg>& user_args, const TraceFn& fn) {
+std::vector<Tensor> Engine::call_ext(const std::vector<Arg>& user_args, const TraceFn& fn) {
   for (int d : opts.donate)
     if (d < 0 || d >= static_cast<int>(user_args.size()) ||
         (user_args[static_cast<size_t>(d)].kind != Arg::kTensor &&
@@ -127,8 +127,8 @@ std::vector<Tensor> Engine::Impl::call_ext(const std::vector<Arg>& user_args, co
   return call_hit(*hit, k, args, fn);
 }
 
-Version* Engine::Impl::find_version(const Key& k, const std::vector<Arg>& args,
-                                    std::string* guard_failed) {
+Version* Engine::find_version(const Key& k, const std::vector<Arg>& args,
+                              std::string* guard_failed) {
   for (auto& v : versions) {
     if (!mismatch(v->key, k).empty()) continue;
     if (!v->shape_guards.empty()) {
@@ -145,8 +145,8 @@ Version* Engine::Impl::find_version(const Key& k, const std::vector<Arg>& args,
 
 // A compiled version accepts the call: replay it. A guard value of its trace tree without a
 // traced branch retraces fn along the new path into the same version.
-std::vector<Tensor> Engine::Impl::call_hit(Version& v, const Key& k, const std::vector<Arg>& args,
-                                           const TraceFn& fn) {
+std::vector<Tensor> Engine::call_hit(Version& v, const Key& k, const std::vector<Arg>& args,
+                                     const TraceFn& fn) {
   std::vector<Tensor> outs;
   std::string reason;
   bool replayed = false;
@@ -185,8 +185,8 @@ std::vector<Tensor> Engine::Impl::call_hit(Version& v, const Key& k, const std::
 }
 
 // No version accepts the call: a new one, with dynamic dims where only dims changed.
-std::vector<Tensor> Engine::Impl::call_miss(const Key& k, const std::string& guard_failed,
-                                            const std::vector<Arg>& args, const TraceFn& fn) {
+std::vector<Tensor> Engine::call_miss(const Key& k, const std::string& guard_failed,
+                                      const std::vector<Arg>& args, const TraceFn& fn) {
   Key nk = k;
   std::string reason;
   if (versions.empty()) {
@@ -214,8 +214,8 @@ std::vector<Tensor> Engine::Impl::call_miss(const Key& k, const std::string& gua
 // Checking the branch runs the pieces before each guard once more (20% of a step on a small
 // MLP), so after the first 8 calls only every power-of-two-th call checks: a branch that
 // never comes costs nothing in the long run, one that comes heals within twice the calls.
-std::vector<Tensor> Engine::Impl::call_grad_tree(Version& v, const std::vector<Arg>& args,
-                                                 const TraceFn& fn) {
+std::vector<Tensor> Engine::call_grad_tree(Version& v, const std::vector<Arg>& args,
+                                           const TraceFn& fn) {
   const int64_t n = ++v.grad_tree_calls;
   if (n > 8 && (n & (n - 1)) != 0) {
     ++stats.hits;
@@ -247,7 +247,7 @@ std::vector<Tensor> Engine::Impl::call_grad_tree(Version& v, const std::vector<A
 
 // The call recorded on the eager tape as one jit_call op, whose gradient runs the version's
 // compiled backward (jit_call.cpp).
-std::vector<Tensor> Engine::Impl::call_with_grad(Version& v, const std::vector<Arg>& args) {
+std::vector<Tensor> Engine::call_with_grad(Version& v, const std::vector<Arg>& args) {
   const int64_t id = register_version(v);
   // Inputs in the order of the trace's placeholders: a runtime scalar is one (a 0-d tensor).
   std::vector<Tensor> ins;
@@ -275,8 +275,8 @@ std::vector<Tensor> Engine::Impl::call_with_grad(Version& v, const std::vector<A
 
 // A compiled version raised on a call its guards accept. A version with dynamic dims is
 // compiled again for the call's concrete shape; a static one gives the call to eager.
-std::vector<Tensor> Engine::Impl::recover(Version& v, const Key& k, const std::vector<Arg>& args,
-                                          const TraceFn& fn, const std::string& why) {
+std::vector<Tensor> Engine::recover(Version& v, const Key& k, const std::vector<Arg>& args,
+                                    const TraceFn& fn, const std::string& why) {
   if (has_dynamic_dims(v.key) && opts.dynamic_dims) {
     if (!budget_ok(why)) return fn(args);
     ++stats.misses;
@@ -289,8 +289,8 @@ std::vector<Tensor> Engine::Impl::recover(Version& v, const Key& k, const std::v
 
 // Runs the call eagerly. If eager raises too, that is the caller's error (nothing is kept);
 // otherwise this exact key gets a version that runs eagerly from now on.
-std::vector<Tensor> Engine::Impl::eager_instead(const Key& k, const std::vector<Arg>& args,
-                                                const TraceFn& fn, const std::string& why) {
+std::vector<Tensor> Engine::eager_instead(const Key& k, const std::vector<Arg>& args,
+                                          const TraceFn& fn, const std::string& why) {
   std::vector<Tensor> outs = fn(args);
   auto v = std::make_unique<Version>();
   v->key = k;
@@ -302,7 +302,7 @@ std::vector<Tensor> Engine::Impl::eager_instead(const Key& k, const std::vector<
 }
 
 // Writes the new values of module buffers into them and keeps the function's own outputs.
-void Engine::Impl::finish(const Version& v, std::vector<Tensor>& outs) const {
+void Engine::finish(const Version& v, std::vector<Tensor>& outs) const {
   if (outs.size() <= v.num_user_outputs) return;
   for (size_t j = 0; j < held.state_slots.size() && v.num_user_outputs + j < outs.size(); ++j)
     *held.state_slots[j] = outs[v.num_user_outputs + j].detach();
@@ -320,7 +320,7 @@ void Engine::Impl::finish(const Version& v, std::vector<Tensor>& outs) const {
 // write into captured state), or a complete trace recorded without running (no host reads)
 // that met captures: the call is traced again with them as inputs. A rerunning version keeps
 // the captures it met as constants of its pieces.
-void Engine::Impl::take_lazy_captures(const LazyResult& r) {
+void Engine::take_lazy_captures(const LazyResult& r) {
   if (!r.need_trace && (r.complete || r.captures.empty())) return;
   for (const auto& t : r.captures) {
     bool have = false;
@@ -330,8 +330,8 @@ void Engine::Impl::take_lazy_captures(const LazyResult& r) {
   throw NewStateSlots{};
 }
 
-void Engine::Impl::verify_outputs(const std::vector<Arg>& args, const TraceFn& fn,
-                                  const std::vector<Tensor>& outs) {
+void Engine::verify_outputs(const std::vector<Arg>& args, const TraceFn& fn,
+                            const std::vector<Tensor>& outs) {
   // The reference runs with the caller's grad mode: fn may call grad() itself (a training
   // step), which a no-grad reference would refuse.
   std::vector<Tensor> ref;
@@ -362,7 +362,7 @@ void Engine::Impl::verify_outputs(const std::vector<Arg>& args, const TraceFn& f
   }
 }
 
-bool Engine::Impl::budget_ok(const std::string& reason) {
+bool Engine::budget_ok(const std::string& reason) {
   if (stats.compiles < opts.max_recompiles + 1) return true;
   stats.eager_fallback = true;
   fallback_reason = reason;
@@ -374,7 +374,7 @@ bool Engine::Impl::budget_ok(const std::string& reason) {
   return false;
 }
 
-void Engine::Impl::log_recompile(const std::string& reason) {
+void Engine::log_recompile(const std::string& reason) {
   recompile_log.push_back(reason);
   if (log_recompiles) std::cerr << "[jit] " << opts.name << ": recompile: " << reason << "\n";
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/jit/arg.h"
 #include "kiln/jit/guard_key.h"
 #include "kiln/jit/jit.h"
 #include "kiln/jit/tracer.h"
@@ -24,14 +25,15 @@ struct NewStateSlots {};
 /// Milliseconds on a monotonic clock (compile times).
 double now_ms();
 
-struct Engine::Impl {
+/// The engine behind a JitCallable (which holds it as JitCallable::Impl, below).
+struct Engine {
   // Calls with concrete arguments, stats() and explain() hold it: the versions, their slot
   // tables and feeds, the stats and logs are shared by every call. Recursive: fn may call its
   // own jitted function (eagerly, on a fallback) on the same thread.
   mutable std::recursive_mutex mu;
   JitOptions opts;
   std::vector<std::unique_ptr<Version>> versions;  // newest first
-  Stats stats;
+  JitStats stats;
   std::vector<std::string> recompile_log, break_log;
   // Module buffers fn assigns, fed as arguments after the user's own and written back from the
   // outputs after num_user_outputs; then captured tensors fed as inputs (tracer.h).
@@ -42,7 +44,7 @@ struct Engine::Impl {
   bool verify = false;             // KILN_JIT_VERIFY
   bool log_recompiles = false, log_breaks = false;  // KILN_JIT_LOG
 
-  explicit Impl(JitOptions o);
+  explicit Engine(JitOptions o);
 
   // ---- the call (engine.cpp) ----
   std::vector<Tensor> call(const std::vector<Arg>& user_args, const TraceFn& fn);
@@ -77,10 +79,20 @@ struct Engine::Impl {
   void heal_tree(Version& v);
 
   // ---- what it holds, said (explain.cpp, traced_version.cpp) ----
-  Stats stats_now() const;
+  JitStats stats_now() const;
   std::string explain() const;
   std::string to_mermaid() const;
   TracedVersion traced_version(const std::vector<Arg>& args) const;
 };
 
 }  // namespace kiln::detail::jit_engine
+
+namespace kiln {
+
+/// The engine as a JitCallable holds it: the public header names it without reaching into
+/// detail (kiln::onnx's save_jit takes it as the Engine it is).
+struct JitCallable::Impl final : detail::jit_engine::Engine {
+  using Engine::Engine;
+};
+
+}  // namespace kiln

@@ -107,9 +107,9 @@ void explain_captures(std::ostream& os, const HeldState& held,
 
 }  // namespace
 
-Engine::Stats Engine::Impl::stats_now() const {
+JitStats Engine::stats_now() const {
   std::lock_guard<std::recursive_mutex> lk(mu);
-  Stats s = stats;
+  JitStats s = stats;
   for (const auto& v : versions)
     if (v->lazy) {
       const LazyCache::Stats l = v->lazy->stats();
@@ -121,7 +121,7 @@ Engine::Stats Engine::Impl::stats_now() const {
   return s;
 }
 
-std::string Engine::Impl::to_mermaid() const {
+std::string Engine::to_mermaid() const {
   std::lock_guard<std::recursive_mutex> lk(mu);
   std::ostringstream os;
   os << "flowchart TD\n";
@@ -149,7 +149,7 @@ std::string Engine::Impl::to_mermaid() const {
   return os.str();
 }
 
-std::string Engine::Impl::explain() const {
+std::string Engine::explain() const {
   std::lock_guard<std::recursive_mutex> lk(mu);
   std::ostringstream os;
   os << "jit '" << opts.name << "': " << (stats.hits + stats.misses) << " calls, " << stats.hits

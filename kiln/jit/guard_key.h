@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/jit/jit.h"
+#include "kiln/jit/arg.h"
 
 namespace kiln::detail::jit_engine {
 

@@ -1,48 +1,62 @@
-// The jitted function's non-template side (jit.h): the engine's public face. What a call does
-// is the engine's (engine.h); each method here takes the engine's lock where it reads its
-// state.
+// JitCallable (jit.h), the public face of the JIT engine: what a call does is the engine's
+// (engine.h); each method here takes the engine's lock where it reads its state.
 #include "kiln/jit/jit.h"
 
 #include <algorithm>
 
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/jit/engine.h"
 
-namespace kiln::detail::jit_engine {
+namespace kiln {
+namespace {
 
-Engine::Engine(JitOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {}
-Engine::~Engine() = default;
+const char* kind_name(JitArg::Kind k) {
+  switch (k) {
+    case JitArg::kTensor:
+      return "a Tensor";
+    case JitArg::kTensorList:
+      return "a std::vector<Tensor>";
+    case JitArg::kScalar:
+      return "a number";
+    case JitArg::kBool:
+      return "a bool";
+  }
+  return "?";
+}
 
-std::vector<Tensor> Engine::call(const std::vector<Arg>& args, const TraceFn& fn) {
+}  // namespace
+
+JitCallable::JitCallable(JitOptions opts) : impl_(std::make_shared<Impl>(std::move(opts))) {}
+
+std::vector<Tensor> JitCallable::call(const std::vector<JitArg>& args, const Fn& fn) {
   return impl_->call(args, fn);
 }
 
-std::string Engine::explain() const { return impl_->explain(); }
-std::string Engine::to_mermaid() const { return impl_->to_mermaid(); }
-Engine::Stats Engine::stats() const { return impl_->stats_now(); }
+std::string JitCallable::explain() const { return impl_->explain(); }
+std::string JitCallable::to_mermaid() const { return impl_->to_mermaid(); }
+JitStats JitCallable::stats() const { return impl_->stats_now(); }
 
-void Engine::check_arg(size_t i, Arg::Kind got, Arg::Kind want) const {
-  const bool number = got == Arg::kScalar || got == Arg::kBool;
-  const bool wants_number = want == Arg::kScalar || want == Arg::kBool;
+void JitCallable::check_arg(size_t i, JitArg::Kind got, JitArg::Kind want) const {
+  const bool number = got == JitArg::kScalar || got == JitArg::kBool;
+  const bool wants_number = want == JitArg::kScalar || want == JitArg::kBool;
   if (got == want || (number && wants_number)) return;
   // A runtime scalar reaches fn as a 0-d tensor.
   const auto& rs = impl_->opts.runtime_scalars;
-  if (number && want == Arg::kTensor &&
+  if (number && want == JitArg::kTensor &&
       std::find(rs.begin(), rs.end(), static_cast<int>(i)) != rs.end())
     return;
   fail("jit", "'", impl_->opts.name, "': argument ", i, " is ", kind_name(got),
        ", but the function's parameter ", i, " takes ", kind_name(want));
 }
 
-bool Engine::guards_accept(const std::vector<Arg>& args) const {
+bool JitCallable::guards_accept(const std::vector<JitArg>& args) const {
   std::lock_guard<std::recursive_mutex> lk(impl_->mu);
-  Key k = key_of(args, impl_->opts.runtime_scalars);
+  const detail::jit_engine::Key k = detail::jit_engine::key_of(args, impl_->opts.runtime_scalars);
   for (const auto& v : impl_->versions)
-    if (mismatch(v->key, k).empty()) return true;
+    if (detail::jit_engine::mismatch(v->key, k).empty()) return true;
   return false;
 }
 
-TracedVersion Engine::traced_version(const std::vector<Arg>& args) const {
-  return impl_->traced_version(args);
-}
+bool is_tracing() { return detail::capturing(); }
 
-}  // namespace kiln::detail::jit_engine
+}  // namespace kiln

@@ -38,12 +38,17 @@
 // thread. Tracing is per thread, so other threads' eager code is never captured. fn itself runs
 // under that lock while tracing or eagerly; what it reads besides its arguments (captured
 // tensors, module parameters) must not change meanwhile.
+//
+// JitFunction<F> (what jit() returns) is typed by fn; JitCallable below is the same jitted
+// function over flattened arguments (JitArg), for bindings that call through it.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/tensor.h"
@@ -80,188 +85,140 @@ struct JitOptions {
   bool heal_breaks = true;
 };
 
-namespace detail::jit_engine {
-
-struct TracedVersion;  // version.h: what kiln::onnx saves of a compiled version
-
-/// One flattened argument.
-struct Arg {
+/// One argument of a jitted call, flattened: a tensor, a list of tensors, or a number or bool
+/// (held as a double). JitCallable takes its arguments so.
+struct JitArg {
   enum Kind { kTensor, kTensorList, kScalar, kBool } kind = kTensor;
   Tensor t;
   std::vector<Tensor> ts;
   double v = 0;
+
+  JitArg() = default;
+  explicit JitArg(const Tensor& x) : kind(kTensor), t(x) {}
+  explicit JitArg(const std::vector<Tensor>& xs) : kind(kTensorList), ts(xs) {}
+  explicit JitArg(bool b) : kind(kBool), v(b ? 1.0 : 0.0) {}
+  template <typename T,
+            std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  explicit JitArg(T x) : kind(kScalar), v(static_cast<double>(x)) {}
+
+  /// The kind a parameter of type P takes.
+  template <typename P>
+  static constexpr Kind kind_of() {
+    using D = std::decay_t<P>;
+    if constexpr (std::is_same_v<D, Tensor>)
+      return kTensor;
+    else if constexpr (std::is_same_v<D, std::vector<Tensor>>)
+      return kTensorList;
+    else if constexpr (std::is_same_v<D, bool>)
+      return kBool;
+    else
+      return kScalar;
+  }
+  /// The argument as a parameter of type P (a runtime scalar arrives as a Tensor): tensors and
+  /// lists by reference, numbers and bools by value.
+  template <typename P>
+  decltype(auto) as() const {
+    using D = std::decay_t<P>;
+    if constexpr (std::is_same_v<D, Tensor>)
+      return (t);
+    else if constexpr (std::is_same_v<D, std::vector<Tensor>>)
+      return (ts);
+    else if constexpr (std::is_same_v<D, bool>)
+      return v != 0;
+    else
+      return static_cast<D>(v);
+  }
 };
 
-/// The non-template engine behind every jitted function.
-class Engine {
+/// What a jitted function has done so far (JitFunction::stats(), JitCallable::stats()).
+struct JitStats {
+  int64_t hits = 0, misses = 0, compiles = 0, graph_breaks = 0, pieces = 0;
+  int64_t verify_mismatches = 0;
+  bool eager_fallback = false;
+  /// Rerunning versions (host_code): calls, pieces run compiled, piece compiles, and the most
+  /// compiles any one piece structure took.
+  int64_t reruns = 0, rerun_pieces = 0, piece_compiles = 0;
+  int max_piece_compiles = 0;
+  /// Bool breaks joined into Switch/Merge (JitOptions::heal_breaks).
+  int64_t healed = 0;
+};
+
+/// A jitted function over flattened arguments: the compiled versions, their guards and the
+/// policy of the file comment, for a function given on each call as `fn`, which takes the
+/// arguments (possibly symbolic, while tracing) and returns its outputs flattened. JitFunction
+/// wraps one for a typed C++ function; a binding (Python's kiln.jit) holds one directly. Copies
+/// share the compiled versions. Pass the same function on every call: it is traced once per
+/// version and called eagerly on a fallback.
+class JitCallable {
  public:
-  explicit Engine(JitOptions opts);
-  ~Engine();
-  /// Runs the function: `trace(args)` calls the user's fn on (possibly symbolic) arguments and
-  /// returns its flattened outputs; `eager(args)` calls it plainly.
-  std::vector<Tensor> call(const std::vector<Arg>& args,
-                           const std::function<std::vector<Tensor>(const std::vector<Arg>&)>& fn);
+  using Fn = std::function<std::vector<Tensor>(const std::vector<JitArg>&)>;
+
+  explicit JitCallable(JitOptions opts = {});
+  /// Runs `fn` on `args` through the compiled version whose guards accept them (traced on a
+  /// miss). The engine may pass more arguments than `args` (captured state, after them); fn
+  /// takes the first args.size().
+  std::vector<Tensor> call(const std::vector<JitArg>& args, const Fn& fn);
+  /// Pieces, graph breaks (reason and source line), recompiles (which guard failed), compile
+  /// times, hits and misses.
   std::string explain() const;
-  /// Mermaid flowchart of the versions, pieces, guards and branches.
+  /// The piecewise program as a Mermaid flowchart: each version with its guards; its pieces
+  /// with their sizes; graph breaks as guard diamonds (kReplay) or host-code edges (rerun),
+  /// named by the user's file:line; the backward when there is one.
   std::string to_mermaid() const;
+  JitStats stats() const;
+  /// The guard check alone (no execution): whether some compiled version accepts `args`.
+  bool guards_accept(const std::vector<JitArg>& args) const;
   /// Raises naming argument `i` when the caller passed `got` where fn's parameter is `want`
   /// (numbers and bools convert into each other as in C++; a runtime scalar may go to a Tensor
   /// parameter; otherwise tensors and numbers do not mix).
-  void check_arg(size_t i, Arg::Kind got, Arg::Kind want) const;
-  /// Runs only the guard check: whether some compiled version accepts `args` (for benchmarks).
-  bool guards_accept(const std::vector<Arg>& args) const;
-  /// The version whose guards accept `args` as saved by kiln::onnx (save_jit): its traced graph,
-  /// placeholders, outputs and guards, or in `refusal` why it cannot stand alone (graph breaks,
-  /// host code that reruns, an eager fallback, module buffers it assigns).
-  TracedVersion traced_version(const std::vector<Arg>& args) const;
-  struct Stats {
-    int64_t hits = 0, misses = 0, compiles = 0, graph_breaks = 0, pieces = 0;
-    int64_t verify_mismatches = 0;
-    bool eager_fallback = false;
-    /// Rerunning versions (host_code): calls, pieces run compiled, piece compiles, and the most
-    /// compiles any one piece structure took.
-    int64_t reruns = 0, rerun_pieces = 0, piece_compiles = 0;
-    int max_piece_compiles = 0;
-    /// Bool breaks joined into Switch/Merge (JitOptions::heal_breaks).
-    int64_t healed = 0;
-  };
-  Stats stats() const;
+  void check_arg(size_t i, JitArg::Kind got, JitArg::Kind want) const;
+
+  /// The engine (internal, kiln/jit/engine.h; kiln::onnx's save_jit reads its versions).
   struct Impl;
+  const Impl& impl() const { return *impl_; }
 
  private:
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
-inline Arg to_arg(const Tensor& t) { return Arg{Arg::kTensor, t, {}, 0}; }
-inline Arg to_arg(const std::vector<Tensor>& ts) { return Arg{Arg::kTensorList, {}, ts, 0}; }
-inline Arg to_arg(bool b) { return Arg{Arg::kBool, {}, {}, b ? 1.0 : 0.0}; }
-template <typename T,
-          std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, int> = 0>
-Arg to_arg(T v) {
-  return Arg{Arg::kScalar, {}, {}, static_cast<double>(v)};
-}
+/// Whether op calls on this thread are being recorded by kiln::jit now (a trace, or the recording
+/// of a function whose host code reruns), as torch.jit.is_tracing() says.
+bool is_tracing();
 
-inline const char* kind_name(Arg::Kind k) {
-  switch (k) {
-    case Arg::kTensor:
-      return "a Tensor";
-    case Arg::kTensorList:
-      return "a std::vector<Tensor>";
-    case Arg::kScalar:
-      return "a number";
-    case Arg::kBool:
-      return "a bool";
-  }
-  return "?";
-}
-
-template <typename P>
-constexpr Arg::Kind param_kind() {
-  using D = std::decay_t<P>;
-  if constexpr (std::is_same_v<D, Tensor>)
-    return Arg::kTensor;
-  else if constexpr (std::is_same_v<D, std::vector<Tensor>>)
-    return Arg::kTensorList;
-  else if constexpr (std::is_same_v<D, bool>)
-    return Arg::kBool;
-  else
-    return Arg::kScalar;
-}
-
-template <typename P>
-struct FromArg {
-  static P get(const Arg& a) {
-    using D = std::decay_t<P>;
-    if constexpr (std::is_same_v<D, Tensor>) {
-      return a.t;
-    } else if constexpr (std::is_same_v<D, std::vector<Tensor>>) {
-      return a.ts;
-    } else if constexpr (std::is_same_v<D, bool>) {
-      return a.v != 0;
-    } else {
-      return static_cast<D>(a.v);
-    }
-  }
-};
-
-inline void flatten(const Tensor& t, std::vector<Tensor>& out) { out.push_back(t); }
-inline void flatten(const std::vector<Tensor>& ts, std::vector<Tensor>& out) {
-  out.insert(out.end(), ts.begin(), ts.end());
-}
-template <typename... T>
-void flatten(const std::tuple<T...>& tup, std::vector<Tensor>& out) {
-  std::apply([&](const auto&... x) { (flatten(x, out), ...); }, tup);
-}
-template <typename A, typename B>
-void flatten(const std::pair<A, B>& p, std::vector<Tensor>& out) {
-  flatten(p.first, out);
-  flatten(p.second, out);
-}
-
-// Rebuilds a result of type R from flattened tensors; `shape_of` (a result of the trace) gives
-// vector sizes.
-inline Tensor unflatten(const Tensor*, const std::vector<Tensor>& v, size_t& i) { return v[i++]; }
-inline std::vector<Tensor> unflatten(const std::vector<Tensor>* proto, const std::vector<Tensor>& v,
-                                     size_t& i) {
-  size_t n = proto ? proto->size() : v.size() - i;
-  std::vector<Tensor> r(v.begin() + static_cast<long>(i), v.begin() + static_cast<long>(i + n));
-  i += n;
-  return r;
-}
-template <typename... T>
-std::tuple<T...> unflatten(const std::tuple<T...>*, const std::vector<Tensor>& v, size_t& i) {
-  return std::tuple<T...>{unflatten(static_cast<const T*>(nullptr), v, i)...};
-}
-template <typename A, typename B>
-std::pair<A, B> unflatten(const std::pair<A, B>*, const std::vector<Tensor>& v, size_t& i) {
-  A a = unflatten(static_cast<const A*>(nullptr), v, i);
-  B b = unflatten(static_cast<const B*>(nullptr), v, i);
-  return {a, b};
-}
-
+/// A callable's result and parameter types (a lambda, a function object, a function pointer).
 template <typename F>
-struct Traits : Traits<decltype(&F::operator())> {};
+struct JitSignature : JitSignature<decltype(&F::operator())> {};
 template <typename C, typename R, typename... A>
-struct Traits<R (C::*)(A...) const> {
+struct JitSignature<R (C::*)(A...) const> {
   using Ret = R;
   using Params = std::tuple<A...>;
 };
 template <typename C, typename R, typename... A>
-struct Traits<R (C::*)(A...)> {
+struct JitSignature<R (C::*)(A...)> {
   using Ret = R;
   using Params = std::tuple<A...>;
 };
 template <typename R, typename... A>
-struct Traits<R (*)(A...)> {
+struct JitSignature<R (*)(A...)> {
   using Ret = R;
   using Params = std::tuple<A...>;
 };
 
-// A call operator with fn's own parameter types, beside JitFunction's template one: a braced
-// list (`f({a, b}, x)` for a std::vector<Tensor> parameter) cannot deduce a template argument.
-template <typename Self, typename Params>
-struct TypedCall;
-template <typename Self, typename... P>
-struct TypedCall<Self, std::tuple<P...>> {
-  auto operator()(const std::decay_t<P>&... args) {
-    return static_cast<Self&>(*this).invoke(args...);
-  }
-};
-
-}  // namespace detail::jit_engine
-
 /// A jitted callable; see the file comment. Copies share the same compiled versions.
-template <typename F>
-class JitFunction
-    : public detail::jit_engine::TypedCall<JitFunction<F>,
-                                           typename detail::jit_engine::Traits<F>::Params> {
+template <typename F, typename Params = typename JitSignature<F>::Params>
+class JitFunction;
+
+template <typename F, typename... P>
+class JitFunction<F, std::tuple<P...>> {
+  using Ret = typename JitSignature<F>::Ret;
+
  public:
   JitFunction(F fn, JitOptions opts)
-      : fn_(std::make_shared<F>(std::move(fn))),
-        engine_(std::make_shared<detail::jit_engine::Engine>(std::move(opts))) {}
+      : fn_(std::make_shared<F>(std::move(fn))), callable_(std::move(opts)) {}
 
-  using detail::jit_engine::TypedCall<JitFunction<F>,
-                                      typename detail::jit_engine::Traits<F>::Params>::operator();
+  /// fn's own parameter types, beside the template operator below: a braced list (`f({a, b},
+  /// x)` for a std::vector<Tensor> parameter) cannot deduce a template argument.
+  auto operator()(const std::decay_t<P>&... args) { return invoke(args...); }
   /// Any arguments that convert to fn's parameters (numbers, and a number for a Tensor
   /// parameter listed in JitOptions::runtime_scalars).
   template <typename... Args>
@@ -272,58 +229,83 @@ class JitFunction
   /// The call behind both operators.
   template <typename... Args>
   auto invoke(const Args&... args) {
-    using Ret = typename detail::jit_engine::Traits<F>::Ret;
-    using Params = typename detail::jit_engine::Traits<F>::Params;
-    static_assert(sizeof...(Args) == std::tuple_size_v<Params>, "wrong number of arguments");
-    std::vector<detail::jit_engine::Arg> flat{detail::jit_engine::to_arg(args)...};
-    check_kinds(flat, std::make_index_sequence<std::tuple_size_v<Params>>{});
-    // The last traced result gives the structure (vector sizes) for unflattening.
+    static_assert(sizeof...(Args) == sizeof...(P), "wrong number of arguments");
+    std::vector<JitArg> flat{JitArg(args)...};
+    check_kinds(flat, std::index_sequence_for<P...>{});
     auto shared_fn = fn_;
-    auto proto = std::make_shared<std::vector<size_t>>();
-    std::vector<Tensor> outs =
-        engine_->call(flat, [shared_fn](const std::vector<detail::jit_engine::Arg>& a) {
-          Ret r = call_with(*shared_fn, a, std::make_index_sequence<std::tuple_size_v<Params>>{});
-          std::vector<Tensor> o;
-          detail::jit_engine::flatten(r, o);
-          return o;
-        });
+    std::vector<Tensor> outs = callable_.call(flat, [shared_fn](const std::vector<JitArg>& a) {
+      Ret r = call_with(*shared_fn, a, std::index_sequence_for<P...>{});
+      std::vector<Tensor> o;
+      flatten(r, o);
+      return o;
+    });
     size_t i = 0;
-    return detail::jit_engine::unflatten(static_cast<const Ret*>(nullptr), outs, i);
+    return unflatten(static_cast<const Ret*>(nullptr), outs, i);
   }
 
   /// Pieces, graph breaks (reason and source line), recompiles (which guard failed), compile
   /// times, hits and misses.
-  std::string explain() const { return engine_->explain(); }
-  /// The piecewise program as a Mermaid flowchart (as the lecture draws graphs): each version
-  /// with its guards; its pieces with their sizes; graph breaks as guard diamonds (kReplay) or
-  /// host-code edges (rerun), named by the user's file:line; the backward when there is one.
-  std::string to_mermaid() const { return engine_->to_mermaid(); }
+  std::string explain() const { return callable_.explain(); }
+  /// The piecewise program as a Mermaid flowchart (as the lecture draws graphs); see
+  /// JitCallable::to_mermaid.
+  std::string to_mermaid() const { return callable_.to_mermaid(); }
   /// The guard check alone (no execution), for measuring its cost.
   template <typename... Args>
   bool guards_accept(const Args&... args) const {
-    std::vector<detail::jit_engine::Arg> flat{detail::jit_engine::to_arg(args)...};
-    return engine_->guards_accept(flat);
+    return callable_.guards_accept({JitArg(args)...});
   }
-  detail::jit_engine::Engine::Stats stats() const { return engine_->stats(); }
-  /// The engine behind the function (internal: kiln::onnx's save_jit reads its versions).
-  const detail::jit_engine::Engine& engine() const { return *engine_; }
+  JitStats stats() const { return callable_.stats(); }
+  /// The untyped jitted function behind this one.
+  const JitCallable& callable() const { return callable_; }
+  /// Its engine (internal: kiln::onnx's save_jit reads its versions).
+  const JitCallable::Impl& engine() const { return callable_.impl(); }
 
  private:
   template <std::size_t... I>
-  void check_kinds(const std::vector<detail::jit_engine::Arg>& a, std::index_sequence<I...>) const {
-    using Params = typename detail::jit_engine::Traits<F>::Params;
-    (engine_->check_arg(I, a[I].kind,
-                        detail::jit_engine::param_kind<std::tuple_element_t<I, Params>>()),
-     ...);
+  void check_kinds(const std::vector<JitArg>& a, std::index_sequence<I...>) const {
+    (callable_.check_arg(I, a[I].kind, JitArg::kind_of<P>()), ...);
   }
   template <std::size_t... I>
-  static auto call_with(F& f, const std::vector<detail::jit_engine::Arg>& a,
-                        std::index_sequence<I...>) {
-    using Params = typename detail::jit_engine::Traits<F>::Params;
-    return f(detail::jit_engine::FromArg<std::tuple_element_t<I, Params>>::get(a[I])...);
+  static Ret call_with(F& f, const std::vector<JitArg>& a, std::index_sequence<I...>) {
+    return f(a[I].template as<P>()...);
   }
+
+  // fn's result flattened into tensors, and rebuilt from them (vector sizes: what is left).
+  static void flatten(const Tensor& t, std::vector<Tensor>& out) { out.push_back(t); }
+  static void flatten(const std::vector<Tensor>& ts, std::vector<Tensor>& out) {
+    out.insert(out.end(), ts.begin(), ts.end());
+  }
+  template <typename... T>
+  static void flatten(const std::tuple<T...>& tup, std::vector<Tensor>& out) {
+    std::apply([&](const auto&... x) { (flatten(x, out), ...); }, tup);
+  }
+  template <typename A, typename B>
+  static void flatten(const std::pair<A, B>& p, std::vector<Tensor>& out) {
+    flatten(p.first, out);
+    flatten(p.second, out);
+  }
+  static Tensor unflatten(const Tensor*, const std::vector<Tensor>& v, size_t& i) { return v[i++]; }
+  static std::vector<Tensor> unflatten(const std::vector<Tensor>*, const std::vector<Tensor>& v,
+                                       size_t& i) {
+    std::vector<Tensor> r(v.begin() + static_cast<long>(i), v.end());
+    i = v.size();
+    return r;
+  }
+  template <typename... T>
+  static std::tuple<T...> unflatten(const std::tuple<T...>*, const std::vector<Tensor>& v,
+                                    size_t& i) {
+    return std::tuple<T...>{unflatten(static_cast<const T*>(nullptr), v, i)...};
+  }
+  template <typename A, typename B>
+  static std::pair<A, B> unflatten(const std::pair<A, B>*, const std::vector<Tensor>& v,
+                                   size_t& i) {
+    A a = unflatten(static_cast<const A*>(nullptr), v, i);
+    B b = unflatten(static_cast<const B*>(nullptr), v, i);
+    return {a, b};
+  }
+
   std::shared_ptr<F> fn_;
-  std::shared_ptr<detail::jit_engine::Engine> engine_;
+  JitCallable callable_;
 };
 
 /// Wraps `fn` (a lambda or function object taking Tensors, std::vector<Tensor>, arithmetic

@@ -16,12 +16,10 @@
 
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
+#include "kiln/jit/arg.h"
 #include "kiln/jit/guard_key.h"
-#include "kiln/jit/jit.h"
 
 namespace kiln::detail::jit_engine {
-
-using TraceFn = std::function<std::vector<Tensor>(const std::vector<Arg>&)>;
 
 /// What one lazy call left behind.
 struct LazyResult {

@@ -63,7 +63,7 @@ void inline_captures(const Version& v, const std::vector<Tensor>& captures, Trac
 }  // namespace
 
 // For kiln::onnx::save_jit: a version stands alone only as one traced graph without host code.
-TracedVersion Engine::Impl::traced_version(const std::vector<Arg>& args) const {
+TracedVersion Engine::traced_version(const std::vector<Arg>& args) const {
   std::lock_guard<std::recursive_mutex> lk(mu);
   TracedVersion r;
   r.name = opts.name;

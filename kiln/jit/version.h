@@ -11,8 +11,8 @@
 
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
+#include "kiln/jit/arg.h"
 #include "kiln/jit/guard_key.h"
-#include "kiln/jit/jit.h"
 #include "kiln/jit/lazy.h"
 #include "kiln/jit/shape_guard.h"
 #include "kiln/registry/op_def.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/jit/jit.h"
+#include "kiln/jit/engine.h"
 #include "kiln/onnx/onnx_export.h"
 #include "kiln/onnx/saved_graph.h"
 

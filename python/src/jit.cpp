@@ -1,19 +1,15 @@
-// @kiln.jit on Python functions, through the C++ JIT engine (kiln/jit): arguments are flattened
-// into the engine's tensors, tensor lists, numbers and bools (numbers and bools are guarded by
-// value: one version per constant, the lecture's case 1), and the Python function is the trace
+// @kiln.jit on Python functions, through kiln::JitCallable (kiln/jit/jit.h): arguments are
+// flattened into JitArgs, tensors, tensor lists, numbers and bools (numbers and bools are guarded
+// by value: one version per constant, the lecture's case 1), and the Python function is the trace
 // callback, called with the GIL held. A Python `if` on a traced tensor calls __bool__, whose
 // host read is the C++ graph break (case 2): the piece so far runs and its value is guarded.
 #include <map>
 #include <memory>
 
 #include "common.h"
-#include "kiln/dispatch/dispatch.h"
 
 namespace kiln::python {
 namespace {
-
-using detail::jit_engine::Arg;
-using detail::jit_engine::Engine;
 
 // How to rebuild the Python result from the flat outputs: a tensor, or a tuple/list of them.
 struct Structure {
@@ -23,28 +19,27 @@ struct Structure {
 
 class PyJit {
  public:
-  PyJit(py::function fn, JitOptions opts)
-      : fn_(std::move(fn)), engine_(std::make_shared<Engine>(std::move(opts))) {}
+  PyJit(py::function fn, JitOptions opts) : fn_(std::move(fn)), jit_(std::move(opts)) {}
 
   py::object call(const py::args& args, const py::kwargs& kwargs) {
     if (kwargs.size() > 0)
       raise(type_error_type(),
             "[jit] keyword arguments are bound by kiln.jit's Python wrapper; pass them "
             "positionally to JitFunction");
-    std::vector<Arg> flat;
+    std::vector<JitArg> flat;
     auto ints = std::make_shared<std::vector<bool>>();  // a number came as a Python int
     for (size_t i = 0; i < args.size(); ++i) {
       py::handle h = args[i];
       ints->push_back(false);
       if (py::isinstance<Tensor>(h)) {
-        flat.push_back(detail::jit_engine::to_arg(h.cast<Tensor>()));
+        flat.push_back(JitArg(h.cast<Tensor>()));
       } else if (PyBool_Check(h.ptr())) {
-        flat.push_back(detail::jit_engine::to_arg(h.ptr() == Py_True));
+        flat.push_back(JitArg(h.ptr() == Py_True));
       } else if (PyLong_Check(h.ptr())) {
         (*ints)[i] = true;
-        flat.push_back(detail::jit_engine::to_arg(h.cast<int64_t>()));
+        flat.push_back(JitArg(h.cast<int64_t>()));
       } else if (PyFloat_Check(h.ptr())) {
-        flat.push_back(detail::jit_engine::to_arg(h.cast<double>()));
+        flat.push_back(JitArg(h.cast<double>()));
       } else if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
         std::vector<Tensor> ts;
         for (py::handle e : py::reinterpret_borrow<py::sequence>(h)) {
@@ -53,7 +48,7 @@ class PyJit {
                   str_cat("[jit] argument ", i, ": a list must hold only tensors"));
           ts.push_back(e.cast<Tensor>());
         }
-        flat.push_back(detail::jit_engine::to_arg(ts));
+        flat.push_back(JitArg(ts));
       } else {
         raise(type_error_type(),
               str_cat("[jit] argument ", i,
@@ -63,32 +58,32 @@ class PyJit {
                       " (capture other objects in the function instead)"));
       }
     }
-    // Captured by pointer: the engine may copy this callback with the GIL released, and a
+    // Captured by pointer: the jitted function may copy this callback with the GIL released, and a
     // copied py::function would touch its reference count without the GIL.
     auto* structures = structures_.get();
     const py::function* fn = &fn_;
-    // The engine passes captured state (module buffers, captured tensors) after the caller's
-    // arguments: the function takes only the caller's.
+    // The jitted function passes captured state (module buffers, captured tensors) after the
+    // caller's arguments: the function takes only the caller's.
     const size_t arity = flat.size();
-    auto trace = [fn, ints, structures, arity](const std::vector<Arg>& a) {
+    auto trace = [fn, ints, structures, arity](const std::vector<JitArg>& a) {
       py::gil_scoped_acquire gil;
       const size_t n = std::min(arity, a.size());
       py::tuple pargs(n);
       for (size_t i = 0; i < n; ++i) {
         switch (a[i].kind) {
-          case Arg::kTensor:
+          case JitArg::kTensor:
             pargs[i] = py::cast(a[i].t);
             break;
-          case Arg::kTensorList: {
+          case JitArg::kTensorList: {
             py::list l;
             for (const Tensor& t : a[i].ts) l.append(py::cast(t));
             pargs[i] = l;
             break;
           }
-          case Arg::kBool:
+          case JitArg::kBool:
             pargs[i] = py::bool_(a[i].v != 0);
             break;
-          case Arg::kScalar:
+          case JitArg::kScalar:
             if (a[i].t.defined())  // a runtime scalar: a 0-d tensor
               pargs[i] = py::cast(a[i].t);
             else if ((*ints)[i])
@@ -102,12 +97,12 @@ class PyJit {
       try {
         r = (*fn)(*pargs);
       } catch (py::error_already_set& e) {
-        // Raised while tracing (the inputs are graph values): a kiln::Error the engine answers
+        // Raised while tracing (the inputs are graph values): a kiln::Error that kiln::jit answers
         // as for C++ code, by compiling for the concrete shape or running eagerly, where the
         // function raises its own error again if it fails there too. Interrupts pass through.
-        bool tracing = kiln::detail::capturing();
+        bool tracing = is_tracing();
         for (size_t i = 0; i < n; ++i)
-          tracing = tracing || (a[i].kind == Arg::kTensor && a[i].t.is_symbolic());
+          tracing = tracing || (a[i].kind == JitArg::kTensor && a[i].t.is_symbolic());
         if (!tracing || !e.matches(PyExc_Exception)) throw;
         throw Error(str_cat("[jit] the function raised while tracing: ", e.what()));
       }
@@ -134,7 +129,7 @@ class PyJit {
     {
       InterruptibleCall ctrl_c;
       py::gil_scoped_release nogil;
-      outs = engine_->call(flat, trace);
+      outs = jit_.call(flat, trace);
     }
     // The structure traced with this many outputs (versions that return differently shaped
     // results are told apart by their output count; a tuple when none matches).
@@ -148,9 +143,9 @@ class PyJit {
     return t;
   }
 
-  std::string explain() const { return engine_->explain(); }
+  std::string explain() const { return jit_.explain(); }
   py::dict stats() const {
-    Engine::Stats s = engine_->stats();
+    JitStats s = jit_.stats();
     py::dict d;
     d["hits"] = s.hits;
     d["misses"] = s.misses;
@@ -167,7 +162,7 @@ class PyJit {
 
  private:
   py::function fn_;
-  std::shared_ptr<Engine> engine_;
+  JitCallable jit_;
   // Written by the trace callback (GIL held), read after each call.
   std::shared_ptr<std::map<size_t, Structure>> structures_ =
       std::make_shared<std::map<size_t, Structure>>();
