@@ -13,20 +13,11 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 
-namespace detail {
-inline void fmt_into(std::ostringstream&) {}
-template <typename A, typename... R>
-void fmt_into(std::ostringstream& os, const A& a, const R&... r) {
-  os << a;
-  fmt_into(os, r...);
-}
-}  // namespace detail
-
 /// Concatenates its arguments with operator<< into a string.
 template <typename... A>
 std::string str_cat(const A&... a) {
   std::ostringstream os;
-  detail::fmt_into(os, a...);
+  (os << ... << a);
   return os.str();
 }
 
