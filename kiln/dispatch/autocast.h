@@ -31,10 +31,4 @@ class AutocastGuard {
   DType prev_dtype_;
 };
 
-namespace detail {
-/// Sets this thread's autocast state directly (Python's kiln.autocast saves and restores it
-/// around its scope); checks the dtype as AutocastGuard does.
-void set_autocast_state(bool enabled, DType dtype);
-}  // namespace detail
-
 }  // namespace kiln

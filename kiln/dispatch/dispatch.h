@@ -110,6 +110,9 @@ Tensor autocast_arg(AutocastPolicy policy, const Tensor& t);
 /// The dtype an input of dtype `d` reaches an op of `policy` with (d when autocast is off): for
 /// wrappers that check their arguments' dtypes before dispatching.
 DType autocast_input_dtype(AutocastPolicy policy, DType d);
+/// Sets this thread's autocast state directly (Python's kiln.autocast saves and restores it
+/// around its scope); checks the dtype as AutocastGuard does (kiln/dispatch/autocast.h).
+void set_autocast_state(bool enabled, DType dtype);
 
 /// Counts kernel executions on this thread (for tests and profiling).
 uint64_t eager_op_count();

@@ -2,6 +2,7 @@
 // and under jit), grad mode (kiln.no_grad is built on it in python/kiln/autograd.py), gradcheck
 // with a Python function, and symbolic gradients().
 #include "common.h"
+#include "kiln/dispatch/dispatch.h"
 
 namespace kiln::python {
 namespace {
