@@ -368,7 +368,7 @@ Session::Plan& Session::cached_plan(const std::vector<Tensor>& fetches, const Fe
   // Compared by graph node and output index (stable for the graph's life), not by tensor
   // object, whose address a temporary may reuse.
   auto key = [](const Tensor& t) {
-    return std::pair<const Node*, int>(t.impl()->sym->node, t.impl()->sym->index);
+    return std::pair<const void*, int>(t.impl()->sym->node, t.impl()->sym->index);
   };
   for (size_t i = 0; same && i < fetches.size(); ++i) same = last_fetches_[i] == key(fetches[i]);
   for (size_t i = 0; same && i < feeds.size(); ++i)

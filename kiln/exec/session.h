@@ -86,9 +86,10 @@ class Session {
   // progress (feed_of_, generic_slots_, the plans' arenas) or shared across runs.
   mutable std::mutex mu_;
   Graph graph_;
-  // The last plan used and the tensors that selected it (a repeat run skips the lookup).
+  // The last plan used and the tensors that selected it (a repeat run skips the lookup), each
+  // by its graph node's identity and output index.
   Plan* last_plan_ = nullptr;
-  std::vector<std::pair<const detail::Node*, int>> last_fetches_, last_feed_keys_;
+  std::vector<std::pair<const void*, int>> last_fetches_, last_feed_keys_;
   std::vector<const Tensor*> feed_of_;  // per placeholder of the plan in use
   std::vector<Tensor> generic_slots_;
   std::map<std::string, Tensor> vars_;
