@@ -9,7 +9,7 @@ issue #38 (random weights, opset 17) beside onnxruntime-node.
   onnx_models.py table OUT_DIR BATCHES THREADS ROUNDS NAME...
       -> Kiln (kiln_onnx_bench) and onnxruntime-node (onnx_ort.js) interleaved per model, batch
          and thread count, ROUNDS rounds; JSON lines on stderr, a markdown table of the medians
-         (ms per batch) on stdout. BATCHES, THREADS: comma lists."""
+         (ms per batch) on stdout. BATCHES, THREADS: comma lists. `bench/run TV` runs it."""
 import json
 import os
 import resource
