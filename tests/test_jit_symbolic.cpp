@@ -136,3 +136,22 @@ TEST(JitSymbolic, ArithmeticFollowsPython) {
   // Reading a size of a graph built by hand is an error that says so.
   EXPECT_THROW(n.guard_int(), Error);
 }
+
+TEST(JitSymbolic, MarkDynamicAndMarkStatic) {
+  auto f = jit([](const Tensor& x) { return sum(slice(x, 1, 0, sym_size(x, 1) - 1), {1}); },
+               JitOptions{.name = "marked"});
+  for (int64_t T : {6, 7, 9}) {
+    Tensor x = randn({2, T});
+    mark_dynamic(x, 1);  // dynamic from the first version: one compile for every length
+    EXPECT_LT(max_diff(f(x), sum(slice(x, 1, 0, T - 1), {1})), 1e-5);
+  }
+  EXPECT_EQ(f.stats().compiles, 1) << f.explain();
+  auto g = jit([](const Tensor& x) { return mul(x, 2.0); }, JitOptions{.name = "pinned"});
+  for (int64_t T : {3, 4, 5}) {
+    Tensor x = randn({T});
+    mark_static(x, 0);  // never dynamic: a version per size
+    EXPECT_LT(max_diff(g(x), mul(x, 2.0)), 1e-6);
+  }
+  EXPECT_EQ(g.stats().compiles, 3) << g.explain();
+  EXPECT_THROW(mark_dynamic(randn({2}), 3), Error);
+}

@@ -83,6 +83,10 @@ struct TensorImpl {
   /// identity from its base when it next enters a recorded op (kiln/autograd/engine.cpp).
   std::shared_ptr<TensorImpl> view_base;
   uint32_t view_version = 0;
+  /// Dims (bit d: dim d < 32) kiln::mark_dynamic / mark_static set for the JIT's guards: a
+  /// marked-dynamic dim is dynamic from a jitted function's first version; a marked-static one
+  /// is never made dynamic (every size its own version).
+  uint32_t dynamic_marks = 0, static_marks = 0;
   void recompute_contiguous();
 };
 

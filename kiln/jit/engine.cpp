@@ -187,7 +187,7 @@ std::vector<Tensor> Engine::call_hit(Version& v, const Key& k, const std::vector
 // No version accepts the call: a new one, with dynamic dims where only dims changed.
 std::vector<Tensor> Engine::call_miss(const Key& k, const std::string& guard_failed,
                                       const std::vector<Arg>& args, const TraceFn& fn) {
-  Key nk = k;
+  Key nk = with_marked_dims(k);
   std::string reason;
   if (versions.empty()) {
     reason = "first call";
@@ -197,7 +197,7 @@ std::vector<Tensor> Engine::call_miss(const Key& k, const std::string& guard_fai
     if (opts.dynamic_dims) {
       for (auto& v : versions)
         if (!v->eager_only && !v->lazy && only_dims_differ(v->key, k, &dyn)) {
-          nk = dyn;
+          nk = with_marked_dims(dyn);
           reason += " -> recompiling with those dims dynamic";
           break;
         }

@@ -26,6 +26,8 @@ Key key_of(const std::vector<Arg>& args, const std::vector<int>& runtime) {
       ak.dtypes.push_back(t.dtype());
       ak.grads.push_back(t.requires_grad() && grad_mode_enabled());
       ak.shapes.push_back(t.shape());
+      ak.dynamic_marks.push_back(t.impl()->dynamic_marks);
+      ak.static_marks.push_back(t.impl()->static_marks);
     };
     if (a.kind == Arg::kTensor) add(a.t);
     if (a.kind == Arg::kTensorList)
@@ -95,6 +97,8 @@ bool only_dims_differ(const Key& g, const Key& k, Key* dyn) {
         return false;
       for (int64_t d = 0; d < a.shapes[t].rank(); ++d)
         if (a.shapes[t][d] != b.shapes[t][d]) {
+          // A dim marked static (mark_static) gets a version per size instead.
+          if (d < 32 && t < b.static_marks.size() && (b.static_marks[t] >> d & 1u)) return false;
           out[i].shapes[t][d] = -1;
           any = true;
         }
@@ -102,6 +106,14 @@ bool only_dims_differ(const Key& g, const Key& k, Key* dyn) {
   }
   *dyn = out;
   return any;
+}
+
+Key with_marked_dims(Key k) {
+  for (auto& a : k)
+    for (size_t t = 0; t < a.shapes.size() && t < a.dynamic_marks.size(); ++t)
+      for (int64_t d = 0; d < a.shapes[t].rank() && d < 32; ++d)
+        if (a.dynamic_marks[t] >> d & 1u) a.shapes[t][d] = -1;
+  return k;
 }
 
 std::string key_str(const Key& k) {

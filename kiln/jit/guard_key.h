@@ -20,8 +20,13 @@ struct ArgKey {
   /// The autocast scope of the call (the dtype's code; -1: off), the same in every argument:
   /// a trace under autocast holds its casts.
   int autocast = -1;
+  /// Per tensor: the dims mark_dynamic / mark_static set (TensorImpl's bits). Not guards: they
+  /// decide which dims a new version makes dynamic.
+  std::vector<uint32_t> dynamic_marks, static_marks;
 };
 using Key = std::vector<ArgKey>;
+/// `k` with the dims its tensors are marked dynamic made dynamic (-1).
+Key with_marked_dims(Key k);
 
 /// The key of a call's arguments; `runtime` lists the scalar arguments passed as values.
 Key key_of(const std::vector<Arg>& args, const std::vector<int>& runtime);

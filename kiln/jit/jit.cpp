@@ -33,6 +33,27 @@ std::vector<Tensor> JitCallable::call(const std::vector<JitArg>& args, const Fn&
 }
 
 std::string JitCallable::explain() const { return impl_->explain(); }
+
+namespace {
+uint32_t dim_bit(const Tensor& t, int64_t dim, const char* op) {
+  if (!t.defined()) fail(op, "tensor is undefined");
+  const int64_t d = wrap_dim(dim, t.shape(), op);
+  if (d >= 32) fail(op, "dim ", d, " of shape ", t.shape(), ": only dims 0..31 can be marked");
+  return 1u << d;
+}
+}  // namespace
+
+void mark_dynamic(const Tensor& t, int64_t dim) {
+  const uint32_t b = dim_bit(t, dim, "mark_dynamic");
+  t.impl()->dynamic_marks |= b;
+  t.impl()->static_marks &= ~b;
+}
+
+void mark_static(const Tensor& t, int64_t dim) {
+  const uint32_t b = dim_bit(t, dim, "mark_static");
+  t.impl()->static_marks |= b;
+  t.impl()->dynamic_marks &= ~b;
+}
 std::string JitCallable::to_mermaid() const { return impl_->to_mermaid(); }
 JitStats JitCallable::stats() const { return impl_->stats_now(); }
 

@@ -308,6 +308,12 @@ class JitFunction<F, std::tuple<P...>> {
   JitCallable callable_;
 };
 
+/// torch._dynamo.mark_dynamic / mark_static: dim `dim` of `t` is dynamic from a jitted
+/// function's first version (no static version first), or never made dynamic (a version per
+/// size). The mark stays with the tensor (and its views share it not); dims 0..31.
+void mark_dynamic(const Tensor& t, int64_t dim);
+void mark_static(const Tensor& t, int64_t dim);
+
 /// Wraps `fn` (a lambda or function object taking Tensors, std::vector<Tensor>, arithmetic
 /// scalars and bools; returning a Tensor, a std::vector<Tensor>, a tuple or a pair of those).
 template <typename F>

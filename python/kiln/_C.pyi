@@ -16,6 +16,8 @@ class Graph:
         """The graph a symbolic tensor belongs to."""
     def placeholder(self: Graph, dtype: Any, shape: Any, name: Any = None) -> Tensor:
         """A named input fed at run time; None in the shape is a dim of any size."""
+    def set_hint(self: Graph, placeholder: Tensor, sizes: Any) -> None:
+        """The sizes an example input has: its dynamic dims read as kiln.SymInt while the graph is built, and comparisons of sizes are taken at these (as an exporter's trace)."""
     def to_dot(self: Graph) -> str:
         """Graphviz DOT."""
     def to_mermaid(self: Graph) -> str:
@@ -840,7 +842,7 @@ class ValueError(Error, ValueError): ...
 def _arange_symint(start: SymInt, end: SymInt, step: SymInt, dtype: Any) -> Any: ...
 def _capturing() -> bool:
     """Whether a JIT trace is capturing op calls on this thread."""
-def _export_onnx(path: str, graph: Graph, names: List[str], outputs: List[Tensor]) -> None:
+def _export_onnx(path: str, graph: Graph, names: List[str], outputs: List[Tensor], dim_names: Dict[str, str] = {}) -> None:
     """Writes the part of `graph` computing `outputs` as standard ONNX (opset 17)."""
 def _fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor: ...
 def _full_symint(size: handle, value: float, dtype: Any) -> Any: ...
@@ -1266,6 +1268,10 @@ def lt(input: TensorLike, other: TensorLike) -> Tensor: ...
 def manual_seed(seed: int) -> None:
     """Seeds the global generator."""
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average: Any = None, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
+def mark_dynamic(t: Any, index: int) -> None:
+    """torch._dynamo.mark_dynamic: dim `index` of t is dynamic from a jitted function's first version on (its size a kiln.SymInt while tracing)."""
+def mark_static(t: Any, index: int) -> None:
+    """torch._dynamo.mark_static: dim `index` of t is never made dynamic (a version per size)."""
 def masked_fill(input: Tensor, mask: Tensor, value: float) -> Tensor:
     """input with `value` where mask (bool) is true."""
 def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:

@@ -213,7 +213,7 @@ from . import autograd, cuda, backends  # noqa: E402
 from .autograd import Variable  # noqa: E402,F401
 
 from . import nn, optim, io, linalg  # noqa: E402  (they use the names above)
-from . import utils, onnx, distributions  # noqa: E402
+from . import utils, onnx, distributions, _dynamo  # noqa: E402
 from .serialization import save, load  # noqa: E402,F401
 
 # kiln.cpu.amp.autocast(dtype=..., enabled=...): torch.cpu.amp.autocast's spelling.

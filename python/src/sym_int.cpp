@@ -171,6 +171,15 @@ void init_sym_int(py::module_& m) {
       "sym_min", [](S a, S b) { return sym_min(a, b); },
       "min of two sizes without a guard (torch.sym_min).");
   m.def(
+      "mark_dynamic", [](const Tensor& t, int64_t dim) { mark_dynamic(t, dim); }, py::arg("t"),
+      py::arg("index"),
+      "torch._dynamo.mark_dynamic: dim `index` of t is dynamic from a jitted function's first "
+      "version on (its size a kiln.SymInt while tracing).");
+  m.def(
+      "mark_static", [](const Tensor& t, int64_t dim) { mark_static(t, dim); }, py::arg("t"),
+      py::arg("index"),
+      "torch._dynamo.mark_static: dim `index` of t is never made dynamic (a version per size).");
+  m.def(
       "_arange_symint",
       [](S start, S end, S step, DType dtype) { return arange_symint(start, end, step, dtype); },
       py::arg("start"), py::arg("end"), py::arg("step"), py::arg("dtype"));

@@ -243,3 +243,30 @@ def test_onnx_export_keeps_the_length_symbolic_with_named_axes(tmp_path):
         assert r.returncode == 0, r.stderr
         got = np.load(tmp_path / "out.npz")["logits"]
         _close(kiln.tensor(got), model(idx), 1e-5)
+
+
+def test_mark_dynamic_and_mark_static_as_torch_dynamo():
+    @kiln.jit
+    def f(x):
+        return x[:, : x.shape[1] - 1].sum(1)
+
+    x = kiln.randn(2, 6)
+    kiln._dynamo.mark_dynamic(x, 1)      # dynamic from the first version: one compile in all
+    for T in (6, 7, 9, 12):
+        y = kiln.randn(2, T) if T != 6 else x
+        if T != 6:
+            kiln.mark_dynamic(y, 1)
+        _close(f(y), y[:, : T - 1].sum(1))
+    assert f.stats["compiles"] == 1, f.explain()
+
+    @kiln.jit
+    def g(x):
+        return x * 2
+
+    for T in (3, 4, 5):
+        y = kiln.randn(T)
+        kiln.mark_static(y, 0)           # never dynamic: a version per size
+        _close(g(y), y * 2)
+    assert g.stats["compiles"] == 3, g.explain()
+    with pytest.raises(kiln.Error, match=r"\[mark_dynamic\] dim 3 is out of range"):
+        kiln.mark_dynamic(kiln.randn(2), 3)

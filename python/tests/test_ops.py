@@ -315,7 +315,7 @@ ELSEWHERE = {
     "get_num_threads", "set_num_threads", "backward", "grad", "gradcheck", "gradients",
     "is_grad_enabled", "assign", "group", "print", "cond", "while_loop", "switch_", "merge",
     "promote_types",  # test_dtypes.py
-    "sym_max", "sym_min",  # test_jit_symbolic.py
+    "sym_max", "sym_min", "mark_dynamic", "mark_static",  # test_jit_symbolic.py
 }
 
 
