@@ -2,14 +2,22 @@
 // map: ASPP's 3x3 with dilation 36 on a 33x33 map) runs as the smaller convolution without them
 // (kernels/cpu/conv_taps.h), in the ops and, for constant weights, in the block_layout pass.
 // Forward and both gradients are checked against direct float64 loops over the full kernel, for
-// dilations 1..40 on maps smaller than the dilation, 1-D, 2-D and 3-D, groups and strides.
+// dilations 1..40 on maps smaller than the dilation, 1-D, 2-D and 3-D, groups and strides. Also
+// the oversubscription guard every convolution runs under (kernels/cpu/parallel.h).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "kiln/dispatch/dispatch.h"
+#include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
@@ -325,4 +333,45 @@ TEST(ConvPaths, PaddedMaxPoolOnBlocks) {
     ASSERT_TRUE(std::fabs(p[i] - q[i]) <= 1e-4 * (1 + std::fabs(q[i])) ||
                 (std::isnan(p[i]) && std::isnan(q[i])))
         << "blocked at " << i;
+}
+
+// With busy processes on every core, the guard notices the starved threads and runs
+// convolutions on one thread, giving the caller's thread count back after each call, with the
+// same results.
+TEST(ConvPaths, LoadGuardRunsOnOneThreadWhileOtherProcessesHoldTheCores) {
+  if (std::getenv("KILN_LOAD_GUARD") || std::getenv("OMP_WAIT_POLICY") ||
+      std::getenv("GOMP_SPINCOUNT"))
+    GTEST_SKIP() << "the guard is off under these settings";
+  manual_seed(41);
+  const int prev = get_num_threads();
+  set_num_threads(2);
+  Tensor x = randn({8, 32, 28, 28}), w = randn({32, 32, 3, 3}), b = randn({32});
+  const auto want = values(conv2d(x, w, b, {1, 1}, {1, 1}));
+  std::vector<pid_t> hogs;
+  const unsigned n_hogs = 2 * std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < n_hogs; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(20);  // gone even if the test dies before it kills them
+      volatile uint64_t spin = 0;
+      for (;;) spin = spin + 1;
+    }
+    if (pid > 0) hogs.push_back(pid);
+  }
+  bool active = false;
+  std::vector<double> got;
+  const auto start = std::chrono::steady_clock::now();
+  while (!active && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    got = values(conv2d(x, w, b, {1, 1}, {1, 1}));
+    EXPECT_EQ(get_num_threads(), 2);
+    active = load_guard_active();
+  }
+  if (active) got = values(conv2d(x, w, b, {1, 1}, {1, 1}));  // on one thread
+  for (pid_t pid : hogs) kill(pid, SIGKILL);
+  for (pid_t pid : hogs) waitpid(pid, nullptr, 0);
+  set_num_threads(prev);
+  EXPECT_TRUE(active) << "starved for 10 s and still on every thread";
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
 }

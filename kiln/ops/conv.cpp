@@ -508,6 +508,7 @@ void conv_bf16(const Tensor& a, const Tensor& b, Tensor& out, Native native, F32
 Attrs conv_only(const Attrs& a) { return Attrs{a[0], a[1], a[2], a[3]}; }
 
 void conv2d_kernel(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p) {
+  LoadScope load;  // one thread while other processes starve this one (parallel.h)
   if (x.dtype() == BF16) {
     const cpu::ConvShape s = conv_shape(p, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0),
                                         w.size(2), w.size(3), y.size(2), y.size(3));
@@ -520,6 +521,7 @@ void conv2d_kernel(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p) 
 }
 
 void conv2d_grad_input_kernel(const Tensor& gy, const Tensor& w, Tensor& dx, const ConvP& p) {
+  LoadScope load;  // one thread while other processes starve this one (parallel.h)
   if (gy.dtype() == BF16) {
     const cpu::ConvShape s = conv_shape(p, dx.size(0), dx.size(1), dx.size(2), dx.size(3),
                                         w.size(0), w.size(2), w.size(3), gy.size(2), gy.size(3));
@@ -537,6 +539,7 @@ void conv2d_grad_input_kernel(const Tensor& gy, const Tensor& w, Tensor& dx, con
 }
 
 void conv2d_grad_weight_kernel(const Tensor& x, const Tensor& gy, Tensor& dw, const ConvP& p) {
+  LoadScope load;  // one thread while other processes starve this one (parallel.h)
   if (x.dtype() == BF16) {
     const cpu::ConvShape s = conv_shape(p, x.size(0), x.size(1), x.size(2), x.size(3), dw.size(0),
                                         dw.size(2), dw.size(3), gy.size(2), gy.size(3));
@@ -900,6 +903,7 @@ void conv2d_fused_kernel(std::span<const Tensor> in, Tensor& y, const FusedP& f,
 // crops constant weights once, so this copies only non-constant or asymmetric ones.
 void fused_op_kernel(const char* op, std::span<const Tensor> in, Tensor& y, const Attrs& a,
                      size_t first) {
+  LoadScope load;  // one thread while other processes starve this one (parallel.h)
   FusedP f = fused_params(op, a);
   const Tensor &x = in[first], &w = in[first + 1];
   Tensor wc = w;

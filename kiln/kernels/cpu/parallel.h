@@ -1,5 +1,6 @@
 // parallel_for on OpenMP: Debian's oneDNN runs on libgomp, so sharing its threads avoids
-// oversubscription. Small ranges run inline (a parallel region costs ~1-2 us).
+// oversubscription. Small ranges run inline (a parallel region costs ~1-2 us). Also the guard
+// that drops to one thread while other processes starve this one (LoadScope).
 #pragma once
 #include <omp.h>
 
@@ -35,13 +36,46 @@ namespace kiln {
 /// Elements below which elementwise loops stay on one thread.
 inline constexpr int64_t kParallelGrain = 32768;
 
+// Oversubscription guard. libgomp's waiting threads spin ~3 ms (GOMP_SPINCOUNT 300000) before
+// they sleep, and oneDNN splits its work statically: when another process holds one of the
+// cores, a thread that finished its share spins while the one it waits for sits descheduled,
+// and every region takes a scheduler slice (mobilenet_v3_small b32 at 2 threads beside two
+// busy processes: 800-2000 ms a batch against 45 ms on one thread). Sleeping at once
+// (OMP_WAIT_POLICY=passive) cures that but makes batch-1 models 4-5x slower when the host is
+// idle, and libgomp reads its spin settings only at start-up. So Kiln measures instead: over
+// windows of busy convolution work it compares the process's CPU time with wall time times
+// its threads (spinning counts as CPU time, so only descheduling lowers it); under 0.75 the
+// heavy kernels run on one thread for a back-off (200 ms, growing 4x to 5 s while the host
+// stays busy), then the full count is tried again. Off when OMP_WAIT_POLICY or GOMP_SPINCOUNT is
+// set (whoever set them chose how threads wait) or KILN_LOAD_GUARD=0.
+
+/// Whether heavy kernels run on one thread now because the host starves this process's
+/// threads (one relaxed load and a steady-clock read).
+bool load_guard_active();
+
+/// Scope of one heavy kernel call (a convolution): feeds the guard's measurement and, while
+/// the guard is active, runs OpenMP regions and oneDNN in the scope on one thread (the
+/// caller's thread count is restored on exit, so get_num_threads does not see it). Nested
+/// scopes and scopes inside a parallel region do nothing.
+class LoadScope {
+ public:
+  LoadScope();
+  ~LoadScope();
+  LoadScope(const LoadScope&) = delete;
+  LoadScope& operator=(const LoadScope&) = delete;
+
+ private:
+  int restore_ = 0;  // thread count to restore, 0 when unchanged
+  bool counted_ = false, nested_ = false;
+};
+
 /// Calls f(begin, end) over [0, n) split into contiguous chunks, one per thread, when
 /// n * cost_per_item is large enough; inline otherwise.
 template <typename F>
 KILN_NO_TSAN void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
   int nt = omp_get_max_threads();
-  if (nt <= 1 || n < grain || omp_in_parallel()) {
+  if (nt <= 1 || n < grain || omp_in_parallel() || load_guard_active()) {
     f(int64_t(0), n);
     return;
   }
