@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@
 using namespace kiln;
 
 int main(int argc, char** argv) {
+  // Inference only: back off to one thread while other processes starve this one (the load
+  // guard, kiln/kernels/cpu/parallel.h), unless the caller said otherwise.
+  setenv("KILN_LOAD_GUARD", "1", /*overwrite=*/0);
   if (argc != 4 && argc != 5) {
     std::fprintf(stderr, "usage: kiln_onnx_bench MODEL INPUT.npy THREADS [NAME]\n");
     return 2;

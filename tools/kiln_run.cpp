@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -96,6 +97,9 @@ Model load(const std::string& path, const std::vector<std::pair<std::string, Ten
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Inference only: back off to one thread while other processes starve this one (the load
+  // guard, kiln/kernels/cpu/parallel.h), unless the caller said otherwise.
+  setenv("KILN_LOAD_GUARD", "1", /*overwrite=*/0);
   const auto t0 = Clock::now();
   std::string model_path, out_path;
   std::vector<std::pair<std::string, std::string>> input_files;

@@ -46,8 +46,10 @@ inline constexpr int64_t kParallelGrain = 32768;
 // windows of busy convolution work it compares the process's CPU time with wall time times
 // its threads (spinning counts as CPU time, so only descheduling lowers it); under 0.75 the
 // heavy kernels run on one thread for a back-off (200 ms, growing 4x to 5 s while the host
-// stays busy), then the full count is tried again. Off when OMP_WAIT_POLICY or GOMP_SPINCOUNT is
-// set (whoever set them chose how threads wait) or KILN_LOAD_GUARD=0.
+// stays busy), then the full count is tried again. On with KILN_LOAD_GUARD=1 (kiln-run and the
+// inference benchmarks set it): off by default, because a thread count that follows the host's
+// load makes training numbers load-dependent. Off when OMP_WAIT_POLICY or GOMP_SPINCOUNT is set
+// (whoever set them chose how threads wait).
 
 /// Whether heavy kernels run on one thread now because the host starves this process's
 /// threads (one relaxed load and a steady-clock read).
