@@ -18,9 +18,14 @@ constexpr int64_t kMs = 1000000;
 // A window is judged after this much busy wall time: long enough for the scheduler's fairness
 // (slices of a few ms) to show, short enough that a probe on a busy host costs little.
 constexpr int64_t kWindow = 20 * kMs;
-// A gap this long between two scopes means the process did something else (Python, I/O, idle
-// between requests): OpenMP's waiting threads may have gone to sleep, so the window restarts.
-constexpr int64_t kMaxGap = 2 * kMs;
+// A gap this long between two scopes may be the process doing something else (Python, I/O,
+// idle between requests), where OpenMP's waiting threads sleep (libgomp spins ~3 ms first), or
+// this thread sitting descheduled: the window's wall time leaves it out either way (its CPU
+// time, if any, stays in, which only makes the guard slower to engage). Restarting the window
+// instead never judged one on a busy host, whose gaps are mostly descheduled time.
+constexpr int64_t kMaxGap = 3 * kMs;
+// A window that has waited this long is stale: it restarts.
+constexpr int64_t kStale = 1000 * kMs;
 // A probe at full threads on a busy host costs one window at the cliff's pace (50-250 ms with
 // mobilenet_v3_small b32, whose ops take that long there), so the back-off grows fast.
 constexpr int64_t kFirstBackoff = 200 * kMs, kMaxBackoff = 5000 * kMs;
@@ -58,7 +63,7 @@ int guard_mode() {
 std::atomic<int64_t> g_active_until{0};  // steady ns; the guard is active before it
 std::atomic<int64_t> g_last_exit{0};
 std::mutex g_mu;  // the window below
-int64_t g_win_wall = -1, g_win_cpu = 0, g_backoff = kFirstBackoff;
+int64_t g_win_wall = -1, g_win_cpu = 0, g_win_gaps = 0, g_backoff = kFirstBackoff;
 int g_win_threads = 0;
 thread_local int t_depth = 0;
 
@@ -68,24 +73,29 @@ bool observe(int64_t now) {
   std::unique_lock<std::mutex> lock(g_mu, std::try_to_lock);
   if (!lock.owns_lock()) return false;  // another thread is judging; its verdict will do
   const int nt = omp_get_max_threads();
-  const bool gap = now - g_last_exit.load(std::memory_order_relaxed) > kMaxGap;
+  const int64_t gap = now - g_last_exit.load(std::memory_order_relaxed);
   if (nt <= 1) {
     g_win_wall = -1;
     return false;
   }
-  if (g_win_wall < 0 || gap || nt != g_win_threads) {
+  if (g_win_wall < 0 || gap > kStale || nt != g_win_threads) {
     g_win_wall = now;
     g_win_cpu = process_cpu_ns();
+    g_win_gaps = 0;
     g_win_threads = nt;
     return false;
   }
-  if (now - g_win_wall < kWindow) return false;
+  if (gap > kMaxGap) g_win_gaps += gap;
+  const int64_t busy = now - g_win_wall - g_win_gaps;
+  if (busy < kWindow) return false;
   const int64_t cpu = process_cpu_ns();
-  const double ratio = double(cpu - g_win_cpu) / (double(now - g_win_wall) * nt);
+  const double ratio = double(cpu - g_win_cpu) / (double(busy) * nt);
   const bool starved = ratio < kStarved;
   if (guard_mode() == 2)
-    std::fprintf(stderr, "[load_guard] window %.1f ms, %d threads, cpu/wall %.2f%s\n",
-                 double(now - g_win_wall) / kMs, nt, ratio, starved ? ", starved: one thread" : "");
+    std::fprintf(stderr,
+                 "[load_guard] window %.1f ms (+%.1f ms of gaps), %d threads, cpu/wall %.2f%s\n",
+                 double(busy) / kMs, double(g_win_gaps) / kMs, nt, ratio,
+                 starved ? ", starved: one thread" : "");
   if (starved) {
     g_active_until.store(now + g_backoff, std::memory_order_relaxed);
     g_backoff = std::min(g_backoff * 4, kMaxBackoff);
@@ -95,10 +105,13 @@ bool observe(int64_t now) {
   g_backoff = kFirstBackoff;
   g_win_wall = now;
   g_win_cpu = cpu;
+  g_win_gaps = 0;
   return false;
 }
 
 }  // namespace
+
+bool load_guard_enabled() { return guard_mode() != 0; }
 
 bool load_guard_active() {
   if (guard_mode() == 0) return false;

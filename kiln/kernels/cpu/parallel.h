@@ -51,6 +51,9 @@ inline constexpr int64_t kParallelGrain = 32768;
 // load makes training numbers load-dependent. Off when OMP_WAIT_POLICY or GOMP_SPINCOUNT is set
 // (whoever set them chose how threads wait).
 
+/// Whether the guard is on in this process (decided from the environment at its first use).
+bool load_guard_enabled();
+
 /// Whether heavy kernels run on one thread now because the host starves this process's
 /// threads (one relaxed load and a steady-clock read).
 bool load_guard_active();
