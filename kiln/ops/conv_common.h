@@ -1,0 +1,50 @@
+// Helpers of the convolution ops that conv.cpp (conv2d and its gradient ops) and conv_fused.cpp
+// (the fused inference convolution) share: parameters and shape checks, oneDNN's shape, the
+// crop of taps that only meet padding, the column split and the forward convolution itself.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kiln/kernels/cpu/conv_dnnl.h"
+#include "kiln/kernels/cpu/conv_taps.h"
+#include "kiln/ops/op_util.h"
+
+namespace kiln::conv_detail {
+
+/// conv2d's attributes {stride, padding, dilation, groups}, checked.
+struct ConvP {
+  int64_t sH, sW, pH, pW, dH, dW, G;
+};
+ConvP conv_params(const char* op, const detail::Attrs& a);
+
+/// Checks x [N, C, H, W] and w [O, C/groups, kH, kW] (dynamic dims pass); the output shape.
+Shape check_conv(const char* op, const Shape& xs, const Shape& ws, const ConvP& p);
+
+/// The shape oneDNN's primitives take.
+cpu::ConvShape conv_shape(const ConvP& p, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                          int64_t kH, int64_t kW, int64_t OH, int64_t OW);
+
+/// The taps kept in height and width when some only ever read padding (kernels/cpu/conv_taps.h).
+struct TapCrop {
+  cpu::TapRange h, w;
+};
+/// The crop of a convolution's kernel, or none when every tap meets the input.
+std::optional<TapCrop> find_crop(const ConvP& p, int64_t H, int64_t W, int64_t kH, int64_t kW,
+                                 int64_t OH, int64_t OW);
+/// The parameters of the cropped convolution (the padding less the dropped taps' span).
+ConvP cropped_params(ConvP p, const TapCrop& c);
+/// w with only the kept taps of its spatial dims (which start at dim kdim).
+Tensor crop_weight(const Tensor& w, int64_t kdim, const TapCrop& c);
+
+/// Whether a padded map runs as column spans (oneDNN would take its gemm kernel on the whole
+/// map); their spans in *sw.
+bool split_columns(const ConvP& p, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
+                   int64_t kH, int64_t kW, int64_t OH, int64_t OW, std::vector<cpu::TapSpan>* sw);
+
+/// y = conv2d(x, w) (NCHW, OIHW) on the best path for the shape; w_const: w is a constant of
+/// an inference program (conv2d_fused's w_blocked bit 1). float and double.
+template <typename T>
+void conv2d_fwd(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p, bool w_const = false);
+
+}  // namespace kiln::conv_detail
