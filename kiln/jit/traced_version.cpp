@@ -1,6 +1,7 @@
 // A compiled version as kiln::onnx saves it (Engine::traced_version): its graph as traced, with
 // the captured tensors it is fed inlined as constants, or why it cannot stand alone.
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/graph/node.h"
@@ -23,11 +24,23 @@ void inline_captures(const Version& v, const std::vector<Tensor>& captures, Trac
   const Graph& tg = v.traced_graph;
   std::unordered_map<const Node*, size_t> ph_index;
   for (size_t p = 0; p < v.traced_phs.size(); ++p) ph_index[tg.node_of(v.traced_phs[p])] = p;
+  // Only what the outputs need: a version with gradients holds its backward in the same graph
+  // (grad_out placeholders, which no argument feeds).
+  std::unordered_set<const Node*> need;
+  std::vector<const Node*> stack;
+  for (const auto& o : v.traced_outs) stack.push_back(tg.value_of(o).node);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!need.insert(n).second) continue;
+    for (const auto& in : n->inputs) stack.push_back(in.node);
+  }
   Graph g;
   std::unordered_map<const Node*, std::vector<Tensor>> made;
   std::vector<Tensor> phs(n_user);
   for (const auto& np : tg.nodes()) {
     const Node& n = *np;
+    if (!need.count(&n) && !(n.kind == NodeKind::Placeholder && ph_index.count(&n))) continue;
     if (n.kind == NodeKind::Placeholder) {
       auto it = ph_index.find(&n);
       if (it == ph_index.end()) fail("jit", "internal: a placeholder that is no argument");

@@ -78,7 +78,6 @@ TEST(OnnxExportSymbolic, SizeOpsServeEverySize) {
 // every length, equal to eager at a length it was not traced at.
 TEST(OnnxExportSymbolic, JittedGptExportsOneModelForEveryLength) {
   manual_seed(7);
-  NoGradGuard inference;  // an inference version (a version with gradients has more to it)
   lm::GPT gpt(30, 64, 32, 4, 2);
   auto f = jit([&gpt](const Tensor& ids) { return gpt.logits(ids); });
   f(randint(0, 30, {2, 5}));
