@@ -207,8 +207,12 @@ KILN_ONNX_OP(If) {
 
 KILN_ONNX_OP(Loop) {
   const auto& body = graph_attr(n, "body");
+  // M and cond may be empty names, but their slots are there (a file may leave them out).
+  if (n.in.size() < 2)
+    n.fail("takes the trip count, the condition and the loop values: ", n.in.size(),
+           " inputs given, expected at least 2");
   const Tensor M = n.input(0), c0 = n.input(1);
-  const size_t nv = n.in.size() >= 2 ? n.in.size() - 2 : 0;
+  const size_t nv = n.in.size() - 2;
   const int64_t n_scan = body.output_size() - 1 - static_cast<int64_t>(nv);
   if (n_scan < 0) n.fail("the body has ", body.output_size(), " outputs for ", nv, " loop values");
   std::vector<Tensor> vars(n.in.begin() + 2, n.in.end());
