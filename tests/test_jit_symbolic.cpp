@@ -10,18 +10,13 @@
 
 #include "examples/text_lm_common.h"
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
 
 namespace {
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape()) return INFINITY;
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
-}
+using kiln_test::max_diff;
 
 // Calls the model's jitted logits on every length 5..64, beside eager, then a jitted loss with
 // gradients at every fifth length; returns explain().

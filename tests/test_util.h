@@ -3,6 +3,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,6 +12,15 @@
 
 // Not kiln::testing: with `using namespace kiln` that would make gtest's `testing::` ambiguous.
 namespace kiln_test {
+
+// Largest absolute elementwise difference; infinity when the shapes differ.
+inline double max_diff(const kiln::Tensor& a, const kiln::Tensor& b) {
+  if (a.shape() != b.shape()) return INFINITY;
+  auto x = kiln::contiguous(a).to_vector<double>(), y = kiln::contiguous(b).to_vector<double>();
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
 
 // Runs f once and expects a kiln::Error whose message contains every part. Returns the message
 // ("" when nothing was thrown) for checks beyond substrings. Runs f only once because graph and
