@@ -24,8 +24,6 @@
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
 
-using namespace kiln::detail;
-
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
 

@@ -2,7 +2,6 @@
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 
-using namespace kiln::detail;
 using namespace kiln;
 
 int main() {

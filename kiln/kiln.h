@@ -7,12 +7,12 @@
 #include <iostream>  // tensors print with operator<<
 
 #include "kiln/autograd/autograd.h"
-#include "kiln/core/interrupt.h"
+#include "kiln/core/cancellation.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/threads.h"
 #include "kiln/dispatch/autocast.h"
 #include "kiln/dispatch/grad_mode.h"
-#include "kiln/dispatch/profile.h"
+#include "kiln/dispatch/profiler.h"
 #include "kiln/exec/session.h"
 #include "kiln/graph/graph.h"
 #include "kiln/io/data_loader.h"

@@ -21,7 +21,8 @@ set(KILN_LAYERS
 # Headers kiln.h must not reach, directly or through other headers.
 set(KILN_INTERNAL_HEADERS
   "kiln/registry/.*" "kiln/kernels/.*" "kiln/passes/.*" "kiln/codegen/.*"
-  "kiln/dispatch/dispatch\\.h" "kiln/graph/node\\.h" "kiln/autograd/grad_node\\.h"
+  "kiln/core/(host_read|interrupt)\\.h" "kiln/dispatch/(dispatch|profile)\\.h"
+  "kiln/graph/node\\.h" "kiln/autograd/grad_node\\.h"
   "kiln/ops/(op_util|handles|grad_ops|fused|elementwise_util|index_util)\\.h"
   "kiln/ops/(pool_util|reduce_util|collective|traced_write)\\.h"
   "kiln/jit/(arg|capture|compiled_backward|engine|guard_key|heal|lazy|lazy_piece)\\.h"

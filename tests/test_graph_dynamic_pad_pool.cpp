@@ -11,8 +11,6 @@
 
 #include "kiln/kiln.h"
 
-using namespace kiln::detail;
-
 using namespace kiln;
 
 namespace {

@@ -13,8 +13,6 @@
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
 
-using namespace kiln::detail;
-
 // The replacement pair below is malloc/free underneath on purpose; GCC cannot see that the
 // new and delete it pairs are both ours.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

@@ -11,8 +11,6 @@
 #include "kiln/optim/optim.h"
 #include "test_util.h"
 
-using namespace kiln::detail;
-
 using namespace kiln;
 using kiln_test::expect_error;
 

@@ -8,8 +8,6 @@
 #include "kiln/optim/optim.h"
 #include "test_util.h"
 
-using namespace kiln::detail;
-
 using namespace kiln;
 
 namespace {

@@ -12,8 +12,6 @@
 #include "kiln/optim/optim.h"
 #include "test_util.h"
 
-using namespace kiln::detail;
-
 using namespace kiln;
 using kiln_test::expect_error;
 namespace init = kiln::nn::init;

@@ -67,18 +67,18 @@ TEST(HalfConversion, EveryFloat16PatternRoundTrips) {
   for (uint32_t b = 0; b < 65536; ++b) {
     Half h(static_cast<uint16_t>(b), from_bits);
     float f = h;
-    float s = half_detail::half_to_float_scalar(static_cast<uint16_t>(b));
+    float s = half_bits::half_to_float_scalar(static_cast<uint16_t>(b));
     if (std::isnan(f)) {
       ASSERT_TRUE(std::isnan(s)) << b;
       ASSERT_TRUE(std::isnan(static_cast<float>(Half(f)))) << b;
       ASSERT_TRUE(
-          std::isnan(static_cast<float>(Half(half_detail::float_to_half_scalar(f), from_bits))))
+          std::isnan(static_cast<float>(Half(half_bits::float_to_half_scalar(f), from_bits))))
           << b;
       continue;
     }
     ASSERT_EQ(f, s) << b;  // the F16C path and the scalar fallback agree
     ASSERT_EQ(Half(f).x, b) << b;
-    ASSERT_EQ(half_detail::float_to_half_scalar(f), b) << b;
+    ASSERT_EQ(half_bits::float_to_half_scalar(f), b) << b;
   }
 }
 
@@ -87,7 +87,7 @@ TEST(HalfConversion, ScalarNarrowingMatchesHardware) {
   std::mt19937 rng(7);
   for (int i = 0; i < 2000000; ++i) {
     float f = f_of_bits(static_cast<uint32_t>(rng()));
-    uint16_t hw = Half(f).x, sw = half_detail::float_to_half_scalar(f);
+    uint16_t hw = Half(f).x, sw = half_bits::float_to_half_scalar(f);
     if (std::isnan(f))
       ASSERT_TRUE((sw & 0x7c00) == 0x7c00 && (sw & 0x3ff) != 0) << f;
     else

@@ -10,8 +10,6 @@
 #include "kiln/kiln.h"
 #include "test_util.h"
 
-using namespace kiln::detail;
-
 using namespace kiln;
 using kiln_test::expect_error;
 

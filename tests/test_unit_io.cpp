@@ -23,8 +23,6 @@
 #include "kiln/kiln.h"
 #include "test_util.h"
 
-using namespace kiln::detail;
-
 using namespace kiln;
 namespace fs = std::filesystem;
 

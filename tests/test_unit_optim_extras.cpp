@@ -14,8 +14,6 @@
 #include "kiln/optim/schedule.h"
 #include "test_util.h"
 
-using namespace kiln::detail;
-
 using namespace kiln;
 
 namespace {

@@ -1,6 +1,7 @@
 // Smoke test of the core path: tensors, an op, autograd.
 #include <gtest/gtest.h>
 
+#include "kiln/dispatch/profile.h"
 #include "kiln/kiln.h"
 #include "kiln/registry/op_def.h"
 

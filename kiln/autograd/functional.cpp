@@ -5,8 +5,6 @@
 #include "kiln/autograd/autograd.h"
 #include "kiln/ops/ops.h"
 
-using namespace kiln::detail;
-
 namespace kiln {
 
 namespace {

@@ -10,7 +10,10 @@
 
 namespace kiln {
 
-namespace half_detail {
+/// Conversions between float and the bit patterns (uint16_t) of binary16 and bfloat16: what
+/// Half and BFloat16 convert with, for code that works on raw 2-byte storage. The `_scalar`
+/// forms are the portable paths, bit for bit what F16C gives.
+namespace half_bits {
 inline uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -80,7 +83,7 @@ inline uint16_t float_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
-}  // namespace half_detail
+}  // namespace half_bits
 
 struct FromBits {};
 inline constexpr FromBits from_bits{};
@@ -89,16 +92,16 @@ struct Half {
   uint16_t x = 0;
   Half() = default;
   constexpr Half(uint16_t bits, FromBits) : x(bits) {}
-  Half(float f) : x(half_detail::float_to_half(f)) {}
-  operator float() const { return half_detail::half_to_float(x); }
+  Half(float f) : x(half_bits::float_to_half(f)) {}
+  operator float() const { return half_bits::half_to_float(x); }
 };
 
 struct BFloat16 {
   uint16_t x = 0;
   BFloat16() = default;
   constexpr BFloat16(uint16_t bits, FromBits) : x(bits) {}
-  BFloat16(float f) : x(half_detail::float_to_bf16(f)) {}
-  operator float() const { return half_detail::bf16_to_float(x); }
+  BFloat16(float f) : x(half_bits::float_to_bf16(f)) {}
+  operator float() const { return half_bits::bf16_to_float(x); }
 };
 
 static_assert(sizeof(Half) == 2 && sizeof(BFloat16) == 2);

@@ -14,6 +14,7 @@
 
 #include "kiln/core/block_pool.h"
 #include "kiln/core/convert.h"
+#include "kiln/core/host_read.h"
 
 namespace kiln {
 

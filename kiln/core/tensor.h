@@ -19,10 +19,12 @@
 
 namespace kiln {
 
-namespace detail {
-struct GradNode;       // kiln/autograd: the node that produced a tensor
-struct SymbolicValue;  // kiln/graph, kiln/jit: what a symbolic tensor names
-}  // namespace detail
+/// The autograd node that produced a tensor (Tensor::grad_fn()). Opaque here: its members are
+/// in kiln/autograd/grad_node.h, for the autograd engine and extensions.
+struct GradNode;
+/// What a symbolic tensor names: one output of one node of a graph (TensorImpl::sym). Opaque
+/// here: its members are in kiln/graph/node.h.
+struct SymbolicValue;
 class Tensor;
 
 /// A reference-counted byte buffer from the caching allocator (or an external buffer).
@@ -54,7 +56,7 @@ struct AutogradMeta {
   bool requires_grad = false;
   bool retains_grad = false;
   std::shared_ptr<struct TensorImpl> grad;
-  std::shared_ptr<detail::GradNode> grad_fn;
+  std::shared_ptr<GradNode> grad_fn;
   uint32_t output_nr = 0;
 };
 
@@ -75,7 +77,7 @@ struct TensorImpl {
   /// Version of the data (shared by every view of the storage; 0 for symbolic tensors).
   uint32_t version() const { return storage ? storage->version() : 0; }
   std::unique_ptr<AutogradMeta> autograd;
-  std::shared_ptr<detail::SymbolicValue> sym;  // set for symbolic tensors
+  std::shared_ptr<SymbolicValue> sym;  // set for symbolic tensors
   /// For an eager view made by a differentiable view op (slice, select, transpose, ...): the
   /// tensor it ultimately views (never itself a view), and the storage version when the view's
   /// autograd identity was last set. In-place writes through the view give the base a new
@@ -94,19 +96,6 @@ struct TensorImpl {
 /// pool (kiln/core/block_pool.h): what every op output is built from.
 std::shared_ptr<TensorImpl> make_tensor_impl();
 std::shared_ptr<Storage> make_storage(size_t nbytes);
-
-namespace detail {
-/// Hook that graph building and JIT tracing install to answer host reads of symbolic tensors
-/// (in a graph: an error; under jit: a graph break that returns the concrete value). `where` is
-/// the user's call site, `file:line` where C++ gives it.
-using HostReadHook = Tensor (*)(const Tensor& t, const char* what, const std::string& where);
-/// "function+0x2c in ./prog" for a return address: where a conversion or operator was called.
-std::string call_site(const void* ret);
-void set_host_read_hook(HostReadHook h);
-/// A hook for this thread only, tried before the process-wide one (the JIT tracer installs it
-/// while tracing to turn host reads into graph breaks). Returns the previous one.
-HostReadHook set_thread_host_read_hook(HostReadHook h);
-}  // namespace detail
 
 class Tensor {
  public:
@@ -186,7 +175,7 @@ class Tensor {
   /// Keep .grad() for this non-leaf during backward.
   void retain_grad() const;
   bool is_leaf() const;
-  const std::shared_ptr<detail::GradNode>& grad_fn() const;
+  const std::shared_ptr<GradNode>& grad_fn() const;
   /// Backpropagates from this tensor. Non-scalars need an explicit `gradient`.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
                 bool create_graph = false) const;

@@ -1,10 +1,12 @@
-// Per-op time profile of eager kernels and executor steps, switched on by KILN_PROFILE=1 (one
-// row per op) or KILN_PROFILE=shapes (one row per op and input shapes): the answer to "where
-// does a training step's time go" without perf (which some VMs lack).
+// Recording the per-op time profile (kiln/dispatch/profiler.h): the dispatcher and the Session
+// time each kernel or step when KILN_PROFILE is set; the check is one load of a flag, inline.
+// Internal: kiln.h does not reach it.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <string>
+
+#include "kiln/dispatch/profiler.h"
 
 namespace kiln {
 class Tensor;
@@ -19,12 +21,5 @@ void profile_record(const OpDef& op, double seconds, std::span<const Tensor> inp
 }  // namespace detail
 /// True when KILN_PROFILE=1 was set at startup (read once).
 inline bool profiling_enabled() { return detail::g_profile; }
-/// Seconds on a monotonic clock (for the timed paths).
-double profile_now();
-/// The table so far (op, calls, total ms, share, us per call), largest first; also printed to
-/// stderr at exit when profiling is on.
-std::string profile_report();
-/// Forgets what was recorded.
-void profile_reset();
 
 }  // namespace kiln

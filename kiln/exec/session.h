@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/core/interrupt.h"  // a run stops at request_interrupt() (Ctrl-C from Python)
+#include "kiln/core/cancellation.h"  // a run stops at request_interrupt() (Ctrl-C from Python)
 #include "kiln/graph/graph.h"
 
 namespace kiln {

@@ -11,11 +11,12 @@
 
 namespace kiln {
 
-namespace detail {
+/// A graph's node, a reference to one output of a node, and the graph's node list: opaque here
+/// (what Graph's node-level accessors hand out); their members are in kiln/graph/node.h, for
+/// passes and extensions.
 struct Node;
 struct ValueRef;
 struct GraphImpl;
-}  // namespace detail
 
 /// A TensorFlow-1 style graph: build with placeholders, variables and ordinary Kiln ops, then
 /// run it with a Session.
@@ -36,16 +37,16 @@ class Graph {
   Tensor constant(const Tensor& value, const std::string& name = "");
 
   /// The node behind a symbolic tensor of this graph (kiln::Error if it belongs elsewhere).
-  detail::Node* node_of(const Tensor& t, const char* what = "graph") const;
-  detail::ValueRef value_of(const Tensor& t, const char* what = "graph") const;
-  Tensor tensor_of(detail::ValueRef v) const;
-  const std::vector<std::unique_ptr<detail::Node>>& nodes() const;
-  std::vector<detail::Node*> variables() const;
-  std::vector<detail::Node*> placeholders() const;
+  Node* node_of(const Tensor& t, const char* what = "graph") const;
+  ValueRef value_of(const Tensor& t, const char* what = "graph") const;
+  Tensor tensor_of(ValueRef v) const;
+  const std::vector<std::unique_ptr<Node>>& nodes() const;
+  std::vector<Node*> variables() const;
+  std::vector<Node*> placeholders() const;
   /// `base`, or `base_1`, `base_2`... whichever no placeholder or variable uses yet.
   std::string unique_name(const std::string& base) const;
   /// Finds a variable or placeholder by name (null if none).
-  detail::Node* find(const std::string& name) const;
+  Node* find(const std::string& name) const;
 
   /// One line per node: `%3 = matmul(%0, %1) : float32[?, 10]`.
   std::string to_text() const;
@@ -56,12 +57,12 @@ class Graph {
   /// Checks structure: inputs precede uses, arities and metas match the registry's inference.
   void verify() const;
 
-  const std::shared_ptr<detail::GraphImpl>& impl() const { return impl_; }
+  const std::shared_ptr<GraphImpl>& impl() const { return impl_; }
   bool operator==(const Graph& o) const { return impl_ == o.impl_; }
 
  private:
-  explicit Graph(std::shared_ptr<detail::GraphImpl> impl) : impl_(std::move(impl)) {}
-  std::shared_ptr<detail::GraphImpl> impl_;
+  explicit Graph(std::shared_ptr<GraphImpl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<GraphImpl> impl_;
 };
 
 /// Symbolic gradients (TF1 tf.gradients): adds backward nodes computing d(sum of ys * grad_ys)

@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-using namespace kiln::detail;
-
 namespace kiln::io {
 namespace {
 

@@ -8,8 +8,6 @@
 
 #include "kiln/core/error.h"
 
-using namespace kiln::detail;
-
 namespace kiln::io {
 
 std::string format_duration(double s) {

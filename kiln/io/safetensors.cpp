@@ -17,8 +17,6 @@
 
 #include "kiln/io/file.h"
 
-using namespace kiln::detail;
-
 namespace kiln::io {
 namespace {
 

@@ -11,8 +11,6 @@
 
 #include "kiln/io/rng.h"
 
-using namespace kiln::detail;
-
 namespace kiln::io {
 namespace {
 

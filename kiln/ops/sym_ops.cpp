@@ -5,6 +5,7 @@
 #include <cmath>
 #include <ostream>
 
+#include "kiln/core/host_read.h"
 #include "kiln/ops/handles.h"
 #include "kiln/ops/op_util.h"
 #include "kiln/ops/sym_int.h"

@@ -5,8 +5,6 @@
 #include <cmath>
 #include <numbers>
 
-using namespace kiln::detail;
-
 namespace kiln::optim {
 namespace {
 void require_step(const char* who, int64_t t) {
