@@ -1,7 +1,10 @@
-// Max-pooling family: max_pool2d (row kernels specialised by stride and window, AVX2 for stride
-// 2) with its gradient and gather ops, max_pool2d_blocked (channel-blocked inference), the N-D
-// max_pool_nd (1/2/3-D, ceil_mode, dilation, adaptive bins; its gradient reuses
-// max_pool2d_grad over flattened planes) and max_unpool. Gradient ops have rules of their own.
+// Max pooling: one N-D family (1/2/3-D, ceil_mode, dilation, adaptive bins) whose plain 2-D case
+// (no dilation, ceil_mode or bins) is a specialisation: the max_pool2d op (the handle the layout
+// pass and the ONNX exporter match) with row kernels specialised by stride and window (AVX2 for
+// stride 2), which the N-D op runs too on plain 2-D windows. Both scatter their gradient with
+// max_pool2d_grad (the N-D op's over flattened planes; its adjoint: max_pool2d_gather);
+// max_pool2d_blocked (channel-blocked inference) and max_unpool. Gradient ops have rules of
+// their own.
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -33,6 +37,8 @@ using op_util::pair2;
 
 Tensor max_pool2d_grad_fn(const Tensor& g, const Tensor& idx, int64_t H, int64_t W);
 Tensor max_pool2d_gather_fn(const Tensor& src, const Tensor& idx);
+
+// ---- the plain 2-D specialisation: max_pool2d ------------------------------------------------
 
 // One output row of max pooling over input rows [h0, h1), columns [ow0, ow1) whose windows lie
 // inside the row (no column clipping). S is the column stride when it is a compile-time
@@ -114,7 +120,7 @@ void max_pool_2x2_row_avx2(const float* r0, const float* r1, int64_t W, int64_t 
 #endif
 
 template <typename T>
-void max_pool_fwd(const Tensor& x, Tensor& y, Tensor& idx, const PoolP& p) {
+void max_pool2d_fwd(const Tensor& x, Tensor& y, Tensor& idx, const PoolP& p) {
   const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
   const T* px = x.data_ptr<T>();
   T* py = y.data_ptr<T>();
@@ -186,7 +192,7 @@ const OpDef& kMaxPool2d =
                 [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
                   PoolP p = pool_params("max_pool2d", a);
                   KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d",
-                                      [&] { max_pool_fwd<scalar_t>(in[0], out[0], out[1], p); });
+                                      [&] { max_pool2d_fwd<scalar_t>(in[0], out[0], out[1], p); });
                 },
             // Output 1 holds each window's argmax (flat h * W + w within its plane): the gradient
             // is routed there, and only there (ties go to the first maximum, as the forward chose).
@@ -481,6 +487,13 @@ Tensor nd_max_grad(const Tensor& g, const Tensor& idx, const Tensor& x) {
   return reshape(max_pool2d_grad_fn(g4, i4, 1, P), x.shape());
 }
 
+// The windows of `q` as max_pool2d's, when they are plain 2-D ones (no dilation, ceil_mode or
+// adaptive bins): the N-D op then runs the 2-D row kernels.
+std::optional<PoolP> plain_2d(const NdP& q) {
+  if (q.nd != 2 || q.adaptive() || q.ceil || q.d[0] != 1 || q.d[1] != 1) return std::nullopt;
+  return PoolP{q.k[0], q.k[1], q.s[0], q.s[1], q.p[0], q.p[1]};
+}
+
 const OpDef& kMaxPoolNd = def_op(
     {.name = "max_pool_nd",
      .num_inputs = 1,
@@ -498,9 +511,14 @@ const OpDef& kMaxPoolNd = def_op(
          },
      .kernel =
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-           NdP q = nd_params("max_pool_nd", a);
-           KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool_nd",
-                               [&] { nd_max_fwd<scalar_t>(in[0], out[0], out[1], q); });
+           const NdP q = nd_params("max_pool_nd", a);
+           const std::optional<PoolP> p2 = plain_2d(q);
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool_nd", [&] {
+             if (p2)
+               max_pool2d_fwd<scalar_t>(in[0], out[0], out[1], *p2);
+             else
+               nd_max_fwd<scalar_t>(in[0], out[0], out[1], q);
+           });
          },
      // The gradient goes to each window's argmax (output 1), as max_pool2d's.
      .grad = [](const GradCtx& c) { return TensorList{nd_max_grad(c.g(0), c.out(1), c.in(0))}; },
@@ -558,10 +576,8 @@ Tensor max_unpool_fn(const Tensor& x, const Tensor& idx, int64_t plane) {
   return call1(kMaxUnpool, {x, idx}, {plane});
 }
 
-std::pair<Tensor, Tensor> max_pool_nd(const char* op, size_t nd, const Tensor& x,
-                                      const Ints& kernel, const Ints& stride, const Ints& padding,
-                                      const Ints& dilation, bool ceil) {
-  Attrs a = nd_attrs(op, nd, kernel, stride, padding, dilation, ceil, true, 0);
+// max_pool_nd with attributes `a` on x ([N, C, *] or unbatched [C, *]): values and indices.
+std::pair<Tensor, Tensor> call_max_nd(const char* op, size_t nd, const Tensor& x, const Attrs& a) {
   return nd_call(op, x, nd, [&](const Tensor& xb, bool unb) {
     nd_check(op, xb.shape(), nd_params(op, a));  // (errors name the public op)
     TensorList r = call(kMaxPoolNd, {xb}, a);
@@ -570,16 +586,17 @@ std::pair<Tensor, Tensor> max_pool_nd(const char* op, size_t nd, const Tensor& x
   });
 }
 
+std::pair<Tensor, Tensor> max_pool_nd(const char* op, size_t nd, const Tensor& x,
+                                      const Ints& kernel, const Ints& stride, const Ints& padding,
+                                      const Ints& dilation, bool ceil) {
+  return call_max_nd(op, nd, x, nd_attrs(op, nd, kernel, stride, padding, dilation, ceil, true, 0));
+}
+
 std::pair<Tensor, Tensor> adaptive_max_nd(const char* op, size_t nd, const Tensor& x,
                                           const Ints& output_size) {
-  Attrs a{Ints{}, Ints{}, Ints{},     Ints{},
-          false,  true,   int64_t(0), expand_n(op, "output_size", output_size, nd)};
-  return nd_call(op, x, nd, [&](const Tensor& xb, bool unb) {
-    nd_check(op, xb.shape(), nd_params(op, a));  // (errors name the public op)
-    TensorList r = call(kMaxPoolNd, {xb}, a);
-    if (unb) return std::pair{squeeze(r[0], 0), squeeze(r[1], 0)};
-    return std::pair{r[0], r[1]};
-  });
+  return call_max_nd(op, nd, x,
+                     Attrs{Ints{}, Ints{}, Ints{}, Ints{}, false, true, int64_t(0),
+                           expand_n(op, "output_size", output_size, nd)});
 }
 
 // torch's max_unpool: output_size is the spatial size (or the full shape, whose last nd dims
