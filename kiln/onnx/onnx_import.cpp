@@ -101,7 +101,7 @@ Tensor NodeIn::t(const char* name) const {
   const auto* a = attr(name);
   if (!a) return Tensor();
   if (a->type() != ::onnx::AttributeProto::TENSOR) fail("attribute '", name, "' must be a tensor");
-  return tensor_from_proto(a->t(), str_cat(type(), " attribute '", name, "'"));
+  return tensor_from_proto(a->t(), str_cat(type(), " attribute '", name, "'"), true);
 }
 
 DType dtype_from_onnx(int32_t et, const std::string& what) {
@@ -165,11 +165,14 @@ int32_t onnx_from_dtype(DType dt) {
   return 0;
 }
 
-Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& what) {
+Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& what,
+                         bool widen_unsigned) {
   if (p.data_location() == ::onnx::TensorProto::EXTERNAL)
     fail(kOp, what, " ('", p.name(), "'): external data is not supported");
   if (p.has_segment()) fail(kOp, what, " ('", p.name(), "'): segmented tensors are not supported");
-  const DType dt = dtype_from_onnx(p.data_type(), str_cat(what, " '", p.name(), "'"));
+  const bool wide = widen_unsigned && unsigned_of_onnx(p.data_type()) != Unsigned::None;
+  const DType dt =
+      wide ? Int64 : dtype_from_onnx(p.data_type(), str_cat(what, " '", p.name(), "'"));
   Shape shape;
   int64_t n = 1;
   for (int64_t d : p.dims()) {
@@ -179,6 +182,7 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& what) 
     n *= d;
     shape.push_back(d);
   }
+  if (wide) return unsigned_from_proto(p, shape, n, what);
   const size_t esz = dtype_size(dt);
   if (p.has_raw_data()) {
     const std::string& raw = p.raw_data();
@@ -321,7 +325,7 @@ Shape shape_from_value_info(const ::onnx::ValueInfoProto& v, const ImportOptions
     // (an exported batch-1 model has no batch-8 form: its Reshapes hold the 1).
     if (!tt.has_shape()) return it->second;
     const Shape& given = it->second;
-    const std::string dtype = dtype_name(dtype_from_onnx(tt.elem_type(), "input"));
+    const std::string dtype = dtype_name(boundary_dtype(tt.elem_type(), "input"));
     if (static_cast<int64_t>(given.size()) != tt.shape().dim_size())
       fail(kOp, "input '", v.name(), "' has rank ", tt.shape().dim_size(), " (the model expects ",
            dtype, declared_shape(v), "), given ", given.size(), "-D ", given);
@@ -351,8 +355,10 @@ Shape shape_from_value_info(const ::onnx::ValueInfoProto& v, const ImportOptions
 
 // Converts the nodes of `g` in order, in the innermost scope of ctx.
 void import_nodes(Ctx& ctx, const ::onnx::GraphProto& g, std::vector<std::string>* op_types) {
-  for (const auto& init : g.initializer())
-    ctx.bind(init.name(), tensor_from_proto(init, "initializer"));
+  for (const auto& init : g.initializer()) {
+    ctx.bind(init.name(), tensor_from_proto(init, "initializer", true));
+    ctx.tag(init.name(), unsigned_of_onnx(init.data_type()));
+  }
   for (const auto& node : g.node()) {
     // The preview training domain's ops are registered as "<domain>.<op>".
     const bool training = node.domain() == "ai.onnx.preview.training";
@@ -378,12 +384,33 @@ void import_nodes(Ctx& ctx, const ::onnx::GraphProto& g, std::vector<std::string
       if (!t) n.fail("input '", name, "' is not produced by any earlier node or input");
       n.in.push_back(*t);
     }
-    std::vector<Tensor> outs = it->second(n);
+    // Values of ONNX's wider unsigned types take the checked path (onnx_ops_unsigned.cpp).
+    std::vector<Unsigned> tags;
+    bool any_unsigned = false;
+    for (const auto& name : node.input()) {
+      tags.push_back(name.empty() ? Unsigned::None : ctx.unsigned_of(name));
+      any_unsigned |= tags.back() != Unsigned::None;
+    }
+    Unsigned out_tag = produced_unsigned(node);
+    const int64_t unsigned_before = ctx.unsigned_nodes;
+    std::vector<Tensor> outs;
+    if (any_unsigned) {
+      ++ctx.unsigned_nodes;
+      outs = convert_unsigned(n, it->second, tags, &out_tag);
+    } else {
+      outs = it->second(n);
+    }
+    // A subgraph's outputs leave it untagged: one that computes on unsigned values is refused.
+    if (ctx.unsigned_nodes != unsigned_before + (any_unsigned ? 1 : 0))
+      n.fail(
+          "its subgraph computes on uint16/32/64 values, which Kiln does not carry through "
+          "control flow");
     for (int k = 0; k < node.output_size(); ++k) {
       if (node.output(k).empty()) continue;
       if (static_cast<size_t>(k) >= outs.size() || !outs[k].defined())
         n.fail("output ", k, " ('", node.output(k), "') is not supported");
       ctx.bind(node.output(k), outs[k]);
+      ctx.tag(node.output(k), out_tag);
     }
   }
 }
@@ -399,7 +426,10 @@ std::vector<Tensor> import_subgraph(Ctx& ctx, const ::onnx::GraphProto& g,
   ctx.scopes.emplace_back();
   std::vector<Tensor> outs;
   try {
-    for (int k = 0; k < g.input_size(); ++k) ctx.bind(g.input(k).name(), inputs[k]);
+    for (int k = 0; k < g.input_size(); ++k) {
+      ctx.bind(g.input(k).name(), inputs[k]);
+      ctx.tag(g.input(k).name(), Unsigned::None);
+    }
     import_nodes(ctx, g, nullptr);
     for (const auto& o : g.output()) {
       const Tensor* t = ctx.lookup(o.name());
@@ -467,8 +497,10 @@ ImportedModel import_impl(const void* data, size_t size, const ImportOptions& op
       fail(kOp, "input '", v.name(),
            "' is not a tensor (sequences, maps and optionals are not "
            "supported)");
-    const DType dt =
-        dtype_from_onnx(v.type().tensor_type().elem_type(), str_cat("input '", v.name(), "'"));
+    // uint16/32/64 inputs are fed widened (int32, int64), as read_tensor_pb reads them.
+    const int32_t et = v.type().tensor_type().elem_type();
+    const DType dt = boundary_dtype(et, str_cat("input '", v.name(), "'"));
+    ctx.tag(v.name(), unsigned_of_onnx(et));
     if (auto c = options.constant_inputs.find(v.name()); c != options.constant_inputs.end()) {
       if (!c->second.is_concrete() || c->second.dtype() != dt)
         fail(kOp, "constant_inputs['", v.name(), "'] must be a concrete ", dtype_name(dt),
@@ -511,6 +543,8 @@ ImportedModel import_impl(const void* data, size_t size, const ImportOptions& op
     if (!t) fail(kOp, "output '", o.name(), "' is never computed");
     out.output_names.push_back(o.name());
     out.outputs.push_back(*t);
+    out.output_elem_types.push_back(o.type().has_tensor_type() ? o.type().tensor_type().elem_type()
+                                                               : 0);
   }
   return out;
 }
@@ -597,18 +631,40 @@ Tensor parse_tensor_pb(const void* data, size_t size, const std::string& what) {
     fail(kOp, what, ": more than protobuf's 2 GiB limit");
   ::onnx::TensorProto p;
   if (!p.ParseFromArray(data, static_cast<int>(size))) fail(kOp, what, ": not a valid TensorProto");
-  return tensor_from_proto(p, what);
+  return tensor_from_proto(p, what, true);
 }
 
-void write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name) {
+void write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name,
+                     int32_t elem_type) {
   if (!t.is_concrete()) fail(kOp, "write_tensor_pb: '", name, "' is not a concrete tensor");
   Tensor c = t.is_contiguous() ? t : t.clone();
   ::onnx::TensorProto p;
   p.set_name(name);
   p.set_data_type(onnx_from_dtype(c.dtype()));
   for (int64_t d : c.shape()) p.add_dims(d);
-  p.set_raw_data(std::string(static_cast<const char*>(c.raw_data()),
-                             static_cast<size_t>(c.numel()) * dtype_size(c.dtype())));
+  const Unsigned u = unsigned_of_onnx(elem_type);
+  if (u != Unsigned::None) {
+    // Back from the widened form: every value must fit (uint64 takes int64's bits as they are).
+    if (!is_integral(c.dtype()) || c.dtype() == Bool)
+      fail(kOp, "write_tensor_pb: '", name, "' is ", dtype_name(c.dtype()),
+           "; an unsigned output is held as an integer tensor");
+    const size_t esz = u == Unsigned::U16 ? 2 : u == Unsigned::U32 ? 4 : 8;
+    const std::vector<int64_t> v = c.to_vector<int64_t>();
+    std::string raw(v.size() * esz, '\0');
+    for (size_t k = 0; k < v.size(); ++k) {
+      const uint64_t max = u == Unsigned::U16 ? 0xFFFF : u == Unsigned::U32 ? 0xFFFFFFFF : 0;
+      if (max && (v[k] < 0 || static_cast<uint64_t>(v[k]) > max))
+        fail(kOp, "write_tensor_pb: '", name, "' element ", k, " is ", v[k], ", outside ",
+             u == Unsigned::U16 ? "uint16" : "uint32");
+      const uint64_t bits = static_cast<uint64_t>(v[k]);
+      std::memcpy(raw.data() + k * esz, &bits, esz);  // ONNX raw data is little-endian
+    }
+    p.set_data_type(elem_type);
+    p.set_raw_data(raw);
+  } else {
+    p.set_raw_data(std::string(static_cast<const char*>(c.raw_data()),
+                               static_cast<size_t>(c.numel()) * dtype_size(c.dtype())));
+  }
   std::ofstream f(path, std::ios::binary);
   if (!f || !p.SerializeToOstream(&f)) fail(kOp, "cannot write '", path, "'");
 }

@@ -32,6 +32,10 @@ struct ImportedModel {
   std::vector<Tensor> inputs;  ///< placeholders, in the model's input order
   std::vector<std::string> output_names;
   std::vector<Tensor> outputs;
+  /// The ONNX element types the model declares for its outputs (0 where it declares none).
+  /// Kiln has no uint16/32/64: it holds them as int32 (uint16) and int64 (uint32; uint64 bit for
+  /// bit), exactly; `write_tensor_pb` with the declared type writes them back as that type.
+  std::vector<int32_t> output_elem_types;
   int64_t opset = 0;                  ///< the default domain's opset the model imports
   std::vector<std::string> op_types;  ///< distinct op types of the main graph, in order seen
 
@@ -52,10 +56,14 @@ ImportedModel import_model_inputs_only(const std::string& path);
 /// The distinct op types of a model's main graph, in order seen (empty if it does not parse).
 std::vector<std::string> model_op_types(const std::string& path);
 
-/// A serialized TensorProto (the backend test suite's input_0.pb, output_0.pb) as a tensor.
+/// A serialized TensorProto (the backend test suite's input_0.pb, output_0.pb) as a tensor:
+/// uint16 as int32, uint32 as int64, uint64 as int64 (values of 2^63 or more refused).
 Tensor read_tensor_pb(const std::string& path);
 Tensor parse_tensor_pb(const void* data, size_t size, const std::string& what = "tensor");
-/// Writes a concrete tensor as a serialized TensorProto (raw data, little-endian).
-void write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name = "");
+/// Writes a concrete tensor as a serialized TensorProto (raw data, little-endian). An
+/// `elem_type` of UINT16, UINT32 or UINT64 (an output's declared type) narrows the int32/int64
+/// tensor Kiln holds such values in back to that type, refusing a value it cannot hold.
+void write_tensor_pb(const std::string& path, const Tensor& t, const std::string& name = "",
+                     int32_t elem_type = 0);
 
 }  // namespace kiln::onnx

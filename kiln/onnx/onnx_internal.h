@@ -58,6 +58,11 @@ struct RegisterConverter {
   RegisterConverter(const char* op, Converter c) { converters().emplace(op, std::move(c)); }
 };
 
+/// ONNX's unsigned types past uint8, which Kiln holds widened (onnx_ops_unsigned.cpp): uint16
+/// as int32, uint32 as int64, uint64 as int64 bit for bit (below 2^63 where read; U64Wrapped
+/// after wrapping arithmetic, whose bits may stand for 2^63 or more).
+enum class Unsigned : uint8_t { None, U16, U32, U64, U64Wrapped };
+
 /// Import state: the graph under construction and name -> value (concrete = known at import).
 struct Ctx {
   Graph graph;
@@ -67,12 +72,44 @@ struct Ctx {
   int64_t fold_budget = 0;  // elements import-time folding may still create
   int64_t node_budget = 0;  // nodes unrolling (Loop, RNNs) may still create
 
+  // Values of ONNX unsigned types by name (names are unique across a model and its subgraphs),
+  // and how many nodes took such values (a subgraph that does is refused: see import_nodes).
+  std::unordered_map<std::string, Unsigned> unsigned_values;
+  int64_t unsigned_nodes = 0;
+
   const Tensor* lookup(const std::string& name) const;
   void bind(const std::string& name, const Tensor& t) { scopes.back()[name] = t; }
+  /// The unsigned tag of a value (None for the others).
+  Unsigned unsigned_of(const std::string& name) const {
+    auto it = unsigned_values.find(name);
+    return it == unsigned_values.end() ? Unsigned::None : it->second;
+  }
+  void tag(const std::string& name, Unsigned u) {
+    if (u == Unsigned::None)
+      unsigned_values.erase(name);
+    else
+      unsigned_values[name] = u;
+  }
 };
 
-/// A TensorProto as a concrete tensor (sizes and data checked).
-Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& what);
+/// A TensorProto as a concrete tensor (sizes and data checked). uint16/32/64 are read widened
+/// only when `widen_unsigned` (the importer, which tags them); else refused.
+Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& what,
+                         bool widen_unsigned = false);
+/// The unsigned kind of an ONNX element type (None for the others).
+Unsigned unsigned_of_onnx(int32_t elem_type);
+/// The Kiln dtype holding an ONNX element type at the import boundary: dtype_from_onnx's, and
+/// uint16 -> int32, uint32/uint64 -> int64.
+DType boundary_dtype(int32_t elem_type, const std::string& what);
+/// A uint16/32/64 TensorProto of `n` elements as its widened tensor (uint64 >= 2^63 refused).
+Tensor unsigned_from_proto(const ::onnx::TensorProto& p, const Shape& shape, int64_t n,
+                           const std::string& what);
+/// The unsigned kind a Constant or ConstantOfShape node produces (None for other nodes).
+Unsigned produced_unsigned(const ::onnx::NodeProto& node);
+/// Converts a node some of whose inputs are unsigned (`tags`, per input) where Kiln's result is
+/// exact, wrapping arithmetic masked back; refuses the node otherwise. Sets its outputs' tag.
+std::vector<Tensor> convert_unsigned(NodeIn& n, const Converter& conv,
+                                     const std::vector<Unsigned>& tags, Unsigned* out_tag);
 /// The Kiln dtype of an ONNX element type; fails naming it when Kiln has none.
 DType dtype_from_onnx(int32_t elem_type, const std::string& what);
 int32_t onnx_from_dtype(DType dt);

@@ -253,4 +253,122 @@ TEST(OnnxNodeSuite, PassCountAndCoverage) {
   }
 }
 
+// ---- uint16/32/64 at the import boundary ------------------------------------------------------
+
+// A model z = op(x, y) (or op(x) when `binary` is false) over [3] inputs of ONNX type `et`, then
+// optionally `then_op`(z, y), as bytes.
+std::string unsigned_model(int32_t et, const char* op, const char* then_op = nullptr,
+                           const char* direction = nullptr) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(16);
+  auto* g = m.mutable_graph();
+  g->set_name("unsigned");
+  for (const char* name : {"x", "y"}) {
+    auto* v = g->add_input();
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(et);
+    v->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(3);
+  }
+  auto add_node = [&](const char* type, const char* a, const char* b, const char* out) {
+    auto* n = g->add_node();
+    n->set_op_type(type);
+    n->add_input(a);
+    n->add_input(b);
+    n->add_output(out);
+    if (direction) {
+      auto* at = n->add_attribute();
+      at->set_name("direction");
+      at->set_type(::onnx::AttributeProto::STRING);
+      at->set_s(direction);
+    }
+  };
+  add_node(op, "x", "y", then_op ? "t" : "z");
+  if (then_op) add_node(then_op, "t", "y", "z");
+  auto* o = g->add_output();
+  o->set_name("z");
+  o->mutable_type()->mutable_tensor_type()->set_elem_type(et);
+  return m.SerializeAsString();
+}
+
+std::vector<int64_t> run_unsigned(const std::string& bytes, const Tensor& x, const Tensor& y) {
+  kiln::onnx::ImportedModel m = kiln::onnx::import_model_bytes(bytes.data(), bytes.size());
+  Session sess(m.graph);
+  return contiguous(m.run(sess, {x, y})[0]).to_vector<int64_t>();
+}
+
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Kiln holds uint16 as int32 and uint32/uint64 as int64: wrapping arithmetic is masked back to
+// the type's width (uint64 wraps as int64, bit for bit), ops that would differ are refused by
+// name, and uint64 values of 2^63 or more are refused where they are read.
+TEST(OnnxNodeSuite, UnsignedTypesAreExactOrRefused) {
+  using P = ::onnx::TensorProto;
+  const Tensor x16 = tensor(std::vector<int32_t>{65535, 1, 7}, {3}),
+               y16 = tensor(std::vector<int32_t>{1, 2, 65535}, {3});
+  EXPECT_EQ(run_unsigned(unsigned_model(P::UINT16, "Add"), x16, y16),
+            (std::vector<int64_t>{0, 3, 6}));
+  EXPECT_EQ(run_unsigned(unsigned_model(P::UINT16, "Sub"), x16, y16),
+            (std::vector<int64_t>{65534, 65535, 8}));
+  EXPECT_EQ(run_unsigned(unsigned_model(P::UINT16, "BitShift", nullptr, "LEFT"), x16,
+                         tensor(std::vector<int32_t>{1, 15, 16}, {3})),
+            (std::vector<int64_t>{65534, 32768, 0}));
+  const Tensor x32 = tensor(std::vector<int64_t>{4294967295LL, 3, 0}, {3}),
+               y32 = tensor(std::vector<int64_t>{2, 4294967295LL, 1}, {3});
+  EXPECT_EQ(run_unsigned(unsigned_model(P::UINT32, "Mul"), x32, y32),
+            (std::vector<int64_t>{4294967294LL, 4294967293LL, 0}));
+  EXPECT_EQ(run_unsigned(unsigned_model(P::UINT32, "Max"), x32, y32),
+            (std::vector<int64_t>{4294967295LL, 4294967295LL, 1}));
+  // uint64: 0 - 1 wraps to 2^64 - 1, held as int64 -1, written back as the uint64.
+  const Tensor x64 = tensor(std::vector<int64_t>{0, 5, 9}, {3}),
+               y64 = tensor(std::vector<int64_t>{1, 2, 3}, {3});
+  const std::string sub64 = unsigned_model(P::UINT64, "Sub");
+  EXPECT_EQ(run_unsigned(sub64, x64, y64), (std::vector<int64_t>{-1, 3, 6}));
+  kiln::onnx::ImportedModel m = kiln::onnx::import_model_bytes(sub64.data(), sub64.size());
+  EXPECT_EQ(m.output_elem_types, (std::vector<int32_t>{P::UINT64}));
+  const fs::path tmp = fs::temp_directory_path() / "kiln_unsigned_out.pb";
+  Session sess(m.graph);
+  kiln::onnx::write_tensor_pb(tmp.string(), m.run(sess, {x64, y64})[0], "z", P::UINT64);
+  {
+    const io::MappedFile bytes(tmp.string(), "test");
+    P p;
+    ASSERT_TRUE(p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())));
+    EXPECT_EQ(p.data_type(), P::UINT64);
+    uint64_t first = 0;
+    std::memcpy(&first, p.raw_data().data(), 8);
+    EXPECT_EQ(first, ~uint64_t(0));
+    // Read back, 2^64 - 1 is refused: Kiln reads only uint64 values below 2^63.
+    EXPECT_NE(error_of([&] { kiln::onnx::read_tensor_pb(tmp.string()); }).find("2^63 or more"),
+              std::string::npos);
+  }
+  fs::remove(tmp);
+  // A wrapped uint64 may stand for 2^63 or more, where int64's order differs: Max is refused.
+  std::string e = error_of([&] {
+    std::string b = unsigned_model(P::UINT64, "Sub", "Max");
+    kiln::onnx::import_model_bytes(b.data(), b.size());
+  });
+  EXPECT_NE(e.find("[onnx_import] Max"), std::string::npos) << e;
+  EXPECT_NE(e.find("uint64"), std::string::npos) << e;
+  // An op outside the exact set is refused by name, not computed in int64.
+  e = error_of([&] {
+    std::string b = unsigned_model(P::UINT32, "MatMul");
+    kiln::onnx::import_model_bytes(b.data(), b.size());
+  });
+  EXPECT_NE(e.find("MatMul is not among the ops"), std::string::npos) << e;
+  // A written uint16 output out of range is refused, not truncated.
+  e = error_of([&] {
+    kiln::onnx::write_tensor_pb(tmp.string(), tensor(std::vector<int32_t>{70000}, {1}), "z",
+                                P::UINT16);
+  });
+  EXPECT_NE(e.find("outside uint16"), std::string::npos) << e;
+}
+
 }  // namespace
