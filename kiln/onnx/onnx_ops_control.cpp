@@ -1,7 +1,8 @@
 // ONNX converters for recurrent layers and control flow: LSTM, GRU and RNN unrolled over the
 // (static) sequence length, If as Kiln's cond (Switch/Merge) or, with a condition known at
 // import, the taken branch inline, and Loop unrolled when its trip count is known at import or
-// as a while_loop otherwise.
+// as a while_loop otherwise; Scan unrolled over its static scan length.
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/onnx/onnx_internal.h"
@@ -272,6 +273,108 @@ KILN_ONNX_OP(Loop) {
   };
   std::vector<Tensor> fin = while_loop(cond_fn, body_fn, lv);
   return TL(fin.begin() + 2, fin.end());
+}
+
+// Scan: the body run over slices of the scan inputs, unrolled as Loop is when its trip count is
+// known (the scan length comes from the inputs' static shapes). Opset 8's leading batch axis
+// (and sequence_lens, which must then be the full length) is unrolled too.
+TL scan_unrolled(NodeIn& n, const ::onnx::GraphProto& body, std::vector<Tensor> states,
+                 const std::vector<Tensor>& xs, const std::vector<int64_t>& in_axes,
+                 const std::vector<int64_t>& in_dirs, const std::vector<int64_t>& out_axes,
+                 const std::vector<int64_t>& out_dirs) {
+  const size_t N = states.size();
+  const int64_t K = body.output_size() - static_cast<int64_t>(N);
+  int64_t L = -1;
+  for (size_t j = 0; j < xs.size(); ++j) {
+    const int64_t len = xs[j].size(in_axes[j]);
+    if (len < 0) n.fail("scan input ", j, " ", xs[j].shape(), ": its scan axis must be static");
+    if (L >= 0 && len != L)
+      n.fail("scan input ", j, " has length ", len, " on its scan axis, input 0 has ", L);
+    L = len;
+  }
+  if (L > kMaxUnroll) n.fail("scan length ", L, " is more than ", kMaxUnroll, " to unroll");
+  charge_nodes(n, L * (body.node_size() + 1));
+  std::vector<std::vector<Tensor>> outs(static_cast<size_t>(K));
+  for (int64_t t = 0; t < L; ++t) {
+    std::vector<Tensor> in = states;
+    for (size_t j = 0; j < xs.size(); ++j) {
+      const int64_t at = in_dirs[j] ? L - 1 - t : t;
+      in.push_back(squeeze(slice(xs[j], in_axes[j], at, at + 1), in_axes[j]));
+    }
+    std::vector<Tensor> out = import_subgraph(n.ctx, body, in, "Scan body");
+    for (size_t k = 0; k < N; ++k) states[k] = out[k];
+    for (int64_t k = 0; k < K; ++k) outs[k].push_back(out[N + k]);
+  }
+  TL res = states;
+  for (int64_t k = 0; k < K; ++k) {
+    if (outs[k].empty()) n.fail("scan output ", k, " of a scan of length 0");
+    if (out_dirs[k]) std::reverse(outs[k].begin(), outs[k].end());
+    const int64_t r = outs[k][0].dim() + 1;
+    const int64_t axis = out_axes[k] < 0 ? out_axes[k] + r : out_axes[k];
+    if (axis < 0 || axis >= r) n.fail("scan_output_axes[", k, "] = ", out_axes[k], " for rank ", r);
+    res.push_back(stack(outs[k], axis));
+  }
+  return res;
+}
+
+KILN_ONNX_OP(Scan) {
+  const auto& body = graph_attr(n, "body");
+  const int64_t M = n.req_i("num_scan_inputs");
+  const bool v8 = n.opset < 9;  // opset 8: sequence_lens first, and a batch axis
+  const int64_t first = v8 ? 1 : 0;
+  const int64_t N = static_cast<int64_t>(n.in.size()) - first - M;
+  if (M < 1 || N < 0)
+    n.fail(n.in.size(), " inputs for num_scan_inputs ", M, ": expected at least ", M + first);
+  const int64_t K = body.output_size() - N;
+  if (K < 0) n.fail("the body has ", body.output_size(), " outputs for ", N, " state values");
+  std::vector<Tensor> states, xs;
+  for (int64_t k = 0; k < N + M; ++k) {
+    const Tensor& t = n.req(static_cast<size_t>(first + k));
+    (k < N ? states : xs).push_back(t);
+  }
+  auto per = [&](const char* name, int64_t count, int64_t def) {
+    std::vector<int64_t> v = n.ints(name, std::vector<int64_t>(count, def));
+    if (static_cast<int64_t>(v.size()) != count)
+      n.fail("attribute '", name, "' has ", v.size(), " values, expected ", count);
+    return v;
+  };
+  if (!v8) {
+    std::vector<int64_t> in_axes = per("scan_input_axes", M, 0);
+    for (int64_t j = 0; j < M; ++j) {
+      const int64_t r = xs[j].dim();
+      if (in_axes[j] < -r || in_axes[j] >= r)
+        n.fail("scan_input_axes[", j, "] = ", in_axes[j], " for scan input ", xs[j].shape());
+      if (in_axes[j] < 0) in_axes[j] += r;
+    }
+    return scan_unrolled(n, body, states, xs, in_axes, per("scan_input_directions", M, 0),
+                         per("scan_output_axes", K, 0), per("scan_output_directions", K, 0));
+  }
+  // Opset 8: axis 0 is the batch, axis 1 the sequence, for every input and output.
+  const std::vector<int64_t> dirs = per("directions", M, 0);
+  for (const Tensor& t : states)
+    if (t.dim() < 1 || t.size(0) < 0) n.fail("state ", t.shape(), " must have a static batch axis");
+  for (const Tensor& t : xs)
+    if (t.dim() < 2) n.fail("scan input ", t.shape(), " must be [batch, sequence, ...]");
+  const int64_t B = xs[0].size(0);
+  if (B <= 0) n.fail("scan input ", xs[0].shape(), " must have a static, nonzero batch axis");
+  if (n.has_input(0)) {
+    const Tensor& sl = n.in[0];
+    if (!sl.is_concrete()) n.fail("sequence_lens must be known at import");
+    for (int64_t v : sl.to_vector<int64_t>())
+      if (v != xs[0].size(1)) n.fail("sequence_lens shorter than the sequence are not supported");
+  }
+  std::vector<std::vector<Tensor>> per_batch(static_cast<size_t>(N + K));
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<Tensor> st, x;
+    for (const Tensor& t : states) st.push_back(squeeze(slice(t, 0, b, b + 1), 0));
+    for (const Tensor& t : xs) x.push_back(squeeze(slice(t, 0, b, b + 1), 0));
+    TL r = scan_unrolled(n, body, st, x, std::vector<int64_t>(M, 0), dirs,
+                         std::vector<int64_t>(K, 0), std::vector<int64_t>(K, 0));
+    for (int64_t k = 0; k < N + K; ++k) per_batch[k].push_back(r[k]);
+  }
+  TL res;
+  for (auto& v : per_batch) res.push_back(stack(v, 0));
+  return res;
 }
 
 }  // namespace
