@@ -252,8 +252,10 @@ struct Capture {
   std::vector<Tensor> results;
 };
 
-void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads_in,
-                bool retain_graph, bool create_graph, Capture* cap) {
+// The gradients the roots start from: the given ones (checked against the roots' shapes), ones
+// for a scalar root given none, and none for a root whose given gradient is dead.
+std::vector<Tensor> root_gradients(const std::vector<Tensor>& roots,
+                                   const std::vector<Tensor>& grads_in) {
   if (roots.empty()) fail("backward", "no outputs given");
   std::vector<Tensor> root_grads(roots.size());
   for (size_t i = 0; i < roots.size(); ++i) {
@@ -281,55 +283,50 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       root_grads[i] = ones_like(r.detach());
     }
   }
+  return root_grads;
+}
 
-  std::optional<NoGradGuard> ng;
-  std::optional<EnableGradGuard> eg;
-  // Gradient rules run in the dtypes their forward ops saw (a cast's rule casts back).
-  AutocastGuard no_autocast(false);
-  if (create_graph)
-    eg.emplace();
-  else
-    ng.emplace();
+// One backward pass: the nodes reachable from the roots run their gradient rules in reverse
+// recording order (seq), each once every consumer has delivered its output gradients; leaves
+// accumulate .grad (backward) or the captured inputs collect theirs (grad(), `cap`).
+class Backward {
+ public:
+  Backward(bool retain_graph, bool create_graph, Capture* cap)
+      : retain_graph_(retain_graph), create_graph_(create_graph), cap_(cap) {}
 
-  // Captured non-leaf inputs for grad(): (node, slot) -> index.
-  auto capture_leaf = [&](TensorImpl* leaf, const Tensor& g) -> bool {
-    if (!cap) return false;
-    bool hit = false;
-    for (size_t k = 0; k < cap->inputs.size(); ++k)
-      if (cap->inputs[k].impl() == leaf) {
-        cap->results[k] = accumulate(cap->results[k], g);
-        hit = true;
-      }
-    return hit;
-  };
-
-  auto deliver_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
-    if (!g.defined()) return;
-    if (cap) {
-      capture_leaf(leaf.get(), g);
-      return;
+  void run(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads_in) {
+    const std::vector<Tensor> root_grads = root_gradients(roots, grads_in);
+    std::optional<NoGradGuard> ng;
+    std::optional<EnableGradGuard> eg;
+    // Gradient rules run in the dtypes their forward ops saw (a cast's rule casts back).
+    AutocastGuard no_autocast(false);
+    if (create_graph_)
+      eg.emplace();
+    else
+      ng.emplace();
+    // Grad-ready hooks: only backward() (cap == nullptr) accumulates into leaves.
+    if (!cap_ && g_num_hooks.load(std::memory_order_relaxed) > 0) {
+      std::lock_guard<std::mutex> lk(g_hooks_mu);
+      for (const auto& h : g_hooks) hooks_.push_back(h.second);
     }
-    AutogradMeta& m = meta(leaf.get());
-    Tensor old = m.grad ? Tensor(m.grad) : Tensor();
-    Tensor ng2 = accumulate(old, create_graph ? g : g.detach());
-    m.grad = ng2.impl_ptr();
-  };
-
-  // Grad-ready hooks: only backward() (cap == nullptr) accumulates into leaves.
-  std::vector<GradReadyHooks> hooks;
-  if (!cap && g_num_hooks.load(std::memory_order_relaxed) > 0) {
-    std::lock_guard<std::mutex> lk(g_hooks_mu);
-    for (const auto& h : g_hooks) hooks.push_back(h.second);
+    EndHooks end_hooks{&hooks_};
+    for (const auto& h : hooks_)
+      if (h.begin) h.begin();
+    count_dependencies(roots, root_grads);
+    seed(roots, root_grads);
+    for (auto& [n, d] : deps_)
+      if (d == 0) ready_.push(n);
+    while (!ready_.empty()) {
+      GradNode* n = ready_.top();
+      ready_.pop();
+      run_node(n);
+    }
+    end_hooks.ok = true;  // end(true) may raise (a failed collective): outside the destructor
+    for (const auto& h : hooks_)
+      if (h.end) h.end(true);
   }
-  // Edges still to deliver per leaf: a leaf is ready when its count reaches zero.
-  std::unordered_map<TensorImpl*, int> leaf_pending;
-  auto leaf_delivered = [&](const std::shared_ptr<TensorImpl>& leaf) {
-    if (hooks.empty()) return;
-    auto it = leaf_pending.find(leaf.get());
-    if (it == leaf_pending.end() || --it->second > 0) return;
-    for (const auto& h : hooks)
-      if (h.leaf_ready) h.leaf_ready(leaf);
-  };
+
+ private:
   struct EndHooks {  // end(false) when backward raises, so a hook's state never dangles
     std::vector<GradReadyHooks>* hooks;
     bool ok = false;
@@ -340,67 +337,93 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
         } catch (...) {  // already unwinding from the first error, which is the one to report
         }
     }
-  } end_hooks{&hooks};
-  for (const auto& h : hooks)
-    if (h.begin) h.begin();
+  };
+  struct LaterFirst {
+    bool operator()(const GradNode* a, const GradNode* b) const { return a->seq < b->seq; }
+  };
 
-  // Discover nodes and count dependencies.
-  std::unordered_map<GradNode*, int> deps;
-  std::unordered_map<GradNode*, SmallVec<Tensor, 4>> buf;
-  std::vector<GradNode*> stack;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    if (!root_grads[i].defined()) continue;  // a dead gradient: nothing flows from this root
-    auto& fn = roots[i].impl()->autograd->grad_fn;
-    if (fn && !deps.count(fn.get())) {
-      deps[fn.get()] = 0;
-      stack.push_back(fn.get());
-    }
+  // A gradient reaching a tensor grad() asked about. Returns whether it is one.
+  bool capture(TensorImpl* t, const Tensor& g) {
+    if (!cap_) return false;
+    bool hit = false;
+    for (size_t k = 0; k < cap_->inputs.size(); ++k)
+      if (cap_->inputs[k].impl() == t) {
+        cap_->results[k] = accumulate(cap_->results[k], g);
+        hit = true;
+      }
+    return hit;
   }
-  while (!stack.empty()) {
-    GradNode* n = stack.back();
-    stack.pop_back();
-    for (const auto& e : n->next) {
-      if (e.leaf && !hooks.empty()) ++leaf_pending[e.leaf.get()];
-      if (!e.fn) continue;
-      auto it = deps.find(e.fn.get());
-      if (it == deps.end()) {
-        deps[e.fn.get()] = 1;
-        stack.push_back(e.fn.get());
-      } else {
-        ++it->second;
+
+  void deliver_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+    if (!g.defined()) return;
+    if (cap_) {
+      capture(leaf.get(), g);
+      return;
+    }
+    AutogradMeta& m = meta(leaf.get());
+    Tensor old = m.grad ? Tensor(m.grad) : Tensor();
+    m.grad = accumulate(old, create_graph_ ? g : g.detach()).impl_ptr();
+  }
+
+  // One of a leaf's edges has delivered: its hooks' leaf_ready runs after the last one.
+  void leaf_delivered(const std::shared_ptr<TensorImpl>& leaf) {
+    if (hooks_.empty()) return;
+    auto it = leaf_pending_.find(leaf.get());
+    if (it == leaf_pending_.end() || --it->second > 0) return;
+    for (const auto& h : hooks_)
+      if (h.leaf_ready) h.leaf_ready(leaf);
+  }
+
+  // Discovers the nodes reachable from the roots, counting the edges into each node (and, for
+  // the hooks, into each leaf).
+  void count_dependencies(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads) {
+    std::vector<GradNode*> stack;
+    for (size_t i = 0; i < roots.size(); ++i) {
+      if (!root_grads[i].defined()) continue;  // a dead gradient: nothing flows from this root
+      auto& fn = roots[i].impl()->autograd->grad_fn;
+      if (fn && !deps_.count(fn.get())) {
+        deps_[fn.get()] = 0;
+        stack.push_back(fn.get());
+      }
+    }
+    while (!stack.empty()) {
+      GradNode* n = stack.back();
+      stack.pop_back();
+      for (const auto& e : n->next) {
+        if (e.leaf && !hooks_.empty()) ++leaf_pending_[e.leaf.get()];
+        if (!e.fn) continue;
+        auto it = deps_.find(e.fn.get());
+        if (it == deps_.end()) {
+          deps_[e.fn.get()] = 1;
+          stack.push_back(e.fn.get());
+        } else {
+          ++it->second;
+        }
       }
     }
   }
 
-  // Seed the roots.
-  for (size_t i = 0; i < roots.size(); ++i) {
-    if (!root_grads[i].defined()) continue;
-    AutogradMeta& m = *roots[i].impl()->autograd;
-    if (m.grad_fn) {
-      auto& b = buf[m.grad_fn.get()];
-      if (b.size() < m.grad_fn->out_impls.size()) b.resize(m.grad_fn->out_impls.size());
-      b[m.output_nr] = accumulate(b[m.output_nr], root_grads[i]);
-    } else {
-      if (!hooks.empty()) ++leaf_pending[roots[i].impl()];
-      deliver_leaf(roots[i].impl_ptr(), root_grads[i]);
-      leaf_delivered(roots[i].impl_ptr());
+  // The roots' gradients into their nodes' output slots, or straight into roots that are leaves.
+  void seed(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads) {
+    for (size_t i = 0; i < roots.size(); ++i) {
+      if (!root_grads[i].defined()) continue;
+      AutogradMeta& m = *roots[i].impl()->autograd;
+      if (m.grad_fn) {
+        auto& b = buf_[m.grad_fn.get()];
+        if (b.size() < m.grad_fn->out_impls.size()) b.resize(m.grad_fn->out_impls.size());
+        b[m.output_nr] = accumulate(b[m.output_nr], root_grads[i]);
+      } else {
+        if (!hooks_.empty()) ++leaf_pending_[roots[i].impl()];
+        deliver_leaf(roots[i].impl_ptr(), root_grads[i]);
+        leaf_delivered(roots[i].impl_ptr());
+      }
     }
   }
 
-  auto cmp = [](GradNode* a, GradNode* b) { return a->seq < b->seq; };
-  std::priority_queue<GradNode*, std::vector<GradNode*>, decltype(cmp)> ready(cmp);
-  for (auto& [n, d] : deps)
-    if (d == 0) ready.push(n);
-
-  // Keep nodes alive while we run (edges hold them; roots hold theirs).
-  std::vector<std::shared_ptr<GradNode>> alive;
-
-  while (!ready.empty()) {
-    GradNode* n = ready.top();
-    ready.pop();
-    auto bit = buf.find(n);
+  void run_node(GradNode* n) {
+    auto bit = buf_.find(n);
     SmallVec<Tensor, 4> gout;
-    if (bit != buf.end()) gout = std::move(bit->second);
+    if (bit != buf_.end()) gout = std::move(bit->second);
     gout.resize(n->out_impls.size());
     if (n->released)
       fail("backward", "trying to backward through the graph a second time (op '", n->name(),
@@ -408,31 +431,8 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
     // (View ops' rules read only their input's shape: a later write into it changes nothing
     // they use, as torch's view nodes save no values.)
     const bool reads_values = !(n->op && n->op->view);
-    for (size_t k = 0; reads_values && k < n->inputs.size(); ++k)
-      if ((!n->op || n->op->reads_input(k)) &&
-          n->inputs[k].impl()->version() != n->input_versions[k])
-        fail("backward", "input ", k, " of op '", n->name(),
-             "' was modified in place after it was saved for the gradient");
-    // Outputs modified in place since recording are withheld from the gradient rule; only a
-    // rule that reads one (exp, tanh, sqrt...) fails, as PyTorch fails only for saved outputs.
-    int modified_out = -1;
-    for (size_t k = 0; k < n->outputs.size(); ++k)
-      if (n->outputs[k].is_concrete() && n->outputs[k].impl()->version() != n->output_versions[k])
-        modified_out = static_cast<int>(k);
-
-    // retain_grad and grad() captures of non-leaf outputs.
-    for (size_t k = 0; k < n->outputs.size(); ++k) {
-      if (!gout[k].defined()) continue;
-      auto impl = n->out_impls[k].lock();
-      if (!impl) continue;
-      if (cap) {
-        capture_leaf(impl.get(), gout[k]);
-      } else if (impl->autograd && impl->autograd->retains_grad) {
-        Tensor old = impl->autograd->grad ? Tensor(impl->autograd->grad) : Tensor();
-        impl->autograd->grad = accumulate(old, gout[k].detach()).impl_ptr();
-      }
-    }
-
+    if (reads_values) check_saved_inputs(*n);
+    keep_output_grads(*n, gout);
     bool any_needed = false;
     SmallVec<bool, 4> needs;
     for (const auto& e : n->next) {
@@ -440,83 +440,143 @@ void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& gra
       any_needed = any_needed || e.defined();
     }
     TensorList gin;
-    if (any_needed) {
-      // Materialize missing output grads as zeros; re-wrap saved outputs for create_graph.
-      TensorList outs;
-      SmallVec<bool, 4> flows;
-      std::shared_ptr<GradNode> self;
-      for (size_t k = 0; k < n->outputs.size(); ++k) {
-        const Tensor& o = n->outputs[k];
-        flows.push_back(gout[k].defined());
-        if (!gout[k].defined() && is_floating(o.dtype()) && !n->op->has(kUndefinedGradOutputs))
-          gout[k] = zeros(o.shape(), o.dtype());
-        if (create_graph && is_floating(o.dtype())) {
-          if (!self) {
-            auto impl = n->out_impls[k].lock();
-            if (impl && impl->autograd) self = impl->autograd->grad_fn;
-          }
-          Tensor w = make_view(o, o.shape(), o.strides(), o.offset());
-          if (self) {
-            AutogradMeta& m = meta(w.impl());
-            m.requires_grad = true;
-            m.grad_fn = self;
-            m.output_nr = static_cast<uint32_t>(k);
-          }
-          outs.push_back(w);
-        } else {
-          outs.push_back(o);
-        }
-        if (modified_out >= 0 && o.is_concrete() && o.impl()->version() != n->output_versions[k])
-          outs.back() = Tensor();
-      }
-      GradCtx ctx{*n->op, n->attrs, std::span<const Tensor>(n->inputs.data(), n->inputs.size()),
-                  std::span<const Tensor>(outs.data(), outs.size()),
-                  std::span<const Tensor>(gout.data(), gout.size()),
-                  std::span<const bool>(needs.data(), needs.size()),
-                  std::span<const bool>(flows.data(), flows.size()),
-                  // (view rules read only shapes: no version check there, as above)
-                  reads_values ? std::span<const uint32_t>(n->input_versions.data(),
-                                                           n->input_versions.size())
-                               : std::span<const uint32_t>()};
-      if (modified_out < 0) {
-        gin = n->op->grad(ctx);
-      } else {
-        try {
-          gin = n->op->grad(ctx);
-        } catch (const Error&) {
-          fail("backward", "output ", modified_out, " of op '", n->name(),
-               "' was modified in place after it was saved for the gradient");
-        }
-      }
-      if (gin.size() != n->next.size())
-        fail("backward", "gradient rule of '", n->name(), "' returned ", gin.size(),
-             " gradients for ", n->next.size(), " inputs");
-    }
-
-    for (size_t k = 0; k < n->next.size(); ++k) {
-      const Edge& e = n->next[k];
-      if (!e.defined()) continue;
-      Tensor g = any_needed ? fit_to(gin[k], n->inputs[k]) : Tensor();
-      if (e.leaf) {
-        deliver_leaf(e.leaf, g);
-        leaf_delivered(e.leaf);
-        continue;
-      }
-      auto& b = buf[e.fn.get()];
-      if (b.size() < e.fn->out_impls.size()) b.resize(e.fn->out_impls.size());
-      if (g.defined()) b[e.output_nr] = accumulate(b[e.output_nr], g);
-      alive.push_back(e.fn);
-      if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
-    }
-    if (!retain_graph) {
+    if (any_needed) gin = apply_rule(*n, gout, needs, reads_values);
+    pass_on(*n, gin, any_needed);
+    if (!retain_graph_) {
       n->inputs.clear();
       n->outputs.clear();
       n->released = true;
     }
   }
-  end_hooks.ok = true;  // end(true) may raise (a failed collective): outside the destructor
-  for (const auto& h : hooks)
-    if (h.end) h.end(true);
+
+  static void check_saved_inputs(const GradNode& n) {
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      if ((!n.op || n.op->reads_input(k)) && n.inputs[k].impl()->version() != n.input_versions[k])
+        fail("backward", "input ", k, " of op '", n.name(),
+             "' was modified in place after it was saved for the gradient");
+  }
+
+  // retain_grad and grad() captures of non-leaf outputs.
+  void keep_output_grads(const GradNode& n, const SmallVec<Tensor, 4>& gout) {
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (!gout[k].defined()) continue;
+      auto impl = n.out_impls[k].lock();
+      if (!impl) continue;
+      if (cap_) {
+        capture(impl.get(), gout[k]);
+      } else if (impl->autograd && impl->autograd->retains_grad) {
+        Tensor old = impl->autograd->grad ? Tensor(impl->autograd->grad) : Tensor();
+        impl->autograd->grad = accumulate(old, gout[k].detach()).impl_ptr();
+      }
+    }
+  }
+
+  // Runs n's gradient rule on its output gradients (missing ones as zeros) and saved tensors.
+  TensorList apply_rule(const GradNode& n, SmallVec<Tensor, 4>& gout,
+                        const SmallVec<bool, 4>& needs, bool reads_values) {
+    // Outputs modified in place since recording are withheld from the gradient rule; only a
+    // rule that reads one (exp, tanh, sqrt...) fails, as PyTorch fails only for saved outputs.
+    int modified_out = -1;
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      if (n.outputs[k].is_concrete() && n.outputs[k].impl()->version() != n.output_versions[k])
+        modified_out = static_cast<int>(k);
+    TensorList outs;
+    SmallVec<bool, 4> flows;
+    saved_outputs(n, gout, modified_out >= 0, outs, flows);
+    GradCtx ctx{*n.op, n.attrs, std::span<const Tensor>(n.inputs.data(), n.inputs.size()),
+                std::span<const Tensor>(outs.data(), outs.size()),
+                std::span<const Tensor>(gout.data(), gout.size()),
+                std::span<const bool>(needs.data(), needs.size()),
+                std::span<const bool>(flows.data(), flows.size()),
+                // (view rules read only shapes: no version check there, as above)
+                reads_values
+                    ? std::span<const uint32_t>(n.input_versions.data(), n.input_versions.size())
+                    : std::span<const uint32_t>()};
+    TensorList gin;
+    if (modified_out < 0) {
+      gin = n.op->grad(ctx);
+    } else {
+      try {
+        gin = n.op->grad(ctx);
+      } catch (const Error&) {
+        fail("backward", "output ", modified_out, " of op '", n.name(),
+             "' was modified in place after it was saved for the gradient");
+      }
+    }
+    if (gin.size() != n.next.size())
+      fail("backward", "gradient rule of '", n.name(), "' returned ", gin.size(), " gradients for ",
+           n.next.size(), " inputs");
+    return gin;
+  }
+
+  // The outputs the rule sees (`outs`; those written since recording withheld) and which of
+  // them a gradient flows into (`flows`); missing output gradients become zeros. With
+  // create_graph the outputs are re-wrapped as outputs of n, so the rule's use of them is
+  // differentiable too.
+  void saved_outputs(const GradNode& n, SmallVec<Tensor, 4>& gout, bool any_modified,
+                     TensorList& outs, SmallVec<bool, 4>& flows) {
+    std::shared_ptr<GradNode> self;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const Tensor& o = n.outputs[k];
+      flows.push_back(gout[k].defined());
+      if (!gout[k].defined() && is_floating(o.dtype()) && !n.op->has(kUndefinedGradOutputs))
+        gout[k] = zeros(o.shape(), o.dtype());
+      if (create_graph_ && is_floating(o.dtype())) {
+        if (!self) {
+          auto impl = n.out_impls[k].lock();
+          if (impl && impl->autograd) self = impl->autograd->grad_fn;
+        }
+        Tensor w = make_view(o, o.shape(), o.strides(), o.offset());
+        if (self) {
+          AutogradMeta& m = meta(w.impl());
+          m.requires_grad = true;
+          m.grad_fn = self;
+          m.output_nr = static_cast<uint32_t>(k);
+        }
+        outs.push_back(w);
+      } else {
+        outs.push_back(o);
+      }
+      if (any_modified && o.is_concrete() && o.impl()->version() != n.output_versions[k])
+        outs.back() = Tensor();
+    }
+  }
+
+  // n's input gradients along its edges: into leaves, or into the producing nodes' slots, which
+  // become ready once their last consumer has delivered.
+  void pass_on(const GradNode& n, const TensorList& gin, bool any_needed) {
+    for (size_t k = 0; k < n.next.size(); ++k) {
+      const Edge& e = n.next[k];
+      if (!e.defined()) continue;
+      Tensor g = any_needed ? fit_to(gin[k], n.inputs[k]) : Tensor();
+      if (e.leaf) {
+        deliver_leaf(e.leaf, g);
+        leaf_delivered(e.leaf);
+        continue;
+      }
+      auto& b = buf_[e.fn.get()];
+      if (b.size() < e.fn->out_impls.size()) b.resize(e.fn->out_impls.size());
+      if (g.defined()) b[e.output_nr] = accumulate(b[e.output_nr], g);
+      alive_.push_back(e.fn);
+      if (--deps_[e.fn.get()] == 0) ready_.push(e.fn.get());
+    }
+  }
+
+  const bool retain_graph_, create_graph_;
+  Capture* const cap_;
+  std::vector<GradReadyHooks> hooks_;
+  // Edges still to deliver per leaf: a leaf is ready when its count reaches zero.
+  std::unordered_map<TensorImpl*, int> leaf_pending_;
+  std::unordered_map<GradNode*, int> deps_;
+  std::unordered_map<GradNode*, SmallVec<Tensor, 4>> buf_;
+  std::priority_queue<GradNode*, std::vector<GradNode*>, LaterFirst> ready_;
+  // Keeps nodes alive while the pass runs (edges hold them; roots hold theirs).
+  std::vector<std::shared_ptr<GradNode>> alive_;
+};
+
+void run_engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads_in,
+                bool retain_graph, bool create_graph, Capture* cap) {
+  Backward(retain_graph, create_graph, cap).run(roots, grads_in);
 }
 
 }  // namespace
