@@ -412,10 +412,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 
 // ---- load --------------------------------------------------------------------------------
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  const char* op = "load_safetensors";
-  // MappedFile refuses what is not a regular file: a directory, /dev/zero, a FIFO.
-  const MappedFile buf(path, op);
+namespace {
+
+// The header's length, from the file's first 8 bytes (little-endian), checked against the file.
+uint64_t header_length(const char* op, const std::string& path, const MappedFile& buf) {
   const uint64_t size = buf.size();
   if (size < 8)
     fail(op, "'", path, "' is truncated: ", size, " bytes, but the header length alone takes 8");
@@ -426,70 +426,75 @@ SafetensorsFile read_safetensors(const std::string& path) {
   if (n > size - 8)
     fail(op, "'", path, "' is truncated or has a bad header length: the header claims ", n,
          " bytes but only ", size - 8, " follow");
-  Json root = JsonParser(path, buf.data() + 8, n).parse_document();
-  const uint64_t data_size = size - 8 - n;
+  return n;
+}
 
-  SafetensorsFile out;
-  std::vector<Entry> entries;
-  for (const auto& [name, v] : root.obj) {
-    auto bad = [&](const auto&... what) {
-      fail(op, "'", path, "': tensor \"", name, "\": ", what...);
-    };
-    if (name == "__metadata__") {
-      if (v.kind != Json::Object) fail(op, "'", path, "': __metadata__ must be an object");
-      for (const auto& [k, mv] : v.obj) {
-        if (mv.kind != Json::String)
-          fail(op, "'", path, "': __metadata__ value \"", k, "\" must be a string, got ",
-               mv.kind_name());
-        out.metadata[k] = mv.str;
-      }
-      continue;
-    }
-    if (v.kind != Json::Object) bad("entry must be an object, got ", v.kind_name());
-    const Json *dt = nullptr, *shape = nullptr, *offs = nullptr;
-    for (const auto& [k, fv] : v.obj) {
-      if (k == "dtype")
-        dt = &fv;
-      else if (k == "shape")
-        shape = &fv;
-      else if (k == "data_offsets")
-        offs = &fv;
-      else
-        bad("unknown field \"", k, "\"");
-    }
-    if (!dt || !shape || !offs) bad("needs dtype, shape and data_offsets");
-    Entry e{name, Float32, {}, 0, 0};
-    if (dt->kind != Json::String) bad("dtype must be a string");
-    if (!st_dtype(dt->str, e.dtype))
-      bad("unsupported dtype \"", dt->str,
-          "\" (Kiln reads F32, F64, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
-    if (shape->kind != Json::Array) bad("shape must be an array");
-    uint64_t numel = 1;
-    for (const Json& d : shape->arr) {
-      if (d.kind != Json::Int || d.num < 0) bad("shape entries must be non-negative integers");
-      // Overflow-safe: a product past the file size is already wrong.
-      if (d.num != 0 && numel > (uint64_t(1) << 62) / static_cast<uint64_t>(d.num))
-        bad("shape is too large");
-      numel *= static_cast<uint64_t>(d.num);
-      e.shape.push_back(d.num);
-    }
-    if (offs->kind != Json::Array || offs->arr.size() != 2 || offs->arr[0].kind != Json::Int ||
-        offs->arr[1].kind != Json::Int || offs->arr[0].num < 0 || offs->arr[1].num < 0)
-      bad("data_offsets must be two non-negative integers [begin, end]");
-    e.begin = static_cast<uint64_t>(offs->arr[0].num);
-    e.end = static_cast<uint64_t>(offs->arr[1].num);
-    if (e.end < e.begin) bad("data_offsets [", e.begin, ", ", e.end, "] end before they begin");
-    if (e.end > data_size)
-      bad("data_offsets [", e.begin, ", ", e.end, "] run past the data section (", data_size,
-          " bytes; is the file truncated?)");
-    // numel <= 2^62 but numel * 8 can pass 2^64 and wrap to a small count.
-    if (numel > (uint64_t(1) << 62) / dtype_size(e.dtype)) bad("shape ", e.shape, " is too large");
-    const uint64_t need = numel * dtype_size(e.dtype);
-    if (e.end - e.begin != need)
-      bad("shape ", e.shape, " of ", dt->str, " needs ", need, " bytes but data_offsets [", e.begin,
-          ", ", e.end, "] hold ", e.end - e.begin);
-    entries.push_back(std::move(e));
+void read_metadata(const char* op, const std::string& path, const Json& v,
+                   std::map<std::string, std::string>& metadata) {
+  if (v.kind != Json::Object) fail(op, "'", path, "': __metadata__ must be an object");
+  for (const auto& [k, mv] : v.obj) {
+    if (mv.kind != Json::String)
+      fail(op, "'", path, "': __metadata__ value \"", k, "\" must be a string, got ",
+           mv.kind_name());
+    metadata[k] = mv.str;
   }
+}
+
+// One tensor's header entry {dtype, shape, data_offsets}, checked: a known dtype, a shape whose
+// bytes are exactly its data's, inside a data section of data_size bytes.
+Entry parse_entry(const char* op, const std::string& path, const std::string& name, const Json& v,
+                  uint64_t data_size) {
+  auto bad = [&](const auto&... what) {
+    fail(op, "'", path, "': tensor \"", name, "\": ", what...);
+  };
+  if (v.kind != Json::Object) bad("entry must be an object, got ", v.kind_name());
+  const Json *dt = nullptr, *shape = nullptr, *offs = nullptr;
+  for (const auto& [k, fv] : v.obj) {
+    if (k == "dtype")
+      dt = &fv;
+    else if (k == "shape")
+      shape = &fv;
+    else if (k == "data_offsets")
+      offs = &fv;
+    else
+      bad("unknown field \"", k, "\"");
+  }
+  if (!dt || !shape || !offs) bad("needs dtype, shape and data_offsets");
+  Entry e{name, Float32, {}, 0, 0};
+  if (dt->kind != Json::String) bad("dtype must be a string");
+  if (!st_dtype(dt->str, e.dtype))
+    bad("unsupported dtype \"", dt->str,
+        "\" (Kiln reads F32, F64, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+  if (shape->kind != Json::Array) bad("shape must be an array");
+  uint64_t numel = 1;
+  for (const Json& d : shape->arr) {
+    if (d.kind != Json::Int || d.num < 0) bad("shape entries must be non-negative integers");
+    // Overflow-safe: a product past the file size is already wrong.
+    if (d.num != 0 && numel > (uint64_t(1) << 62) / static_cast<uint64_t>(d.num))
+      bad("shape is too large");
+    numel *= static_cast<uint64_t>(d.num);
+    e.shape.push_back(d.num);
+  }
+  if (offs->kind != Json::Array || offs->arr.size() != 2 || offs->arr[0].kind != Json::Int ||
+      offs->arr[1].kind != Json::Int || offs->arr[0].num < 0 || offs->arr[1].num < 0)
+    bad("data_offsets must be two non-negative integers [begin, end]");
+  e.begin = static_cast<uint64_t>(offs->arr[0].num);
+  e.end = static_cast<uint64_t>(offs->arr[1].num);
+  if (e.end < e.begin) bad("data_offsets [", e.begin, ", ", e.end, "] end before they begin");
+  if (e.end > data_size)
+    bad("data_offsets [", e.begin, ", ", e.end, "] run past the data section (", data_size,
+        " bytes; is the file truncated?)");
+  // numel <= 2^62 but numel * 8 can pass 2^64 and wrap to a small count.
+  if (numel > (uint64_t(1) << 62) / dtype_size(e.dtype)) bad("shape ", e.shape, " is too large");
+  const uint64_t need = numel * dtype_size(e.dtype);
+  if (e.end - e.begin != need)
+    bad("shape ", e.shape, " of ", dt->str, " needs ", need, " bytes but data_offsets [", e.begin,
+        ", ", e.end, "] hold ", e.end - e.begin);
+  return e;
+}
+
+// No two tensors' data may share bytes.
+void check_no_overlap(const char* op, const std::string& path, const std::vector<Entry>& entries) {
   std::vector<const Entry*> by_offset;
   for (const Entry& e : entries)
     if (e.end > e.begin) by_offset.push_back(&e);
@@ -500,7 +505,26 @@ SafetensorsFile read_safetensors(const std::string& path) {
       fail(op, "'", path, "': tensors \"", by_offset[i - 1]->name, "\" [", by_offset[i - 1]->begin,
            ", ", by_offset[i - 1]->end, ") and \"", by_offset[i]->name, "\" [", by_offset[i]->begin,
            ", ", by_offset[i]->end, ") overlap");
+}
 
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  const char* op = "load_safetensors";
+  // MappedFile refuses what is not a regular file: a directory, /dev/zero, a FIFO.
+  const MappedFile buf(path, op);
+  const uint64_t n = header_length(op, path, buf);
+  Json root = JsonParser(path, buf.data() + 8, n).parse_document();
+  const uint64_t data_size = buf.size() - 8 - n;
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (const auto& [name, v] : root.obj) {
+    if (name == "__metadata__")
+      read_metadata(op, path, v, out.metadata);
+    else
+      entries.push_back(parse_entry(op, path, name, v, data_size));
+  }
+  check_no_overlap(op, path, entries);
   const char* base = buf.data() + 8 + n;
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, e.dtype);
