@@ -134,33 +134,114 @@ int replace_all_uses(Program& p, ValueRef from, ValueRef to) {
   return changed;
 }
 
-int simplify(Program& p) {
-  std::set<Key> fetched;
-  for (const auto& f : p.fetches) fetched.insert({f.node, f.index});
-  std::map<Key, ValueRef> subst;  // node output -> the equal value its users read instead
-  StateAliasing aliases_state;
+namespace {
+
+// simplify's rules, node by node: which value a node's users may read instead of its output
+// (forwarding), and the nodes rewritten in place (a reshape of a reshape, a chain of permutes).
+class Simplifier {
+ public:
+  explicit Simplifier(const Program& p) {
+    for (const auto& f : p.fetches) fetched_.insert({f.node, f.index});
+  }
   int rewrites = 0;
 
+  // The value n's users may read instead of its output, if any (to). May rewrite n in place.
+  bool forward(Node* n, ValueRef* to) {
+    const OpDef* op = n->op;
+    if (op == ops::mul) return neutral(n, 0, 1, 1.0, to) || neutral(n, 1, 0, 1.0, to);
+    if (op == ops::add) return neutral(n, 0, 1, 0.0, to) || neutral(n, 1, 0, 0.0, to);
+    if (op == ops::sub) return neutral(n, 0, 1, 0.0, to);
+    if (op == ops::div) return neutral(n, 0, 1, 1.0, to);
+    if (op == ops::neg) {
+      const Node* inner = n->inputs[0].node;
+      if (!inner->is(ops::neg)) return false;
+      *to = inner->inputs[0];
+      return copy_forwardable(n, *to);
+    }
+    if (op == ops::cast) {
+      *to = n->inputs[0];
+      return copy_forwardable(n, *to);
+    }
+    if (op == ops::clone) {
+      // contiguous() is a clone in a graph. A kernel's output is a fresh contiguous buffer, as
+      // is a contiguous constant, so the copy changes nothing.
+      const Node* src = n->inputs[0].node;
+      bool fresh =
+          (src->kind == NodeKind::Op && !src->op->view) ||
+          (src->kind == NodeKind::Constant && src->value.defined() && src->value.is_contiguous());
+      *to = n->inputs[0];
+      return fresh && copy_forwardable(n, *to);
+    }
+    if (op == ops::expand) {
+      *to = n->inputs[0];
+      return view_forwardable(n, *to);
+    }
+    if (op == ops::expand_as) {
+      *to = n->inputs[0];
+      return meta(*to).shape.is_static() && view_forwardable(n, *to);
+    }
+    if (op == ops::reshape) {
+      if (n->inputs[0].node->is(ops::reshape)) {  // the -1 resolves against the same numel
+        n->inputs[0] = n->inputs[0].node->inputs[0];
+        ++rewrites;
+      }
+      *to = n->inputs[0];
+      int dynamic = 0;
+      for (int64_t d : meta(*to).shape) dynamic += d < 0;
+      return dynamic <= 1 && view_forwardable(n, *to);
+    }
+    if (op == ops::transpose || op == ops::permute) return fold_permutes(n, to);
+    return false;
+  }
+
+ private:
   // A copy (mul by one, cast, clone...) may be replaced by its source only when it has the
   // same dtype and shape, is not fetched, and the source cannot change later in the run.
-  auto copy_forwardable = [&](const Node* n, ValueRef to) {
+  bool copy_forwardable(const Node* n, ValueRef to) {
     const TensorMeta& o = n->outputs[0];
-    return !fetched.count({n, 0}) && meta(to).dtype == o.dtype && meta(to).shape == o.shape &&
-           !aliases_state(to.node);
-  };
-  auto view_forwardable = [&](const Node* n, ValueRef to) {
+    return !fetched_.count({n, 0}) && meta(to).dtype == o.dtype && meta(to).shape == o.shape &&
+           !aliases_state_(to.node);
+  }
+  static bool view_forwardable(const Node* n, ValueRef to) {
     const TensorMeta& o = n->outputs[0];
     return meta(to).dtype == o.dtype && meta(to).shape == o.shape;
-  };
+  }
   // x (op) c -> x where c is a constant that is all `value` and does not broadcast x.
-  auto neutral = [&](const Node* n, size_t x, size_t c, double value, ValueRef* to) {
+  bool neutral(const Node* n, size_t x, size_t c, double value, ValueRef* to) {
     ValueRef vx = n->inputs[x], vc = n->inputs[c];
     if (!constant_all(vc, value) || !does_not_enlarge(meta(vc).shape, meta(vx).shape)) return false;
     if (!copy_forwardable(n, vx)) return false;
     *to = vx;
     return true;
-  };
+  }
+  // A chain of transposes and permutes: its root when they cancel out, else one permute of the
+  // root (n rewritten in place).
+  bool fold_permutes(Node* n, ValueRef* to) {
+    ValueRef root;
+    std::vector<int64_t> perm;
+    int len = permutation_chain(ValueRef{n, 0}, &root, &perm);
+    if (is_identity(perm)) {
+      *to = root;
+      return true;
+    }
+    if (len > 1) {  // one permute of the root instead of a chain of views
+      n->op = &permute_op();
+      n->attrs = Attrs{AttrValue(perm)};
+      n->inputs[0] = root;
+      ++rewrites;
+    }
+    return false;
+  }
 
+  std::set<Key> fetched_;
+  StateAliasing aliases_state_;
+};
+
+}  // namespace
+
+int simplify(Program& p) {
+  std::map<Key, ValueRef> subst;  // node output -> the equal value its users read instead
+  Simplifier rules(p);
   for (auto& up : p.graph->nodes) {
     Node* n = up.get();
     for (auto& in : n->inputs) {
@@ -169,75 +250,18 @@ int simplify(Program& p) {
     }
     // A node with symbolic sizes (Node::patches) is what its sizes make it on each run.
     if (n->kind != NodeKind::Op || n->outputs.size() != 1 || !n->patches.empty()) continue;
-    const OpDef* op = n->op;
     ValueRef to;
-    bool fwd = false;
-    if (op == ops::mul) {
-      fwd = neutral(n, 0, 1, 1.0, &to) || neutral(n, 1, 0, 1.0, &to);
-    } else if (op == ops::add) {
-      fwd = neutral(n, 0, 1, 0.0, &to) || neutral(n, 1, 0, 0.0, &to);
-    } else if (op == ops::sub) {
-      fwd = neutral(n, 0, 1, 0.0, &to);
-    } else if (op == ops::div) {
-      fwd = neutral(n, 0, 1, 1.0, &to);
-    } else if (op == ops::neg) {
-      const Node* inner = n->inputs[0].node;
-      if (inner->is(ops::neg)) {
-        to = inner->inputs[0];
-        fwd = copy_forwardable(n, to);
-      }
-    } else if (op == ops::cast) {
-      to = n->inputs[0];
-      fwd = copy_forwardable(n, to);
-    } else if (op == ops::clone) {
-      // contiguous() is a clone in a graph. A kernel's output is a fresh contiguous buffer, as
-      // is a contiguous constant, so the copy changes nothing.
-      const Node* src = n->inputs[0].node;
-      bool fresh =
-          (src->kind == NodeKind::Op && !src->op->view) ||
-          (src->kind == NodeKind::Constant && src->value.defined() && src->value.is_contiguous());
-      to = n->inputs[0];
-      fwd = fresh && copy_forwardable(n, to);
-    } else if (op == ops::expand) {
-      to = n->inputs[0];
-      fwd = view_forwardable(n, to);
-    } else if (op == ops::expand_as) {
-      to = n->inputs[0];
-      fwd = meta(to).shape.is_static() && view_forwardable(n, to);
-    } else if (op == ops::reshape) {
-      if (n->inputs[0].node->is(ops::reshape)) {  // the -1 resolves against the same numel
-        n->inputs[0] = n->inputs[0].node->inputs[0];
-        ++rewrites;
-      }
-      to = n->inputs[0];
-      int dynamic = 0;
-      for (int64_t d : meta(to).shape) dynamic += d < 0;
-      fwd = dynamic <= 1 && view_forwardable(n, to);
-    } else if (op == ops::transpose || op == ops::permute) {
-      ValueRef root;
-      std::vector<int64_t> perm;
-      int len = permutation_chain(ValueRef{n, 0}, &root, &perm);
-      if (is_identity(perm)) {
-        to = root;
-        fwd = true;
-      } else if (len > 1) {  // one permute of the root instead of a chain of views
-        n->op = &permute_op();
-        n->attrs = Attrs{AttrValue(perm)};
-        n->inputs[0] = root;
-        ++rewrites;
-      }
-    }
-    if (fwd) {
+    if (rules.forward(n, &to)) {
       subst[{n, 0}] = to;
-      ++rewrites;
+      ++rules.rewrites;
     }
   }
   for (auto& f : p.fetches) {
     auto it = subst.find({f.node, f.index});
     if (it != subst.end()) f = it->second;
   }
-  if (rewrites) dce(p);
-  return rewrites;
+  if (rules.rewrites) dce(p);
+  return rules.rewrites;
 }
 
 // Matmul readers from which a transposed operand is worth one contiguous copy.
