@@ -249,6 +249,12 @@ Tensor lp_pool2d(const Tensor& x, double norm_type, std::vector<int64_t> kernel,
 /// [*, C r^2, H, W] -> [*, C, H r, W r] (torch.nn.functional.pixel_shuffle) and its inverse.
 Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
 Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+/// torch.nn.functional.grid_sample on 4-D input [N, C, H, W] with grid [N, H_out, W_out, 2] of
+/// (x, y) in [-1, 1]: mode "bilinear", "nearest" or "bicubic"; padding_mode "zeros", "border"
+/// or "reflection". Composed of gather and elementwise ops (vision_ops.cpp): differentiable in
+/// input and grid, as torch's.
+Tensor grid_sample(const Tensor& input, const Tensor& grid, const std::string& mode = "bilinear",
+                   const std::string& padding_mode = "zeros", bool align_corners = false);
 /// torch.nn.functional.unfold (im2col): [N, C, H, W] (or [C, H, W]) -> [N, C kH kW, L] sliding
 /// blocks; fold (col2im) sums blocks back into [N, C, output_size]. Each is a grouped
 /// convolution with a 0/1 kernel, so both are differentiable.

@@ -1155,6 +1155,8 @@ def gradcheck(fn: Callable[..., Any], inputs: Any, eps: float = 1e-06, atol: flo
     """(ok, message, max_abs_err): analytic gradients of <v, fn(x)> against central differences in float64."""
 def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> tuple:
     """Symbolic gradients in a Graph (TF1 tf.gradients); None where xs do not influence ys."""
+def grid_sample(input: Tensor, grid: Tensor, mode: str = 'bilinear', padding_mode: str = 'zeros', align_corners: Any = None) -> Tensor:
+    """torch.nn.functional.grid_sample over [N, C, H, W] with grid [N, H_out, W_out, 2]."""
 def group(deps: Any) -> Tensor:
     """One node that runs all deps (TF1's tf.group)."""
 def group_norm(input: Tensor, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-05) -> Tensor: ...

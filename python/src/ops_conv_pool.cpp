@@ -331,6 +331,18 @@ void init_ops_conv_pool(py::module_& m, TensorClass& cls) {
       py::arg("recompute_scale_factor") = py::none(), py::arg("antialias") = false,
       "torch.nn.functional.interpolate over [N, C, L], [N, C, H, W] or [N, C, D, H, W].");
   m.def(
+      "grid_sample",
+      [](const Tensor& x, const Tensor& grid, const std::string& mode,
+         const std::string& padding_mode, py::object align) {
+        // torch 1.13 warns and takes False for None.
+        const bool ac = !align.is_none() && align.cast<bool>();
+        MaybeNoGil g(x.is_concrete() && grid.is_concrete());
+        return grid_sample(x, grid, mode, padding_mode, ac);
+      },
+      py::arg("input"), py::arg("grid"), py::arg("mode") = "bilinear",
+      py::arg("padding_mode") = "zeros", py::arg("align_corners") = py::none(),
+      "torch.nn.functional.grid_sample over [N, C, H, W] with grid [N, H_out, W_out, 2].");
+  m.def(
       "pixel_shuffle", [](const Tensor& x, int64_t r) { return pixel_shuffle(x, r); },
       py::arg("input"), py::arg("upscale_factor"));
   m.def(

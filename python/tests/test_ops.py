@@ -327,7 +327,7 @@ ELSEWHERE |= {
     "lp_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
     "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
     "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "pixel_shuffle",
-    "pixel_unshuffle", "group_norm", "instance_norm", "local_response_norm",
+    "pixel_unshuffle", "group_norm", "instance_norm", "local_response_norm", "grid_sample",
 }
 # Compared with torch in test_ops_index_shape.py.
 ELSEWHERE |= {

@@ -280,6 +280,45 @@ def test_pixel_shuffle(r, shape):
     check(lambda a: KF.pixel_unshuffle(a, r), lambda a: F.pixel_unshuffle(a, r), y)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample(mode, padding_mode, align):
+    x = R.randn(2, 3, 5, 4)
+    # Points inside, on the border and well outside [-1, 1], so every padding rule is reached.
+    grid = R.uniform(-1.7, 1.7, size=(2, 6, 7, 2))
+    grid[0, 0, :3] = [[-1.0, -1.0], [1.0, 1.0], [0.0, 0.25]]
+    kw = {"mode": mode, "padding_mode": padding_mode, "align_corners": align}
+    # nearest: torch's grid gradient is zeros, Kiln's grid has no path to the output (None):
+    # only the input's gradient is compared there.
+    d = (lambda g: g.detach()) if mode == "nearest" else (lambda g: g)
+    check(lambda a, g: KF.grid_sample(a, d(g), **kw), lambda a, g: F.grid_sample(a, d(g), **kw),
+          x, grid, rtol=1e-7, atol=1e-7)
+
+
+def test_grid_sample_float32_graph_and_errors():
+    x = R.randn(1, 2, 6, 5).astype(np.float32)
+    grid = R.uniform(-1.2, 1.2, size=(1, 3, 4, 2)).astype(np.float32)
+    want = F.grid_sample(torch.tensor(x), torch.tensor(grid), align_corners=False).numpy()
+    got = KF.grid_sample(kiln.tensor(x), kiln.tensor(grid)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    jitted = kiln.jit(lambda a, g: KF.grid_sample(a, g, mode="bicubic", padding_mode="border"))
+    want = F.grid_sample(torch.tensor(x), torch.tensor(grid), mode="bicubic",
+                         padding_mode="border", align_corners=False).numpy()
+    np.testing.assert_allclose(jitted(kiln.tensor(x), kiln.tensor(grid)).numpy(), want,
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(kiln.Error, match=r"\[grid_sample\] input must be 4-D"):
+        KF.grid_sample(kiln.randn(1, 2, 3, 4, 5), kiln.randn(1, 2, 3, 4, 3))
+    with pytest.raises(kiln.Error, match=r"\[grid_sample\] grid must be \[N, H_out, W_out, 2\]"):
+        KF.grid_sample(kiln.randn(1, 2, 3, 4), kiln.randn(1, 2, 3, 3))
+    with pytest.raises(kiln.Error, match=r"\[grid_sample\] mode must be"):
+        KF.grid_sample(kiln.randn(1, 2, 3, 4), kiln.randn(1, 2, 3, 2), mode="area")
+    with pytest.raises(kiln.Error, match=r"\[grid_sample\] padding_mode must be"):
+        KF.grid_sample(kiln.randn(1, 2, 3, 4), kiln.randn(1, 2, 3, 2), padding_mode="wrap")
+    with pytest.raises(kiln.Error, match=r"\[grid_sample\].*batch size"):
+        KF.grid_sample(kiln.randn(2, 2, 3, 4), kiln.randn(1, 2, 3, 2))
+
+
 @pytest.mark.parametrize("kernel,dilation,padding,stride", [
     (2, 1, 0, 1), (3, 1, 1, 2), ((2, 3), (2, 1), (1, 0), (1, 2)), (3, 2, 2, 3)])
 @pytest.mark.parametrize("unbatched", [False, True])

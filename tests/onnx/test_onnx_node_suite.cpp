@@ -26,7 +26,7 @@ using namespace kiln;
 namespace {
 
 // Raise it when the count goes up; the test fails when the count drops below it.
-constexpr int kNodeSuiteFloor = 830;
+constexpr int kNodeSuiteFloor = 857;
 
 std::string node_dir() {
   const char* e = std::getenv("KILN_ONNX_NODE_DIR");
@@ -234,7 +234,13 @@ TEST(OnnxNodeSuite, PassCountAndCoverage) {
      << " more with their parameter inputs (integer inputs such as shapes, axes and counts, and "
         "float inputs of at most 8 elements such as Resize's scales) bound "
         "at import (`ImportOptions::constant_inputs`). A case counts under every op its model "
-        "uses.\n\n| op | passed | passed specialized | cases |\n|---|---|---|---|\n";
+        "uses.\n\n"
+     << "Kiln has no uint16, uint32 or uint64 (as torch 1.13): the importer holds such values as "
+        "int32 (uint16) and int64 (uint32; uint64 bit for bit, values of 2^63 or more refused "
+        "where read), converts an op on them only where its result is exact (wrapping "
+        "arithmetic masked back to the type's width) and refuses the others by name; see "
+        "docs/onnx.md. The cases over those types pass on that basis.\n\n"
+     << "| op | passed | passed specialized | cases |\n|---|---|---|---|\n";
   for (const auto& [op, pt] : per_op)
     md << "| " << op << " | " << pt[0] << " | " << pt[1] << " | " << pt[2] << " |\n";
   md << "\n## Why the others fail (first words of the error)\n\n| reason | cases |\n|---|---|\n";

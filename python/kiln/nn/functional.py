@@ -261,6 +261,7 @@ adaptive_max_pool3d = _C.adaptive_max_pool3d
 adaptive_max_pool1d_with_indices = _C.adaptive_max_pool1d_with_indices
 adaptive_max_pool2d_with_indices = _C.adaptive_max_pool2d_with_indices
 adaptive_max_pool3d_with_indices = _C.adaptive_max_pool3d_with_indices
+grid_sample = _C.grid_sample
 pixel_shuffle = _C.pixel_shuffle
 pixel_unshuffle = _C.pixel_unshuffle
 unfold = _C._unfold
@@ -460,7 +461,7 @@ def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
 from ._functional_more import (affine_grid, channel_shuffle, ctc_loss,  # noqa: E402,F401
                                embedding_bag, fractional_max_pool2d,
                                fractional_max_pool2d_with_indices, fractional_max_pool3d,
-                               fractional_max_pool3d_with_indices, grid_sample, gumbel_softmax,
+                               fractional_max_pool3d_with_indices, gumbel_softmax,
                                multi_head_attention_forward, multilabel_margin_loss,
                                native_channel_shuffle, pdist)
 

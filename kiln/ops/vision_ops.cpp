@@ -1,0 +1,140 @@
+// Sampling ops of vision models, composed from Kiln ops (gather, floor, where, ...) so that they
+// run eagerly, in graphs and under jit, with gradients from autograd: grid_sample
+// (torch.nn.functional.grid_sample on 4-D input) and roi_align (torchvision.ops.roi_align).
+#include <cmath>
+
+#include "kiln/ops/ops.h"
+
+namespace kiln {
+namespace {
+
+enum class Pad { Zeros, Border, Reflection };
+
+// torch's grid_sampler_unnormalize: [-1, 1] to pixel coordinates, the extremes at the corner
+// pixels' centres (align_corners) or at their outer edges.
+Tensor unnormalize(const Tensor& c, int64_t size, bool align_corners) {
+  if (align_corners) return mul(add(c, 1.0), (static_cast<double>(size) - 1) / 2);
+  return div(sub(mul(add(c, 1.0), static_cast<double>(size)), 1.0), 2.0);
+}
+
+// torch's reflect_coordinates: c reflected into [twice_low / 2, twice_high / 2].
+Tensor reflect(const Tensor& c, int64_t twice_low, int64_t twice_high) {
+  if (twice_low == twice_high) return zeros_like(c);
+  const double lo = twice_low / 2.0, span = (twice_high - twice_low) / 2.0;
+  Tensor in = abs(sub(c, lo));
+  Tensor flips = floor(div(in, span));
+  Tensor extra = sub(in, mul(flips, span));
+  Tensor even = eq(sub(flips, mul(floor(div(flips, 2.0)), 2.0)), 0.0);
+  return where(even, add(extra, lo), add(sub(span, extra), lo));
+}
+
+// torch's clip_coordinates into [0, size - 1], whose gradient passes strictly inside only (clamp's
+// passes at the bounds too).
+Tensor clip(const Tensor& c, int64_t size) {
+  const double hi = static_cast<double>(size) - 1;
+  return where(logical_or(le(c, 0.0), ge(c, hi)), detach(clamp(c, 0.0, hi)), c);
+}
+
+// torch's compute_coordinates: the padding mode applied to a coordinate.
+Tensor pad_coordinates(const Tensor& c, int64_t size, Pad pad, bool align_corners) {
+  if (pad == Pad::Border) return clip(c, size);
+  if (pad == Pad::Reflection)
+    return clip(align_corners ? reflect(c, 0, 2 * (size - 1)) : reflect(c, -1, 2 * size - 1), size);
+  return c;
+}
+
+// Reads input [N, C, H*W] at integer-valued float pixel coordinates x, y ([N, P]) times weight w
+// ([N, P]); taps outside the image read 0.
+Tensor tap(const Tensor& flat, const Tensor& x, const Tensor& y, const Tensor& w, int64_t H,
+           int64_t W) {
+  const int64_t N = flat.size(0), C = flat.size(1), P = x.size(1);
+  Tensor inside = logical_and(logical_and(ge(x, 0.0), le(x, static_cast<double>(W - 1))),
+                              logical_and(ge(y, 0.0), le(y, static_cast<double>(H - 1))));
+  // Outside taps (NaN coordinates too) read pixel 0, weighted 0.
+  Tensor idx = cast(where(inside, add(mul(y, static_cast<double>(W)), x), zeros_like(x)), Int64);
+  Tensor v = gather(flat, 2, expand(reshape(idx, Shape{N, 1, P}), Shape{N, C, P}));
+  Tensor wm = where(inside, w, zeros_like(w));
+  return mul(v, reshape(wm, Shape{N, 1, P}));
+}
+
+// Keys' cubic convolution with A = -0.75, as torch's upsample and grid_sample bicubic.
+Tensor cubic1(const Tensor& t) {  // |t| <= 1
+  constexpr double A = -0.75;
+  return add(mul(mul(sub(mul(t, A + 2), A + 3), t), t), 1.0);
+}
+Tensor cubic2(const Tensor& t) {  // 1 < |t| < 2
+  constexpr double A = -0.75;
+  return sub(mul(add(mul(sub(mul(t, A), 5 * A), t), 8 * A), t), 4 * A);
+}
+
+}  // namespace
+
+Tensor grid_sample(const Tensor& input, const Tensor& grid, const std::string& mode,
+                   const std::string& padding_mode, bool align_corners) {
+  const char* op = "grid_sample";
+  if (!input.defined() || !grid.defined()) fail(op, "undefined input");
+  if (input.dim() != 4)
+    fail(op, "input must be 4-D [N, C, H, W], got ", input.shape(),
+         " (5-D volumetric sampling is not supported)");
+  if (grid.dim() != 4 || grid.size(3) != 2)
+    fail(op, "grid must be [N, H_out, W_out, 2] for input ", input.shape(), ", got ", grid.shape());
+  if (!input.shape().is_static() || !grid.shape().is_static())
+    fail(op, "needs static shapes, got input ", input.shape(), " and grid ", grid.shape());
+  if (grid.size(0) != input.size(0))
+    fail(op, "grid ", grid.shape(), " and input ", input.shape(), " differ in batch size");
+  if (!is_floating(input.dtype()) || input.dtype() != grid.dtype())
+    fail(op, "input and grid must be of one floating dtype, got ", dtype_name(input.dtype()),
+         " and ", dtype_name(grid.dtype()));
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic")
+    fail(op, "mode must be 'bilinear', 'nearest' or 'bicubic', got '", mode, "'");
+  Pad pad;
+  if (padding_mode == "zeros")
+    pad = Pad::Zeros;
+  else if (padding_mode == "border")
+    pad = Pad::Border;
+  else if (padding_mode == "reflection")
+    pad = Pad::Reflection;
+  else
+    fail(op, "padding_mode must be 'zeros', 'border' or 'reflection', got '", padding_mode, "'");
+  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t Ho = grid.size(1), Wo = grid.size(2), P = Ho * Wo;
+  Tensor flat = reshape(input, Shape{N, C, H * W});
+  Tensor g = reshape(grid, Shape{N, P, 2});
+  Tensor gx = squeeze(slice(g, 2, 0, 1), 2), gy = squeeze(slice(g, 2, 1, 2), 2);  // [N, P]
+  Tensor ix = unnormalize(gx, W, align_corners), iy = unnormalize(gy, H, align_corners);
+  Tensor out;
+  if (mode == "bicubic") {
+    // The padding applies to each of the 4x4 taps, not to the sampling point (as torch).
+    Tensor x0 = floor(ix), y0 = floor(iy);
+    Tensor tx = sub(ix, x0), ty = sub(iy, y0);
+    const Tensor wx[4] = {cubic2(add(tx, 1.0)), cubic1(tx), cubic1(sub(1.0, tx)),
+                          cubic2(sub(2.0, tx))};
+    const Tensor wy[4] = {cubic2(add(ty, 1.0)), cubic1(ty), cubic1(sub(1.0, ty)),
+                          cubic2(sub(2.0, ty))};
+    for (int j = 0; j < 4; ++j) {
+      Tensor y = pad_coordinates(add(y0, j - 1.0), H, pad, align_corners);
+      for (int i = 0; i < 4; ++i) {
+        Tensor x = pad_coordinates(add(x0, i - 1.0), W, pad, align_corners);
+        Tensor t = tap(flat, x, y, mul(wx[i], wy[j]), H, W);
+        out = out.defined() ? add(out, t) : t;
+      }
+    }
+  } else {
+    ix = pad_coordinates(ix, W, pad, align_corners);
+    iy = pad_coordinates(iy, H, pad, align_corners);
+    if (mode == "nearest") {
+      // nearbyint: halves to even, as torch.
+      out = tap(flat, round(ix), round(iy), ones_like(ix), H, W);
+    } else {
+      Tensor x0 = floor(ix), y0 = floor(iy);
+      Tensor x1 = add(x0, 1.0), y1 = add(y0, 1.0);
+      Tensor wx1 = sub(ix, x0), wx0 = sub(x1, ix), wy1 = sub(iy, y0), wy0 = sub(y1, iy);
+      out =
+          add(add(tap(flat, x0, y0, mul(wx0, wy0), H, W), tap(flat, x1, y0, mul(wx1, wy0), H, W)),
+              add(tap(flat, x0, y1, mul(wx0, wy1), H, W), tap(flat, x1, y1, mul(wx1, wy1), H, W)));
+    }
+  }
+  return reshape(out, Shape{N, C, Ho, Wo});
+}
+
+}  // namespace kiln
