@@ -606,12 +606,13 @@ TEST(PassConvLayout, ResNetBlocksFuseAndComputeInBlocksWithSameNumbers) {
     EXPECT_EQ(blocked, 0);
     return;
   }
-  // 8 convolutions, the max pool, the relu and add after them.
-  EXPECT_EQ(blocked, 11);
+  // 8 convolutions, the max pool, the relu and add after them, the mean.
+  EXPECT_EQ(blocked, 12);
   EXPECT_EQ(count_op(p, "max_pool2d_blocked"), 1);
   EXPECT_EQ(count_op(p, "max_pool2d"), 0);
-  // The only NCHW copies: the fetched conv's value and the input of the mean.
-  EXPECT_EQ(count_op(p, "clone"), 2);
+  // The only NCHW copy: the fetched conv's value (the mean pools the blocks).
+  EXPECT_EQ(count_op(p, "clone"), 1);
+  EXPECT_EQ(count_op(p, "mean_hw_blocked"), 1);
   for (const auto& n : p.graph->nodes)
     if (n->kind == NodeKind::Op && n->op->name.rfind("conv2d_fused", 0) == 0) {
       EXPECT_EQ(n->attrs.i(7), cpu::dnnl_channel_block()) << "out_block";
@@ -622,6 +623,65 @@ TEST(PassConvLayout, ResNetBlocksFuseAndComputeInBlocksWithSameNumbers) {
       EXPECT_EQ(n->attrs.i(8), stem ? 2 : 3) << "w_blocked";
     }
   expect_close(before, evaluate(p, feeds), 1e-4);
+}
+
+// Channel counts the block does not divide (mnasnet's 24, 40 and 72; a squeeze-excite's 8) are
+// padded to it: every convolution, depthwise included, computes in blocks on zero-padded
+// weights, the squeeze-excite and the pools stay blocked, and only the fetched values leave
+// blocks (the padded channels sliced off), with the numbers of the unpadded program.
+TEST(PassConvLayout, ChannelCountsOffTheBlockArePadded) {
+  manual_seed(24);
+  Graph g;
+  auto w = [&](int64_t o, int64_t i, int64_t k) {
+    return g.constant(mul(randn({o, i, k, k}), 1.0 / std::sqrt(double(i * k * k))));
+  };
+  auto b = [&](int64_t o) { return g.constant(mul(randn({o}), 0.1)); };
+  Tensor x = g.placeholder("x", Float32, {2, 3, 18, 18});
+  Tensor h = relu(conv2d(x, w(24, 3, 3), b(24), {2, 2}, {1, 1}));
+  h = hardswish(conv2d(h, w(24, 1, 3), Tensor(), {1, 1}, {1, 1}, {1, 1}, 24));
+  Tensor m = mean(h, {2, 3}, true);
+  h = mul(h, hardsigmoid(conv2d(relu(conv2d(m, w(8, 24, 1), b(8))), w(24, 8, 1), b(24))));
+  Tensor p = conv2d(h, w(40, 24, 1));
+  Tensor e = relu(conv2d(p, w(40, 40, 1), b(40)));
+  p = add(conv2d(e, w(40, 40, 3), Tensor(), {1, 1}, {1, 1}), p);
+  Tensor mid = conv2d(p, w(40, 40, 1));  // fetched: leaves blocks at batch 2 (a strided slice)
+  Tensor out = mean(relu(conv2d(mid, w(72, 40, 1), b(72))), {2, 3});
+  Program prog = program_of({out, mid});
+  manual_seed(25);
+  std::map<std::string, Tensor> feeds{{"x", randn({2, 3, 18, 18})}};
+  const_fold(prog);
+  auto before = evaluate(prog, feeds);
+  fuse_conv_epilogue(prog);
+  const int blocked = block_layout(prog);
+  verify_program(prog, "block_layout");
+  const int64_t blk = cpu::dnnl_channel_block();
+  if (blk == 0) {
+    EXPECT_EQ(blocked, 0);
+    return;
+  }
+  EXPECT_EQ(count_op(prog, "conv2d"), 0);
+  int convs = 0;
+  for (const auto& n : prog.graph->nodes)
+    if (n->kind == NodeKind::Op && n->op->name.rfind("conv2d_fused", 0) == 0) {
+      ++convs;
+      EXPECT_EQ(n->attrs.i(7), blk) << "out_block";
+    }
+  EXPECT_EQ(convs, 9);
+  EXPECT_EQ(count_op(prog, "mean_hw_blocked"), 2);
+  EXPECT_EQ(count_op(prog, "scale_channels_blocked"), 1);
+  EXPECT_EQ(count_op(prog, "slice"), 2);  // the fetched conv and the final pool
+  expect_close(before, evaluate(prog, feeds), 1e-5);
+  // In a Session (memory plan included: the residual add writes over a padded value).
+  std::vector<Tensor> off, on;
+  {
+    DisablePasses d("fuse_conv_epilogue,block_layout");
+    Session s(g);
+    off = s.run({out, mid}, {{x, feeds.at("x")}});
+  }
+  Session s(g);
+  on = s.run({out, mid}, {{x, feeds.at("x")}});
+  expect_close(on, off, 1e-5);
+  expect_same(on, s.run({out, mid}, {{x, feeds.at("x")}}));
 }
 
 // The default pipeline in a Session (memory plan included: a fused residual add may take the

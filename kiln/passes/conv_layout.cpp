@@ -23,7 +23,24 @@ using Ints = std::vector<int64_t>;
 // Ops this pass rewrites besides those kiln/ops/handles.h names.
 const OpHandle mean_op{"mean"}, mean_hw_blocked{"mean_hw_blocked"},
     scale_channels_blocked{"scale_channels_blocked"}, sigmoid_op{"sigmoid"},
-    hardswish_op{"hardswish"}, max_pool2d_values{"max_pool2d_values"};
+    hardswish_op{"hardswish"}, max_pool2d_values{"max_pool2d_values"}, slice_op{"slice"},
+    hardsigmoid_op{"hardsigmoid"}, clamp_op{"clamp"}, tanh_op{"tanh"};
+
+// Elementwise ops that may run over channel-padded blocks (a block_layout value whose channel
+// count is not a multiple of the block carries extra lanes up to the next one): each maps
+// finite lanes to finite ones, so the padded lanes, which start at zero and meet only zero
+// weight columns in the next convolution, never turn into a NaN that would reach real channels.
+bool padding_safe(const Node* n) {
+  return n->is(ops::add) || n->is(ops::sub) || n->is(ops::mul) || n->is(ops::neg) ||
+         n->is(ops::relu) || n->is(hardswish_op) || n->is(hardsigmoid_op) || n->is(sigmoid_op) ||
+         n->is(clamp_op) || n->is(tanh_op);
+}
+
+// A concrete constant's value, or an undefined tensor.
+Tensor const_value(ValueRef v) {
+  const Node* c = v.node;
+  return c->kind == NodeKind::Constant && c->value.is_concrete() ? c->value : Tensor{};
+}
 
 const TensorMeta& meta(ValueRef v) { return v.node->outputs[static_cast<size_t>(v.index)]; }
 
@@ -278,34 +295,62 @@ int block_layout(Program& p) {
   std::unordered_map<const Node*, Node*> nchw_of;  // a blocked value's NCHW copy, made once
   std::vector<std::unique_ptr<Node>> out;
   auto is_blocked = [&](ValueRef v) { return v.index == 0 && blocked.count(v.node) > 0; };
-  auto bshape = [&](const Shape& s) { return Shape{s[0], s[1] / b, s[2], s[3], b}; };
+  // Channel counts that the block does not divide are padded up to it (ONNX Runtime's NCHWc
+  // does the same): mnasnet's 8, 24, 40 and 72 channels, efficientnet's 40 and 112. The padded
+  // convolution has zero weight rows for the extra output channels and zero columns for the
+  // extra input ones, so the real channels are the unpadded convolution's, term by term.
+  auto padc = [&](int64_t c) { return (c + b - 1) / b * b; };
+  auto bshape = [&](const Shape& s) { return Shape{s[0], padc(s[1]) / b, s[2], s[3], b}; };
+  // A blocked value's NCHW copy: [N, C/b, 1, 1, b] holds the bytes of [N, C, 1, 1] (a view);
+  // the padded channels are sliced off.
   auto to_nchw = [&](Node* bn) -> Node* {
     auto it = nchw_of.find(bn);
     if (it != nchw_of.end()) return it->second;
     const Shape s = blocked.at(bn);
     const DType dt = bn->outputs[0].dtype;
-    if (s[2] * s[3] == 1) {  // [N, C/b, 1, 1, b] holds the bytes of [N, C, 1, 1]: a view
-      auto back = op_node(*ops::reshape, Attrs{s.vec()}, {ValueRef{bn, 0}}, TensorMeta{dt, s});
-      Node* r = back.get();
-      out.push_back(std::move(back));
-      nchw_of[bn] = r;
-      return r;
+    const Shape ps{s[0], padc(s[1]), s[2], s[3]};
+    ValueRef src{bn, 0};
+    if (s[2] * s[3] != 1) {
+      auto perm = op_node(*ops::permute, Attrs{Ints{0, 1, 4, 2, 3}}, {src},
+                          TensorMeta{dt, Shape{s[0], ps[1] / b, b, s[2], s[3]}});
+      auto copy = op_node(*ops::clone, Attrs{}, {ValueRef{perm.get(), 0}}, perm->outputs[0]);
+      src = ValueRef{copy.get(), 0};
+      out.push_back(std::move(perm));
+      out.push_back(std::move(copy));
     }
-    auto perm = op_node(*ops::permute, Attrs{Ints{0, 1, 4, 2, 3}}, {ValueRef{bn, 0}},
-                        TensorMeta{dt, Shape{s[0], s[1] / b, b, s[2], s[3]}});
-    auto copy = op_node(*ops::clone, Attrs{}, {ValueRef{perm.get(), 0}}, perm->outputs[0]);
-    auto back =
-        op_node(*ops::reshape, Attrs{s.vec()}, {ValueRef{copy.get(), 0}}, TensorMeta{dt, s});
+    auto back = op_node(*ops::reshape, Attrs{ps.vec()}, {src}, TensorMeta{dt, ps});
     Node* r = back.get();
-    out.push_back(std::move(perm));
-    out.push_back(std::move(copy));
     out.push_back(std::move(back));
+    if (ps[1] != s[1]) {
+      auto cut = op_node(*slice_op, Attrs{int64_t{1}, int64_t{0}, s[1], int64_t{1}},
+                         {ValueRef{r, 0}}, TensorMeta{dt, s});
+      r = cut.get();
+      out.push_back(std::move(cut));
+      if (s[0] != 1) {  // a strided view: its readers get it contiguous
+        auto copy = op_node(*ops::clone, Attrs{}, {ValueRef{r, 0}}, TensorMeta{dt, s});
+        r = copy.get();
+        out.push_back(std::move(copy));
+      }
+    }
     nchw_of[bn] = r;
     return r;
+  };
+  // Whether an NCHW value can be brought into blocks: whole blocks of channels, or a constant
+  // (padded once, here).
+  auto blockable_value = [&](ValueRef v) {
+    return is_blocked(v) || meta(v).shape[1] % b == 0 || const_value(v).defined();
   };
   auto to_blocks = [&](ValueRef v) -> ValueRef {
     const Shape s = meta(v).shape;
     const DType dt = meta(v).dtype;
+    if (s[1] % b != 0) {
+      NoGradGuard ng;
+      const Tensor c = const_value(v);
+      auto cn = constant_node(to_channel_blocks(pad(c, {0, 0, 0, 0, 0, padc(s[1]) - s[1]}), b));
+      ValueRef r{cn.get(), 0};
+      out.push_back(std::move(cn));
+      return r;
+    }
     if (s[2] * s[3] == 1) {  // a per-channel vector: the same bytes either way
       auto r = op_node(*ops::reshape, Attrs{bshape(s).vec()}, {v}, TensorMeta{dt, bshape(s)});
       ValueRef rv{r.get(), 0};
@@ -329,8 +374,7 @@ int block_layout(Program& p) {
     const bool plain = n->is(ops::conv2d);
     if (!plain && !n->is(ops::conv2d_fused) && !n->is(ops::conv2d_fused_add)) return false;
     const TensorMeta& o = n->outputs[0];
-    if (o.dtype != Float32 || !o.shape.is_static() || o.shape.rank() != 4 || o.shape[1] % b != 0)
-      return false;
+    if (o.dtype != Float32 || !o.shape.is_static() || o.shape.rank() != 4) return false;
     if (!plain && (n->attrs.i(6) != 0 || n->attrs.i(7) != 0 || n->attrs.i(8) != 0)) return false;
     const size_t first = n->is(ops::conv2d_fused_add) ? 1 : 0;
     const Shape& xs = meta(n->inputs[first]).shape;
@@ -341,8 +385,14 @@ int block_layout(Program& p) {
     const int64_t G = n->attrs.i(3), O = o.shape[1];
     const bool in_blocked = is_blocked(n->inputs[first]);
     const int64_t C = in_blocked ? blocked.at(n->inputs[first].node)[1] : xs[1];
-    if (G != 1 && (!in_blocked ||
-                   (!(C == G && O == G && C % b == 0) && ((C / G) % b != 0 || (O / G) % b != 0))))
+    // Padded channels need the weight and bias as constants (padded with zeros here).
+    const bool padded = O % b != 0 || (in_blocked && C % b != 0);
+    if (padded && (!const_value(n->inputs[first + 1]).defined() ||
+                   (!plain && n->attrs.i(4) && !const_value(n->inputs[first + 2]).defined()) ||
+                   (first && !blockable_value(n->inputs[0]))))
+      return false;
+    if (G != 1 &&
+        (!in_blocked || (!(C == G && O == G) && (padded || (C / G) % b != 0 || (O / G) % b != 0))))
       return false;
     // One that the conv op runs as column spans (kernels/cpu/conv_taps.h: oneDNN would take
     // its gemm kernel over the whole map) stays NCHW, its weight OIHW.
@@ -373,6 +423,26 @@ int block_layout(Program& p) {
       }
       const size_t first = n->is(ops::conv2d_fused_add) ? 1 : 0;
       const int64_t in_block = is_blocked(n->inputs[first]) ? b : 0;
+      const int64_t O = n->outputs[0].shape[1];
+      const int64_t C = in_block ? blocked.at(n->inputs[first].node)[1] : -1;
+      if (O % b != 0 || (in_block && C % b != 0)) {
+        // Zero rows for the padded output channels (and bias entries), zero columns for the
+        // padded input ones; a depthwise convolution gets one group per padded channel.
+        NoGradGuard ng;
+        const bool dw = n->attrs.i(3) != 1;
+        const int64_t dc = dw || !in_block ? 0 : padc(C) - C;
+        auto wn = constant_node(contiguous(
+            pad(const_value(n->inputs[first + 1]), {0, 0, 0, 0, 0, dc, 0, padc(O) - O})));
+        n->inputs[first + 1] = ValueRef{wn.get(), 0};
+        out.push_back(std::move(wn));
+        if (dw) n->attrs = with_attr(n->attrs, 3, padc(O));
+        if (n->attrs.i(4)) {
+          auto bn =
+              constant_node(contiguous(pad(const_value(n->inputs[first + 2]), {0, padc(O) - O})));
+          n->inputs[first + 2] = ValueRef{bn.get(), 0};
+          out.push_back(std::move(bn));
+        }
+      }
       bool w_blocked = false;
       Node* w = n->inputs[first + 1].node;
       const Shape& ws = meta(n->inputs[first + 1]).shape;
@@ -432,8 +502,9 @@ int block_layout(Program& p) {
     // branches of an inception module or a fire module stay blocked.
     if (n->is(ops::cat) && n->outputs[0].shape.is_static() && n->outputs[0].shape.rank() == 4 &&
         (n->attrs.i(0) == 1 || n->attrs.i(0) == -3) && !n->inputs.empty()) {
-      bool all = true;
-      for (const auto& in : n->inputs) all = all && is_blocked(in);
+      bool all = true;  // and in whole blocks: padded channels would sit between the inputs'
+      for (const auto& in : n->inputs)
+        all = all && is_blocked(in) && blocked.at(in.node)[1] % b == 0;
       if (all) {
         n->attrs = Attrs{int64_t{1}};
         blocked[n] = n->outputs[0].shape;
@@ -443,14 +514,30 @@ int block_layout(Program& p) {
         continue;
       }
     }
-    // A global average pool of a blocked value (mean over H and W, kept): over the blocked
-    // value's dims 2 and 3 it gives [N, C/b, 1, 1, b], the bytes of [N, C, 1, 1] (the squeeze
-    // of a squeeze-excite block, the classifier's pool), without a copy back to NCHW first.
-    if (n->is(mean_op) && n->inputs.size() == 1 && is_blocked(n->inputs[0]) && n->attrs.b(1) &&
-        n->outputs[0].shape.is_static() && n->outputs[0].shape.rank() == 4) {
+    // A global average pool of a blocked value (mean over H and W): over the blocked value's
+    // dims 2 and 3 it gives [N, C/b, 1, 1, b], the bytes of [N, C, 1, 1] (the squeeze of a
+    // squeeze-excite block, the classifier's pool), without a copy back to NCHW first. Without
+    // keepdim (mnasnet's x.mean([2, 3])) the node becomes a reshape of that pool.
+    const bool keep = n->is(mean_op) && n->attrs.b(1);
+    if (n->is(mean_op) && n->inputs.size() == 1 && is_blocked(n->inputs[0]) &&
+        n->outputs[0].shape.is_static() && n->outputs[0].shape.rank() == (keep ? 4 : 2)) {
       Ints dims = n->attrs.ints(0);
       for (auto& d : dims) d = d < 0 ? d + 4 : d;
       std::sort(dims.begin(), dims.end());
+      if (dims == Ints{2, 3} && !keep) {
+        const Shape ys = n->outputs[0].shape, ks{ys[0], ys[1], 1, 1};
+        auto pool = op_node(*mean_hw_blocked, Attrs{}, {n->inputs[0]},
+                            TensorMeta{n->outputs[0].dtype, bshape(ks)});
+        blocked[pool.get()] = ks;
+        Node* pn = pool.get();
+        out.push_back(std::move(pool));
+        n->op = &*ops::reshape;
+        n->attrs = Attrs{ys.vec()};
+        n->inputs = {ValueRef{to_nchw(pn), 0}};
+        ++changed;
+        out.push_back(std::move(up));
+        continue;
+      }
       if (dims == Ints{2, 3}) {
         n->op = &*mean_hw_blocked;
         n->attrs = Attrs{};
@@ -466,7 +553,7 @@ int block_layout(Program& p) {
     // per-channel vector is blocked by a view), and scalars.
     if (n->op->has(kElementwise) && !n->op->has(kRandom) && n->outputs.size() == 1 &&
         n->outputs[0].shape.is_static() && n->outputs[0].shape.rank() == 4 &&
-        n->outputs[0].shape[1] % b == 0) {
+        (n->outputs[0].shape[1] % b == 0 || padding_safe(n))) {
       const Shape& o = n->outputs[0].shape;
       auto fits = [&](const Shape& s) {  // [N or 1, C, H or 1, W or 1]
         return s.rank() == 4 && s.is_static() && s[1] == o[1] && (s[0] == o[0] || s[0] == 1) &&
@@ -481,7 +568,7 @@ int block_layout(Program& p) {
           ok = ok && fits(blocked.at(in.node));
           any = true;
         } else if (ms.is_static() && ms.numel() == 1 && ms.rank() <= 4) {
-        } else if (fits(ms) && ms[2] * ms[3] == 1) {
+        } else if (fits(ms) && ms[2] * ms[3] == 1 && blockable_value(in)) {
           per_channel.push_back(k);
         } else {
           ok = false;

@@ -44,7 +44,8 @@ int fuse_conv_epilogue(Program& p);
 /// Pass "block_layout": float32 convolutions with groups 1 and static shapes compute in
 /// oneDNN's channel-blocked layout ([N, C/b, H, W, b], b from the CPU), and their outputs stay
 /// blocked through following convolutions, max pools and elementwise ops; any other reader gets
-/// an NCHW copy. Constant weights are blocked once, here. Inference programs only (none that
+/// an NCHW copy. Constant weights are blocked once, here; channel counts the block does not
+/// divide are padded to it (zero weight rows and columns). Inference programs only (none that
 /// computes a convolution's gradient); without oneDNN (or without AVX2) it does nothing.
 /// Returns the number of nodes moved to blocks.
 int block_layout(Program& p);
