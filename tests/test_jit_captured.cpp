@@ -11,18 +11,13 @@
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
+#include "test_util.h"
 
 using namespace kiln;
 
 namespace {
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape()) return INFINITY;
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
-}
+using kiln_test::max_diff;
 
 std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
   manual_seed(seed);

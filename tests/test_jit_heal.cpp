@@ -9,18 +9,13 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
 
 namespace {
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
-}
+using kiln_test::max_diff;
 
 bool has(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;

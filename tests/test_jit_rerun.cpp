@@ -14,13 +14,7 @@ using namespace kiln;
 
 namespace {
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
-}
+using kiln_test::max_diff;
 
 TEST(JitRerun, HostSideEffectsRunOncePerCall) {
   std::vector<float> seen;

@@ -22,13 +22,7 @@ using kiln_test::expect_error;
 
 namespace {
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape()) return INFINITY;
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
-}
+using kiln_test::max_diff;
 
 // ---- a trace that fails --------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ using namespace kiln;
 
 namespace {
 
-double max_diff(const Tensor& a, const Tensor& b) { return max(abs(sub(a, b))).item<double>(); }
+using kiln_test::max_diff;
 double max_abs(const Tensor& a) { return max(abs(a)).item<double>(); }
 
 // The five ops the fused op replaces.

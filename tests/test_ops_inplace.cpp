@@ -115,13 +115,7 @@ TEST(InPlace, DtypeAndShapeRules) {
   EXPECT_EQ(v(f), (std::vector<float>{2, 3, 4}));
 }
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
-}
+using kiln_test::max_diff;
 
 // With autograd (torch's semantics): an in-place op on a tensor with history continues that
 // history, with the gradients of the same computation written out of place.
