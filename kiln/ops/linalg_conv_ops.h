@@ -255,6 +255,12 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
 /// input and grid, as torch's.
 Tensor grid_sample(const Tensor& input, const Tensor& grid, const std::string& mode = "bilinear",
                    const std::string& padding_mode = "zeros", bool align_corners = false);
+/// torchvision.ops.roi_align: the average of bilinear samples over each of output_size bins of
+/// each box of `boxes` [K, 5] (batch index, x1, y1, x2, y2, scaled by spatial_scale), as
+/// [K, C, PH, PW]. sampling_ratio <= 0 takes ceil(box size / bins) samples per bin, which needs
+/// concrete boxes; aligned shifts the boxes by half a pixel. No gradient reaches the boxes.
+Tensor roi_align(const Tensor& input, const Tensor& boxes, std::vector<int64_t> output_size,
+                 double spatial_scale = 1.0, int64_t sampling_ratio = -1, bool aligned = false);
 /// torch.nn.functional.unfold (im2col): [N, C, H, W] (or [C, H, W]) -> [N, C kH kW, L] sliding
 /// blocks; fold (col2im) sums blocks back into [N, C, output_size]. Each is a grouped
 /// convolution with a 0/1 kernel, so both are differentiable.

@@ -1,6 +1,7 @@
 // Sampling ops of vision models, composed from Kiln ops (gather, floor, where, ...) so that they
 // run eagerly, in graphs and under jit, with gradients from autograd: grid_sample
 // (torch.nn.functional.grid_sample on 4-D input) and roi_align (torchvision.ops.roi_align).
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/ops/ops.h"
@@ -67,7 +68,114 @@ Tensor cubic2(const Tensor& t) {  // 1 < |t| < 2
   return sub(mul(add(mul(sub(mul(t, A), 5 * A), t), 8 * A), t), 4 * A);
 }
 
+// roi_align's sampling along one axis: for coordinates c ([K, S]) in an image of `size`, the
+// low and high pixel, and their weights (0 for points past torchvision's bounds).
+struct AxisTaps {
+  Tensor low, high, wlow, whigh;
+};
+AxisTaps roi_axis(const Tensor& c, int64_t size) {
+  const double last = static_cast<double>(size) - 1;
+  Tensor valid = logical_and(ge(c, -1.0), le(c, static_cast<double>(size)));
+  Tensor p = clamp_min(c, 0.0);
+  Tensor low = floor(p);
+  Tensor edge = ge(low, last);
+  Tensor lastv = full_like(low, last);
+  low = where(edge, lastv, low);
+  Tensor high = where(edge, lastv, add(low, 1.0));
+  p = where(edge, low, p);
+  Tensor l = sub(p, low);
+  Tensor zero = zeros_like(l);
+  return {low, high, where(valid, sub(1.0, l), zero), where(valid, l, zero)};
+}
+
+// torchvision's roi_align for boxes [K, 5] with `gh` x `gw` samples per bin: [K, C, PH, PW].
+Tensor roi_align_fixed(const Tensor& input, const Tensor& boxes, int64_t PH, int64_t PW,
+                       double scale, int64_t gh, int64_t gw, bool aligned) {
+  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t K = boxes.size(0);
+  const DType dt = input.dtype();
+  const double off = aligned ? 0.5 : 0.0;
+  auto col = [&](int64_t k) { return slice(boxes, 1, k, k + 1); };  // [K, 1]
+  Tensor x0 = sub(mul(col(1), scale), off), y0 = sub(mul(col(2), scale), off);
+  Tensor rw = sub(sub(mul(col(3), scale), off), x0), rh = sub(sub(mul(col(4), scale), off), y0);
+  if (!aligned) rw = clamp_min(rw, 1.0), rh = clamp_min(rh, 1.0);  // malformed boxes as 1x1
+  // Sample s of bin p sits at p + (s + 0.5) / g bins from the start.
+  auto steps = [&](int64_t P, int64_t g) {
+    std::vector<double> v;
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t s = 0; s < g; ++s) v.push_back(p + (s + 0.5) / g);
+    return cast(tensor(v, Shape{P * g}), dt);
+  };
+  Tensor ys = add(y0, mul(div(rh, static_cast<double>(PH)), reshape(steps(PH, gh), {1, PH * gh})));
+  Tensor xs = add(x0, mul(div(rw, static_cast<double>(PW)), reshape(steps(PW, gw), {1, PW * gw})));
+  const AxisTaps ty = roi_axis(ys, H), tx = roi_axis(xs, W);  // [K, S]
+  const int64_t SY = PH * gh, SX = PW * gw, S = SY * SX;
+  // Pixels of every image in one row per channel: [C, N H W].
+  Tensor flat = reshape(permute(input, {1, 0, 2, 3}), Shape{C, N * H * W});
+  Tensor base = mul(cast(col(0), Int64), H * W);  // [K, 1]
+  auto read = [&](const Tensor& yi, const Tensor& xi, const Tensor& wy, const Tensor& wx) {
+    Tensor idx = add(add(reshape(base, {K, 1, 1}), mul(reshape(cast(yi, Int64), {K, SY, 1}), W)),
+                     reshape(cast(xi, Int64), {K, 1, SX}));
+    Tensor v = gather(flat, 1, expand(reshape(idx, {1, K * S}), Shape{C, K * S}));
+    Tensor w = mul(reshape(wy, {K, SY, 1}), reshape(wx, {K, 1, SX}));
+    return mul(v, reshape(w, {1, K * S}));
+  };
+  Tensor sum = add(
+      add(read(ty.low, tx.low, ty.wlow, tx.wlow), read(ty.low, tx.high, ty.wlow, tx.whigh)),
+      add(read(ty.high, tx.low, ty.whigh, tx.wlow), read(ty.high, tx.high, ty.whigh, tx.whigh)));
+  Tensor bins = reshape(sum, {C, K, PH, gh, PW, gw});
+  Tensor avg = div(kiln::sum(bins, {3, 5}), static_cast<double>(std::max<int64_t>(gh * gw, 1)));
+  return permute(avg, {1, 0, 2, 3});
+}
+
 }  // namespace
+
+Tensor roi_align(const Tensor& input, const Tensor& boxes, std::vector<int64_t> output_size,
+                 double spatial_scale, int64_t sampling_ratio, bool aligned) {
+  const char* op = "roi_align";
+  if (!input.defined() || !boxes.defined()) fail(op, "undefined input");
+  if (input.dim() != 4) fail(op, "input must be 4-D [N, C, H, W], got ", input.shape());
+  if (boxes.dim() != 2 || boxes.size(1) != 5)
+    fail(op, "boxes must be [K, 5] (batch index, x1, y1, x2, y2), got ", boxes.shape());
+  if (!input.shape().is_static() || !boxes.shape().is_static())
+    fail(op, "needs static shapes, got input ", input.shape(), " and boxes ", boxes.shape());
+  if (!is_floating(input.dtype()) || boxes.dtype() != input.dtype())
+    fail(op, "input and boxes must be of one floating dtype, got ", dtype_name(input.dtype()),
+         " and ", dtype_name(boxes.dtype()));
+  if (output_size.size() == 1) output_size.push_back(output_size[0]);
+  if (output_size.size() != 2 || output_size[0] <= 0 || output_size[1] <= 0)
+    fail(op, "output_size must be one or two positive ints, got ", output_size.size(), " values");
+  const int64_t PH = output_size[0], PW = output_size[1];
+  // As torchvision: no gradient reaches the boxes.
+  const Tensor b = detach(boxes);
+  if (sampling_ratio > 0)
+    return roi_align_fixed(input, b, PH, PW, spatial_scale, sampling_ratio, sampling_ratio,
+                           aligned);
+  // Adaptive: ceil(roi size / bins) samples per bin, per box; the count depends on the values.
+  if (!b.is_concrete())
+    fail(op, "sampling_ratio ", sampling_ratio,
+         " (adaptive) takes its sample counts from the boxes' values, which a static graph does "
+         "not know: give sampling_ratio > 0");
+  const int64_t K = b.size(0);
+  if (K == 0) return roi_align_fixed(input, b, PH, PW, spatial_scale, 1, 1, aligned);
+  const std::vector<double> v = contiguous(b).to_vector<double>();
+  const double off = aligned ? 0.5 : 0.0;
+  std::vector<Tensor> rows;
+  for (int64_t k = 0; k < K; ++k) {
+    const double* r = &v[static_cast<size_t>(k) * 5];
+    double rw = (r[3] * spatial_scale - off) - (r[1] * spatial_scale - off);
+    double rh = (r[4] * spatial_scale - off) - (r[2] * spatial_scale - off);
+    if (!aligned) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    const auto g = [](double extent, int64_t bins) {
+      return static_cast<int64_t>(std::ceil(extent / static_cast<double>(bins)));
+    };
+    const int64_t gh = g(rh, PH), gw = g(rw, PW);
+    rows.push_back(gh > 0 && gw > 0 ? roi_align_fixed(input, slice(b, 0, k, k + 1), PH, PW,
+                                                      spatial_scale, gh, gw, aligned)
+                                    : zeros(Shape{1, input.size(1), PH, PW}, input.dtype()));
+  }
+  return cat(rows, 0);
+}
 
 Tensor grid_sample(const Tensor& input, const Tensor& grid, const std::string& mode,
                    const std::string& padding_mode, bool align_corners) {

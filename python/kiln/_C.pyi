@@ -1397,6 +1397,8 @@ def repeat(input: Tensor, repeats: Any) -> Tensor: ...
 def repeat_interleave(input: Tensor, repeats: Any = None, dim: Any = None, *, output_size: Any = None) -> Tensor:
     """Each element (slice along dim) repeated; repeats an int or a tensor of counts."""
 def reshape(input: Tensor, shape: Any) -> Tensor: ...
+def roi_align(input: Tensor, boxes: Tensor, output_size: Any, spatial_scale: float = 1.0, sampling_ratio: int = -1, aligned: bool = False) -> Tensor:
+    """torchvision.ops.roi_align with boxes [K, 5] (batch index, x1, y1, x2, y2)."""
 def roll(input: Tensor, shifts: int, dims: int) -> Tensor:
     """Shifted by `shifts` along dim, wrapping around."""
 def rot90(input: Tensor, k: int = 1, dims: Any = ...) -> Tensor:

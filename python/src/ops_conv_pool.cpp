@@ -343,6 +343,21 @@ void init_ops_conv_pool(py::module_& m, TensorClass& cls) {
       py::arg("padding_mode") = "zeros", py::arg("align_corners") = py::none(),
       "torch.nn.functional.grid_sample over [N, C, H, W] with grid [N, H_out, W_out, 2].");
   m.def(
+      "roi_align",
+      [](const Tensor& x, const Tensor& boxes, py::object output_size, double spatial_scale,
+         int64_t sampling_ratio, bool aligned) {
+        std::vector<int64_t> os;
+        if (py::isinstance<py::int_>(output_size))
+          os = {output_size.cast<int64_t>()};
+        else
+          os = output_size.cast<std::vector<int64_t>>();
+        MaybeNoGil g(x.is_concrete() && boxes.is_concrete());
+        return roi_align(x, boxes, os, spatial_scale, sampling_ratio, aligned);
+      },
+      py::arg("input"), py::arg("boxes"), py::arg("output_size"), py::arg("spatial_scale") = 1.0,
+      py::arg("sampling_ratio") = -1, py::arg("aligned") = false,
+      "torchvision.ops.roi_align with boxes [K, 5] (batch index, x1, y1, x2, y2).");
+  m.def(
       "pixel_shuffle", [](const Tensor& x, int64_t r) { return pixel_shuffle(x, r); },
       py::arg("input"), py::arg("upscale_factor"));
   m.def(

@@ -319,6 +319,37 @@ def test_grid_sample_float32_graph_and_errors():
         KF.grid_sample(kiln.randn(2, 2, 3, 4), kiln.randn(1, 2, 3, 2))
 
 
+@pytest.mark.parametrize("sampling_ratio", [2, 1, -1])
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("output_size", [(3, 4), 2])
+def test_roi_align(sampling_ratio, aligned, output_size):
+    tv_ops = pytest.importorskip("torchvision.ops")
+    x = R.randn(2, 3, 9, 11)
+    # Inside, partly outside, degenerate (smaller than a pixel) and past the image.
+    boxes = np.array([[0, 1.2, 0.5, 7.3, 6.1], [1, -2, -1, 4, 12], [1, 3, 3, 3.2, 3.1],
+                      [0, 8, 2, 20, 5]])
+    kb, tb = kiln.tensor(boxes, dtype=kiln.float64), torch.tensor(boxes)
+    # Values and the input's gradient (torchvision's boxes get none).
+    check(lambda a: kiln._C.roi_align(a, kb, output_size, 0.8, sampling_ratio, aligned),
+          lambda a: tv_ops.roi_align(a, tb, output_size, 0.8, sampling_ratio, aligned), x)
+
+
+def test_roi_align_graph_and_errors():
+    tv_ops = pytest.importorskip("torchvision.ops")
+    x = R.randn(1, 2, 6, 5).astype(np.float32)
+    boxes = np.array([[0, 0.5, 1.0, 4.0, 5.5], [0, 2, 0, 3, 2]], dtype=np.float32)
+    want = tv_ops.roi_align(torch.tensor(x), torch.tensor(boxes), 3, 0.5, 2, True).numpy()
+    f = kiln.jit(lambda a, b: kiln._C.roi_align(a, b, 3, 0.5, 2, True))
+    np.testing.assert_allclose(f(kiln.tensor(x), kiln.tensor(boxes)).numpy(), want,
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(kiln.Error, match=r"\[roi_align\] boxes must be \[K, 5\]"):
+        kiln._C.roi_align(kiln.randn(1, 2, 3, 4), kiln.randn(2, 4), 2)
+    with pytest.raises(kiln.Error, match=r"\[roi_align\] input must be 4-D"):
+        kiln._C.roi_align(kiln.randn(2, 3, 4), kiln.randn(2, 5), 2)
+    with pytest.raises(kiln.Error, match=r"\[roi_align\] output_size"):
+        kiln._C.roi_align(kiln.randn(1, 2, 3, 4), kiln.randn(2, 5), [0, 2])
+
+
 @pytest.mark.parametrize("kernel,dilation,padding,stride", [
     (2, 1, 0, 1), (3, 1, 1, 2), ((2, 3), (2, 1), (1, 0), (1, 2)), (3, 2, 2, 3)])
 @pytest.mark.parametrize("unbatched", [False, True])
