@@ -180,6 +180,61 @@ struct Bf16KeyHash {
     return h;
   }
 };
+
+// The bfloat16 matmul primitive for one key, its memories not yet bound to data; not ok where
+// oneDNN would run its reference loops or has nothing (the caller then converts to float32).
+BiasEntry make_bf16_matmul(const Bf16Key& key) {
+  const int64_t batch = key.batch, m = key.m, n = key.n, k = key.k, lda = key.lda, ldb = key.ldb,
+                ldc = key.ldc, sa = key.sa, sb = key.sb, sc = key.sc;
+  const float alpha = key.alpha, beta = key.beta;
+  const bool ta = key.ta, tb = key.tb, bias = key.bias, c_bf16 = key.c_bf16;
+  using md = dnnl::memory::desc;
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  // Plain 2-D descriptors for one matrix, 3-D ones for a batch, and a batch dim of 1 (a
+  // shared operand) strided as if dense: oneDNN's fast (brgemm) kernels take only layouts it
+  // recognizes as plain, and fall back to its reference loops otherwise (~50x slower).
+  const int64_t ba = sa == 0 ? 1 : batch, bb = sb == 0 ? 1 : batch;
+  const int64_t sad = sa == 0 ? (ta ? k * lda : m * lda) : sa;
+  const int64_t sbd = sb == 0 ? (tb ? n * ldb : k * ldb) : sb;
+  const dt cdt = c_bf16 ? dt::bf16 : dt::f32;
+  md amd, bmd, bias_md, cmd;
+  if (batch == 1) {
+    amd = md({m, k}, dt::bf16, ta ? dims{1, lda} : dims{lda, 1});
+    bmd = md({k, n}, dt::bf16, tb ? dims{1, ldb} : dims{ldb, 1});
+    bias_md = md({1, n}, dt::bf16, dims{n, 1});
+    cmd = md({m, n}, cdt, dims{ldc, 1});
+  } else {
+    amd = md({ba, m, k}, dt::bf16, ta ? dims{sad, 1, lda} : dims{sad, lda, 1});
+    bmd = md({bb, k, n}, dt::bf16, tb ? dims{sbd, 1, ldb} : dims{sbd, ldb, 1});
+    bias_md = md({1, 1, n}, dt::bf16, dims{n, n, 1});
+    cmd = md({batch, m, n}, cdt, dims{sc, ldc, 1});
+  }
+  BiasEntry e;
+  try {
+    dnnl::primitive_attr attr;
+    if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.f) {
+      dnnl::post_ops po;
+      po.append_sum(beta);
+      attr.set_post_ops(po);
+    }
+    auto d = bias ? dnnl::matmul::desc(amd, bmd, bias_md, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
+    auto pd = dnnl::matmul::primitive_desc(d, attr, dnnl_engine());
+    // oneDNN's reference loops are slower than converting to float32 and running sgemm.
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
+      throw dnnl::error(dnnl_unimplemented, "ref");
+    e.prim = dnnl::matmul(pd);
+    e.a = dnnl::memory(amd, dnnl_engine(), nullptr);
+    e.b = dnnl::memory(bmd, dnnl_engine(), nullptr);
+    if (bias) e.bias = dnnl::memory(bias_md, dnnl_engine(), nullptr);
+    e.c = dnnl::memory(cmd, dnnl_engine(), nullptr);
+    e.ok = true;
+  } catch (const dnnl::error&) {
+    e = BiasEntry{};
+  }
+  return e;
+}
 }  // namespace
 
 bool gemm_bf16(bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
@@ -224,53 +279,7 @@ bool gemm_bf16(bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k,
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() >= 1024) cache.clear();
-    using md = dnnl::memory::desc;
-    using dt = dnnl::memory::data_type;
-    using dims = dnnl::memory::dims;
-    // Plain 2-D descriptors for one matrix, 3-D ones for a batch, and a batch dim of 1 (a
-    // shared operand) strided as if dense: oneDNN's fast (brgemm) kernels take only layouts it
-    // recognizes as plain, and fall back to its reference loops otherwise (~50x slower).
-    const int64_t ba = sa == 0 ? 1 : batch, bb = sb == 0 ? 1 : batch;
-    const int64_t sad = sa == 0 ? (ta ? k * lda : m * lda) : sa;
-    const int64_t sbd = sb == 0 ? (tb ? n * ldb : k * ldb) : sb;
-    const dt cdt = c_bf16 ? dt::bf16 : dt::f32;
-    md amd, bmd, bias_md, cmd;
-    if (batch == 1) {
-      amd = md({m, k}, dt::bf16, ta ? dims{1, lda} : dims{lda, 1});
-      bmd = md({k, n}, dt::bf16, tb ? dims{1, ldb} : dims{ldb, 1});
-      bias_md = md({1, n}, dt::bf16, dims{n, 1});
-      cmd = md({m, n}, cdt, dims{ldc, 1});
-    } else {
-      amd = md({ba, m, k}, dt::bf16, ta ? dims{sad, 1, lda} : dims{sad, lda, 1});
-      bmd = md({bb, k, n}, dt::bf16, tb ? dims{sbd, 1, ldb} : dims{sbd, ldb, 1});
-      bias_md = md({1, 1, n}, dt::bf16, dims{n, n, 1});
-      cmd = md({batch, m, n}, cdt, dims{sc, ldc, 1});
-    }
-    BiasEntry e;
-    try {
-      dnnl::primitive_attr attr;
-      if (alpha != 1.f) attr.set_output_scales(0, {alpha});
-      if (beta != 0.f) {
-        dnnl::post_ops po;
-        po.append_sum(beta);
-        attr.set_post_ops(po);
-      }
-      auto d =
-          bias ? dnnl::matmul::desc(amd, bmd, bias_md, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
-      auto pd = dnnl::matmul::primitive_desc(d, attr, dnnl_engine());
-      // oneDNN's reference loops are slower than converting to float32 and running sgemm.
-      if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
-        throw dnnl::error(dnnl_unimplemented, "ref");
-      e.prim = dnnl::matmul(pd);
-      e.a = dnnl::memory(amd, dnnl_engine(), nullptr);
-      e.b = dnnl::memory(bmd, dnnl_engine(), nullptr);
-      if (bias) e.bias = dnnl::memory(bias_md, dnnl_engine(), nullptr);
-      e.c = dnnl::memory(cmd, dnnl_engine(), nullptr);
-      e.ok = true;
-    } catch (const dnnl::error&) {
-      e = BiasEntry{};
-    }
-    it = cache.emplace(key, std::move(e)).first;
+    it = cache.emplace(key, make_bf16_matmul(key)).first;
   }
   BiasEntry& e = it->second;
   if (!e.ok) return false;
