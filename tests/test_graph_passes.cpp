@@ -684,6 +684,54 @@ TEST(PassConvLayout, ChannelCountsOffTheBlockArePadded) {
   expect_same(on, s.run({out, mid}, {{x, feeds.at("x")}}));
 }
 
+// shufflenet's units: a channel split (two slices), a branch on one half, a concatenation
+// and the channel shuffle (reshape, transpose, reshape), on 24-channel halves that end inside
+// a block: all of it stays in blocks as channel gathers, chains of them composed into one.
+TEST(PassConvLayout, ChannelShuffleUnitsStayInBlocks) {
+  manual_seed(26);
+  Graph g;
+  auto w = [&](int64_t o, int64_t i, int64_t k) {
+    return g.constant(mul(randn({o, i, k, k}), 1.0 / std::sqrt(double(i * k * k))));
+  };
+  Tensor x = g.placeholder("x", Float32, {2, 3, 8, 8});
+  Tensor h = relu(conv2d(x, w(48, 3, 3), Tensor(), {1, 1}, {1, 1}));
+  for (int unit = 0; unit < 2; ++unit) {
+    Tensor x1 = slice(h, 1, 0, 24), x2 = slice(h, 1, 24, 48);
+    Tensor br = relu(conv2d(x2, w(24, 24, 1)));
+    br = conv2d(br, w(24, 1, 3), Tensor(), {1, 1}, {1, 1}, {1, 1}, 24);
+    br = relu(conv2d(br, w(24, 24, 1)));
+    Tensor c = cat({x1, br}, 1);
+    h = reshape(transpose(reshape(c, Shape{2, 2, 24, 8, 8}), 1, 2), Shape{2, 48, 8, 8});
+  }
+  Tensor out = mean(conv2d(h, w(40, 48, 1)), {2, 3});
+  Program prog = program_of({out});
+  manual_seed(27);
+  std::map<std::string, Tensor> feeds{{"x", randn({2, 3, 8, 8})}};
+  const_fold(prog);
+  auto before = evaluate(prog, feeds);
+  fuse_conv_epilogue(prog);
+  block_layout(prog);
+  verify_program(prog, "block_layout");
+  if (cpu::dnnl_channel_block() == 0) return;
+  EXPECT_EQ(count_op(prog, "cat"), 0);
+  EXPECT_EQ(count_op(prog, "transpose"), 0);
+  EXPECT_EQ(count_op(prog, "conv2d"), 0);
+  // Per unit: the second half for the branch, and the shuffled concatenation (its first half
+  // and the previous unit's shuffle composed in).
+  EXPECT_EQ(count_op(prog, "gather_channels_blocked"), 4);
+  EXPECT_EQ(count_op(prog, "clone"), 1);  // the pooled 40 channels, sliced out of 48 lanes
+  expect_close(before, evaluate(prog, feeds), 1e-5);
+  std::vector<Tensor> off, on;
+  {
+    DisablePasses d("fuse_conv_epilogue,block_layout");
+    Session s(g);
+    off = s.run({out}, {{x, feeds.at("x")}});
+  }
+  Session s(g);
+  on = s.run({out}, {{x, feeds.at("x")}});
+  expect_close(on, off, 1e-5);
+}
+
 // The default pipeline in a Session (memory plan included: a fused residual add may take the
 // residual's buffer) gives the numbers of the pipeline without the two passes.
 TEST(PassConvLayout, SessionMatchesThePassesSwitchedOff) {

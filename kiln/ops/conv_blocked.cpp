@@ -4,14 +4,16 @@
 // mean and broadcast mul read these layouts with strided inner loops (efficientnet_b0, batch 1: 62
 // and 49 us a call against 5-10 here), so a network's SE blocks cost more in blocks than the copies
 // back to NCHW they saved.
-#ifdef __AVX2__
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/ops/op_util.h"
@@ -22,6 +24,7 @@ namespace kiln {
 namespace {
 
 using op_util::one;
+using Ints = std::vector<int64_t>;
 
 void require_blocked(const char* op, const Tensor& x, const char* what) {
   const Shape& s = x.shape();
@@ -245,6 +248,141 @@ const OpDef& kMaxPool2dValues = def_op(
      .contiguous_inputs = true,
      .doc = "inference 2-D max pooling, values only, with padding per side (padded positions "
             "skipped), of NCHW or channel-blocked [N, C/b, H, W, b] input (block attribute)"});
+
+// ---- gather_channels_blocked: channel moves between blocked values --------------------------
+// Attributes: channels (each input's channel count, at most its C/b * b lanes) and index (for
+// each output channel, its channel in the inputs' concatenation). One op for what a network
+// does to channels besides computing them: a concatenation whose inputs end inside a block
+// (channel counts padded to the block), a slice of channels, shufflenet's channel shuffle
+// (reshape, transpose, reshape); the output's padded lanes are zero. block_layout composes
+// chains of them into one, so that shufflenet's units stay in blocks.
+
+struct GatherP {
+  Ints channels, index;
+  int64_t total;
+};
+
+GatherP gather_params(const char* op, const Attrs& a) {
+  GatherP g{a.ints(0), a.ints(1), 0};
+  for (int64_t c : g.channels) {
+    if (c < 0) fail(op, "channels must be non-negative, got ", Shape(g.channels));
+    g.total += c;
+  }
+  for (int64_t i : g.index)
+    if (i < 0 || i >= g.total)
+      fail(op, "index ", i, " is outside the inputs' ", g.total, " channels ", Shape(g.channels));
+  return g;
+}
+
+// One source vector of an output block: lanes `mask` of the block come from lanes `lane` of
+// block `cb` of input `in`.
+struct GatherSrc {
+  int64_t in, cb;
+  uint32_t mask;
+  int32_t lane[16];
+};
+
+std::vector<std::vector<GatherSrc>> gather_plan(const GatherP& g, int64_t B, int64_t OB) {
+  std::vector<int64_t> first(g.channels.size(), 0);
+  for (size_t j = 1; j < g.channels.size(); ++j) first[j] = first[j - 1] + g.channels[j - 1];
+  std::vector<std::vector<GatherSrc>> plan(static_cast<size_t>(OB));
+  for (size_t c = 0; c < g.index.size(); ++c) {
+    const int64_t gi = g.index[c];
+    const int64_t in = std::upper_bound(first.begin(), first.end(), gi) - first.begin() - 1;
+    const int64_t ch = gi - first[static_cast<size_t>(in)], cb = ch / B;
+    auto& srcs = plan[c / static_cast<size_t>(B)];
+    auto it = std::find_if(srcs.begin(), srcs.end(),
+                           [&](const GatherSrc& s) { return s.in == in && s.cb == cb; });
+    if (it == srcs.end()) it = srcs.insert(srcs.end(), GatherSrc{in, cb, 0, {}});
+    const auto l = static_cast<int64_t>(c) % B;
+    it->mask |= 1u << l;
+    it->lane[l] = static_cast<int32_t>(ch % B);
+  }
+  return plan;
+}
+
+template <typename T>
+void gather_channels(std::span<const Tensor> in, Tensor& y, const GatherP& g) {
+  const int64_t N = y.size(0), OB = y.size(1), HW = y.size(2) * y.size(3), B = y.size(4);
+  const auto plan = gather_plan(g, B, OB);
+  std::vector<const T*> px(in.size());
+  for (size_t j = 0; j < in.size(); ++j) px[j] = in[j].data_ptr<T>();
+  T* py = y.data_ptr<T>();
+  parallel_for(N * OB, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, HW * B)),
+               [&](int64_t b0, int64_t e0) {
+                 for (int64_t pl = b0; pl < e0; ++pl) {
+                   const int64_t n = pl / OB;
+                   const auto& srcs = plan[static_cast<size_t>(pl % OB)];
+                   T* yp = py + pl * HW * B;
+                   const T* sp[16];
+                   for (size_t s = 0; s < srcs.size(); ++s)
+                     sp[s] =
+                         px[static_cast<size_t>(srcs[s].in)] +
+                         (n * in[static_cast<size_t>(srcs[s].in)].size(1) + srcs[s].cb) * HW * B;
+#ifdef __AVX512F__
+                   if constexpr (std::is_same_v<T, float>) {
+                     if (B == 16) {
+                       __m512i idx[16];
+                       for (size_t s = 0; s < srcs.size(); ++s)
+                         idx[s] = _mm512_loadu_si512(srcs[s].lane);
+                       for (int64_t q = 0; q < HW; ++q) {
+                         __m512 r = _mm512_setzero_ps();
+                         for (size_t s = 0; s < srcs.size(); ++s)
+                           r = _mm512_mask_permutexvar_ps(r, static_cast<__mmask16>(srcs[s].mask),
+                                                          idx[s], _mm512_loadu_ps(sp[s] + q * 16));
+                         _mm512_storeu_ps(yp + q * 16, r);
+                       }
+                       continue;
+                     }
+                   }
+#endif
+                   for (int64_t q = 0; q < HW; ++q) {
+                     T* o = yp + q * B;
+                     for (int64_t l = 0; l < B; ++l) o[l] = T(0);
+                     for (size_t s = 0; s < srcs.size(); ++s)
+                       for (int64_t l = 0; l < B; ++l)
+                         if (srcs[s].mask >> l & 1u) o[l] = sp[s][q * B + srcs[s].lane[l]];
+                   }
+                 }
+               });
+}
+
+const OpDef& kGatherChannelsBlocked = def_op(
+    {.name = "gather_channels_blocked",
+     .num_inputs = -1,
+     .attr_names = {"channels", "index"},
+     .infer =
+         [](std::span<const Tensor> in, const Attrs& a) {
+           const char* op = "gather_channels_blocked";
+           const GatherP g = gather_params(op, a);
+           if (in.empty() || g.channels.size() != in.size())
+             fail(op, "expects one channel count per input, got ", g.channels.size(), " for ",
+                  in.size(), " inputs");
+           const Shape& s0 = in[0].shape();
+           for (size_t j = 0; j < in.size(); ++j) {
+             require_blocked(op, in[j], "input");
+             const Shape& s = in[j].shape();
+             if (s[0] != s0[0] || s[2] != s0[2] || s[3] != s0[3] || s[4] != s0[4] ||
+                 in[j].dtype() != in[0].dtype())
+               fail(op, "inputs must share N, H, W, the block and the dtype, got ", in[0].dtype(),
+                    s0, " and ", in[j].dtype(), s);
+             if (s[1] < 0 || g.channels[j] > s[1] * s[4])
+               fail(op, "input ", j, " of shape ", s, " cannot hold ", g.channels[j], " channels");
+           }
+           const auto C = static_cast<int64_t>(g.index.size());
+           return one(in[0].dtype(), Shape{s0[0], (C + s0[4] - 1) / s0[4], s0[2], s0[3], s0[4]});
+         },
+     .kernel =
+         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+           const GatherP g = gather_params("gather_channels_blocked", a);
+           KILN_DISPATCH_FLOAT(in[0].dtype(), "gather_channels_blocked",
+                               [&] { gather_channels<scalar_t>(in, out[0], g); });
+         },
+     .contiguous_inputs = true,
+     .doc = "inference channel moves between channel-blocked [N, C/b, H, W, b] values: output "
+            "channel c is channel index[c] of the inputs' concatenation (channels: each input's "
+            "count); padded lanes zero. What block_layout makes of channel concatenations, "
+            "slices and shuffles"});
 
 }  // namespace
 }  // namespace kiln

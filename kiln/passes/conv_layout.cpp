@@ -24,7 +24,8 @@ using Ints = std::vector<int64_t>;
 const OpHandle mean_op{"mean"}, mean_hw_blocked{"mean_hw_blocked"},
     scale_channels_blocked{"scale_channels_blocked"}, sigmoid_op{"sigmoid"},
     hardswish_op{"hardswish"}, max_pool2d_values{"max_pool2d_values"}, slice_op{"slice"},
-    hardsigmoid_op{"hardsigmoid"}, clamp_op{"clamp"}, tanh_op{"tanh"};
+    hardsigmoid_op{"hardsigmoid"}, clamp_op{"clamp"}, tanh_op{"tanh"},
+    gather_op{"gather_channels_blocked"};
 
 // Elementwise ops that may run over channel-padded blocks (a block_layout value whose channel
 // count is not a multiple of the block carries extra lanes up to the next one): each maps
@@ -136,6 +137,71 @@ std::unique_ptr<Node> crop_const_weight(Node* n, int wi) {
   n->inputs[static_cast<size_t>(wi)] = ValueRef{cn.get(), 0};
   n->attrs = with_attr(n->attrs, 1, pad);
   return cn;
+}
+
+// The channels of a blocked value as gather_channels_blocked would take them: inputs, each
+// input's channel count, and for each channel its index in the inputs' concatenation.
+struct Gather {
+  std::vector<ValueRef> in;
+  Ints ch, idx;
+};
+
+Ints first_channels(const Ints& ch) {
+  Ints f(ch.size(), 0);
+  for (size_t j = 1; j < ch.size(); ++j) f[j] = f[j - 1] + ch[j - 1];
+  return f;
+}
+
+// g followed by part's channels (inputs both read are listed once).
+void append(Gather& g, const Gather& part) {
+  const Ints pf = first_channels(part.ch);
+  std::vector<size_t> at(part.in.size());
+  for (size_t j = 0; j < part.in.size(); ++j) {
+    size_t k = 0;
+    while (k < g.in.size() &&
+           !(g.in[k].node == part.in[j].node && g.in[k].index == part.in[j].index))
+      ++k;
+    if (k == g.in.size()) g.in.push_back(part.in[j]), g.ch.push_back(part.ch[j]);
+    at[j] = k;
+  }
+  const Ints gf = first_channels(g.ch);
+  for (int64_t i : part.idx) {
+    const auto j = static_cast<size_t>(std::upper_bound(pf.begin(), pf.end(), i) - pf.begin() - 1);
+    g.idx.push_back(gf[at[j]] + i - pf[j]);
+  }
+}
+
+// g's channels picked by sel (output channel c is g's channel sel[c]).
+Gather select(const Gather& g, const Ints& sel) {
+  Gather r{g.in, g.ch, {}};
+  for (int64_t c : sel) r.idx.push_back(g.idx[static_cast<size_t>(c)]);
+  return r;
+}
+
+// The channel shuffle as exported (reshape [N, g, C/g, H, W], transpose of dims 1 and 2,
+// reshape [N, C, H, W]) starting at `r1`, whose readers `readers` lists: the last reshape and
+// the number of groups, or null.
+std::pair<Node*, int64_t> channel_shuffle_at(
+    const Node* r1, const Shape& xs,
+    const std::unordered_map<const Node*, std::vector<Node*>>& readers,
+    const std::set<const Node*>& fetched) {
+  auto only = [&](const Node* n) -> Node* {
+    auto it = readers.find(n);
+    return !fetched.count(n) && it != readers.end() && it->second.size() == 1 ? it->second[0]
+                                                                              : nullptr;
+  };
+  const Shape& s1 = r1->outputs[0].shape;
+  if (!r1->is(ops::reshape) || s1.rank() != 5 || !s1.is_static() || s1[0] != xs[0] ||
+      s1[1] * s1[2] != xs[1] || s1[3] != xs[2] || s1[4] != xs[3])
+    return {nullptr, 0};
+  Node* t = only(r1);
+  if (!t || !((t->is(ops::permute) && t->attrs.ints(0) == Ints{0, 2, 1, 3, 4}) ||
+              (t->is(ops::transpose) && std::min(t->attrs.i(0), t->attrs.i(1)) == 1 &&
+               std::max(t->attrs.i(0), t->attrs.i(1)) == 2)))
+    return {nullptr, 0};
+  Node* r2 = only(t);
+  if (!r2 || !r2->is(ops::reshape) || r2->outputs[0].shape != xs) return {nullptr, 0};
+  return {r2, s1[1]};
 }
 
 // Rebuilds the node list with `before[n]` inserted ahead of n (each list already in order).
@@ -290,6 +356,11 @@ int block_layout(Program& p) {
       if (in.index == 1) ++uses1[in.node];
   for (const auto& f : p.fetches)
     if (f.index == 1) fetched1.insert(f.node);
+  std::unordered_map<const Node*, std::vector<Node*>> readers;
+  std::set<const Node*> fetched, drop;  // drop: nodes a channel shuffle's rewrite replaced
+  for (const auto& n : nodes)
+    for (const auto& in : n->inputs) readers[in.node].push_back(n.get());
+  for (const auto& f : p.fetches) fetched.insert(f.node);
   // Nodes whose output 0 is now blocked, with the NCHW shape it stands for.
   std::unordered_map<const Node*, Shape> blocked;
   std::unordered_map<const Node*, Node*> nchw_of;  // a blocked value's NCHW copy, made once
@@ -407,9 +478,30 @@ int block_layout(Program& p) {
     return true;
   };
   int changed = 0;
+  // A blocked value's channels as a gather: a gather that only the node at hand reads is taken
+  // apart (composed into that node's gather), so a chain of channel moves is one copy.
+  auto gather_of = [&](ValueRef v) -> Gather {
+    const Node* g = v.node;
+    auto it = readers.find(g);
+    if (g->is(gather_op) && !fetched.count(g) && it != readers.end() && it->second.size() == 1)
+      return Gather{g->inputs, g->attrs.ints(0), g->attrs.ints(1)};
+    const int64_t C = blocked.at(g)[1];
+    Gather r{{v}, {C}, Ints(static_cast<size_t>(C))};
+    for (int64_t c = 0; c < C; ++c) r.idx[static_cast<size_t>(c)] = c;
+    return r;
+  };
+  auto make_gather = [&](Node* n, const Gather& g, const Shape& logical) {
+    n->op = &*gather_op;
+    n->attrs = Attrs{g.ch, g.idx};
+    n->inputs = g.in;
+    blocked[n] = logical;
+    n->outputs = {TensorMeta{n->outputs[0].dtype, bshape(logical)}};
+    ++changed;
+  };
   for (auto& up : nodes) {
     Node* n = up.get();
-    if (n->kind != NodeKind::Op) {
+    if (drop.count(n)) continue;
+    if (n->kind != NodeKind::Op || blocked.count(n)) {  // blocked: a shuffle's gather, made
       out.push_back(std::move(up));
       continue;
     }
@@ -499,18 +591,58 @@ int block_layout(Program& p) {
       continue;
     }
     // A concatenation of blocked values along whole channel blocks is one along C/b: the
-    // branches of an inception module or a fire module stay blocked.
+    // branches of an inception module or a fire module stay blocked. Inputs with padded
+    // channels are gathered (shufflenet's units).
     if (n->is(ops::cat) && n->outputs[0].shape.is_static() && n->outputs[0].shape.rank() == 4 &&
         (n->attrs.i(0) == 1 || n->attrs.i(0) == -3) && !n->inputs.empty()) {
-      bool all = true;  // and in whole blocks: padded channels would sit between the inputs'
-      for (const auto& in : n->inputs)
-        all = all && is_blocked(in) && blocked.at(in.node)[1] % b == 0;
+      bool all = true, whole = true;
+      for (const auto& in : n->inputs) {
+        all = all && is_blocked(in);
+        whole = whole && all && blocked.at(in.node)[1] % b == 0;
+      }
+      if (all && !whole) {
+        Gather g;
+        for (const auto& in : n->inputs) append(g, gather_of(in));
+        make_gather(n, g, n->outputs[0].shape);
+        out.push_back(std::move(up));
+        continue;
+      }
       if (all) {
         n->attrs = Attrs{int64_t{1}};
         blocked[n] = n->outputs[0].shape;
         n->outputs[0].shape = bshape(n->outputs[0].shape);
         ++changed;
         out.push_back(std::move(up));
+        continue;
+      }
+    }
+    // A slice of a blocked value's channels: a gather.
+    if (n->is(slice_op) && is_blocked(n->inputs[0]) &&
+        (n->attrs.i(0) == 1 || n->attrs.i(0) == -3) && n->attrs.i(3) == 1 &&
+        n->outputs[0].shape.is_static()) {
+      const Shape& xs = blocked.at(n->inputs[0].node);
+      auto clampi = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + xs[1] : v, 0, xs[1]); };
+      const int64_t lo = clampi(n->attrs.i(1)), hi = std::max(lo, clampi(n->attrs.i(2)));
+      Ints sel;
+      for (int64_t c = lo; c < hi; ++c) sel.push_back(c);
+      const Shape ys = n->outputs[0].shape;
+      if (ys == Shape{xs[0], hi - lo, xs[2], xs[3]}) {
+        make_gather(n, select(gather_of(n->inputs[0]), sel), ys);
+        out.push_back(std::move(up));
+        continue;
+      }
+    }
+    // A channel shuffle of a blocked value: its last reshape becomes a gather (made here; the
+    // loop passes it on when it gets there) and the reshape and transpose before it go.
+    if (n->is(ops::reshape) && is_blocked(n->inputs[0])) {
+      const Shape xs = blocked.at(n->inputs[0].node);
+      auto [r2, groups] = channel_shuffle_at(n, xs, readers, fetched);
+      if (r2) {
+        const int64_t C = xs[1], per = C / groups;
+        Ints sel;
+        for (int64_t c = 0; c < C; ++c) sel.push_back((c % groups) * per + c / groups);
+        drop.insert(r2->inputs[0].node);  // the transpose
+        make_gather(r2, select(gather_of(n->inputs[0]), sel), xs);
         continue;
       }
     }

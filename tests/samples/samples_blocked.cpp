@@ -1,7 +1,8 @@
 // Samples for the channel-blocked inference ops (kiln/ops/conv_blocked.cpp), which only the
 // block_layout pass and the ONNX importer build: the squeeze-excite pair (mean over H and W,
-// per-channel scale) and the values-only max pool with padding per side, each checked against
-// plain loops on the NCHW data. No public wrappers, so the samples call the registered ops.
+// per-channel scale), the values-only max pool with padding per side and the channel gather,
+// each checked against plain loops on the NCHW data. No public wrappers, so the samples call
+// the registered ops.
 #include <cmath>
 
 #include "samples/op_samples.h"
@@ -75,6 +76,39 @@ std::vector<OpSample> make_samples() {
             y.push_back(m);
           }
       return from_vals(y, Shape{1, C, OH, OW});
+    };
+    s.differentiable = false;
+    s.eager_only = true;
+    v.push_back(std::move(s));
+  }
+  for (int64_t b : {8, 16}) {  // 24 of input 0's 32 lanes and input 1's 16, 20 picked
+    OpSample s;
+    s.ops = {"gather_channels_blocked"};
+    s.name = "gather_b" + std::to_string(b);
+    s.inputs = [] { return In{rnd({2, 32, 3, 3}, 615), rnd({2, 16, 3, 3}, 616)}; };
+    std::vector<int64_t> index;
+    for (int64_t c = 0; c < 20; ++c) index.push_back(c * 7 % 40);
+    s.run = [b, index](const In& in) {
+      Attrs a{std::vector<int64_t>{24, 16}, index};
+      return from_channel_blocks(call1(op_named("gather_channels_blocked"),
+                                       {to_channel_blocks(in[0], b), to_channel_blocks(in[1], b)},
+                                       a));
+    };
+    s.reference = [b, index](const In& in) {
+      const int64_t CP = (20 + b - 1) / b * b, HW = 9;
+      std::vector<double> x0 = vals(in[0]), x1 = vals(in[1]), y;
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t c = 0; c < CP; ++c)
+          for (int64_t q = 0; q < HW; ++q) {
+            if (c >= 20) {
+              y.push_back(0.0);  // padded lanes
+              continue;
+            }
+            const int64_t i = index[static_cast<size_t>(c)];
+            y.push_back(i < 24 ? x0[static_cast<size_t>((n * 32 + i) * HW + q)]
+                               : x1[static_cast<size_t>((n * 16 + i - 24) * HW + q)]);
+          }
+      return from_vals(y, Shape{2, CP, 3, 3});
     };
     s.differentiable = false;
     s.eager_only = true;
