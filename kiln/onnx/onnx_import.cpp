@@ -365,6 +365,13 @@ void import_nodes(Ctx& ctx, const ::onnx::GraphProto& g, std::vector<std::string
     if (!node.domain().empty() && node.domain() != "ai.onnx" && !training)
       fail(kOp, node.op_type(), " (domain '", node.domain(),
            "'): only the default ONNX domain and ai.onnx.preview.training are supported");
+    // Sequences and optionals (and If/Loop over them) take their own path.
+    if (!training && convert_sequence_node(ctx, node)) {
+      if (op_types &&
+          std::find(op_types->begin(), op_types->end(), node.op_type()) == op_types->end())
+        op_types->push_back(node.op_type());
+      continue;
+    }
     auto it = converters().find(training ? node.domain() + "." + node.op_type() : node.op_type());
     if (it == converters().end())
       fail(kOp, "unsupported op ", node.op_type(), " (", training ? node.domain() + " " : "",
@@ -381,6 +388,8 @@ void import_nodes(Ctx& ctx, const ::onnx::GraphProto& g, std::vector<std::string
         continue;
       }
       const Tensor* t = ctx.lookup(name);
+      if (!t && ctx.lookup_seq(name))
+        n.fail("input '", name, "' is a sequence or optional; this op takes tensors");
       if (!t) n.fail("input '", name, "' is not produced by any earlier node or input");
       n.in.push_back(*t);
     }
@@ -419,22 +428,41 @@ void import_nodes(Ctx& ctx, const ::onnx::GraphProto& g, std::vector<std::string
 
 std::vector<Tensor> import_subgraph(Ctx& ctx, const ::onnx::GraphProto& g,
                                     const std::vector<Tensor>& inputs, const std::string& what) {
+  std::vector<Value> vin(inputs.begin(), inputs.end());
+  std::vector<Tensor> outs;
+  for (Value& v : import_subgraph_values(ctx, g, vin, what)) {
+    if (v.seq)
+      fail(kOp, what, ": output ", outs.size(),
+           " is a sequence or optional, which this op takes only when its count is known "
+           "at import");
+    outs.push_back(v.tensor);
+  }
+  return outs;
+}
+
+std::vector<Value> import_subgraph_values(Ctx& ctx, const ::onnx::GraphProto& g,
+                                          const std::vector<Value>& inputs,
+                                          const std::string& what) {
   if (ctx.depth >= kMaxDepth) fail(kOp, what, ": subgraphs nest deeper than ", kMaxDepth);
   if (static_cast<size_t>(g.input_size()) != inputs.size())
     fail(kOp, what, ": the subgraph takes ", g.input_size(), " inputs, ", inputs.size(), " given");
   ++ctx.depth;
   ctx.scopes.emplace_back();
-  std::vector<Tensor> outs;
+  std::vector<Value> outs;
   try {
     for (int k = 0; k < g.input_size(); ++k) {
-      ctx.bind(g.input(k).name(), inputs[k]);
+      ctx.bind_value(g.input(k).name(), inputs[k]);
       ctx.tag(g.input(k).name(), Unsigned::None);
     }
     import_nodes(ctx, g, nullptr);
     for (const auto& o : g.output()) {
-      const Tensor* t = ctx.lookup(o.name());
-      if (!t) fail(kOp, what, ": output '", o.name(), "' is never computed");
-      outs.push_back(*t);
+      if (const Tensor* t = ctx.lookup(o.name())) {
+        outs.emplace_back(*t);
+      } else if (const SeqValue* sv = ctx.lookup_seq(o.name())) {
+        outs.emplace_back(*sv);
+      } else {
+        fail(kOp, what, ": output '", o.name(), "' is never computed");
+      }
     }
   } catch (...) {
     ctx.scopes.pop_back();
@@ -493,10 +521,23 @@ ImportedModel import_impl(const void* data, size_t size, const ImportOptions& op
   for (const auto& init : g.initializer()) is_init[init.name()] = true;
   for (const auto& v : g.input()) {
     if (is_init.count(v.name())) continue;  // IR < 4 lists initializers as inputs too
-    if (!v.type().has_tensor_type())
-      fail(kOp, "input '", v.name(),
-           "' is not a tensor (sequences, maps and optionals are not "
-           "supported)");
+    if (!v.type().has_tensor_type()) {
+      // A sequence or optional: its elements become placeholders, in the count and shapes
+      // given (a graph is built for a structure).
+      out.input_layout.emplace_back(v.name(), 0);
+      SeqValue sv = sequence_input(v, options);
+      for (size_t k = 0; k < sv.items.size(); ++k) {
+        const Tensor& e = sv.items[k];
+        Tensor ph = out.graph.placeholder(str_cat(v.name(), "[", k, "]"), e.dtype(), e.shape());
+        sv.items[k] = ph;
+        out.input_names.push_back(str_cat(v.name(), "[", k, "]"));
+        out.inputs.push_back(ph);
+      }
+      out.input_layout.back().second = static_cast<int64_t>(sv.items.size());
+      ctx.bind_seq(v.name(), sv);
+      continue;
+    }
+    out.input_layout.emplace_back(v.name(), 1);
     // uint16/32/64 inputs are fed widened (int32, int64), as read_tensor_pb reads them.
     const int32_t et = v.type().tensor_type().elem_type();
     const DType dt = boundary_dtype(et, str_cat("input '", v.name(), "'"));
@@ -539,8 +580,20 @@ ImportedModel import_impl(const void* data, size_t size, const ImportOptions& op
                         "NAME=FILE.npy)"));
   }
   for (const auto& o : g.output()) {
+    if (const SeqValue* sv = ctx.lookup_seq(o.name())) {
+      // A sequence's elements, or an optional's value if it has one, one output each.
+      const size_t count = sv->present ? sv->items.size() : 0;
+      out.output_layout.emplace_back(o.name(), static_cast<int64_t>(count));
+      for (size_t k = 0; k < count; ++k) {
+        out.output_names.push_back(str_cat(o.name(), "[", k, "]"));
+        out.outputs.push_back(sv->items[k]);
+        out.output_elem_types.push_back(0);
+      }
+      continue;
+    }
     const Tensor* t = ctx.lookup(o.name());
     if (!t) fail(kOp, "output '", o.name(), "' is never computed");
+    out.output_layout.emplace_back(o.name(), 1);
     out.output_names.push_back(o.name());
     out.outputs.push_back(*t);
     out.output_elem_types.push_back(o.type().has_tensor_type() ? o.type().tensor_type().elem_type()

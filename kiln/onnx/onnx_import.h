@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/exec/session.h"
@@ -22,6 +23,13 @@ struct ImportOptions {
   /// value. The bound inputs are no longer placeholders; `ImportedModel::run` still takes a
   /// feed for them (ignored), so callers feed every input either way.
   std::map<std::string, Tensor> constant_inputs;
+  /// Sequence and optional inputs (Kiln has neither type): the elements the graph is built for,
+  /// a sequence's or an optional's value (none for an absent optional). Only their count,
+  /// dtypes and shapes are taken: each element becomes a placeholder `name[k]` of `inputs`, fed
+  /// at run like any input. A model with such inputs needs them here.
+  std::map<std::string, std::vector<Tensor>> sequence_inputs;
+  /// Optional inputs that hold no value (fed nothing at run).
+  std::vector<std::string> absent_inputs;
 };
 
 /// The imported graph. Values the model computes from constants alone are folded at import, so
@@ -36,6 +44,9 @@ struct ImportedModel {
   /// Kiln has no uint16/32/64: it holds them as int32 (uint16) and int64 (uint32; uint64 bit for
   /// bit), exactly; `write_tensor_pb` with the declared type writes them back as that type.
   std::vector<int32_t> output_elem_types;
+  /// Per model input and output, in order: its name and how many entries of inputs/outputs it
+  /// takes (1 for a tensor, a sequence's length, 0 or 1 for an optional).
+  std::vector<std::pair<std::string, int64_t>> input_layout, output_layout;
   int64_t opset = 0;                  ///< the default domain's opset the model imports
   std::vector<std::string> op_types;  ///< distinct op types of the main graph, in order seen
 

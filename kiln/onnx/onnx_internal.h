@@ -3,6 +3,7 @@
 // node's inputs and checked attribute reads, dtype codes and the proto fill helpers.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -63,6 +64,25 @@ struct RegisterConverter {
 /// after wrapping arithmetic, whose bits may stand for 2^63 or more).
 enum class Unsigned : uint8_t { None, U16, U32, U64, U64Wrapped };
 
+/// A sequence or optional value (onnx_ops_sequence.cpp). Kiln has no such types: the importer
+/// keeps them as lists of tensors whose count is known at import (a sequence's length, whether
+/// an optional holds its value); the elements are ordinary graph values.
+struct SeqValue {
+  enum class Kind { Sequence, OptionalTensor, OptionalSequence };
+  Kind kind = Kind::Sequence;
+  bool present = true;        ///< optionals: whether there is a value
+  std::vector<Tensor> items;  ///< a sequence's elements; an optional tensor's value as items[0]
+  DType dtype = Float32;      ///< the element type, for empty sequences
+};
+/// A value a subgraph takes or gives: a tensor or a sequence/optional.
+struct Value {
+  Tensor tensor;
+  std::optional<SeqValue> seq;
+  Value() = default;
+  Value(Tensor t) : tensor(std::move(t)) {}  // NOLINT: implicit, as a tensor is a value
+  Value(SeqValue s) : seq(std::move(s)) {}   // NOLINT
+};
+
 /// Import state: the graph under construction and name -> value (concrete = known at import).
 struct Ctx {
   Graph graph;
@@ -76,9 +96,29 @@ struct Ctx {
   // and how many nodes took such values (a subgraph that does is refused: see import_nodes).
   std::unordered_map<std::string, Unsigned> unsigned_values;
   int64_t unsigned_nodes = 0;
+  // Sequence and optional values by name (as unsigned_values, names are unique in a model).
+  std::unordered_map<std::string, SeqValue> seqs;
 
   const Tensor* lookup(const std::string& name) const;
-  void bind(const std::string& name, const Tensor& t) { scopes.back()[name] = t; }
+  void bind(const std::string& name, const Tensor& t) {
+    scopes.back()[name] = t;
+    seqs.erase(name);
+  }
+  const SeqValue* lookup_seq(const std::string& name) const {
+    auto it = seqs.find(name);
+    return it == seqs.end() ? nullptr : &it->second;
+  }
+  void bind_seq(const std::string& name, SeqValue v) {
+    scopes.back().erase(name);
+    seqs[name] = std::move(v);
+  }
+  /// Binds a tensor or a sequence/optional.
+  void bind_value(const std::string& name, const Value& v) {
+    if (v.seq)
+      bind_seq(name, *v.seq);
+    else
+      bind(name, v.tensor);
+  }
   /// The unsigned tag of a value (None for the others).
   Unsigned unsigned_of(const std::string& name) const {
     auto it = unsigned_values.find(name);
@@ -137,9 +177,19 @@ void check_result_size(const NodeIn& n, const Shape& result);
 void charge_nodes(const NodeIn& n, int64_t nodes);
 
 /// Imports a subgraph (If branches, Loop bodies) with `inputs` bound to its inputs, in a new
-/// scope that sees the enclosing ones; returns its outputs.
+/// scope that sees the enclosing ones; returns its outputs (tensors: a sequence output is
+/// refused; import_subgraph_values takes and gives sequences too).
 std::vector<Tensor> import_subgraph(Ctx& ctx, const ::onnx::GraphProto& g,
                                     const std::vector<Tensor>& inputs, const std::string& what);
+std::vector<Value> import_subgraph_values(Ctx& ctx, const ::onnx::GraphProto& g,
+                                          const std::vector<Value>& inputs,
+                                          const std::string& what);
+/// Converts a node that takes or gives sequences or optionals (onnx_ops_sequence.cpp), binding
+/// its outputs; false when the node is not one (the ordinary converters take it).
+bool convert_sequence_node(Ctx& ctx, const ::onnx::NodeProto& node);
+/// A sequence or optional graph input as the elements ImportOptions::sequence_inputs gives for
+/// it (checked against the declared type); refused, saying so, when none are given.
+SeqValue sequence_input(const ::onnx::ValueInfoProto& v, const ImportOptions& options);
 
 /// The saved-graph writer's model, and the loader from a parsed model (external data resolved
 /// or refused before), shared with saved_jit.cpp.
