@@ -182,8 +182,23 @@ inline void window_max(const T* xp, int64_t W, int64_t h0, int64_t h1, int64_t w
   for (int64_t i = 0; i < B; ++i) out[i] = nan[i] ? std::numeric_limits<T>::quiet_NaN() : best[i];
 }
 
-// B (lanes per position) a constant, so the lane loops vectorize.
+// The mean over one window of B-lane vectors with padding counted (count_include_pad, torch's
+// and ONNX's default for a Pad before the pool): the positions inside, summed in order, over
+// the whole window's size.
 template <typename T, int64_t B>
+inline void window_mean(const T* xp, int64_t W, int64_t h0, int64_t h1, int64_t w0, int64_t w1,
+                        T size, T* out) {
+  T acc[B] = {};
+  for (int64_t ih = h0; ih < h1; ++ih)
+    for (int64_t iw = w0; iw < w1; ++iw) {
+      const T* v = xp + (ih * W + iw) * B;
+      for (int64_t i = 0; i < B; ++i) acc[i] += v[i];
+    }
+  for (int64_t i = 0; i < B; ++i) out[i] = acc[i] / size;
+}
+
+// B (lanes per position) a constant, so the lane loops vectorize. kAvg: the mean (else max).
+template <typename T, int64_t B, bool kAvg = false>
 void max_pool_pad(const Tensor& x, Tensor& y, const PadPool& p) {
   const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
   const int64_t planes = x.size(0) * x.size(1);
@@ -201,50 +216,74 @@ void max_pool_pad(const Tensor& x, Tensor& y, const PadPool& p) {
                      for (int64_t ow = 0; ow < OW; ++ow) {
                        const int64_t w0 = std::max<int64_t>(ow * q.sW - q.pl, 0);
                        const int64_t w1 = std::min(ow * q.sW - q.pl + q.kW, W);
-                       window_max<T, B>(xp, W, h0, h1, w0, w1, yp + (oh * OW + ow) * B);
+                       if constexpr (kAvg)
+                         window_mean<T, B>(xp, W, h0, h1, w0, w1, static_cast<T>(q.kH * q.kW),
+                                           yp + (oh * OW + ow) * B);
+                       else
+                         window_max<T, B>(xp, W, h0, h1, w0, w1, yp + (oh * OW + ow) * B);
                      }
                    }
                  }
                });
 }
 
+MetaList pad_pool_infer(const char* op, std::span<const Tensor> in, const Attrs& a) {
+  const PadPool p = pad_pool_params(op, a);
+  const Shape& s = in[0].shape();
+  if (p.block) {
+    require_blocked(op, in[0], "input");
+    if (s[4] != p.block) fail(op, "input ", s, " is not in blocks of ", p.block);
+  } else if (s.rank() != 4) {
+    fail(op, "input must be 4-D [N, C, H, W], got shape ", s);
+  }
+  op_util::require_float(op, in[0]);
+  if (s[2] == 0 || s[3] == 0) fail(op, "input must have a non-empty plane, got ", s);
+  Shape ys = s;
+  if (s[2] >= 0) ys[2] = (s[2] + p.pt + p.pb - p.kH) / p.sH + 1;
+  if (s[3] >= 0) ys[3] = (s[3] + p.pl + p.pr - p.kW) / p.sW + 1;
+  if (ys[2] == 0 || ys[3] == 0 || (s[2] >= 0 && s[2] + p.pt + p.pb < p.kH) ||
+      (s[3] >= 0 && s[3] + p.pl + p.pr < p.kW))
+    fail(op, "the kernel ", p.kH, "x", p.kW, " does not fit the padded input ", s);
+  return one(in[0].dtype(), ys);
+}
+
+template <bool kAvg>
+void pad_pool_kernel(const char* op, std::span<const Tensor> in, std::span<Tensor> out,
+                     const Attrs& a) {
+  const PadPool p = pad_pool_params(op, a);
+  KILN_DISPATCH_FLOAT(in[0].dtype(), op, [&] {
+    if (p.block == 16)
+      max_pool_pad<scalar_t, 16, kAvg>(in[0], out[0], p);
+    else if (p.block == 8)
+      max_pool_pad<scalar_t, 8, kAvg>(in[0], out[0], p);
+    else
+      max_pool_pad<scalar_t, 1, kAvg>(in[0], out[0], p);
+  });
+}
+
+// inception_v3's branch pools (a Pad, then a 3x3 average pool: 9 per image), in blocks and
+// without the padded copy.
+const OpDef& kAvgPool2dValues = def_op(
+    {.name = "avg_pool2d_values",
+     .num_inputs = 1,
+     .attr_names = {"kernel", "stride", "pad_begin", "pad_end", "block"},
+     .infer = [](std::span<const Tensor> in,
+                 const Attrs& a) { return pad_pool_infer("avg_pool2d_values", in, a); },
+     .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
+                  const Attrs& a) { pad_pool_kernel<true>("avg_pool2d_values", in, out, a); },
+     .contiguous_inputs = true,
+     .doc = "inference 2-D average pooling with zero padding per side counted in the divisor "
+            "(count_include_pad), of NCHW or channel-blocked [N, C/b, H, W, b] input (block "
+            "attribute)"});
+
 const OpDef& kMaxPool2dValues = def_op(
     {.name = "max_pool2d_values",
      .num_inputs = 1,
      .attr_names = {"kernel", "stride", "pad_begin", "pad_end", "block"},
-     .infer =
-         [](std::span<const Tensor> in, const Attrs& a) {
-           const char* op = "max_pool2d_values";
-           const PadPool p = pad_pool_params(op, a);
-           const Shape& s = in[0].shape();
-           if (p.block) {
-             require_blocked(op, in[0], "input");
-             if (s[4] != p.block) fail(op, "input ", s, " is not in blocks of ", p.block);
-           } else if (s.rank() != 4) {
-             fail(op, "input must be 4-D [N, C, H, W], got shape ", s);
-           }
-           op_util::require_float(op, in[0]);
-           if (s[2] == 0 || s[3] == 0) fail(op, "input must have a non-empty plane, got ", s);
-           Shape ys = s;
-           if (s[2] >= 0) ys[2] = (s[2] + p.pt + p.pb - p.kH) / p.sH + 1;
-           if (s[3] >= 0) ys[3] = (s[3] + p.pl + p.pr - p.kW) / p.sW + 1;
-           if (ys[2] == 0 || ys[3] == 0 || (s[2] >= 0 && s[2] + p.pt + p.pb < p.kH) ||
-               (s[3] >= 0 && s[3] + p.pl + p.pr < p.kW))
-             fail(op, "the kernel ", p.kH, "x", p.kW, " does not fit the padded input ", s);
-           return one(in[0].dtype(), ys);
-         },
-     .kernel =
-         [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
-           const PadPool p = pad_pool_params("max_pool2d_values", a);
-           KILN_DISPATCH_FLOAT(in[0].dtype(), "max_pool2d_values", [&] {
-             if (p.block == 16)
-               max_pool_pad<scalar_t, 16>(in[0], out[0], p);
-             else if (p.block == 8)
-               max_pool_pad<scalar_t, 8>(in[0], out[0], p);
-             else
-               max_pool_pad<scalar_t, 1>(in[0], out[0], p);
-           });
-         },
+     .infer = [](std::span<const Tensor> in,
+                 const Attrs& a) { return pad_pool_infer("max_pool2d_values", in, a); },
+     .kernel = [](std::span<const Tensor> in, std::span<Tensor> out,
+                  const Attrs& a) { pad_pool_kernel<false>("max_pool2d_values", in, out, a); },
      .contiguous_inputs = true,
      .doc = "inference 2-D max pooling, values only, with padding per side (padded positions "
             "skipped), of NCHW or channel-blocked [N, C/b, H, W, b] input (block attribute)"});

@@ -4,6 +4,7 @@
 // reorders between NCHW and nChw16c around every convolution: onnxruntime fuses the first two
 // and keeps NCHWc throughout, and these passes do the same.
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -25,7 +26,8 @@ const OpHandle mean_op{"mean"}, mean_hw_blocked{"mean_hw_blocked"},
     scale_channels_blocked{"scale_channels_blocked"}, sigmoid_op{"sigmoid"},
     hardswish_op{"hardswish"}, max_pool2d_values{"max_pool2d_values"}, slice_op{"slice"},
     hardsigmoid_op{"hardsigmoid"}, clamp_op{"clamp"}, tanh_op{"tanh"},
-    gather_op{"gather_channels_blocked"};
+    gather_op{"gather_channels_blocked"}, avg_pool2d_op{"avg_pool2d"},
+    avg_pool2d_values{"avg_pool2d_values"}, full_op{"full"};
 
 // Elementwise ops that may run over channel-padded blocks (a block_layout value whose channel
 // count is not a multiple of the block carries extra lanes up to the next one): each maps
@@ -202,6 +204,33 @@ std::pair<Node*, int64_t> channel_shuffle_at(
   Node* r2 = only(t);
   if (!r2 || !r2->is(ops::reshape) || r2->outputs[0].shape != xs) return {nullptr, 0};
   return {r2, s1[1]};
+}
+
+// Whether v is all zeros: a constant or full(0).
+bool zeros_value(ValueRef v) {
+  if (v.node->is(full_op)) return v.node->attrs.f(1) == 0.0;
+  const Tensor c = const_value(v);
+  if (!c.defined() || c.dtype() != Float32) return false;
+  const Tensor cc = c.contiguous();
+  const float* p = cc.data_ptr<float>();
+  return std::all_of(p, p + cc.numel(), [](float f) { return f == 0.0f; });
+}
+
+// A zero padding of a 4-D value as the pad op builds it (as_strided_scatter of the value into
+// zeros): the rows and columns added before and after ({top, left}, {bottom, right}), or
+// nothing.
+std::optional<std::pair<Ints, Ints>> zero_padding(const Node* s, const Shape& xs) {
+  if (!s->is(ops::as_strided_scatter) || s->inputs.size() != 2) return std::nullopt;
+  const Shape& ps = s->outputs[0].shape;
+  if (!ps.is_static() || ps.rank() != 4 || ps[0] != xs[0] || ps[1] != xs[1] ||
+      s->attrs.ints(0) != xs.vec() ||
+      s->attrs.ints(1) != Ints{ps[1] * ps[2] * ps[3], ps[2] * ps[3], ps[3], 1})
+    return std::nullopt;
+  const int64_t off = s->attrs.i(2), top = off / ps[3], left = off % ps[3];
+  const int64_t bottom = ps[2] - xs[2] - top, right = ps[3] - xs[3] - left;
+  if (top < 0 || bottom < 0 || right < 0 || left + xs[3] > ps[3] || !zeros_value(s->inputs[0]))
+    return std::nullopt;
+  return std::make_pair(Ints{top, left}, Ints{bottom, right});
 }
 
 // Rebuilds the node list with `before[n]` inserted ahead of n (each list already in order).
@@ -644,6 +673,41 @@ int block_layout(Program& p) {
         drop.insert(r2->inputs[0].node);  // the transpose
         make_gather(r2, select(gather_of(n->inputs[0]), sel), xs);
         continue;
+      }
+    }
+    // An average pool of a blocked value, or of its zero padding (ONNX's Pad before an
+    // AveragePool, inception's branch pools), on blocks: the padding is the pool's, counted in
+    // the divisor as avg_pool2d does (count_include_pad).
+    {
+      Node* pool = n;
+      // The padded value is the scatter's input 1.
+      ValueRef src = n->is(ops::as_strided_scatter) && n->inputs.size() == 2 ? n->inputs[1]
+                     : n->inputs.empty()                                     ? ValueRef{}
+                                                                             : n->inputs[0];
+      Ints pb{0, 0}, pe{0, 0};
+      if (!n->is(avg_pool2d_op) && is_blocked(src)) {
+        auto it = readers.find(n);
+        pool = it != readers.end() && it->second.size() == 1 && !fetched.count(n) ? it->second[0]
+                                                                                  : nullptr;
+        auto pads = zero_padding(n, blocked.at(src.node));
+        if (!pads || !pool || !pool->is(avg_pool2d_op)) pool = nullptr;
+        if (pool) pb = pads->first, pe = pads->second;
+      }
+      if (pool && pool->is(avg_pool2d_op) && is_blocked(src) &&
+          pool->outputs[0].shape.is_static()) {
+        const Ints &k = pool->attrs.ints(0), &pp = pool->attrs.ints(2);
+        for (size_t d = 0; d < 2; ++d) pb[d] += pp[d], pe[d] += pp[d];
+        if (pb[0] < k[0] && pb[1] < k[1] && pe[0] < k[0] && pe[1] < k[1]) {
+          pool->op = &*avg_pool2d_values;
+          pool->attrs = Attrs{k, pool->attrs.ints(1), pb, pe, b};
+          pool->inputs = {src};
+          blocked[pool] = pool->outputs[0].shape;
+          pool->outputs[0].shape = bshape(pool->outputs[0].shape);
+          ++changed;
+          // The pad goes; the pool is passed on where it stands.
+          if (pool == n) out.push_back(std::move(up));
+          continue;
+        }
       }
     }
     // A global average pool of a blocked value (mean over H and W): over the blocked value's

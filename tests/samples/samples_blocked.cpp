@@ -1,8 +1,8 @@
 // Samples for the channel-blocked inference ops (kiln/ops/conv_blocked.cpp), which only the
 // block_layout pass and the ONNX importer build: the squeeze-excite pair (mean over H and W,
-// per-channel scale), the values-only max pool with padding per side and the channel gather,
-// each checked against plain loops on the NCHW data. No public wrappers, so the samples call
-// the registered ops.
+// per-channel scale), the values-only max and average pools with padding per side and the
+// channel gather, each checked against plain loops on the NCHW data. No public wrappers, so the
+// samples call the registered ops.
 #include <cmath>
 
 #include "samples/op_samples.h"
@@ -74,6 +74,38 @@ std::vector<OpSample> make_samples() {
                 if (h >= 0 && h < H && w >= 0 && w < W)
                   m = std::max(m, x[static_cast<size_t>((c * H + h) * W + w)]);
             y.push_back(m);
+          }
+      return from_vals(y, Shape{1, C, OH, OW});
+    };
+    s.differentiable = false;
+    s.eager_only = true;
+    v.push_back(std::move(s));
+  }
+  for (int64_t b : {0, 8}) {  // inception's pool: zero padding 1 counted in the divisor
+    OpSample s;
+    s.ops = {"avg_pool2d_values"};
+    s.name = b ? "avg_pad_blocked" : "avg_pad_nchw";
+    s.inputs = [] { return In{rnd({1, 8, 5, 6}, 617)}; };
+    s.run = [b](const In& in) {
+      Attrs a{std::vector<int64_t>{3, 3}, std::vector<int64_t>{1, 2}, std::vector<int64_t>{1, 1},
+              std::vector<int64_t>{1, 0}, b};
+      Tensor x = b ? to_channel_blocks(in[0], b) : in[0];
+      Tensor y = call1(op_named("avg_pool2d_values"), {x}, a);
+      return b ? from_channel_blocks(y) : y;
+    };
+    s.reference = [](const In& in) {
+      // Output 5 x 2: rows from -1 (stride 1), columns from -1 (stride 2, no pad after).
+      const int64_t C = 8, H = 5, W = 6, OH = (H + 2 - 3) + 1, OW = (W + 1 - 3) / 2 + 1;
+      std::vector<double> x = vals(in[0]), y;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            double sum = 0;
+            for (int64_t h = oh - 1; h < oh + 2; ++h)
+              for (int64_t w = ow * 2 - 1; w < ow * 2 + 2; ++w)
+                if (h >= 0 && h < H && w >= 0 && w < W)
+                  sum += x[static_cast<size_t>((c * H + h) * W + w)];
+            y.push_back(sum / 9.0);
           }
       return from_vals(y, Shape{1, C, OH, OW});
     };
