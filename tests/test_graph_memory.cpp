@@ -7,11 +7,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <new>
 
 #include "kiln/exec/session.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
+#include "test_util.h"
 
 // The replacement pair below is malloc/free underneath on purpose; GCC cannot see that the
 // new and delete it pairs are both ours.
@@ -207,6 +209,71 @@ TEST(GraphMemory, StaleBoundFormIsNotReplayedForOtherShapes) {
     EXPECT_EQ(s.run(y, {{x, is_big ? big : small}}).to_vector<float>(),
               is_big ? want_big : want_small)
         << "call " << i << (is_big ? " (big)" : " (small)");
+  }
+}
+
+// Feeds with a dynamic dim: one plan, bound once, then laid out again by symbol at every new
+// length (offsets evaluated along the placement made at the first one), with no generic run and
+// no allocation but the result, and the numbers of a fresh Session at each length. Symbolic
+// sizes (a position table sliced to the length, a reshape by it) and dynamic elementwise groups
+// included.
+TEST(GraphMemory, DynamicFeedsAreLaidOutBySymbolNotPerSize) {
+  manual_seed(6);
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 16});
+  Tensor pos = g.variable("pos", randn({64, 16}));
+  Tensor w = g.variable("w", mul(randn({16, 16}), 0.25));
+  const SymInt T = sym_size(x, 0);
+  Tensor h = gelu(add(mul(add(x, slice(pos, 0, 0, T)), 0.5), 1.0));
+  Tensor m = matmul(h, w);
+  Tensor r = reshape_symint(m, {T * 4, SymInt(4)});
+  Tensor y = sum(mul(tanh(r), sigmoid(r)), {1});
+  auto want = [&](const Tensor& feed) {
+    Session fresh(g);
+    return fresh.run(y, {{x, feed}});
+  };
+  Session s(g);
+  const std::vector<int64_t> lengths = {5, 9, 5, 17, 33, 9, 64, 1, 40, 40, 12, 2, 64, 7};
+  std::vector<Tensor> feeds;
+  for (int64_t t : lengths) feeds.push_back(randn({t, 16}));
+  int64_t relaid = 0;
+  std::map<int64_t, int64_t> arena;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    Tensor got = s.run(y, {{x, feeds[i]}});
+    Tensor ref = want(feeds[i]);
+    ASSERT_EQ(got.shape(), Shape({lengths[i] * 4})) << "length " << lengths[i];
+    EXPECT_LE(kiln_test::max_diff(got, ref), 1e-6) << "length " << lengths[i];
+    const RunStats st = s.last_run();
+    if (i >= 1 && lengths[i] != lengths[i - 1]) {
+      EXPECT_TRUE(st.relaid_out) << "call " << i << " (length " << lengths[i] << ")";
+      ++relaid;
+    }
+    if (i >= 1) arena[lengths[i]] = st.arena_bytes;
+    // Both elementwise chains fuse over the dynamic length (one kernel each, n at run time).
+    const size_t at = st.passes.find("fuse_elementwise: ");
+    ASSERT_NE(at, std::string::npos) << st.passes;
+    EXPECT_EQ(std::stoi(st.passes.substr(at + 18)), 2) << st.passes;
+  }
+  EXPECT_EQ(s.last_run().relayouts, relaid);
+  EXPECT_EQ(s.plans_built(), 1u);
+  // The layout's arena follows the length (planned at 5, evaluated at the others).
+  EXPECT_GT(arena.at(1), 0);
+  EXPECT_LT(arena.at(9), arena.at(33));
+  EXPECT_LT(arena.at(33), arena.at(64));
+  // A run at a new length takes from the allocator its result and the size arithmetic's 0-d
+  // values (sym_size, T * 4) evaluated on the host, whatever the op count; a repeat, only the
+  // result.
+  for (int64_t t : {int64_t{33}, int64_t{50}}) {
+    Tensor feed = randn({t, 16});
+    s.run(y, {{x, randn({3, 16})}});
+    uint64_t a0 = kiln_allocs();
+    s.run(y, {{x, feed}});
+    EXPECT_LE(kiln_allocs() - a0, 3u) << "length " << t;
+    EXPECT_TRUE(s.last_run().relaid_out);
+    a0 = kiln_allocs();
+    s.run(y, {{x, feed}});
+    EXPECT_LE(kiln_allocs() - a0, 1u) << "length " << t << ", again";
+    EXPECT_FALSE(s.last_run().relaid_out);
   }
 }
 

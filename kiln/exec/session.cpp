@@ -14,6 +14,7 @@
 #include "kiln/core/interrupt.h"
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/dispatch/profile.h"
+#include "kiln/exec/session_plan.h"
 #include "kiln/graph/node.h"
 #include "kiln/passes/memory_plan.h"
 
@@ -21,74 +22,7 @@ using namespace kiln::detail;
 
 namespace kiln {
 
-struct Session::Plan {
-  struct Step {
-    const OpDef* op;
-    Attrs attrs;
-    std::vector<int> in;
-    std::vector<int> out;
-    std::vector<int> free_after;  // slots whose last use is this step
-    // Symbolic size attributes (Node::patches): the last patches.size() inputs are their
-    // values; out_shapes are the node's output shapes, whose static dims each run checks.
-    std::vector<SizePatch> patches;
-    std::vector<Shape> out_shapes;
-    bool takes_dead = false;  // merge: runs with dead inputs and forwards the live one
-  };
-  Program program;
-  std::vector<Step> steps;
-  int num_slots = 0;
-  std::vector<std::pair<int, Tensor>> constants;          // slot, value
-  std::vector<std::pair<int, std::string>> variables;     // slot, name
-  std::vector<std::pair<int, const Node*>> placeholders;  // slot, node (in the program)
-  std::vector<std::string> placeholder_names;
-  std::vector<int> fetch_slots;
-  std::string passes;
-  bool has_control_flow = false;
-  // The first step that writes a variable (steps.size(): none). Interrupts are taken only
-  // before it, so an interrupted run leaves every variable as it was.
-  size_t first_write = 0;
-
-  // ---- the bound form: built after a first run, replayed while feeds keep their layouts ----
-  // Every op output lives at a planned offset in one arena (kiln/passes/memory_plan.h), or is a
-  // view whose storage is re-pointed each run; kernels are called directly on prebuilt tensors.
-  // A replay allocates only the fetched results.
-  struct SlotInfo {
-    DType dtype = Float32;
-    Shape shape;
-    Strides strides;
-    int64_t offset = 0;
-    bool seen = false;
-    int view_of = -1;      // slot whose storage this value aliases (view steps), -1: none
-    int64_t view_rel = 0;  // its offset minus the aliased value's offset (elements)
-  };
-  enum class StepKind : uint8_t { Kernel, View, Generic };
-  struct Bound {
-    bool ok = false;
-    std::vector<StepKind> kind;             // per step
-    std::vector<char> fresh;                // per slot: allocate a new buffer each run
-    std::vector<char> is_view;              // per slot: a prebuilt view re-pointed each run
-    std::vector<Tensor> slots;              // prebuilt tensors (arena-backed or views)
-    std::vector<std::vector<int>> release;  // per step: fresh slots to drop after it
-    std::shared_ptr<Storage> arena;
-    int64_t arena_bytes = 0, unplanned_bytes = 0;
-    // Per slot: the placeholder (index into placeholders) whose buffer this fetched result may
-    // be written into when that placeholder is donated, or -1 (see set_donated).
-    std::vector<int> reuse;
-    int64_t donated_gen = -1;      // the Session's set_donated generation of ph_donated
-    std::vector<char> ph_donated;  // per placeholder: named in set_donated
-    std::vector<char> donate_now;  // per placeholder: donated and safe to write this run
-    bool any_reuse = false;
-  };
-  std::vector<SlotInfo> info;  // recorded by the last generic run
-  Bound bound;
-  int binds = 0;  // times this plan was bound (a new feed layout rebinds it)
-};
-
 namespace {
-
-bool same_strides(const Strides& a, const Strides& b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
-}
 
 std::string signature(const std::vector<Tensor>& fetches, const FeedDict& feeds) {
   std::ostringstream os;
@@ -282,7 +216,8 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
   bool dead_feed = false;
   for (const Tensor* f : feed_of_) dead_feed = dead_feed || f->is_dead();
   std::vector<Tensor>* slots_ptr;
-  const bool bound = p.bound.ok && !dead_feed && feeds_match(p);
+  stats_.relaid_out = false;
+  const bool bound = p.bound.ok && !dead_feed && (feeds_match(p) || relayout(p));
   try {
     if (bound) {
       run_bound(p);
@@ -322,6 +257,7 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
     last_plan_ = &p;
   }
   stats_.plan_steps = static_cast<int64_t>(p.steps.size());
+  stats_.relayouts = p.relayouts;
   std::vector<Tensor> out;
   out.reserve(p.fetch_slots.size());
   for (size_t i = 0; i < p.fetch_slots.size(); ++i) {
@@ -394,23 +330,6 @@ bool Session::feeds_match(const Plan& p) const {
   return true;
 }
 
-// Runs a step whose size attributes are symbolic: their values come from its trailing inputs.
-// A static dim of the node's outputs that came out otherwise is an error (the graph was built
-// believing it fixed), which the JIT answers by compiling the call for its concrete shape.
-static TensorList run_patched(const Session::Plan::Step& st, std::span<const Tensor> ins) {
-  TensorList outs = run_node_kernel(*st.op, ins, st.attrs, st.patches);
-  for (size_t o = 0; o < outs.size() && o < st.out_shapes.size(); ++o) {
-    const Shape& want = st.out_shapes[o];
-    const Shape& got = outs[o].shape();
-    bool ok = want.rank() == got.rank();
-    for (int64_t d = 0; ok && d < want.rank(); ++d) ok = want[d] < 0 || want[d] == got[d];
-    if (!ok)
-      fail(st.op->name.c_str(), "output ", o, " has shape ", got, " where the graph has ", want,
-           ": a symbolic size changed a dim taken as static (needs a static size)");
-  }
-  return outs;
-}
-
 void Session::run_generic(Plan& p) {
   stats_.donated_writes = 0;
   std::vector<Tensor>& slots = generic_slots_;
@@ -467,7 +386,7 @@ void Session::run_generic(Plan& p) {
     std::span<const Tensor> in_span(ins.data(), ins.size());
     TensorList outs = st.takes_dead        ? st.op->view(in_span, st.attrs)
                       : st.patches.empty() ? run_kernel(*st.op, in_span, st.attrs)
-                                           : run_patched(st, in_span);
+                                           : run_patched_step(st, in_span);
     if (st.takes_dead && !outs[0].defined()) {  // every input dead: no work was done
       for (int s : st.free_after) slots[static_cast<size_t>(s)] = Tensor();
       continue;
@@ -488,251 +407,6 @@ void Session::run_generic(Plan& p) {
     ++executed;
   }
   stats_.nodes_executed = executed;
-}
-
-// Builds the bound form from what the generic run recorded: step kinds, which slots need a
-// fresh buffer each run (fetched results and what they alias, outputs of generic steps), and
-// an arena plan for the rest over lifetimes in this plan's own step order.
-void Session::bind(Plan& p) {
-  Plan::Bound b;
-  const size_t S = p.steps.size(), N = static_cast<size_t>(p.num_slots);
-  for (const auto& si : p.info)
-    if (!si.seen) return;  // some value was never computed
-  b.kind.resize(S);
-  b.fresh.assign(N, 0);
-  std::vector<int> def(N, -1), last(N, -1);
-  for (size_t i = 0; i < S; ++i) {
-    const auto& st = p.steps[i];
-    Plan::StepKind k = Plan::StepKind::Kernel;
-    if (st.op->has(kSideEffect) || st.op->has(kControlFlow) || !st.patches.empty()) {
-      // assign is a view that writes; a patched op resolves its sizes on every run
-      k = Plan::StepKind::Generic;
-    } else if (st.op->view) {
-      k = Plan::StepKind::View;
-      for (int o : st.out)
-        k = p.info[static_cast<size_t>(o)].view_of >= 0 ? k : Plan::StepKind::Generic;
-    } else if (!st.op->kernel) {
-      k = Plan::StepKind::Generic;
-    } else if (st.op->contiguous_inputs) {
-      for (int x : st.in) {
-        const auto& si = p.info[static_cast<size_t>(x)];
-        if (!same_strides(si.strides, contiguous_strides(si.shape))) k = Plan::StepKind::Generic;
-      }
-    }
-    b.kind[i] = k;
-    for (int o : st.out) {
-      def[static_cast<size_t>(o)] = static_cast<int>(i);
-      if (k == Plan::StepKind::Generic) b.fresh[static_cast<size_t>(o)] = 1;
-    }
-    for (int x : st.in) last[static_cast<size_t>(x)] = static_cast<int>(i);
-  }
-  auto root = [&](int s) {
-    while (p.info[static_cast<size_t>(s)].view_of >= 0) s = p.info[static_cast<size_t>(s)].view_of;
-    return s;
-  };
-  for (int f : p.fetch_slots) {
-    // Fetched results get buffers of their own (the caller keeps them); a fetched variable or
-    // constant is the Session's own tensor, copied out by run() and kept in its slot (marking
-    // it fresh dropped it after the first bound run: the third run of a plan fetching a
-    // variable reported it dead).
-    if (def[static_cast<size_t>(root(f))] >= 0) {
-      b.fresh[static_cast<size_t>(f)] = 1;
-      b.fresh[static_cast<size_t>(root(f))] = 1;
-    }
-    last[static_cast<size_t>(f)] = static_cast<int>(S);
-  }
-  // A view keeps the buffer it aliases alive until its own last use.
-  for (size_t i = S; i-- > 0;)
-    if (b.kind[i] == Plan::StepKind::View)
-      for (int o : p.steps[i].out) {
-        int base = p.info[static_cast<size_t>(o)].view_of;
-        last[static_cast<size_t>(base)] =
-            std::max(last[static_cast<size_t>(base)], last[static_cast<size_t>(o)]);
-      }
-  // Donation candidates: a fetched result of an in-place-capable kernel step (addmm onto its
-  // input 0; an elementwise op onto any input) over a contiguous placeholder of its own shape
-  // and dtype that no later step reads (views included) and no other input of the step aliases.
-  b.reuse.assign(N, -1);
-  {
-    std::vector<int> ph_of(N, -1);
-    for (size_t k = 0; k < p.placeholders.size(); ++k)
-      ph_of[static_cast<size_t>(p.placeholders[k].first)] = static_cast<int>(k);
-    std::vector<char> taken(p.placeholders.size(), 0);
-    auto contiguous = [&](int s) {
-      const auto& si = p.info[static_cast<size_t>(s)];
-      return same_strides(si.strides, contiguous_strides(si.shape));
-    };
-    for (size_t i = 0; i < S; ++i) {
-      const auto& st = p.steps[i];
-      if (b.kind[i] != Plan::StepKind::Kernel || st.out.size() != 1) continue;
-      const int o = st.out[0];
-      const bool accumulates = st.op->has(kAccumulates);
-      if (!b.fresh[static_cast<size_t>(o)] || !contiguous(o) ||
-          (!accumulates && !(st.op->has(kElementwise) && st.op->has(kInplaceable))))
-        continue;
-      const auto& oi = p.info[static_cast<size_t>(o)];
-      for (size_t j = 0; j < (accumulates ? 1 : st.in.size()); ++j) {
-        const int x = st.in[j];
-        const int k = ph_of[static_cast<size_t>(x)];
-        if (k < 0 || taken[static_cast<size_t>(k)] ||
-            last[static_cast<size_t>(x)] != static_cast<int>(i) || !contiguous(x) ||
-            p.info[static_cast<size_t>(x)].dtype != oi.dtype ||
-            p.info[static_cast<size_t>(x)].shape != oi.shape)
-          continue;
-        bool aliased = false;
-        for (size_t q = 0; q < st.in.size(); ++q)
-          aliased = aliased || (q != j && root(st.in[q]) == x);
-        if (aliased) continue;
-        b.reuse[static_cast<size_t>(o)] = k;
-        taken[static_cast<size_t>(k)] = 1;
-        b.any_reuse = true;
-        break;
-      }
-    }
-  }
-  std::vector<ValueLife> life(N);
-  for (size_t s = 0; s < N; ++s) {
-    const auto& si = p.info[s];
-    bool kernel_out = def[s] >= 0 && b.kind[static_cast<size_t>(def[s])] == Plan::StepKind::Kernel;
-    life[s].plannable = kernel_out && !b.fresh[s];
-    life[s].bytes =
-        static_cast<int64_t>(si.shape.numel() * static_cast<int64_t>(dtype_size(si.dtype)));
-    life[s].def = std::max(def[s], 0);
-    life[s].last_use = std::max(last[s], life[s].def);
-  }
-  MemoryPlan mp = plan_memory(life);
-  b.arena_bytes = mp.arena_bytes;
-  b.unplanned_bytes = mp.unplanned_bytes;
-  // The generic run's intermediates sit freed in the allocator's cache, sized for a run that
-  // bound runs no longer make: hand them back before the arena comes, so that peak memory is the
-  // larger of the two, not their sum (W6 graph: 154 -> 114 MiB peak RSS).
-  empty_cache();
-  b.arena = std::make_shared<Storage>(static_cast<size_t>(std::max<int64_t>(mp.arena_bytes, 64)));
-  b.slots.assign(N, Tensor());
-  b.is_view.assign(N, 0);
-  for (size_t s = 0; s < N; ++s) {
-    const auto& si = p.info[s];
-    bool is_view = def[s] >= 0 && b.kind[static_cast<size_t>(def[s])] == Plan::StepKind::View;
-    b.is_view[s] = is_view;
-    if (mp.offset[s] < 0 && !is_view) continue;
-    auto impl = make_tensor_impl();
-    impl->dtype = si.dtype;
-    impl->shape = si.shape;
-    if (is_view) {  // storage re-pointed each run at the aliased buffer
-      impl->strides = si.strides;
-      impl->offset = si.offset;
-    } else {
-      impl->storage = b.arena;
-      impl->strides = contiguous_strides(si.shape);
-      impl->offset = mp.offset[s] / static_cast<int64_t>(dtype_size(si.dtype));
-    }
-    impl->recompute_contiguous();
-    b.slots[s] = Tensor(std::move(impl));
-  }
-  for (auto& [s, v] : p.constants) b.slots[static_cast<size_t>(s)] = v;
-  for (auto& [s, name] : p.variables) b.slots[static_cast<size_t>(s)] = vars_.at(name);
-  // Fresh, unfetched buffers go at their last use, as in the generic run.
-  b.release.assign(S, {});
-  std::vector<char> fetched(N, 0);
-  for (int f : p.fetch_slots) fetched[static_cast<size_t>(f)] = 1;
-  // A value nobody reads (an unused second output) goes right after the step that made it
-  // (last is -1 there: indexing release with it wrote out of bounds).
-  for (size_t s = 0; s < N; ++s)
-    if (b.fresh[s] && !fetched[s] && def[s] >= 0 && !b.is_view[s]) {
-      const int at = std::min<int>(std::max(last[s], def[s]), static_cast<int>(S) - 1);
-      b.release[static_cast<size_t>(at)].push_back(static_cast<int>(s));
-    }
-  b.ok = true;
-  p.bound = std::move(b);
-}
-
-void Session::run_bound(Plan& p) {
-  auto& b = p.bound;
-  auto& slots = b.slots;
-  for (size_t i = 0; i < p.placeholders.size(); ++i)
-    slots[static_cast<size_t>(p.placeholders[i].first)] = *feed_of_[i];
-  // Which donated feeds this run may write into: contiguous, and sharing storage with no other
-  // feed and no variable (the result would change what another input or the Session holds).
-  int64_t donated_writes = 0;
-  if (b.any_reuse) {
-    const size_t P = p.placeholders.size();
-    if (b.donated_gen != donated_gen_) {
-      b.ph_donated.assign(P, 0);
-      for (size_t i = 0; i < P; ++i)
-        b.ph_donated[i] = std::find(donated_.begin(), donated_.end(),
-                                    p.placeholders[i].second->name) != donated_.end();
-      b.donated_gen = donated_gen_;
-    }
-    b.donate_now.assign(P, 0);
-    for (size_t i = 0; i < P; ++i) {
-      if (!b.ph_donated[i]) continue;
-      const Tensor& t = *feed_of_[i];
-      bool ok = t.is_contiguous();
-      for (size_t j = 0; ok && j < P; ++j) ok = j == i || !t.shares_storage(*feed_of_[j]);
-      for (auto it = vars_.begin(); ok && it != vars_.end(); ++it)
-        ok = !t.shares_storage(it->second);
-      b.donate_now[i] = ok;
-    }
-  }
-  TensorList ins, outs;
-  std::optional<NoInterruptGuard> writing;
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    if (i < p.first_write) [[likely]]
-      interruption_point("Session::run");
-    else if (i == p.first_write)
-      writing.emplace();
-    const auto& st = p.steps[i];
-    switch (b.kind[i]) {
-      case Plan::StepKind::View:
-        for (int o : st.out) {
-          const auto& si = p.info[static_cast<size_t>(o)];
-          const Tensor& base = slots[static_cast<size_t>(si.view_of)];
-          TensorImpl* impl = slots[static_cast<size_t>(o)].impl();
-          impl->storage = base.impl()->storage;
-          impl->offset = base.impl()->offset + si.view_rel;  // the base may sit in the arena
-        }
-        break;
-      case Plan::StepKind::Kernel: {
-        ins.clear();
-        outs.clear();
-        for (int x : st.in) ins.push_back(slots[static_cast<size_t>(x)]);
-        for (int o : st.out) {
-          Tensor& t = slots[static_cast<size_t>(o)];
-          if (b.fresh[static_cast<size_t>(o)]) {
-            const int k = b.reuse[static_cast<size_t>(o)];
-            if (k >= 0 && b.donate_now[static_cast<size_t>(k)]) {
-              t = slots[static_cast<size_t>(p.placeholders[static_cast<size_t>(k)].first)];
-              ++donated_writes;
-            } else {
-              const auto& si = p.info[static_cast<size_t>(o)];
-              t = empty(si.shape, si.dtype);
-            }
-          }
-          outs.push_back(t);
-        }
-        const double t0 = profiling_enabled() ? profile_now() : 0;
-        invoke_kernel(*st.op, std::span<const Tensor>(ins.data(), ins.size()),
-                      std::span<Tensor>(outs.data(), outs.size()), st.attrs);
-        if (profiling_enabled())
-          profile_record(*st.op, profile_now() - t0,
-                         std::span<const Tensor>(ins.data(), ins.size()));
-        break;
-      }
-      case Plan::StepKind::Generic: {
-        ins.clear();
-        for (int x : st.in) ins.push_back(slots[static_cast<size_t>(x)]);
-        const std::span<const Tensor> in_span(ins.data(), ins.size());
-        TensorList o =
-            st.patches.empty() ? run_kernel(*st.op, in_span, st.attrs) : run_patched(st, in_span);
-        for (size_t k = 0; k < st.out.size(); ++k)
-          slots[static_cast<size_t>(st.out[k])] = std::move(o[k]);
-        break;
-      }
-    }
-    for (int r : b.release[i]) slots[static_cast<size_t>(r)] = Tensor();
-  }
-  stats_.nodes_executed = static_cast<int64_t>(p.steps.size());
-  stats_.donated_writes = donated_writes;
 }
 
 void Session::set_donated(const std::vector<Tensor>& placeholders) {

@@ -30,6 +30,10 @@ struct RunStats {
   int64_t arena_bytes = 0;      ///< planned arena of the plan in use (0 until it is bound)
   int64_t unplanned_bytes = 0;  ///< what its planned buffers would take without reuse
   int64_t donated_writes = 0;   ///< results written into donated feeds' buffers (set_donated)
+  /// Feeds with dynamic dims: times the plan in use was laid out again by symbol for new feed
+  /// shapes (arena offsets evaluated, no generic run, no new plan), and whether this run was.
+  int64_t relayouts = 0;
+  bool relaid_out = false;
 };
 
 class Session {
@@ -81,6 +85,7 @@ class Session {
   bool feeds_match(const Plan& p) const;
   void run_generic(Plan& p);
   void bind(Plan& p);
+  bool relayout(Plan& p);
   void run_bound(Plan& p);
   // Held by every public member function: the members below are the state of the run in
   // progress (feed_of_, generic_slots_, the plans' arenas) or shared across runs.

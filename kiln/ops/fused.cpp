@@ -561,6 +561,34 @@ void check_generic(const State& s, DType dt) {
   s.generic_checked.fetch_or(bit, std::memory_order_acq_rel);
 }
 
+// Every output is written at the group's shape. An extra output (a member also needed outside
+// the group) must be of that shape itself, which the fusion pass knows for static shapes; with
+// dynamic dims it is checked here, on the inputs that reach it, so a member that would have
+// broadcast at these sizes is an error (the JIT then compiles for them), never a wrong shape.
+void check_extra_shapes(const Program& p, std::span<const Tensor> in, const Shape& shape) {
+  if (p.outputs.size() < 2) return;
+  bool broadcasts = false;
+  for (const auto& t : in) broadcasts = broadcasts || t.shape() != shape;
+  if (!broadcasts) return;
+  std::vector<uint64_t> reach(p.code.size(), 0);  // inputs each instruction depends on
+  for (size_t i = 0; i < p.code.size(); ++i)
+    for (int a : p.code[i].args)
+      reach[i] |= a >= 0 ? uint64_t{1} << a : reach[static_cast<size_t>(-1 - a)];
+  for (size_t k = 1; k < p.outputs.size(); ++k) {
+    const uint64_t r = reach[static_cast<size_t>(p.outputs[k])];
+    Shape own;
+    bool first = true;
+    for (size_t j = 0; j < in.size(); ++j)
+      if (r >> j & 1) {
+        own = first ? in[j].shape() : broadcast_shapes(own, in[j].shape(), "fused");
+        first = false;
+      }
+    if (own != shape)
+      fail("fused", "output ", k, " would be ", own, " but the group computes ", shape,
+           ": a member broadcasts at these sizes (program ", p.text, ")");
+  }
+}
+
 MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
   const State& s = state_for(a);
   if (static_cast<int>(in.size()) != s.prog.num_inputs)
@@ -580,6 +608,7 @@ MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
   if (!found || !is_floating(dt))
     fail("fused", "needs float32 or float64 inputs, got ", dt, " ", shape);
   check_generic(s, dt);
+  check_extra_shapes(s.prog, in, shape);
   MetaList m;
   for (size_t k = 0; k < s.prog.outputs.size(); ++k) {
     TensorMeta& t = m.emplace_back();

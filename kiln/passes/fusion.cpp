@@ -21,7 +21,9 @@ bool can_join(const Node& n, DType dt, const Shape& shape) {
   if (n.kind != NodeKind::Op || n.outputs.size() != 1 || !fused::supported(*n.op)) return false;
   if (n.op->has(kRandom) || n.op->has(kSideEffect) || !n.patches.empty()) return false;
   const TensorMeta& m = n.outputs[0];
-  if (!m.shape.is_static() || m.shape != shape) return false;
+  // Dynamic dims join too: a member computed at the group's shape gives its broadcast value,
+  // and the fused op checks at run time that an extra output is of the group's shape.
+  if (m.shape != shape) return false;
   if (m.dtype == Bool) {
     if (!fused::bool_valued(*n.op)) return false;
   } else if (m.dtype != dt) {
