@@ -207,6 +207,33 @@ TEST(Fusion, MalformedOutputListsAreRejected) {
   EXPECT_LT(max_rel(r[1], add(a, b)), 1e-7);
 }
 
+// Dynamic dims fuse; a member also fetched (an extra output) whose dims broadcast into the
+// group's at some sizes keeps its own shape there, as eager.
+TEST(Fusion, DynamicGroupWhoseMemberBroadcastsAtRunTime) {
+  Graph g;
+  Tensor x = g.placeholder("x", Float32, {Dim::any(), 8});
+  Tensor y = g.placeholder("y", Float32, {Dim::any(), 8});
+  Tensor z = g.placeholder("z", Float32, {Dim::any(), 8});
+  Tensor m = exp(mul(add(x, y), 0.5));
+  Tensor r = tanh(mul(m, z));
+  Session s(g);
+  for (int64_t a : {5, 1, 3}) {
+    for (int64_t b : {5, 1}) {
+      Tensor xv = randn({a, 8}), yv = randn({a, 8}), zv = randn({b, 8});
+      if (a != b && a != 1 && b != 1) continue;
+      auto got = s.run({r, m}, {{x, xv}, {y, yv}, {z, zv}});
+      Tensor m_ref = exp(mul(add(xv, yv), 0.5));
+      Tensor r_ref = tanh(mul(m_ref, zv));
+      ASSERT_EQ(got[1].shape(), m_ref.shape()) << a << " " << b;
+      ASSERT_EQ(got[0].shape(), r_ref.shape()) << a << " " << b;
+      EXPECT_LT(max_rel(got[0], r_ref), 1e-6) << a << " " << b;
+      EXPECT_LT(max_rel(got[1], m_ref), 1e-6) << a << " " << b;
+      EXPECT_NE(s.last_run().passes.find("fuse_elementwise: 1"), std::string::npos)
+          << s.last_run().passes;
+    }
+  }
+}
+
 TEST(Fusion, ThousandAddsFuseIntoOneKernel) {
   Graph g;
   Tensor x = g.placeholder("x", Float32, {16});

@@ -524,8 +524,15 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
     w.base.push_back(static_cast<const char*>(in[static_cast<size_t>(k)].raw_data()));
     w.esz.push_back(static_cast<int64_t>(dtype_size(in_dt[static_cast<size_t>(k)])));
   }
-  for (int k = 0; k < no; ++k)
-    w.obase[k] = static_cast<char*>(out[static_cast<size_t>(k)].raw_data());
+  // An output of its own, smaller shape (own_shape) is written at the group's into scratch,
+  // then computed apart by its own program.
+  SmallVec<Tensor, 8> scratch(static_cast<size_t>(no));
+  for (int k = 0; k < no; ++k) {
+    Tensor& ok = out[static_cast<size_t>(k)];
+    if (ok.shape() != S) scratch[static_cast<size_t>(k)] = empty(S, dt);
+    w.obase[k] =
+        static_cast<char*>((ok.shape() != S ? scratch[static_cast<size_t>(k)] : ok).raw_data());
+  }
   w.oes = static_cast<int64_t>(dtype_size(dt));
   split_rows(w, o.numel());
   w.stream = o.numel() * w.oes >= cpu::kStreamBytes;
@@ -541,6 +548,16 @@ void k_fused(std::span<const Tensor> in_raw, std::span<Tensor> out, const Attrs&
   };
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, w.chunk));
   parallel_for(w.units, grain, [&](int64_t u0, int64_t u1) { run_units(w, u0, u1, compute); });
+  for (int k = 1; k < no; ++k) {
+    if (!scratch[static_cast<size_t>(k)].defined()) continue;
+    std::vector<int> used;
+    const std::string text = output_program(s.prog, static_cast<size_t>(k), used);
+    TensorList ins;
+    for (int j : used) ins.push_back(in[static_cast<size_t>(j)]);
+    const Attrs pa{AttrValue(text), AttrValue(register_program(text))};
+    invoke_kernel(fused_op(), std::span<const Tensor>(ins.data(), ins.size()),
+                  std::span<Tensor>(&out[static_cast<size_t>(k)], 1), pa);
+  }
 }
 
 // Generic instructions compute in the group's dtype: their op must map it to itself and accept
@@ -561,32 +578,27 @@ void check_generic(const State& s, DType dt) {
   s.generic_checked.fetch_or(bit, std::memory_order_acq_rel);
 }
 
-// Every output is written at the group's shape. An extra output (a member also needed outside
-// the group) must be of that shape itself, which the fusion pass knows for static shapes; with
-// dynamic dims it is checked here, on the inputs that reach it, so a member that would have
-// broadcast at these sizes is an error (the JIT then compiles for them), never a wrong shape.
-void check_extra_shapes(const Program& p, std::span<const Tensor> in, const Shape& shape) {
-  if (p.outputs.size() < 2) return;
+// Output k's own shape: the broadcast of the inputs that reach it. The fusion pass groups
+// members of the root's shape, so every output has the group's shape, except where dynamic dims
+// equal while tracing differ at run time (a member that broadcasts into the root there): that
+// output keeps its own shape, as eager gives it, and k_fused computes it apart.
+Shape own_shape(const Program& p, size_t k, std::span<const Tensor> in, const Shape& group) {
   bool broadcasts = false;
-  for (const auto& t : in) broadcasts = broadcasts || t.shape() != shape;
-  if (!broadcasts) return;
+  for (const auto& t : in) broadcasts = broadcasts || t.shape() != group;
+  if (k == 0 || !broadcasts) return group;
   std::vector<uint64_t> reach(p.code.size(), 0);  // inputs each instruction depends on
   for (size_t i = 0; i < p.code.size(); ++i)
     for (int a : p.code[i].args)
       reach[i] |= a >= 0 ? uint64_t{1} << a : reach[static_cast<size_t>(-1 - a)];
-  for (size_t k = 1; k < p.outputs.size(); ++k) {
-    const uint64_t r = reach[static_cast<size_t>(p.outputs[k])];
-    Shape own;
-    bool first = true;
-    for (size_t j = 0; j < in.size(); ++j)
-      if (r >> j & 1) {
-        own = first ? in[j].shape() : broadcast_shapes(own, in[j].shape(), "fused");
-        first = false;
-      }
-    if (own != shape)
-      fail("fused", "output ", k, " would be ", own, " but the group computes ", shape,
-           ": a member broadcasts at these sizes (program ", p.text, ")");
-  }
+  const uint64_t r = reach[static_cast<size_t>(p.outputs[k])];
+  Shape own;
+  bool first = true;
+  for (size_t j = 0; j < in.size(); ++j)
+    if (r >> j & 1) {
+      own = first ? in[j].shape() : broadcast_shapes(own, in[j].shape(), "fused");
+      first = false;
+    }
+  return own;
 }
 
 MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
@@ -608,12 +620,11 @@ MetaList infer_fused(std::span<const Tensor> in, const Attrs& a) {
   if (!found || !is_floating(dt))
     fail("fused", "needs float32 or float64 inputs, got ", dt, " ", shape);
   check_generic(s, dt);
-  check_extra_shapes(s.prog, in, shape);
   MetaList m;
   for (size_t k = 0; k < s.prog.outputs.size(); ++k) {
     TensorMeta& t = m.emplace_back();
     t.dtype = dt;
-    t.shape = shape;
+    t.shape = own_shape(s.prog, k, in, shape);
   }
   return m;
 }

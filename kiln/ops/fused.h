@@ -93,6 +93,9 @@ bool native(const OpDef& op);
 bool bool_valued(const OpDef& op);
 /// Parses the text form; kiln::Error on a malformed program.
 Program parse(const std::string& text);
+/// Text of the program computing output `k` of `p` alone, over the inputs that reach it;
+/// `inputs` gets their indices in `p` (input j of the new program is input inputs[j] of `p`).
+std::string output_program(const Program& p, size_t k, std::vector<int>& inputs);
 /// Text of one instruction, for the fusion pass to build programs.
 std::string instr_text(const OpDef& op, const std::vector<std::string>& args, const Attrs& attrs);
 

@@ -67,6 +67,41 @@ std::string instr_text(const OpDef& op, const std::vector<std::string>& args, co
   return s + ")";
 }
 
+std::string output_program(const Program& p, size_t k, std::vector<int>& inputs) {
+  const int root = p.outputs.at(k);
+  std::vector<char> need(p.code.size(), 0);
+  need[static_cast<size_t>(root)] = 1;
+  for (int i = root; i >= 0; --i)
+    if (need[static_cast<size_t>(i)])
+      for (int a : p.code[static_cast<size_t>(i)].args)
+        if (a < 0) need[static_cast<size_t>(-1 - a)] = 1;
+  std::vector<int> temp(p.code.size(), -1), input_of(static_cast<size_t>(p.num_inputs), -1);
+  inputs.clear();
+  std::string text;
+  int t = 0;
+  for (int i = 0; i <= root; ++i) {
+    if (!need[static_cast<size_t>(i)]) continue;
+    const Instr& ins = p.code[static_cast<size_t>(i)];
+    std::vector<std::string> args;
+    for (int a : ins.args) {
+      if (a < 0) {
+        args.push_back(str_cat("t", temp[static_cast<size_t>(-1 - a)]));
+        continue;
+      }
+      int& j = input_of[static_cast<size_t>(a)];
+      if (j < 0) {
+        j = static_cast<int>(inputs.size());
+        inputs.push_back(a);
+      }
+      args.push_back(str_cat("i", j));
+    }
+    if (!text.empty()) text += ";";
+    text += instr_text(*ins.op, args, ins.kernel_attrs);
+    temp[static_cast<size_t>(i)] = t++;
+  }
+  return text;
+}
+
 namespace {
 
 // The attribute values as the op's kernel reads them (doubles, in order).

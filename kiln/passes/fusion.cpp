@@ -22,7 +22,7 @@ bool can_join(const Node& n, DType dt, const Shape& shape) {
   if (n.op->has(kRandom) || n.op->has(kSideEffect) || !n.patches.empty()) return false;
   const TensorMeta& m = n.outputs[0];
   // Dynamic dims join too: a member computed at the group's shape gives its broadcast value,
-  // and the fused op checks at run time that an extra output is of the group's shape.
+  // and an extra output that broadcasts at run time keeps its own shape (fused.cpp own_shape).
   if (m.shape != shape) return false;
   if (m.dtype == Bool) {
     if (!fused::bool_valued(*n.op)) return false;
