@@ -395,9 +395,12 @@ bool build_fused(FusedEntry& e) {
   // The kernel transforms the weights on every call (O x C x 36 values), which only pays off
   // over enough output pixels: measured on this host at 1 thread, Winograd and direct break
   // even near 400 pixels (N x OH x OW) for 64 to 512 channels alike (512 channels at 7x7: batch
-  // 1 3.8 ms against 1.7 direct, batch 16 13.1 against 18.4).
+  // 1 3.8 ms against 1.7 direct, batch 16 13.1 against 18.4). Nor over few input channels:
+  // inception_v3's 32-channel 3x3 on 147x147 took 3.3 ms a call against 2.3 direct (its 64 and
+  // 80-channel ones 0.47 / 0.56 and 3.7 / 7.4).
   const bool winograd = winograd_on && f.in_block && s.kH == 3 && s.kW == 3 && s.sH == 1 &&
-                        s.sW == 1 && s.dH == 1 && s.dW == 1 && s.N * s.OH * s.OW >= 512;
+                        s.sW == 1 && s.dH == 1 && s.dW == 1 && s.N * s.OH * s.OW >= 512 &&
+                        s.C >= 64;
   dnnl_post_ops_t po = nullptr;
   dnnl_primitive_attr_t attr = nullptr;
   if (dnnl_post_ops_create(&po) != dnnl_success) return false;
