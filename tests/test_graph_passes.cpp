@@ -608,7 +608,7 @@ TEST(PassConvLayout, ResNetBlocksFuseAndComputeInBlocksWithSameNumbers) {
   }
   // 8 convolutions, the max pool, the relu and add after them, the mean.
   EXPECT_EQ(blocked, 12);
-  EXPECT_EQ(count_op(p, "max_pool2d_blocked"), 1);
+  EXPECT_EQ(count_op(p, "max_pool2d_values"), 1);
   EXPECT_EQ(count_op(p, "max_pool2d"), 0);
   // The only NCHW copy: the fetched conv's value (the mean pools the blocks).
   EXPECT_EQ(count_op(p, "clone"), 1);

@@ -600,9 +600,13 @@ int block_layout(Program& p) {
       n->attrs = with_attr(n->attrs, 8, int64_t{2});
       ++changed;
     }
+    // A max pool whose indices nothing reads: values only, on blocks (max_pool2d_values, whose
+    // padding per side is max_pool2d's on both).
     if (n->is(ops::max_pool2d) && is_blocked(n->inputs[0]) && !uses1.count(n) &&
         !fetched1.count(n) && n->outputs[0].shape.is_static()) {
-      n->op = &*ops::max_pool2d_blocked;
+      const Ints &k = n->attrs.ints(0), &pd = n->attrs.ints(2);
+      n->op = &*max_pool2d_values;
+      n->attrs = Attrs{k, n->attrs.ints(1), pd, pd, b};
       blocked[n] = n->outputs[0].shape;
       n->outputs = {TensorMeta{n->outputs[0].dtype, bshape(n->outputs[0].shape)}};
       ++changed;
