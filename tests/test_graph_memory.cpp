@@ -150,6 +150,42 @@ TEST(GraphMemory, JitReplayAllocatesOnlyWhatItReturns) {
   EXPECT_NEAR(r.item<double>(), eager.item<double>(), 1e-5);
 }
 
+// A jitted function whose length varies: after the second length makes it dynamic, every call
+// at any length replays the one version on its plan laid out by symbol, taking from Kiln's
+// allocator its result and the sizes evaluated on the host, however many ops it has (a plan
+// per size went generic after four lengths, allocating every intermediate).
+TEST(GraphMemory, JitDynamicVersionAllocatesLittleAtEveryLength) {
+  manual_seed(9);
+  Tensor w = mul(randn({16, 16}), 0.25), pos = randn({64, 16}), v = randn({16});
+  auto f = jit([](const Tensor& x, const Tensor& w, const Tensor& pos, const Tensor& v) {
+    Tensor h = gelu(add(matmul(x, w), slice(pos, 0, 0, sym_size(x, 0))));
+    Tensor g = mul(sigmoid(h), tanh(add(h, 0.5)));
+    return matmul(layer_norm(g, {16}), v);
+  });
+  auto eager = [&](const Tensor& x) {
+    Tensor h = gelu(add(matmul(x, w), pos.slice(0, 0, x.shape()[0])));
+    Tensor g = mul(sigmoid(h), tanh(add(h, 0.5)));
+    return matmul(layer_norm(g, {16}), v);
+  };
+  f(randn({7, 16}), w, pos, v);
+  f(randn({9, 16}), w, pos, v);
+  for (int64_t t : {12, 40, 5, 64, 33, 12, 1, 50}) {
+    Tensor x = randn({t, 16});
+    uint64_t a0 = kiln_allocs();
+    f(x, w, pos, v);  // a new length: laid out by symbol
+    const uint64_t first = kiln_allocs() - a0;
+    a0 = kiln_allocs();
+    Tensor r = f(x, w, pos, v);
+    const uint64_t again = kiln_allocs() - a0;
+    // A new length: the result, the host's sym_size value and, when it is the longest so far,
+    // the grown arena. A repeat: the result.
+    EXPECT_LE(first, 3u) << "length " << t;
+    EXPECT_LE(again, 1u) << "length " << t;
+    EXPECT_LE(kiln_test::max_diff(r, eager(x)), 1e-5) << "length " << t;
+  }
+  EXPECT_EQ(f.stats().compiles, 2);
+}
+
 // Kernels that write their output through a view (cat, slice_grad) must start from the output's
 // own offset: in a bound plan the output sits inside the arena. Both wrote at the arena's start
 // until 2026-12-03, clobbering whatever lived there (a jitted MoE training step diverged from
