@@ -1,5 +1,8 @@
-// ONNX converters for the sampling ops of vision models: GridSample (Kiln's grid_sample) and
-// RoiAlign (Kiln's roi_align, torchvision's).
+// ONNX converters for the vision ops: GridSample (Kiln's grid_sample), RoiAlign (Kiln's
+// roi_align, torchvision's) and NonMaxSuppression (Kiln's batched_nms).
+#include <algorithm>
+#include <optional>
+
 #include "kiln/onnx/onnx_internal.h"
 
 namespace kiln::onnx::detail {
@@ -38,6 +41,28 @@ KILN_ONNX_OP(RoiAlign) {
   Tensor boxes = cat({cast(unsqueeze(bi, 1), rois.dtype()), rois}, 1);
   return TL{roi_align(x, boxes, {n.i("output_height", 1), n.i("output_width", 1)},
                       n.f("spatial_scale", 1.0), n.i("sampling_ratio", 0), aligned)};
+}
+
+// NonMaxSuppression: Kiln's batched_nms, whose row count a graph learns at run. The counts and
+// thresholds are inputs: they must be known at import (constants, or bound).
+KILN_ONNX_OP(NonMaxSuppression) {
+  const Tensor &boxes = n.req(0), &scores = n.req(1);
+  auto scalar = [&](size_t k, const char* what) -> std::optional<double> {
+    if (!n.has_input(k)) return std::nullopt;
+    const Tensor& t = n.in[k];
+    if (!t.is_concrete())
+      n.fail("input ", k, " (", what, ") must be known at import (a constant or bound)");
+    if (t.numel() != 1) n.fail("input ", k, " (", what, ") must hold one value, got ", t.shape());
+    return t.to_vector<double>()[0];
+  };
+  const std::optional<double> max_boxes = scalar(2, "max_output_boxes_per_class");
+  const std::optional<double> iou = scalar(3, "iou_threshold");
+  const std::optional<double> score = scalar(4, "score_threshold");
+  const int64_t cpb = n.i("center_point_box", 0);
+  if (cpb != 0 && cpb != 1) n.fail("center_point_box must be 0 or 1, got ", cpb);
+  // ONNX: a max of 0 (the default) selects nothing; larger than the box count, all.
+  const int64_t m = static_cast<int64_t>(std::clamp(max_boxes.value_or(0.0), 0.0, 9.0e18));
+  return TL{batched_nms(boxes, scores, m, iou.value_or(0.0), score, cpb == 1)};
 }
 
 }  // namespace

@@ -261,6 +261,17 @@ Tensor grid_sample(const Tensor& input, const Tensor& grid, const std::string& m
 /// concrete boxes; aligned shifts the boxes by half a pixel. No gradient reaches the boxes.
 Tensor roi_align(const Tensor& input, const Tensor& boxes, std::vector<int64_t> output_size,
                  double spatial_scale = 1.0, int64_t sampling_ratio = -1, bool aligned = false);
+/// Greedy non-maximum suppression as ONNX's NonMaxSuppression: boxes [B, N, 4] as (y1, x1, y2,
+/// x2) corners (either diagonal) or, with center_point_box, (x_center, y_center, width,
+/// height); scores [B, C, N]. Per batch and class, boxes scoring above score_threshold are
+/// taken by score (ties: the lower index) unless their IoU with one taken exceeds
+/// iou_threshold, at most max_output_boxes_per_class: the [num_selected, 3] int64 rows (batch,
+/// class, box). The row count depends on the values: in a graph it is a size read at run.
+Tensor batched_nms(const Tensor& boxes, const Tensor& scores, int64_t max_output_boxes_per_class,
+                   double iou_threshold, std::optional<double> score_threshold = std::nullopt,
+                   bool center_point_box = false);
+/// torchvision.ops.nms: indices of the boxes [N, 4] (x1, y1, x2, y2) kept, by decreasing score.
+Tensor nms(const Tensor& boxes, const Tensor& scores, double iou_threshold);
 /// torch.nn.functional.unfold (im2col): [N, C, H, W] (or [C, H, W]) -> [N, C kH kW, L] sliding
 /// blocks; fold (col2im) sums blocks back into [N, C, output_size]. Each is a grouped
 /// convolution with a 0/1 kernel, so both are differentiable.

@@ -1,13 +1,131 @@
 // Sampling ops of vision models, composed from Kiln ops (gather, floor, where, ...) so that they
 // run eagerly, in graphs and under jit, with gradients from autograd: grid_sample
-// (torch.nn.functional.grid_sample on 4-D input) and roi_align (torchvision.ops.roi_align).
+// (torch.nn.functional.grid_sample on 4-D input) and roi_align (torchvision.ops.roi_align). And
+// non-maximum suppression: the registry op nms_batched (greedy selection per batch and class,
+// the selected rows compacted first and their count), whose public forms (batched_nms, nms)
+// slice the rows to the count: a size a graph learns at run (SymInt from the count tensor).
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
+#include <numeric>
 
+#include "kiln/dispatch/dispatch.h"
 #include "kiln/ops/ops.h"
+#include "kiln/ops/sym_int.h"
+
+using namespace kiln::detail;
 
 namespace kiln {
 namespace {
+
+// ---- nms_batched -----------------------------------------------------------------------------
+
+// boxes [B, N, 4], scores [B, C, N]; attrs max_per_class, iou_threshold, score_threshold (NaN:
+// none), center_point_box. Outputs rows [B C K, 3] int64 (K = min(N, max_per_class)): the
+// (batch, class, box) of every selected box, batch by batch, class by class, in selection order,
+// then rows of -1; and their count (0-d int64).
+MetaList infer_nms(std::span<const Tensor> in, const Attrs& a) {
+  const char* op = "nms_batched";
+  const Tensor &boxes = in[0], &scores = in[1];
+  if (boxes.dim() != 3 || boxes.size(2) != 4)
+    fail(op, "boxes must be [batch, boxes, 4], got ", boxes.shape());
+  if (scores.dim() != 3)
+    fail(op, "scores must be [batch, classes, boxes], got ", scores.shape(), " (boxes ",
+         boxes.shape(), ")");
+  // The row count bound comes from the box count: a dynamic dim has none.
+  if (!boxes.shape().is_static() || !scores.shape().is_static())
+    fail(op, "needs a static size: got boxes ", boxes.shape(), " and scores ", scores.shape());
+  if (scores.size(0) != boxes.size(0) || scores.size(2) != boxes.size(1))
+    fail(op, "scores ", scores.shape(), " do not match boxes ", boxes.shape(), " (expected [",
+         boxes.size(0), ", classes, ", boxes.size(1), "])");
+  if (!is_floating(boxes.dtype()) || !is_floating(scores.dtype()))
+    fail(op, "boxes and scores must be floating, got ", dtype_name(boxes.dtype()), " and ",
+         dtype_name(scores.dtype()));
+  if (a.i(0) < 0) fail(op, "max_output_boxes_per_class must be >= 0, got ", a.i(0));
+  const int64_t K = std::min(boxes.size(1), a.i(0));
+  MetaList m;
+  m.push_back(TensorMeta{Int64, Shape{scores.size(0) * scores.size(1) * K, 3}});
+  m.push_back(TensorMeta{Int64, Shape{}});
+  return m;
+}
+
+void nms_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
+  const Tensor &boxes = in[0], &scores = in[1];
+  const std::vector<double> box_v = boxes.to_vector<double>(), score_v = scores.to_vector<double>();
+  const int64_t B = boxes.size(0), N = boxes.size(1), C = scores.size(1);
+  const int64_t K = std::min(N, a.i(0));
+  const double iou_max = a.f(1), score_min = a.f(2);
+  const bool center = a.i(3) != 0;
+  const double* bx = box_v.data();
+  const double* sc = score_v.data();
+  int64_t* rows = out[0].data_ptr<int64_t>();
+  std::fill(rows, rows + out[0].numel(), int64_t{-1});
+  int64_t count = 0;
+  std::vector<std::array<double, 4>> corners(static_cast<size_t>(N));
+  std::vector<int64_t> order, kept;
+  for (int64_t b = 0; b < B; ++b) {
+    // Corners as (y1, x1, y2, x2) with y1 <= y2, x1 <= x2 (ONNX allows either diagonal).
+    for (int64_t i = 0; i < N; ++i) {
+      const double* p = bx + (b * N + i) * 4;
+      std::array<double, 4> c;
+      if (center)  // (x_center, y_center, width, height)
+        c = {p[1] - p[3] / 2, p[0] - p[2] / 2, p[1] + p[3] / 2, p[0] + p[2] / 2};
+      else
+        c = {std::min(p[0], p[2]), std::min(p[1], p[3]), std::max(p[0], p[2]),
+             std::max(p[1], p[3])};
+      corners[static_cast<size_t>(i)] = c;
+    }
+    auto iou = [&](int64_t u, int64_t v) {
+      const auto &p = corners[static_cast<size_t>(u)], &q = corners[static_cast<size_t>(v)];
+      const double ih = std::max(0.0, std::min(p[2], q[2]) - std::max(p[0], q[0]));
+      const double iw = std::max(0.0, std::min(p[3], q[3]) - std::max(p[1], q[1]));
+      const double inter = ih * iw;
+      const double uni = (p[2] - p[0]) * (p[3] - p[1]) + (q[2] - q[0]) * (q[3] - q[1]) - inter;
+      return uni > 0 ? inter / uni : 0.0;
+    };
+    for (int64_t c = 0; c < C; ++c) {
+      const double* s = sc + (b * C + c) * N;
+      order.clear();
+      for (int64_t i = 0; i < N; ++i)
+        if (std::isnan(score_min) || s[i] > score_min) order.push_back(i);
+      // Highest score first; ties by the lower index (a NaN score is never selected).
+      order.erase(
+          std::remove_if(order.begin(), order.end(), [&](int64_t i) { return std::isnan(s[i]); }),
+          order.end());
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t u, int64_t v) { return s[u] > s[v]; });
+      kept.clear();
+      for (int64_t i : order) {
+        if (static_cast<int64_t>(kept.size()) >= K) break;
+        bool keep = true;
+        for (int64_t j : kept)
+          if (iou(i, j) > iou_max) {
+            keep = false;
+            break;
+          }
+        if (!keep) continue;
+        kept.push_back(i);
+        rows[count * 3] = b, rows[count * 3 + 1] = c, rows[count * 3 + 2] = i;
+        ++count;
+      }
+    }
+  }
+  *out[1].data_ptr<int64_t>() = count;
+}
+
+const OpDef& kNmsBatched =
+    def_op({.name = "nms_batched",
+            .num_inputs = 2,
+            .num_outputs = 2,
+            .attr_names = {"max_output_boxes_per_class", "iou_threshold", "score_threshold",
+                           "center_point_box"},
+            .traits = kStaticShapes,
+            .infer = infer_nms,
+            .kernel = nms_kernel,
+            .doc = "greedy non-maximum suppression per batch and class: the selected (batch, "
+                   "class, box) rows first, then -1 rows, and their count. Static shapes: the "
+                   "rows are sized by the box count, which a dynamic dim does not give"});
 
 enum class Pad { Zeros, Border, Reflection };
 
@@ -129,6 +247,33 @@ Tensor roi_align_fixed(const Tensor& input, const Tensor& boxes, int64_t PH, int
 }
 
 }  // namespace
+
+Tensor batched_nms(const Tensor& boxes, const Tensor& scores, int64_t max_output_boxes_per_class,
+                   double iou_threshold, std::optional<double> score_threshold,
+                   bool center_point_box) {
+  if (!boxes.defined() || !scores.defined()) fail("nms_batched", "undefined input");
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  TensorList r = call(kNmsBatched, {boxes, scores},
+                      {max_output_boxes_per_class, iou_threshold, score_threshold.value_or(none),
+                       static_cast<int64_t>(center_point_box)});
+  // The count is known after the kernel: eagerly a number, in a graph a size read at run.
+  const SymInt n =
+      r[1].is_concrete() ? SymInt(r[1].to_vector<int64_t>()[0]) : SymInt(r[1], SymInt::kNoHint);
+  return slice(r[0], 0, 0, n);
+}
+
+Tensor nms(const Tensor& boxes, const Tensor& scores, double iou_threshold) {
+  const char* op = "nms";
+  if (!boxes.defined() || !scores.defined()) fail(op, "undefined input");
+  if (boxes.dim() != 2 || boxes.size(1) != 4)
+    fail(op, "boxes must be [N, 4] (x1, y1, x2, y2), got ", boxes.shape());
+  if (scores.dim() != 1 || scores.size(0) != boxes.size(0))
+    fail(op, "scores must be [N] for boxes ", boxes.shape(), ", got ", scores.shape());
+  // torchvision's corners are (x1, y1, x2, y2); the IoU does not care which axis is first.
+  Tensor rows = batched_nms(unsqueeze(boxes, 0), reshape(scores, Shape{1, 1, scores.size(0)}),
+                            boxes.size(0), iou_threshold, std::nullopt, false);
+  return squeeze(slice(rows, 1, 2, 3), 1);
+}
 
 Tensor roi_align(const Tensor& input, const Tensor& boxes, std::vector<int64_t> output_size,
                  double spatial_scale, int64_t sampling_ratio, bool aligned) {

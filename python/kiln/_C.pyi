@@ -1347,6 +1347,8 @@ def neg(input: Tensor) -> Tensor:
     """-x"""
 def negative(*args: Any, **kwargs: Any) -> Any: ...
 def nll_loss(input: Tensor, target: Tensor, weight: Any = None, size_average: Any = None, ignore_index: int = -100, reduce: Any = None, reduction: str = 'mean') -> Tensor: ...
+def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
+    """torchvision.ops.nms: indices of the boxes [N, 4] kept, by decreasing score."""
 def nonzero(input: Tensor, *, as_tuple: bool = False) -> Any:
     """Coordinates [n, rank] of the nonzero elements (as_tuple: one 1-D tensor per dim)."""
 def norm(input: Tensor, p: float = 2.0, dim: Any = None, keepdim: bool = False) -> Tensor:

@@ -358,6 +358,14 @@ void init_ops_conv_pool(py::module_& m, TensorClass& cls) {
       py::arg("sampling_ratio") = -1, py::arg("aligned") = false,
       "torchvision.ops.roi_align with boxes [K, 5] (batch index, x1, y1, x2, y2).");
   m.def(
+      "nms",
+      [](const Tensor& boxes, const Tensor& scores, double iou_threshold) {
+        MaybeNoGil g(boxes.is_concrete() && scores.is_concrete());
+        return nms(boxes, scores, iou_threshold);
+      },
+      py::arg("boxes"), py::arg("scores"), py::arg("iou_threshold"),
+      "torchvision.ops.nms: indices of the boxes [N, 4] kept, by decreasing score.");
+  m.def(
       "pixel_shuffle", [](const Tensor& x, int64_t r) { return pixel_shuffle(x, r); },
       py::arg("input"), py::arg("upscale_factor"));
   m.def(

@@ -328,7 +328,7 @@ ELSEWHERE |= {
     "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
     "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "pixel_shuffle",
     "pixel_unshuffle", "group_norm", "instance_norm", "local_response_norm", "grid_sample",
-    "roi_align",
+    "roi_align", "nms",
 }
 # Compared with torch in test_ops_index_shape.py.
 ELSEWHERE |= {

@@ -334,6 +334,28 @@ def test_roi_align(sampling_ratio, aligned, output_size):
           lambda a: tv_ops.roi_align(a, tb, output_size, 0.8, sampling_ratio, aligned), x)
 
 
+def test_nms_against_torchvision():
+    tv_ops = pytest.importorskip("torchvision.ops")
+    r = np.random.RandomState(5)
+    xy = r.uniform(0, 10, size=(40, 2))
+    boxes = np.concatenate([xy, xy + r.uniform(0.5, 4, size=(40, 2))], 1)
+    scores = r.permutation(40).astype(np.float64) / 40  # distinct: torchvision's ties are unordered
+    for iou in (0.0, 0.3, 0.7, 1.0):
+        got = kiln._C.nms(kiln.tensor(boxes), kiln.tensor(scores), iou).numpy()
+        want = tv_ops.nms(torch.tensor(boxes), torch.tensor(scores), iou).numpy()
+        np.testing.assert_array_equal(got, want)
+    # In a graph the number kept is learnt at run.
+    f = kiln.jit(lambda b, s: kiln._C.nms(b, s, 0.3))
+    got = f(kiln.tensor(boxes.astype(np.float32)), kiln.tensor(scores.astype(np.float32)))
+    want = tv_ops.nms(torch.tensor(boxes, dtype=torch.float32),
+                      torch.tensor(scores, dtype=torch.float32), 0.3).numpy()
+    np.testing.assert_array_equal(got.numpy(), want)
+    with pytest.raises(kiln.Error, match=r"\[nms\] boxes must be \[N, 4\]"):
+        kiln._C.nms(kiln.randn(3, 5), kiln.randn(3), 0.5)
+    with pytest.raises(kiln.Error, match=r"\[nms\] scores must be \[N\]"):
+        kiln._C.nms(kiln.randn(3, 4), kiln.randn(4), 0.5)
+
+
 def test_roi_align_graph_and_errors():
     tv_ops = pytest.importorskip("torchvision.ops")
     x = R.randn(1, 2, 6, 5).astype(np.float32)

@@ -41,6 +41,9 @@ INTERNAL = {
     "all_reduce": "dist",
     # the broadcast reduction of gradients when a graph's dims are only known at run time
     "sum_to_like": "gradient",
+    # behind kiln.nms (torchvision's, no torch namesake): against torchvision in
+    # test_ops_conv_pool.py, and ONNX's NonMaxSuppression
+    "nms_batched": "internal",
 }
 _OP_RE = re.compile(r"= ([A-Za-z_0-9]+)\(")
 
