@@ -2,6 +2,7 @@
 // built from what a generic run recorded, and laid out again by symbol when feeds with dynamic
 // dims change size (kiln/exec/sym_layout.h).
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "kiln/core/allocator.h"
@@ -87,6 +88,236 @@ void check_layout(const Session::Plan& p, const Session::Plan::Step& st, const T
   }
 }
 
+// Whether a plan's feeds have dynamic dims it can follow by symbol (relayout) instead of
+// rebinding at each new size: plain contiguous feeds, and no switch/merge.
+bool lays_out_by_symbol(const Session::Plan& p) {
+  if (p.has_control_flow) return false;
+  bool any_dynamic = false;
+  for (const auto& [s, n] : p.placeholders) {
+    const auto& si = p.info[static_cast<size_t>(s)];
+    any_dynamic = any_dynamic || !n->outputs[0].shape.is_static();
+    if (!same_strides(si.strides, contiguous_strides(si.shape))) return false;
+  }
+  return any_dynamic;
+}
+
+// Session::bind's steps over one plan, filling a Bound. def / last: per slot, the step that
+// makes it (-1: fed, constant or variable) and the last step that reads it (S: kept past the
+// run); the step kinds, the fetched results and the views refine them before they become the
+// arena plan's lifetimes.
+class Binder {
+ public:
+  using Plan = Session::Plan;
+  using StepKind = Plan::StepKind;
+
+  explicit Binder(const Plan& p) : p_(p), S_(p.steps.size()), N_(static_cast<size_t>(p.num_slots)) {
+    def.assign(N_, -1);
+    last.assign(N_, -1);
+    b.kind.resize(S_);
+    b.fresh.assign(N_, 0);
+    b.reuse.assign(N_, -1);
+  }
+
+  Plan::Bound b;
+  std::vector<int> def, last;
+
+  // Each step's kind; outputs of generic steps get a fresh buffer each run.
+  void classify_steps(bool dynamic) {
+    for (size_t i = 0; i < S_; ++i) {
+      const auto& st = p_.steps[i];
+      const StepKind k = kind_of(st, dynamic);
+      b.kind[i] = k;
+      for (int o : st.out) {
+        def[static_cast<size_t>(o)] = static_cast<int>(i);
+        if (k == StepKind::Generic) b.fresh[static_cast<size_t>(o)] = 1;
+      }
+      for (int x : st.in) last[static_cast<size_t>(x)] = static_cast<int>(i);
+    }
+  }
+
+  void keep_fetched() {
+    for (int f : p_.fetch_slots) {
+      // Fetched results get buffers of their own (the caller keeps them); a fetched variable or
+      // constant is the Session's own tensor, copied out by run() and kept in its slot (marking
+      // it fresh dropped it after the first bound run: the third run of a plan fetching a
+      // variable reported it dead).
+      if (def[static_cast<size_t>(root(f))] >= 0) {
+        b.fresh[static_cast<size_t>(f)] = 1;
+        b.fresh[static_cast<size_t>(root(f))] = 1;
+      }
+      last[static_cast<size_t>(f)] = static_cast<int>(S_);
+    }
+  }
+
+  // A view keeps the buffer it aliases alive until its own last use.
+  void extend_view_lives() {
+    for (size_t i = S_; i-- > 0;)
+      if (p_.steps[i].op->view)
+        for (int o : p_.steps[i].out) {
+          const int base = p_.info[static_cast<size_t>(o)].view_of;
+          if (base < 0) continue;
+          last[static_cast<size_t>(base)] =
+              std::max(last[static_cast<size_t>(base)], last[static_cast<size_t>(o)]);
+        }
+  }
+
+  // Donation candidates: a fetched result of an in-place-capable kernel step (addmm onto its
+  // input 0; an elementwise op onto any input) over a contiguous placeholder of its own shape
+  // and dtype that no later step reads (views included) and no other input of the step aliases.
+  void find_donations() {
+    std::vector<int> ph_of(N_, -1);
+    for (size_t k = 0; k < p_.placeholders.size(); ++k)
+      ph_of[static_cast<size_t>(p_.placeholders[k].first)] = static_cast<int>(k);
+    std::vector<char> taken(p_.placeholders.size(), 0);
+    for (size_t i = 0; i < S_; ++i) {
+      const auto& st = p_.steps[i];
+      if (b.kind[i] != StepKind::Kernel || st.out.size() != 1) continue;
+      const int o = st.out[0];
+      const bool accumulates = st.op->has(kAccumulates);
+      if (!b.fresh[static_cast<size_t>(o)] || !contiguous(o) ||
+          (!accumulates && !(st.op->has(kElementwise) && st.op->has(kInplaceable))))
+        continue;
+      for (size_t j = 0; j < (accumulates ? 1 : st.in.size()); ++j) {
+        const int k = ph_of[static_cast<size_t>(st.in[j])];
+        if (k < 0 || taken[static_cast<size_t>(k)] || !donates(i, j)) continue;
+        b.reuse[static_cast<size_t>(o)] = k;
+        taken[static_cast<size_t>(k)] = 1;
+        b.any_reuse = true;
+        break;
+      }
+    }
+  }
+
+  // The arena plan's input: kernel outputs that are not fresh each run are plannable.
+  std::vector<ValueLife> lifetimes() const {
+    std::vector<ValueLife> life(N_);
+    for (size_t s = 0; s < N_; ++s) {
+      const auto& si = p_.info[s];
+      life[s].plannable = made_by(s, StepKind::Kernel) && !b.fresh[s];
+      life[s].bytes =
+          static_cast<int64_t>(si.shape.numel() * static_cast<int64_t>(dtype_size(si.dtype)));
+      life[s].def = std::max(def[s], 0);
+      life[s].last_use = std::max(last[s], life[s].def);
+    }
+    return life;
+  }
+
+  // The arena and the prebuilt tensors over it: planned slots at their offsets, views whose
+  // storage each run re-points at the buffer they alias.
+  void make_slots(const MemoryPlan& mp) {
+    b.arena = std::make_shared<Storage>(static_cast<size_t>(std::max<int64_t>(mp.arena_bytes, 64)));
+    b.slots.assign(N_, Tensor());
+    b.is_view.assign(N_, 0);
+    for (size_t s = 0; s < N_; ++s) {
+      const auto& si = p_.info[s];
+      const bool is_view = made_by(s, StepKind::View);
+      b.is_view[s] = is_view;
+      if (mp.offset[s] < 0 && !is_view) continue;
+      auto impl = make_tensor_impl();
+      impl->dtype = si.dtype;
+      impl->shape = si.shape;
+      if (is_view) {
+        impl->strides = si.strides;
+        impl->offset = si.offset;
+      } else {
+        impl->storage = b.arena;
+        impl->strides = contiguous_strides(si.shape);
+        impl->offset = mp.offset[s] / static_cast<int64_t>(dtype_size(si.dtype));
+      }
+      impl->recompute_contiguous();
+      b.slots[s] = Tensor(std::move(impl));
+    }
+  }
+
+  // Fresh, unfetched buffers go at their last use, as in the generic run.
+  void schedule_releases() {
+    b.release.assign(S_, {});
+    std::vector<char> fetched(N_, 0);
+    for (int f : p_.fetch_slots) fetched[static_cast<size_t>(f)] = 1;
+    // A value nobody reads (an unused second output) goes right after the step that made it
+    // (last is -1 there: indexing release with it wrote out of bounds).
+    for (size_t s = 0; s < N_; ++s)
+      if (b.fresh[s] && !fetched[s] && def[s] >= 0 && !b.is_view[s]) {
+        const int at = std::min<int>(std::max(last[s], def[s]), static_cast<int>(S_) - 1);
+        b.release[static_cast<size_t>(at)].push_back(static_cast<int>(s));
+      }
+  }
+
+ private:
+  StepKind kind_of(const Plan::Step& st, bool dynamic) const {
+    // assign is a view that writes; a patched op resolves its sizes on every run
+    if (st.op->has(kSideEffect) || st.op->has(kControlFlow) || !st.patches.empty())
+      return StepKind::Generic;
+    if (st.op->view && dynamic) return StepKind::Generic;  // its strides move with the sizes
+    if (st.op->view) {
+      for (int o : st.out)
+        if (p_.info[static_cast<size_t>(o)].view_of < 0) return StepKind::Generic;
+      return StepKind::View;
+    }
+    if (!st.op->kernel) return StepKind::Generic;
+    if (st.op->contiguous_inputs)
+      for (int x : st.in)
+        if (!contiguous(x)) return StepKind::Generic;
+    return StepKind::Kernel;
+  }
+
+  // Whether step i's output may be written over its input j (a placeholder): read last there,
+  // contiguous, of the output's dtype and shape, and aliased by no other input of the step.
+  bool donates(size_t i, size_t j) const {
+    const auto& st = p_.steps[i];
+    const int x = st.in[j];
+    const auto& xi = p_.info[static_cast<size_t>(x)];
+    const auto& oi = p_.info[static_cast<size_t>(st.out[0])];
+    if (last[static_cast<size_t>(x)] != static_cast<int>(i) || !contiguous(x) ||
+        xi.dtype != oi.dtype || xi.shape != oi.shape)
+      return false;
+    for (size_t q = 0; q < st.in.size(); ++q)
+      if (q != j && root(st.in[q]) == x) return false;
+    return true;
+  }
+
+  bool made_by(size_t s, StepKind k) const {
+    return def[s] >= 0 && b.kind[static_cast<size_t>(def[s])] == k;
+  }
+  int root(int s) const {
+    while (p_.info[static_cast<size_t>(s)].view_of >= 0)
+      s = p_.info[static_cast<size_t>(s)].view_of;
+    return s;
+  }
+  bool contiguous(int s) const {
+    const auto& si = p_.info[static_cast<size_t>(s)];
+    return same_strides(si.strides, contiguous_strides(si.shape));
+  }
+
+  const Plan& p_;
+  const size_t S_, N_;
+};
+
+// Which donated feeds this run may write into (b.donate_now): contiguous, and sharing storage
+// with no other feed and no variable (the result would change what another input or the
+// Session holds). Which feeds are donated is looked up again only after set_donated.
+void mark_donations(Session::Plan& p, const std::vector<const Tensor*>& feed_of,
+                    const std::vector<std::string>& donated, int64_t donated_gen,
+                    const std::map<std::string, Tensor>& vars) {
+  auto& b = p.bound;
+  const size_t P = p.placeholders.size();
+  if (b.donated_gen != donated_gen) {
+    b.ph_donated.assign(P, 0);
+    for (size_t i = 0; i < P; ++i)
+      b.ph_donated[i] = std::find(donated.begin(), donated.end(), p.placeholders[i].second->name) !=
+                        donated.end();
+    b.donated_gen = donated_gen;
+  }
+  b.donate_now.assign(P, 0);
+  for (size_t i = 0; i < P; ++i) {
+    if (!b.ph_donated[i]) continue;
+    const Tensor& t = *feed_of[i];
+    bool ok = t.is_contiguous();
+    for (size_t j = 0; ok && j < P; ++j) ok = j == i || !t.shares_storage(*feed_of[j]);
+    for (auto it = vars.begin(); ok && it != vars.end(); ++it) ok = !t.shares_storage(it->second);
+    b.donate_now[i] = ok;
+  }
+}
 }  // namespace
 
 // New feed shapes for a plan laid out by symbol: every slot's shape by inference, offsets along
@@ -154,130 +385,23 @@ bool Session::relayout(Plan& p) {
 // fresh buffer each run (fetched results and what they alias, outputs of generic steps), and
 // an arena plan for the rest over lifetimes in this plan's own step order.
 void Session::bind(Plan& p) {
-  Plan::Bound b;
-  const size_t S = p.steps.size(), N = static_cast<size_t>(p.num_slots);
   for (const auto& si : p.info)
     if (!si.seen) return;  // some value was never computed
-  b.kind.resize(S);
-  b.fresh.assign(N, 0);
   // Dynamic dims in the feeds: the bound form is laid out again at each new size (relayout).
-  bool dynamic = !p.has_control_flow;
-  bool any_dynamic = false;
-  for (const auto& [s, n] : p.placeholders) {
-    const auto& si = p.info[static_cast<size_t>(s)];
-    any_dynamic = any_dynamic || !n->outputs[0].shape.is_static();
-    dynamic = dynamic && same_strides(si.strides, contiguous_strides(si.shape));
-  }
-  dynamic = dynamic && any_dynamic;
-  std::vector<int> def(N, -1), last(N, -1);
-  for (size_t i = 0; i < S; ++i) {
-    const auto& st = p.steps[i];
-    Plan::StepKind k = Plan::StepKind::Kernel;
-    if (st.op->has(kSideEffect) || st.op->has(kControlFlow) || !st.patches.empty()) {
-      // assign is a view that writes; a patched op resolves its sizes on every run
-      k = Plan::StepKind::Generic;
-    } else if (st.op->view && dynamic) {
-      k = Plan::StepKind::Generic;  // its strides move with the sizes
-    } else if (st.op->view) {
-      k = Plan::StepKind::View;
-      for (int o : st.out)
-        k = p.info[static_cast<size_t>(o)].view_of >= 0 ? k : Plan::StepKind::Generic;
-    } else if (!st.op->kernel) {
-      k = Plan::StepKind::Generic;
-    } else if (st.op->contiguous_inputs) {
-      for (int x : st.in) {
-        const auto& si = p.info[static_cast<size_t>(x)];
-        if (!same_strides(si.strides, contiguous_strides(si.shape))) k = Plan::StepKind::Generic;
-      }
-    }
-    b.kind[i] = k;
-    for (int o : st.out) {
-      def[static_cast<size_t>(o)] = static_cast<int>(i);
-      if (k == Plan::StepKind::Generic) b.fresh[static_cast<size_t>(o)] = 1;
-    }
-    for (int x : st.in) last[static_cast<size_t>(x)] = static_cast<int>(i);
-  }
-  auto root = [&](int s) {
-    while (p.info[static_cast<size_t>(s)].view_of >= 0) s = p.info[static_cast<size_t>(s)].view_of;
-    return s;
-  };
-  for (int f : p.fetch_slots) {
-    // Fetched results get buffers of their own (the caller keeps them); a fetched variable or
-    // constant is the Session's own tensor, copied out by run() and kept in its slot (marking
-    // it fresh dropped it after the first bound run: the third run of a plan fetching a
-    // variable reported it dead).
-    if (def[static_cast<size_t>(root(f))] >= 0) {
-      b.fresh[static_cast<size_t>(f)] = 1;
-      b.fresh[static_cast<size_t>(root(f))] = 1;
-    }
-    last[static_cast<size_t>(f)] = static_cast<int>(S);
-  }
-  // A view keeps the buffer it aliases alive until its own last use.
-  for (size_t i = S; i-- > 0;)
-    if (p.steps[i].op->view)
-      for (int o : p.steps[i].out) {
-        int base = p.info[static_cast<size_t>(o)].view_of;
-        if (base < 0) continue;
-        last[static_cast<size_t>(base)] =
-            std::max(last[static_cast<size_t>(base)], last[static_cast<size_t>(o)]);
-      }
-  // Donation candidates: a fetched result of an in-place-capable kernel step (addmm onto its
-  // input 0; an elementwise op onto any input) over a contiguous placeholder of its own shape
-  // and dtype that no later step reads (views included) and no other input of the step aliases.
-  b.reuse.assign(N, -1);
-  {
-    std::vector<int> ph_of(N, -1);
-    for (size_t k = 0; k < p.placeholders.size(); ++k)
-      ph_of[static_cast<size_t>(p.placeholders[k].first)] = static_cast<int>(k);
-    std::vector<char> taken(p.placeholders.size(), 0);
-    auto contiguous = [&](int s) {
-      const auto& si = p.info[static_cast<size_t>(s)];
-      return same_strides(si.strides, contiguous_strides(si.shape));
-    };
-    for (size_t i = 0; i < S; ++i) {
-      const auto& st = p.steps[i];
-      if (b.kind[i] != Plan::StepKind::Kernel || st.out.size() != 1) continue;
-      const int o = st.out[0];
-      const bool accumulates = st.op->has(kAccumulates);
-      if (!b.fresh[static_cast<size_t>(o)] || !contiguous(o) ||
-          (!accumulates && !(st.op->has(kElementwise) && st.op->has(kInplaceable))))
-        continue;
-      const auto& oi = p.info[static_cast<size_t>(o)];
-      for (size_t j = 0; j < (accumulates ? 1 : st.in.size()); ++j) {
-        const int x = st.in[j];
-        const int k = ph_of[static_cast<size_t>(x)];
-        if (k < 0 || taken[static_cast<size_t>(k)] ||
-            last[static_cast<size_t>(x)] != static_cast<int>(i) || !contiguous(x) ||
-            p.info[static_cast<size_t>(x)].dtype != oi.dtype ||
-            p.info[static_cast<size_t>(x)].shape != oi.shape)
-          continue;
-        bool aliased = false;
-        for (size_t q = 0; q < st.in.size(); ++q)
-          aliased = aliased || (q != j && root(st.in[q]) == x);
-        if (aliased) continue;
-        b.reuse[static_cast<size_t>(o)] = k;
-        taken[static_cast<size_t>(k)] = 1;
-        b.any_reuse = true;
-        break;
-      }
-    }
-  }
-  std::vector<ValueLife> life(N);
-  for (size_t s = 0; s < N; ++s) {
-    const auto& si = p.info[s];
-    bool kernel_out = def[s] >= 0 && b.kind[static_cast<size_t>(def[s])] == Plan::StepKind::Kernel;
-    life[s].plannable = kernel_out && !b.fresh[s];
-    life[s].bytes =
-        static_cast<int64_t>(si.shape.numel() * static_cast<int64_t>(dtype_size(si.dtype)));
-    life[s].def = std::max(def[s], 0);
-    life[s].last_use = std::max(last[s], life[s].def);
-  }
+  const bool dynamic = lays_out_by_symbol(p);
+  Binder binder(p);
+  binder.classify_steps(dynamic);
+  binder.keep_fetched();
+  binder.extend_view_lives();
+  binder.find_donations();
+  const std::vector<ValueLife> life = binder.lifetimes();
   MemoryPlan mp = plan_memory(life);
+  Plan::Bound& b = binder.b;
   b.reuse_at_bind = b.reuse;
   if (dynamic) {
     std::vector<std::pair<int, Tensor>> variables;
     for (const auto& [s, name] : p.variables) variables.push_back({s, vars_.at(name)});
-    bind_symbolic(p, b, variables, life, mp, def);
+    bind_symbolic(p, b, variables, life, mp, binder.def);
   }
   b.arena_bytes = mp.arena_bytes;
   b.unplanned_bytes = mp.unplanned_bytes;
@@ -285,41 +409,10 @@ void Session::bind(Plan& p) {
   // bound runs no longer make: hand them back before the arena comes, so that peak memory is the
   // larger of the two, not their sum (W6 graph: 154 -> 114 MiB peak RSS).
   empty_cache();
-  b.arena = std::make_shared<Storage>(static_cast<size_t>(std::max<int64_t>(mp.arena_bytes, 64)));
-  b.slots.assign(N, Tensor());
-  b.is_view.assign(N, 0);
-  for (size_t s = 0; s < N; ++s) {
-    const auto& si = p.info[s];
-    bool is_view = def[s] >= 0 && b.kind[static_cast<size_t>(def[s])] == Plan::StepKind::View;
-    b.is_view[s] = is_view;
-    if (mp.offset[s] < 0 && !is_view) continue;
-    auto impl = make_tensor_impl();
-    impl->dtype = si.dtype;
-    impl->shape = si.shape;
-    if (is_view) {  // storage re-pointed each run at the aliased buffer
-      impl->strides = si.strides;
-      impl->offset = si.offset;
-    } else {
-      impl->storage = b.arena;
-      impl->strides = contiguous_strides(si.shape);
-      impl->offset = mp.offset[s] / static_cast<int64_t>(dtype_size(si.dtype));
-    }
-    impl->recompute_contiguous();
-    b.slots[s] = Tensor(std::move(impl));
-  }
+  binder.make_slots(mp);
   for (auto& [s, v] : p.constants) b.slots[static_cast<size_t>(s)] = v;
   for (auto& [s, name] : p.variables) b.slots[static_cast<size_t>(s)] = vars_.at(name);
-  // Fresh, unfetched buffers go at their last use, as in the generic run.
-  b.release.assign(S, {});
-  std::vector<char> fetched(N, 0);
-  for (int f : p.fetch_slots) fetched[static_cast<size_t>(f)] = 1;
-  // A value nobody reads (an unused second output) goes right after the step that made it
-  // (last is -1 there: indexing release with it wrote out of bounds).
-  for (size_t s = 0; s < N; ++s)
-    if (b.fresh[s] && !fetched[s] && def[s] >= 0 && !b.is_view[s]) {
-      const int at = std::min<int>(std::max(last[s], def[s]), static_cast<int>(S) - 1);
-      b.release[static_cast<size_t>(at)].push_back(static_cast<int>(s));
-    }
+  binder.schedule_releases();
   b.ok = true;
   p.bound = std::move(b);
 }
@@ -329,29 +422,8 @@ void Session::run_bound(Plan& p) {
   auto& slots = b.slots;
   for (size_t i = 0; i < p.placeholders.size(); ++i)
     slots[static_cast<size_t>(p.placeholders[i].first)] = *feed_of_[i];
-  // Which donated feeds this run may write into: contiguous, and sharing storage with no other
-  // feed and no variable (the result would change what another input or the Session holds).
+  if (b.any_reuse) mark_donations(p, feed_of_, donated_, donated_gen_, vars_);
   int64_t donated_writes = 0;
-  if (b.any_reuse) {
-    const size_t P = p.placeholders.size();
-    if (b.donated_gen != donated_gen_) {
-      b.ph_donated.assign(P, 0);
-      for (size_t i = 0; i < P; ++i)
-        b.ph_donated[i] = std::find(donated_.begin(), donated_.end(),
-                                    p.placeholders[i].second->name) != donated_.end();
-      b.donated_gen = donated_gen_;
-    }
-    b.donate_now.assign(P, 0);
-    for (size_t i = 0; i < P; ++i) {
-      if (!b.ph_donated[i]) continue;
-      const Tensor& t = *feed_of_[i];
-      bool ok = t.is_contiguous();
-      for (size_t j = 0; ok && j < P; ++j) ok = j == i || !t.shares_storage(*feed_of_[j]);
-      for (auto it = vars_.begin(); ok && it != vars_.end(); ++it)
-        ok = !t.shares_storage(it->second);
-      b.donate_now[i] = ok;
-    }
-  }
   TensorList ins, outs;
   std::optional<NoInterruptGuard> writing;
   for (size_t i = 0; i < p.steps.size(); ++i) {
