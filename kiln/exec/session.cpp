@@ -6,6 +6,7 @@
 #include "kiln/exec/session.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -77,6 +78,82 @@ std::vector<Node*> schedule(GraphImpl& g) {
   return order;
 }
 
+// Session::run's argument checks: fetches of this graph; feeds keyed by its placeholders, live
+// (unless dead values pass through), concrete, of the placeholder's dtype and of a shape its
+// static dims admit.
+void check_run_args(const Graph& g, const std::vector<Tensor>& fetches, const FeedDict& feeds,
+                    bool dead_passthrough) {
+  for (const auto& f : fetches) g.value_of(f, "Session::run");
+  for (const auto& [k, v] : feeds) {
+    Node* n = g.node_of(k, "Session::run");
+    if (n->kind != NodeKind::Placeholder)
+      fail("Session::run", "feed key %", n->id, " (", n->label(), ") is not a placeholder");
+    if (v.is_dead()) {
+      if (dead_passthrough) continue;
+      fail("Session::run", "feed for placeholder '", n->name,
+           "' is dead (an eager value on the untaken side of a switch_): it has no value to feed");
+    }
+    if (!v.defined() || !v.is_concrete())
+      fail("Session::run", "feed for placeholder '", n->name, "' must be a concrete tensor");
+    const TensorMeta& m = n->outputs[0];
+    if (v.dtype() != m.dtype)
+      fail("Session::run", "feed for placeholder '", n->name, "' has dtype ", v.dtype(),
+           ", expected ", m.dtype);
+    bool ok = v.shape().rank() == m.shape.rank();
+    for (int64_t d = 0; ok && d < m.shape.rank(); ++d)
+      ok = m.shape[d] < 0 || m.shape[d] == v.shape()[d];
+    if (!ok)
+      fail("Session::run", "feed for placeholder '", n->name, "' has shape ", v.shape(),
+           ", expected ", m.shape);
+  }
+}
+
+// Placeholder slot -> fed tensor (found by name once per run); every placeholder must be fed.
+void find_feeds(const Session::Plan& p, const FeedDict& feeds,
+                std::vector<const Tensor*>& feed_of) {
+  feed_of.assign(p.placeholders.size(), nullptr);
+  for (size_t i = 0; i < p.placeholders.size(); ++i) {
+    const Node* node = p.placeholders[i].second;
+    for (const auto& [k, v] : feeds)
+      if (k.impl()->sym->node->kind == NodeKind::Placeholder &&
+          k.impl()->sym->node->name == node->name)
+        feed_of[i] = &v;
+    if (!feed_of[i])
+      fail("Session::run", "placeholder '", node->name, "' (", dtype_name(node->outputs[0].dtype),
+           node->outputs[0].shape, ") must be fed");
+  }
+}
+
+// The tensors handed to the caller from a run's slots (bound: the bound form's).
+std::vector<Tensor> fetched_results(const Session::Plan& p, const std::vector<Tensor>& slots,
+                                    bool bound, const std::map<std::string, Tensor>& vars,
+                                    bool dead_passthrough) {
+  std::vector<Tensor> out;
+  out.reserve(p.fetch_slots.size());
+  for (size_t i = 0; i < p.fetch_slots.size(); ++i) {
+    Tensor t = slots[static_cast<size_t>(p.fetch_slots[i])];
+    if (!t.defined()) {
+      const ValueRef& f = p.program.fetches[i];
+      if (dead_passthrough) {
+        const TensorMeta& m = f.node->outputs[static_cast<size_t>(f.index)];
+        out.push_back(dead_tensor(m.shape, m.dtype));
+        continue;
+      }
+      fail(
+          "Session::run", "fetch ", i, " (", f.node->label(), " output ", f.index,
+          ") is dead: it lies on the untaken side of a switch, so it was not computed in this run");
+    }
+    // Results that alias Session state are copied, so later runs do not change them.
+    bool aliases = false;
+    for (auto& [name, v] : vars) aliases = aliases || t.shares_storage(v);
+    // A bound view's tensor object is re-pointed by the next run: hand out a view of its own.
+    const bool bound_view = bound && p.bound.is_view[static_cast<size_t>(p.fetch_slots[i])];
+    out.push_back(aliases      ? t.clone()
+                  : bound_view ? make_view(t, t.shape(), t.strides(), t.offset())
+                               : t);
+  }
+  return out;
+}
 }  // namespace
 
 Session::Session(const Graph& g) : graph_(g) {
@@ -176,46 +253,12 @@ Session::Plan& Session::plan_for(const std::vector<Tensor>& fetches, const FeedD
 std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedDict& feeds) {
   if (fetches.empty()) return {};
   std::lock_guard<std::mutex> lk(mu_);
-  for (const auto& f : fetches) graph_.value_of(f, "Session::run");
-  for (const auto& [k, v] : feeds) {
-    Node* n = graph_.node_of(k, "Session::run");
-    if (n->kind != NodeKind::Placeholder)
-      fail("Session::run", "feed key %", n->id, " (", n->label(), ") is not a placeholder");
-    if (v.is_dead()) {
-      if (dead_passthrough_) continue;
-      fail("Session::run", "feed for placeholder '", n->name,
-           "' is dead (an eager value on the untaken side of a switch_): it has no value to feed");
-    }
-    if (!v.defined() || !v.is_concrete())
-      fail("Session::run", "feed for placeholder '", n->name, "' must be a concrete tensor");
-    const TensorMeta& m = n->outputs[0];
-    if (v.dtype() != m.dtype)
-      fail("Session::run", "feed for placeholder '", n->name, "' has dtype ", v.dtype(),
-           ", expected ", m.dtype);
-    bool ok = v.shape().rank() == m.shape.rank();
-    for (int64_t d = 0; ok && d < m.shape.rank(); ++d)
-      ok = m.shape[d] < 0 || m.shape[d] == v.shape()[d];
-    if (!ok)
-      fail("Session::run", "feed for placeholder '", n->name, "' has shape ", v.shape(),
-           ", expected ", m.shape);
-  }
+  check_run_args(graph_, fetches, feeds, dead_passthrough_);
   Plan& p = cached_plan(fetches, feeds);
   NoGradGuard ng;
-  // Placeholder slot -> fed tensor (found by name once per run).
-  feed_of_.assign(p.placeholders.size(), nullptr);
-  for (size_t i = 0; i < p.placeholders.size(); ++i) {
-    const Node* node = p.placeholders[i].second;
-    for (const auto& [k, v] : feeds)
-      if (k.impl()->sym->node->kind == NodeKind::Placeholder &&
-          k.impl()->sym->node->name == node->name)
-        feed_of_[i] = &v;
-    if (!feed_of_[i])
-      fail("Session::run", "placeholder '", node->name, "' (", dtype_name(node->outputs[0].dtype),
-           node->outputs[0].shape, ") must be fed");
-  }
+  find_feeds(p, feeds, feed_of_);
   bool dead_feed = false;
   for (const Tensor* f : feed_of_) dead_feed = dead_feed || f->is_dead();
-  std::vector<Tensor>* slots_ptr;
   stats_.relaid_out = false;
   const bool bound = p.bound.ok && !dead_feed && (feeds_match(p) || relayout(p));
   try {
@@ -241,52 +284,23 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
     }
     throw;
   }
-  if (bound) {
-    slots_ptr = &p.bound.slots;
-  } else {
-    slots_ptr = &generic_slots_;
-    // Feeds whose shapes keep changing would rebind every run: after a few, stay generic.
-    if (!p.has_control_flow && p.binds < 4 && pass_enabled("plan_memory")) {
-      ++p.binds;
-      bind(p);
-    }
+  // Feeds whose shapes keep changing would rebind every run: after a few, stay generic.
+  if (!bound && !p.has_control_flow && p.binds < 4 && pass_enabled("plan_memory")) {
+    ++p.binds;
+    bind(p);
   }
-  std::vector<Tensor>& slots = *slots_ptr;
   if (last_plan_ != &p) {
     stats_.passes = p.passes;
     last_plan_ = &p;
   }
   stats_.plan_steps = static_cast<int64_t>(p.steps.size());
   stats_.relayouts = p.relayouts;
-  std::vector<Tensor> out;
-  out.reserve(p.fetch_slots.size());
-  for (size_t i = 0; i < p.fetch_slots.size(); ++i) {
-    Tensor t = slots[static_cast<size_t>(p.fetch_slots[i])];
-    if (!t.defined()) {
-      const ValueRef& f = p.program.fetches[i];
-      if (dead_passthrough_) {
-        const TensorMeta& m = f.node->outputs[static_cast<size_t>(f.index)];
-        out.push_back(dead_tensor(m.shape, m.dtype));
-        continue;
-      }
-      fail(
-          "Session::run", "fetch ", i, " (", f.node->label(), " output ", f.index,
-          ") is dead: it lies on the untaken side of a switch, so it was not computed in this run");
-    }
-    // Results that alias Session state are copied, so later runs do not change them.
-    bool aliases = false;
-    for (auto& [name, v] : vars_) aliases = aliases || t.shares_storage(v);
-    // A bound view's tensor object is re-pointed by the next run: hand out a view of its own.
-    bool bound_view =
-        slots_ptr == &p.bound.slots && p.bound.is_view[static_cast<size_t>(p.fetch_slots[i])];
-    out.push_back(aliases      ? t.clone()
-                  : bound_view ? make_view(t, t.shape(), t.strides(), t.offset())
-                               : t);
-  }
+  std::vector<Tensor>& slots = bound ? p.bound.slots : generic_slots_;
+  std::vector<Tensor> out = fetched_results(p, slots, bound, vars_, dead_passthrough_);
   stats_.arena_bytes = p.bound.ok ? p.bound.arena_bytes : 0;
   stats_.unplanned_bytes = p.bound.ok ? p.bound.unplanned_bytes : 0;
   // Drop this run's fresh buffers and feeds from the bound slots (the caller owns them now).
-  if (slots_ptr == &p.bound.slots) {
+  if (bound) {
     for (int f : p.fetch_slots)
       if (p.bound.fresh[static_cast<size_t>(f)] && !p.bound.is_view[static_cast<size_t>(f)])
         slots[static_cast<size_t>(f)] = Tensor();
