@@ -3,6 +3,7 @@
 // lists these ops take as inputs must be known at import (constants or static shapes).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "kiln/onnx/onnx_internal.h"
 
@@ -459,75 +460,17 @@ KILN_ONNX_OP(NonZero) {
   return TL{transpose(nonzero(x), 0, 1)};
 }
 
-// Unique's rows (slices along the axis, or elements) compared as host values of type T.
-template <typename T>
-TL unique_rows(NodeIn& n, const Tensor& x, int64_t axis, bool sorted) {
-  // Rows: the axis moved first, the rest of each slice flattened in order.
-  const int64_t rows = axis < 0 ? x.numel() : x.size(axis);
-  const Tensor moved =
-      axis < 0 ? reshape(x, Shape{rows, 1})
-               : reshape(contiguous(movedim(x, axis, 0)), Shape{rows, rows ? x.numel() / rows : 0});
-  const int64_t R = moved.size(0), W = moved.size(1);
-  const std::vector<T> v = contiguous(moved).to_vector<T>();
-  auto row_less = [&](int64_t a, int64_t b) {
-    return std::lexicographical_compare(v.begin() + a * W, v.begin() + (a + 1) * W,
-                                        v.begin() + b * W, v.begin() + (b + 1) * W);
-  };
-  auto row_eq = [&](int64_t a, int64_t b) {
-    return std::equal(v.begin() + a * W, v.begin() + (a + 1) * W, v.begin() + b * W);
-  };
-  // Rows in sorted order (stable: equal rows keep their order, the first occurrence first).
-  std::vector<int64_t> order(static_cast<size_t>(R));
-  for (int64_t r = 0; r < R; ++r) order[r] = r;
-  std::stable_sort(order.begin(), order.end(), row_less);
-  std::vector<int64_t> first, group(static_cast<size_t>(R));  // per unique row; per row
-  for (size_t k = 0; k < order.size(); ++k) {
-    if (k == 0 || !row_eq(order[k - 1], order[k])) first.push_back(order[k]);
-    group[order[k]] = static_cast<int64_t>(first.size()) - 1;
-  }
-  // ONNX's sorted=0: the unique rows in the order they first occur.
-  std::vector<int64_t> rank(first.size());
-  for (size_t u = 0; u < first.size(); ++u) rank[u] = static_cast<int64_t>(u);
-  if (!sorted) {
-    std::vector<int64_t> by_pos(first.size());
-    for (size_t u = 0; u < first.size(); ++u) by_pos[u] = static_cast<int64_t>(u);
-    std::sort(by_pos.begin(), by_pos.end(),
-              [&](int64_t a, int64_t b) { return first[a] < first[b]; });
-    std::vector<int64_t> f2(first.size());
-    for (size_t k = 0; k < by_pos.size(); ++k) {
-      rank[by_pos[k]] = static_cast<int64_t>(k);
-      f2[k] = first[by_pos[k]];
-    }
-    first = f2;
-  }
-  const int64_t U = static_cast<int64_t>(first.size());
-  std::vector<int64_t> inverse(static_cast<size_t>(R)), counts(static_cast<size_t>(U), 0);
-  for (int64_t r = 0; r < R; ++r) {
-    inverse[r] = rank[group[r]];
-    ++counts[inverse[r]];
-  }
-  charge_fold(n, U * W + 2 * U + R);
-  Tensor idx = tensor(first, Shape{U});
-  Tensor y =
-      axis < 0 ? index_select(reshape(x, Shape{x.numel()}), 0, idx) : index_select(x, axis, idx);
-  return TL{y, idx, tensor(inverse, Shape{R}), tensor(counts, Shape{U})};
-}
-
-// Unique's output size depends on the values: folded at import when X is known there (a
-// constant, or bound by ImportOpt::constant_inputs), as NonZero.
+// Unique: Kiln's unique_rows, whose distinct count a graph reads at run.
 KILN_ONNX_OP(Unique) {
   const Tensor& x = n.req(0);
-  if (!x.is_concrete())
-    n.fail("input must be known at import (the output size depends on its values)");
-  const bool sorted = n.i("sorted", 1) != 0;
-  int64_t axis = -1;  // none: the flattened elements
+  std::optional<int64_t> axis;
   if (n.has("axis")) {
-    axis = n.i("axis", 0);
-    if (axis < -x.dim() || axis >= x.dim()) n.fail("axis ", axis, " for X ", x.shape());
-    if (axis < 0) axis += x.dim();
+    const int64_t a = n.i("axis", 0);
+    if (a < -x.dim() || a >= x.dim()) n.fail("axis ", a, " for X ", x.shape());
+    axis = a < 0 ? a + x.dim() : a;
   }
-  if (is_floating(x.dtype())) return unique_rows<double>(n, x, axis, sorted);
-  return unique_rows<int64_t>(n, x, axis, sorted);
+  UniqueRows u = unique_rows(x, axis, n.i("sorted", 1) != 0);
+  return TL{u.values, u.indices, u.inverse, u.counts};
 }
 
 }  // namespace

@@ -140,6 +140,16 @@ struct UniqueResult {
 };
 UniqueResult unique(const Tensor& a, bool sorted = true,
                     const std::source_location& loc = std::source_location::current());
+/// The distinct rows of x (its elements when dim is none, else its slices along dim), as ONNX's
+/// Unique: `values` (sorted, or in the order they first occur), the index of each one's first
+/// occurrence, each row's position in `values` (inverse) and the counts. Unlike unique(), which
+/// reads the values on the host, it holds in a graph: the distinct count is a size read at run
+/// (kiln/ops/unique_rows.cpp).
+struct UniqueRows {
+  Tensor values, indices, inverse, counts;
+};
+UniqueRows unique_rows(const Tensor& x, std::optional<int64_t> dim = std::nullopt,
+                       bool sorted = true);
 /// torch.unique_consecutive (dim = None): one value per run of equal consecutive elements.
 UniqueResult unique_consecutive(const Tensor& a,
                                 const std::source_location& loc = std::source_location::current());

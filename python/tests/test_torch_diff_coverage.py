@@ -44,6 +44,8 @@ INTERNAL = {
     # behind kiln.nms (torchvision's, no torch namesake): against torchvision in
     # test_ops_conv_pool.py, and ONNX's NonMaxSuppression
     "nms_batched": "internal",
+    # behind ONNX's Unique in a graph (torch.unique reads the values on the host instead)
+    "unique_rows": "internal",
 }
 _OP_RE = re.compile(r"= ([A-Za-z_0-9]+)\(")
 
