@@ -366,7 +366,13 @@ void import_nodes(Ctx& ctx, const ::onnx::GraphProto& g, std::vector<std::string
       fail(kOp, node.op_type(), " (domain '", node.domain(),
            "'): only the default ONNX domain and ai.onnx.preview.training are supported");
     // Sequences and optionals (and If/Loop over them) take their own path.
+    const int64_t unsigned_at_seq = ctx.unsigned_nodes;
     if (!training && convert_sequence_node(ctx, node)) {
+      // As below: a subgraph over uint16/32/64 values gives untagged results.
+      if (ctx.unsigned_nodes != unsigned_at_seq)
+        fail(kOp, node.op_type(),
+             ": its subgraph computes on uint16/32/64 values, which Kiln does not carry through "
+             "control flow");
       if (op_types &&
           std::find(op_types->begin(), op_types->end(), node.op_type()) == op_types->end())
         op_types->push_back(node.op_type());
