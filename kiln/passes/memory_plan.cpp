@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <unordered_map>
 
@@ -39,25 +40,8 @@ bool overlap_space(int64_t o0, int64_t n0, int64_t o1, int64_t n1) {
   return n0 > 0 && n1 > 0 && o0 < o1 + n1 && o1 < o0 + n0;
 }
 
-}  // namespace
-
-std::string MemoryPlan::summary() const {
-  std::string s = "arena " + fmt_bytes(arena_bytes) + " (planned peak) vs " +
-                  fmt_bytes(unplanned_bytes) + " unplanned sum";
-  if (unplanned_bytes > 0) {
-    char pct[32];
-    std::snprintf(pct, sizeof pct, " (%.1f%%)",
-                  100.0 * static_cast<double>(arena_bytes) / static_cast<double>(unplanned_bytes));
-    s += pct;
-  }
-  s += ", " + std::to_string(planned) + " values planned, " + std::to_string(inplace) +
-       " in place, " + std::to_string(reused) + " reusing memory, " + std::to_string(not_planned) +
-       " not planned";
-  if (dynamic > 0) s += " (" + std::to_string(dynamic) + " with dynamic dims)";
-  return s;
-}
-
-MemoryPlan plan_memory(const std::vector<ValueLife>& values, int64_t alignment) {
+// plan_memory refuses what it cannot plan (see memory_plan.h).
+void check_lifetimes(const std::vector<ValueLife>& values, int64_t alignment) {
   if (alignment <= 0 || (alignment & (alignment - 1)) != 0)
     fail("plan_memory", "alignment must be a positive power of two, got ", alignment);
   const int n = static_cast<int>(values.size());
@@ -71,10 +55,13 @@ MemoryPlan plan_memory(const std::vector<ValueLife>& values, int64_t alignment) 
       fail("plan_memory", "value ", i, " has inplace_from ", v.inplace_from, "; expected -1 or ",
            "another value's index in [0, ", n, ")");
   }
-  MemoryPlan plan;
-  plan.offset.assign(values.size(), -1);
+}
 
-  // In-place chains first, in def order so a producer's buffer exists before its consumer.
+// The plannable values as buffers: in-place chains first, in def order so a producer's buffer
+// exists before its consumer. Counts planned, not planned, in place and the unplanned sum.
+std::vector<Buffer> chain_buffers(const std::vector<ValueLife>& values, int64_t alignment,
+                                  MemoryPlan& plan) {
+  const int n = static_cast<int>(values.size());
   std::vector<int> order;
   for (int i = 0; i < n; ++i)
     if (values[static_cast<size_t>(i)].plannable)
@@ -107,8 +94,14 @@ MemoryPlan plan_memory(const std::vector<ValueLife>& values, int64_t alignment) 
     buffer_of[static_cast<size_t>(i)] = static_cast<int>(bufs.size());
     bufs.push_back(Buffer{align_up(v.bytes, alignment), v.def, v.last_use, {i}, -1});
   }
+  plan.planned = static_cast<int64_t>(order.size());
+  return bufs;
+}
 
-  // Greedy by size: largest first (earlier start breaks ties, then creation order).
+// Greedy by size: largest first (earlier start breaks ties, then creation order), each at the
+// lowest offset clear of the buffers placed so far that live at the same time. Returns the
+// arena's size.
+int64_t place_by_size(std::vector<Buffer>& bufs) {
   std::vector<int> by_size(bufs.size());
   std::iota(by_size.begin(), by_size.end(), 0);
   std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) {
@@ -116,6 +109,7 @@ MemoryPlan plan_memory(const std::vector<ValueLife>& values, int64_t alignment) 
     const Buffer& y = bufs[static_cast<size_t>(b)];
     return x.size != y.size ? x.size > y.size : x.start < y.start;
   });
+  int64_t arena = 0;
   std::vector<int> placed;
   std::vector<const Buffer*> live;
   for (int bi : by_size) {
@@ -133,19 +127,175 @@ MemoryPlan plan_memory(const std::vector<ValueLife>& values, int64_t alignment) 
       off = std::max(off, o->offset + o->size);
     }
     b.offset = off;
-    plan.arena_bytes = std::max(plan.arena_bytes, off + b.size);
+    arena = std::max(arena, off + b.size);
     placed.push_back(bi);
   }
-  for (const Buffer& b : bufs)
-    for (int m : b.members) plan.offset[static_cast<size_t>(m)] = b.offset;
-  plan.planned = static_cast<int64_t>(order.size());
-  // A buffer reuses memory when its space overlaps a buffer that died before it started.
+  return arena;
+}
+
+// Values whose buffer reuses memory: its space overlaps a buffer that died before it started.
+int64_t reusing_values(const std::vector<Buffer>& bufs) {
+  int64_t reused = 0;
   for (const Buffer& b : bufs)
     for (const Buffer& o : bufs)
       if (&o != &b && o.end < b.start && overlap_space(b.offset, b.size, o.offset, o.size)) {
-        plan.reused += static_cast<int64_t>(b.members.size());
+        reused += static_cast<int64_t>(b.members.size());
         break;
       }
+  return reused;
+}
+// program_lifetimes' walk over a Program. roots: per value, the buffers it reads through
+// (itself, or for a view or forwarded value the buffers of what it aliases).
+class LifetimeWalk {
+ public:
+  explicit LifetimeWalk(const Program& p) : nodes_(p.graph->nodes) {
+    int count = 0, steps = 0;
+    for (const auto& n : nodes_) {
+      base_[n.get()] = count;
+      count += static_cast<int>(n->outputs.size());
+      if (n->kind == NodeKind::Op) step_[n.get()] = steps++;
+    }
+    lives.resize(static_cast<size_t>(count));
+    roots_.resize(static_cast<size_t>(count));
+  }
+
+  std::vector<ValueLife> lives;
+  int64_t dynamic = 0;  // op outputs left out for their dynamic dims
+
+  // Defs and last uses in node order; fed, constant and variable values are never planned.
+  void walk() {
+    for (const auto& up : nodes_) {
+      const Node* n = up.get();
+      const int b = base_[n];
+      if (n->kind != NodeKind::Op) {
+        for (size_t k = 0; k < n->outputs.size(); ++k) {
+          lives[static_cast<size_t>(b) + k].plannable = false;
+          roots_[static_cast<size_t>(b) + k] = {b + static_cast<int>(k)};
+        }
+        continue;
+      }
+      const int s = step_[n];
+      for (const auto& in : n->inputs)
+        for (int r : roots_[static_cast<size_t>(value(in))])
+          lives[static_cast<size_t>(r)].last_use =
+              std::max(lives[static_cast<size_t>(r)].last_use, s);
+      for (size_t k = 0; k < n->outputs.size(); ++k) define(*n, k, s);
+    }
+  }
+
+  // A fetched value, and every buffer it aliases, outlives the run.
+  void keep_fetched(const std::vector<ValueRef>& fetches) {
+    for (const auto& f : fetches) {
+      const int fi = value(f);
+      lives[static_cast<size_t>(fi)].plannable = false;
+      for (int r : roots_[static_cast<size_t>(fi)]) lives[static_cast<size_t>(r)].plannable = false;
+    }
+  }
+
+  // In place: an elementwise op may write over an input buffer of its own size and dtype that
+  // it reads last (not through a view: the kernel would read and write different layouts).
+  // An accumulating op (addmm, conv2d_fused_add: each element of input 0 is read before that
+  // element of the output is written) may write over input 0 alone.
+  void find_in_place() {
+    for (const auto& up : nodes_) {
+      const Node* n = up.get();
+      if (n->kind != NodeKind::Op || n->outputs.size() != 1) continue;
+      const bool accumulates = n->op->has(kAccumulates) && !n->inputs.empty();
+      if (!accumulates && (!n->op->has(kInplaceable) || !n->op->has(kElementwise))) continue;
+      ValueLife& out = lives[static_cast<size_t>(base_[n])];
+      if (!out.plannable) continue;
+      for (size_t k = 0; k < (accumulates ? 1 : n->inputs.size()); ++k) {
+        const ValueRef& in = n->inputs[k];
+        const int iv = value(in);
+        const ValueLife& src = lives[static_cast<size_t>(iv)];
+        if (in.node->kind != NodeKind::Op || !src.plannable || src.last_use != out.def ||
+            src.bytes != out.bytes ||
+            in.node->outputs[static_cast<size_t>(in.index)].dtype != n->outputs[0].dtype ||
+            read_elsewhere(*n, k, accumulates))
+          continue;
+        out.inplace_from = iv;
+        break;
+      }
+    }
+  }
+
+ private:
+  int value(ValueRef v) const { return base_.at(v.node) + v.index; }
+
+  // Output k of op node n, made at step s: a view aliases its inputs' buffers (input 0 alone
+  // for a kView op); any other output is a buffer of its own, planned when its size is known
+  // and its op has no side effect.
+  void define(const Node& n, size_t k, int s) {
+    const size_t vi = static_cast<size_t>(base_.at(&n)) + k;
+    ValueLife& v = lives[vi];
+    v.def = v.last_use = s;
+    const TensorMeta& m = n.outputs[k];
+    if (n.op->view != nullptr) {
+      v.plannable = false;
+      const size_t k_end =
+          n.op->has(kView) ? std::min<size_t>(1, n.inputs.size()) : n.inputs.size();
+      for (size_t j = 0; j < k_end; ++j)
+        for (int r : roots_[static_cast<size_t>(value(n.inputs[j]))]) roots_[vi].push_back(r);
+      return;
+    }
+    roots_[vi] = {static_cast<int>(vi)};
+    if (!m.shape.is_static()) {
+      v.plannable = false;
+      ++dynamic;
+      return;
+    }
+    v.bytes = m.shape.numel() * static_cast<int64_t>(dtype_size(m.dtype));
+    v.plannable = !n.op->has(kSideEffect);
+  }
+
+  // Whether another input of n reads input k's buffer: add(x, transpose(x)) must not write over
+  // x, since the view reads it in another order. An accumulating op reads its other inputs out
+  // of order: none may be input 0 at all.
+  bool read_elsewhere(const Node& n, size_t k, bool accumulates) const {
+    const int iv = value(n.inputs[k]);
+    for (size_t q = 0; q < n.inputs.size(); ++q) {
+      if (q == k) continue;
+      const int ov = value(n.inputs[q]);
+      if (ov == iv && !accumulates) continue;
+      if (ov == iv) return true;
+      for (int r : roots_[static_cast<size_t>(ov)])
+        if (r == iv) return true;
+    }
+    return false;
+  }
+
+  const std::vector<std::unique_ptr<Node>>& nodes_;
+  std::unordered_map<const Node*, int> base_;  // first value index of each node
+  std::unordered_map<const Node*, int> step_;  // op nodes only
+  std::vector<std::vector<int>> roots_;
+};
+}  // namespace
+
+std::string MemoryPlan::summary() const {
+  std::string s = "arena " + fmt_bytes(arena_bytes) + " (planned peak) vs " +
+                  fmt_bytes(unplanned_bytes) + " unplanned sum";
+  if (unplanned_bytes > 0) {
+    char pct[32];
+    std::snprintf(pct, sizeof pct, " (%.1f%%)",
+                  100.0 * static_cast<double>(arena_bytes) / static_cast<double>(unplanned_bytes));
+    s += pct;
+  }
+  s += ", " + std::to_string(planned) + " values planned, " + std::to_string(inplace) +
+       " in place, " + std::to_string(reused) + " reusing memory, " + std::to_string(not_planned) +
+       " not planned";
+  if (dynamic > 0) s += " (" + std::to_string(dynamic) + " with dynamic dims)";
+  return s;
+}
+
+MemoryPlan plan_memory(const std::vector<ValueLife>& values, int64_t alignment) {
+  check_lifetimes(values, alignment);
+  MemoryPlan plan;
+  plan.offset.assign(values.size(), -1);
+  std::vector<Buffer> bufs = chain_buffers(values, alignment, plan);
+  plan.arena_bytes = place_by_size(bufs);
+  for (const Buffer& b : bufs)
+    for (int m : b.members) plan.offset[static_cast<size_t>(m)] = b.offset;
+  plan.reused = reusing_values(bufs);
   return plan;
 }
 
@@ -190,101 +340,12 @@ bool validate_plan(const std::vector<ValueLife>& values, const MemoryPlan& plan,
 }
 
 std::vector<ValueLife> program_lifetimes(const Program& p, int64_t* dynamic) {
-  const auto& nodes = p.graph->nodes;
-  std::unordered_map<const Node*, int> base;  // first value index of each node
-  std::unordered_map<const Node*, int> step;  // op nodes only
-  int count = 0, steps = 0;
-  for (const auto& n : nodes) {
-    base[n.get()] = count;
-    count += static_cast<int>(n->outputs.size());
-    if (n->kind == NodeKind::Op) step[n.get()] = steps++;
-  }
-  std::vector<ValueLife> lives(static_cast<size_t>(count));
-  // The buffers each value reads through: itself, or for a view (or forwarded value) the
-  // buffers of what it aliases.
-  std::vector<std::vector<int>> roots(static_cast<size_t>(count));
-  int64_t dyn = 0;
-  auto value = [&](ValueRef v) { return base.at(v.node) + v.index; };
-  for (const auto& up : nodes) {
-    const Node* n = up.get();
-    int b = base[n];
-    if (n->kind != NodeKind::Op) {
-      for (size_t k = 0; k < n->outputs.size(); ++k) {
-        lives[static_cast<size_t>(b) + k].plannable = false;
-        roots[static_cast<size_t>(b) + k] = {b + static_cast<int>(k)};
-      }
-      continue;
-    }
-    int s = step[n];
-    for (const auto& in : n->inputs)
-      for (int r : roots[static_cast<size_t>(value(in))])
-        lives[static_cast<size_t>(r)].last_use =
-            std::max(lives[static_cast<size_t>(r)].last_use, s);
-    bool aliasing = n->op->view != nullptr;
-    for (size_t k = 0; k < n->outputs.size(); ++k) {
-      size_t vi = static_cast<size_t>(b) + k;
-      ValueLife& v = lives[vi];
-      v.def = v.last_use = s;
-      const TensorMeta& m = n->outputs[k];
-      if (aliasing) {
-        v.plannable = false;
-        size_t k_end = n->op->has(kView) ? std::min<size_t>(1, n->inputs.size()) : n->inputs.size();
-        for (size_t j = 0; j < k_end; ++j)
-          for (int r : roots[static_cast<size_t>(value(n->inputs[j]))]) roots[vi].push_back(r);
-        continue;
-      }
-      roots[vi] = {static_cast<int>(vi)};
-      if (!m.shape.is_static()) {
-        v.plannable = false;
-        ++dyn;
-        continue;
-      }
-      v.bytes = m.shape.numel() * static_cast<int64_t>(dtype_size(m.dtype));
-      v.plannable = !n->op->has(kSideEffect);
-    }
-  }
-  // A fetched value, and every buffer it aliases, outlives the run.
-  for (const auto& f : p.fetches) {
-    int fi = value(f);
-    lives[static_cast<size_t>(fi)].plannable = false;
-    for (int r : roots[static_cast<size_t>(fi)]) lives[static_cast<size_t>(r)].plannable = false;
-  }
-  // In place: an elementwise op may write over an input buffer of its own size and dtype that
-  // it reads last (not through a view: the kernel would read and write different layouts).
-  // An accumulating op (addmm, conv2d_fused_add: each element of input 0 is read before that
-  // element of the output is written) may write over input 0 alone.
-  for (const auto& up : nodes) {
-    const Node* n = up.get();
-    if (n->kind != NodeKind::Op || n->outputs.size() != 1) continue;
-    const bool accumulates = n->op->has(kAccumulates) && !n->inputs.empty();
-    if (!accumulates && (!n->op->has(kInplaceable) || !n->op->has(kElementwise))) continue;
-    ValueLife& out = lives[static_cast<size_t>(base[n])];
-    if (!out.plannable) continue;
-    for (size_t k = 0; k < (accumulates ? 1 : n->inputs.size()); ++k) {
-      const ValueRef& in = n->inputs[k];
-      int iv = value(in);
-      const ValueLife& src = lives[static_cast<size_t>(iv)];
-      if (in.node->kind != NodeKind::Op || !src.plannable || src.last_use != out.def ||
-          src.bytes != out.bytes ||
-          in.node->outputs[static_cast<size_t>(in.index)].dtype != n->outputs[0].dtype)
-        continue;
-      // add(x, transpose(x)) must not write over x: another input reads it in another order.
-      // An accumulating op reads its other inputs out of order: none may be input 0 at all.
-      bool read_through_view = false;
-      for (size_t q = 0; q < n->inputs.size(); ++q) {
-        if (q == k) continue;
-        int ov = value(n->inputs[q]);
-        if (ov == iv && !accumulates) continue;
-        read_through_view |= ov == iv;
-        for (int r : roots[static_cast<size_t>(ov)]) read_through_view |= r == iv;
-      }
-      if (read_through_view) continue;
-      out.inplace_from = iv;
-      break;
-    }
-  }
-  if (dynamic) *dynamic = dyn;
-  return lives;
+  LifetimeWalk w(p);
+  w.walk();
+  w.keep_fetched(p.fetches);
+  w.find_in_place();
+  if (dynamic) *dynamic = w.dynamic;
+  return std::move(w.lives);
 }
 
 MemoryPlan plan_program_memory(const Program& p) {
