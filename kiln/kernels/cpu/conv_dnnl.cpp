@@ -96,34 +96,122 @@ struct Cache {
 
 thread_local Cache t_cache;
 
+// Strides, dilations and paddings as oneDNN takes them: dilation counted from 0 (dense = 0),
+// and the right/bottom padding that makes the output size come out as given (it may be smaller
+// than the left padding).
+struct Geometry {
+  dnnl_dims_t st, dil, pl, pr;
+  explicit Geometry(const ConvShape& s)
+      : st{s.sH, s.sW},
+        dil{s.dH - 1, s.dW - 1},
+        pl{s.pH, s.pW},
+        pr{(s.OH - 1) * s.sH + (s.kH - 1) * s.dH + 1 - s.H - s.pH,
+           (s.OW - 1) * s.sW + (s.kW - 1) * s.dW + 1 - s.W - s.pW} {}
+};
+
+bool make_reorder(const dnnl_memory_desc_t* from, const dnnl_memory_desc_t* to,
+                  dnnl_primitive_desc_t* rpd, dnnl_primitive_t* r) {
+  dnnl_engine_t eng = engine();
+  if (dnnl_reorder_primitive_desc_create(rpd, from, eng, to, eng, nullptr) != dnnl_success) {
+    *rpd = nullptr;
+    return false;
+  }
+  if (dnnl_primitive_create(r, *rpd) != dnnl_success) {
+    *r = nullptr;
+    return false;
+  }
+  return true;
+}
+
+// Binds argument i of e's primitive (Entry, FusedEntry): user[i] wraps the caller's buffer, of
+// layout umd; when the primitive wants another layout (query q, index qi), inner[i] holds it and
+// reorder[i] moves the data in, or for an output (out) back to the caller's buffer. *want: that
+// layout, or null when the caller's is the primitive's.
+template <class E>
+bool bind_arg(E& e, int i, const dnnl_memory_desc_t* umd, dnnl_query_t q, int qi, bool out,
+              const dnnl_memory_desc_t** want) {
+  *want = nullptr;
+  if (dnnl_memory_create(&e.user[i], umd, engine(), DNNL_MEMORY_NONE) != dnnl_success) {
+    e.user[i] = nullptr;
+    return false;
+  }
+  const dnnl_memory_desc_t* w = dnnl_primitive_desc_query_md(e.pd, q, qi);
+  if (!w) return false;
+  if (dnnl_memory_desc_equal(w, umd)) return true;
+  if (dnnl_memory_create(&e.inner[i], w, engine(), DNNL_MEMORY_ALLOCATE) != dnnl_success) {
+    e.inner[i] = nullptr;
+    return false;
+  }
+  *want = w;
+  return make_reorder(out ? w : umd, out ? umd : w, &e.reorder_pd[i], &e.reorder[i]);
+}
+
+// The memory descriptors of one convolution shape: u*, the caller's plain layouts; src, wei,
+// dst, format "any" (the primitive's choice).
+struct PlainDescs {
+  dnnl_memory_desc_t usrc, uwei, udst, src, wei, dst;
+  bool init(const ConvShape& s, dnnl_data_type_t f) {
+    dnnl_dims_t sd = {s.N, s.C, s.H, s.W}, dd = {s.N, s.O, s.OH, s.OW};
+    dnnl_dims_t wd4 = {s.O, s.C, s.kH, s.kW}, wd5 = {s.G, s.O / s.G, s.C / s.G, s.kH, s.kW};
+    const int wn = s.G == 1 ? 4 : 5;
+    auto* wd = s.G == 1 ? wd4 : wd5;
+    return dnnl_memory_desc_init_by_tag(&usrc, 4, sd, f, dnnl_nchw) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&udst, 4, dd, f, dnnl_nchw) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&uwei, wn, wd, f, s.G == 1 ? dnnl_oihw : dnnl_goihw) ==
+               dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&src, 4, sd, f, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&dst, 4, dd, f, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&wei, wn, wd, f, dnnl_format_tag_any) == dnnl_success;
+  }
+};
+
+// e.pd for e's direction (the forward one is e.fwd_pd itself; the backward ones take it as
+// their hint), refused where oneDNN has only its reference kernel; umds and q: the caller's
+// layout and the primitive's query of each argument, in e.arg's order (two inputs, the output).
+bool direction_pd(Entry& e, const PlainDescs& d, const Geometry& g,
+                  const dnnl_memory_desc_t* umds[3], dnnl_query_t q[3]) {
+  if (e.key.dir == Dir::Fwd) {
+    e.pd = e.fwd_pd;
+    umds[0] = &d.usrc, umds[1] = &d.uwei, umds[2] = &d.udst;
+    q[0] = dnnl_query_src_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_dst_md;
+    e.arg[0] = DNNL_ARG_SRC, e.arg[1] = DNNL_ARG_WEIGHTS, e.arg[2] = DNNL_ARG_DST;
+    return true;
+  }
+  dnnl_convolution_desc_t bd;
+  if (e.key.dir == Dir::BwdData) {
+    if (dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &d.src,
+                                                         &d.wei, &d.dst, g.st, g.dil, g.pl,
+                                                         g.pr) != dnnl_success)
+      return false;
+    umds[0] = &d.udst, umds[1] = &d.uwei, umds[2] = &d.usrc;
+    q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
+    e.arg[0] = DNNL_ARG_DIFF_DST, e.arg[1] = DNNL_ARG_WEIGHTS, e.arg[2] = DNNL_ARG_DIFF_SRC;
+  } else {
+    if (dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &d.src,
+                                                            &d.wei, nullptr, &d.dst, g.st, g.dil,
+                                                            g.pl, g.pr) != dnnl_success)
+      return false;
+    umds[0] = &d.usrc, umds[1] = &d.udst, umds[2] = &d.uwei;
+    q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
+    e.arg[0] = DNNL_ARG_SRC, e.arg[1] = DNNL_ARG_DIFF_DST, e.arg[2] = DNNL_ARG_DIFF_WEIGHTS;
+  }
+  if (dnnl_primitive_desc_create(&e.pd, &bd, nullptr, engine(), e.fwd_pd) != dnnl_success) {
+    e.pd = nullptr;
+    return false;
+  }
+  return !is_ref(e.pd);
+}
+
 bool build(Entry& e) {
-  const ConvShape& s = e.key.s;
   dnnl_engine_t eng = engine();
   if (!eng) return false;
-  // usrc/uwei/udst: the caller's plain layouts; src/wei/dst: "any", the primitive's choice.
-  dnnl_memory_desc_t usrc, uwei, udst, src, wei, dst;
-  const dnnl_data_type_t f = e.key.bf16 ? dnnl_bf16 : dnnl_f32;
-  dnnl_dims_t sd = {s.N, s.C, s.H, s.W}, dd = {s.N, s.O, s.OH, s.OW};
-  dnnl_dims_t wd4 = {s.O, s.C, s.kH, s.kW}, wd5 = {s.G, s.O / s.G, s.C / s.G, s.kH, s.kW};
-  const int wn = s.G == 1 ? 4 : 5;
-  auto* wd = s.G == 1 ? wd4 : wd5;
-  if (dnnl_memory_desc_init_by_tag(&usrc, 4, sd, f, dnnl_nchw) != dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&udst, 4, dd, f, dnnl_nchw) != dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&uwei, wn, wd, f, s.G == 1 ? dnnl_oihw : dnnl_goihw) !=
-          dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&src, 4, sd, f, dnnl_format_tag_any) != dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&dst, 4, dd, f, dnnl_format_tag_any) != dnnl_success ||
-      dnnl_memory_desc_init_by_tag(&wei, wn, wd, f, dnnl_format_tag_any) != dnnl_success)
-    return false;
-  // oneDNN counts dilation from 0 (dense = 0) and wants the right/bottom padding that makes
-  // the output size come out as given (it may be smaller than the left padding).
-  dnnl_dims_t st = {s.sH, s.sW}, dil = {s.dH - 1, s.dW - 1}, pl = {s.pH, s.pW};
-  dnnl_dims_t pr = {(s.OH - 1) * s.sH + (s.kH - 1) * s.dH + 1 - s.H - s.pH,
-                    (s.OW - 1) * s.sW + (s.kW - 1) * s.dW + 1 - s.W - s.pW};
+  PlainDescs d;
+  if (!d.init(e.key.s, e.key.bf16 ? dnnl_bf16 : dnnl_f32)) return false;
+  const Geometry g(e.key.s);
   dnnl_convolution_desc_t fd;
   if (dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
-                                                 dnnl_convolution_direct, &src, &wei, nullptr, &dst,
-                                                 st, dil, pl, pr) != dnnl_success)
+                                                 dnnl_convolution_direct, &d.src, &d.wei, nullptr,
+                                                 &d.dst, g.st, g.dil, g.pl, g.pr) != dnnl_success)
     return false;
   if (dnnl_primitive_desc_create(&e.fwd_pd, &fd, nullptr, eng, nullptr) != dnnl_success) {
     e.fwd_pd = nullptr;
@@ -133,63 +221,14 @@ bool build(Entry& e) {
   e.gemm = std::strstr(impl_name(e.fwd_pd), "gemm") != nullptr;
   const dnnl_memory_desc_t* umds[3];
   dnnl_query_t q[3];
-  if (e.key.dir == Dir::Fwd) {
-    e.pd = e.fwd_pd;
-    umds[0] = &usrc, umds[1] = &uwei, umds[2] = &udst;
-    q[0] = dnnl_query_src_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_dst_md;
-    e.arg[0] = DNNL_ARG_SRC, e.arg[1] = DNNL_ARG_WEIGHTS, e.arg[2] = DNNL_ARG_DST;
-  } else if (e.key.dir == Dir::BwdData) {
-    dnnl_convolution_desc_t bd;
-    if (dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &src, &wei,
-                                                         &dst, st, dil, pl, pr) != dnnl_success ||
-        dnnl_primitive_desc_create(&e.pd, &bd, nullptr, eng, e.fwd_pd) != dnnl_success) {
-      e.pd = nullptr;
-      return false;
-    }
-    if (is_ref(e.pd)) return false;
-    umds[0] = &udst, umds[1] = &uwei, umds[2] = &usrc;
-    q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
-    e.arg[0] = DNNL_ARG_DIFF_DST, e.arg[1] = DNNL_ARG_WEIGHTS, e.arg[2] = DNNL_ARG_DIFF_SRC;
-  } else {
-    dnnl_convolution_desc_t bd;
-    if (dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &src,
-                                                            &wei, nullptr, &dst, st, dil, pl,
-                                                            pr) != dnnl_success ||
-        dnnl_primitive_desc_create(&e.pd, &bd, nullptr, eng, e.fwd_pd) != dnnl_success) {
-      e.pd = nullptr;
-      return false;
-    }
-    if (is_ref(e.pd)) return false;
-    umds[0] = &usrc, umds[1] = &udst, umds[2] = &uwei;
-    q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
-    e.arg[0] = DNNL_ARG_SRC, e.arg[1] = DNNL_ARG_DIFF_DST, e.arg[2] = DNNL_ARG_DIFF_WEIGHTS;
-  }
+  if (!direction_pd(e, d, g, umds, q)) return false;
   if (dnnl_primitive_create(&e.prim, e.pd) != dnnl_success) {
     e.prim = nullptr;
     return false;
   }
   for (int i = 0; i < 3; ++i) {
-    if (dnnl_memory_create(&e.user[i], umds[i], eng, DNNL_MEMORY_NONE) != dnnl_success) {
-      e.user[i] = nullptr;
-      return false;
-    }
-    const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(e.pd, q[i], 0);
-    if (!want) return false;
-    if (dnnl_memory_desc_equal(want, umds[i])) continue;
-    if (dnnl_memory_create(&e.inner[i], want, eng, DNNL_MEMORY_ALLOCATE) != dnnl_success) {
-      e.inner[i] = nullptr;
-      return false;
-    }
-    const bool out = i == 2;
-    if (dnnl_reorder_primitive_desc_create(&e.reorder_pd[i], out ? want : umds[i], eng,
-                                           out ? umds[i] : want, eng, nullptr) != dnnl_success) {
-      e.reorder_pd[i] = nullptr;
-      return false;
-    }
-    if (dnnl_primitive_create(&e.reorder[i], e.reorder_pd[i]) != dnnl_success) {
-      e.reorder[i] = nullptr;
-      return false;
-    }
+    const dnnl_memory_desc_t* want;
+    if (!bind_arg(e, i, umds[i], q[i], 0, i == 2, &want)) return false;
   }
   return true;
 }
@@ -329,82 +368,70 @@ dnnl_memory_t weight_slot(FusedEntry& e, const void* w, const std::shared_ptr<co
   return slot->mem;
 }
 
-bool make_reorder(const dnnl_memory_desc_t* from, const dnnl_memory_desc_t* to,
-                  dnnl_primitive_desc_t* rpd, dnnl_primitive_t* r) {
-  dnnl_engine_t eng = engine();
-  if (dnnl_reorder_primitive_desc_create(rpd, from, eng, to, eng, nullptr) != dnnl_success) {
-    *rpd = nullptr;
-    return false;
+// The memory descriptors of a fused convolution: umd, the caller's layouts of src, weights,
+// bias, dst; md, what the primitive is asked for. Blocked activations and weights are also what
+// the primitive gets, so it computes in them (format "any" elsewhere: the primitive's choice,
+// reordered to). any_src / any_dst: the activations in format "any", the fallback.
+struct FusedDescs {
+  dnnl_memory_desc_t umd[4], md[4], any_src, any_dst;
+  bool init(const ConvFused& f) {
+    const ConvShape& s = f.s;
+    const dnnl_data_type_t t = dnnl_f32;
+    dnnl_dims_t sd = {s.N, s.C, s.H, s.W}, dd = {s.N, s.O, s.OH, s.OW}, bd = {s.O};
+    dnnl_dims_t wd4 = {s.O, s.C, s.kH, s.kW}, wd5 = {s.G, s.O / s.G, s.C / s.G, s.kH, s.kW};
+    const int wn = s.G == 1 ? 4 : 5;
+    auto* wd = s.G == 1 ? wd4 : wd5;
+    const bool ok_descs =
+        dnnl_memory_desc_init_by_tag(
+            &umd[0], 4, sd, t, f.in_block ? blocked_act(f.in_block) : dnnl_nchw) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&umd[1], wn, wd, t,
+                                     f.w_blocked ? blocked_wei(f.in_block)
+                                     : s.G == 1  ? dnnl_oihw
+                                                 : dnnl_goihw) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&umd[2], 1, bd, t, dnnl_x) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&umd[3], 4, dd, t,
+                                     f.out_block ? blocked_act(f.out_block) : dnnl_nchw) ==
+            dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&md[1], wn, wd, t, dnnl_format_tag_any) == dnnl_success;
+    if (!ok_descs) return false;
+    md[0] = umd[0], md[2] = umd[2], md[3] = umd[3];
+    if (!f.in_block && dnnl_memory_desc_init_by_tag(&md[0], 4, sd, t, dnnl_format_tag_any))
+      return false;
+    if (!f.out_block && dnnl_memory_desc_init_by_tag(&md[3], 4, dd, t, dnnl_format_tag_any))
+      return false;
+    return !dnnl_memory_desc_init_by_tag(&any_src, 4, sd, t, dnnl_format_tag_any) &&
+           !dnnl_memory_desc_init_by_tag(&any_dst, 4, dd, t, dnnl_format_tag_any);
   }
-  if (dnnl_primitive_create(r, *rpd) != dnnl_success) {
-    *r = nullptr;
-    return false;
-  }
-  return true;
-}
+};
 
-bool build_fused(FusedEntry& e) {
-  const ConvFused& f = e.key;
-  const ConvShape& s = f.s;
-  dnnl_engine_t eng = engine();
-  if (!eng) return false;
-  const dnnl_data_type_t t = dnnl_f32;
-  dnnl_dims_t sd = {s.N, s.C, s.H, s.W}, dd = {s.N, s.O, s.OH, s.OW}, bd = {s.O};
-  dnnl_dims_t wd4 = {s.O, s.C, s.kH, s.kW}, wd5 = {s.G, s.O / s.G, s.C / s.G, s.kH, s.kW};
-  const int wn = s.G == 1 ? 4 : 5;
-  auto* wd = s.G == 1 ? wd4 : wd5;
-  dnnl_memory_desc_t umd[4], md[4];
-  // The caller's layouts; blocked activations and weights are also what the primitive gets, so
-  // it computes in them (format "any" elsewhere: the primitive's choice, reordered to).
-  const bool ok_descs =
-      dnnl_memory_desc_init_by_tag(
-          &umd[0], 4, sd, t, f.in_block ? blocked_act(f.in_block) : dnnl_nchw) == dnnl_success &&
-      dnnl_memory_desc_init_by_tag(&umd[1], wn, wd, t,
-                                   f.w_blocked ? blocked_wei(f.in_block)
-                                   : s.G == 1  ? dnnl_oihw
-                                               : dnnl_goihw) == dnnl_success &&
-      dnnl_memory_desc_init_by_tag(&umd[2], 1, bd, t, dnnl_x) == dnnl_success &&
-      dnnl_memory_desc_init_by_tag(
-          &umd[3], 4, dd, t, f.out_block ? blocked_act(f.out_block) : dnnl_nchw) == dnnl_success &&
-      dnnl_memory_desc_init_by_tag(&md[1], wn, wd, t, dnnl_format_tag_any) == dnnl_success;
-  if (!ok_descs) return false;
-  md[0] = umd[0], md[2] = umd[2], md[3] = umd[3];
-  if (!f.in_block && dnnl_memory_desc_init_by_tag(&md[0], 4, sd, t, dnnl_format_tag_any))
-    return false;
-  if (!f.out_block && dnnl_memory_desc_init_by_tag(&md[3], 4, dd, t, dnnl_format_tag_any))
-    return false;
-  // Activations in the caller's blocks first; where oneDNN has only its reference kernel for
-  // them (dilated convolutions with large padding), the primitive's own choice (its gemm kernel,
-  // on NCHW), reordered to and from.
-  dnnl_memory_desc_t any_src, any_dst;
-  if (dnnl_memory_desc_init_by_tag(&any_src, 4, sd, t, dnnl_format_tag_any) ||
-      dnnl_memory_desc_init_by_tag(&any_dst, 4, dd, t, dnnl_format_tag_any))
-    return false;
-  dnnl_dims_t st = {s.sH, s.sW}, dil = {s.dH - 1, s.dW - 1}, pl = {s.pH, s.pW};
-  dnnl_dims_t pr = {(s.OH - 1) * s.sH + (s.kH - 1) * s.dH + 1 - s.H - s.pH,
-                    (s.OW - 1) * s.sW + (s.kW - 1) * s.dW + 1 - s.W - s.pW};
-  // Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions on blocked activations (oneDNN's
-  // jit_wino_4x3 on AVX-512): 2.25x fewer multiplications than direct; on ResNet-18's 3x3
-  // stride-1 layers (W9, batch 32) 18-27 ms against 37-40 ms each. Its rounding differs from a
-  // direct sum (measured in docs/onnx.md); KILN_CONV_WINOGRAD=0 keeps every conv direct. Where
-  // oneDNN has no Winograd kernel (AVX2) the direct one is built instead.
+// Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions on blocked activations (oneDNN's
+// jit_wino_4x3 on AVX-512): 2.25x fewer multiplications than direct; on ResNet-18's 3x3
+// stride-1 layers (W9, batch 32) 18-27 ms against 37-40 ms each. Its rounding differs from a
+// direct sum (measured in docs/onnx.md); KILN_CONV_WINOGRAD=0 keeps every conv direct. Where
+// oneDNN has no Winograd kernel (AVX2) the direct one is built instead.
+bool wants_winograd(const ConvFused& f) {
   static const bool winograd_on = [] {
     const char* e = std::getenv("KILN_CONV_WINOGRAD");
     return !(e && std::string(e) == "0");
   }();
+  const ConvShape& s = f.s;
   // The kernel transforms the weights on every call (O x C x 36 values), which only pays off
   // over enough output pixels: measured on this host at 1 thread, Winograd and direct break
   // even near 400 pixels (N x OH x OW) for 64 to 512 channels alike (512 channels at 7x7: batch
   // 1 3.8 ms against 1.7 direct, batch 16 13.1 against 18.4). Nor over few input channels:
   // inception_v3's 32-channel 3x3 on 147x147 took 3.3 ms a call against 2.3 direct (its 64 and
   // 80-channel ones 0.47 / 0.56 and 3.7 / 7.4).
-  const bool winograd = winograd_on && f.in_block && s.kH == 3 && s.kW == 3 && s.sH == 1 &&
-                        s.sW == 1 && s.dH == 1 && s.dW == 1 && s.N * s.OH * s.OW >= 512 &&
-                        s.C >= 64;
+  return winograd_on && f.in_block && s.kH == 3 && s.kW == 3 && s.sH == 1 && s.sW == 1 &&
+         s.dH == 1 && s.dW == 1 && s.N * s.OH * s.OW >= 512 && s.C >= 64;
+}
+
+// The fused epilogue as oneDNN post-ops: the residual sum, then the activation (1 relu, 2 SiLU,
+// 3 hardswish). Null when oneDNN refuses it.
+dnnl_primitive_attr_t epilogue_attr(const ConvFused& f) {
   dnnl_post_ops_t po = nullptr;
   dnnl_primitive_attr_t attr = nullptr;
-  if (dnnl_post_ops_create(&po) != dnnl_success) return false;
-  bool made =
+  if (dnnl_post_ops_create(&po) != dnnl_success) return nullptr;
+  const bool made =
       dnnl_primitive_attr_create(&attr) == dnnl_success &&
       (!f.residual || dnnl_post_ops_append_sum(po, 1.f) == dnnl_success) &&
       (f.act == 0 || dnnl_post_ops_append_eltwise(po, 1.f,
@@ -412,33 +439,55 @@ bool build_fused(FusedEntry& e) {
                                                   : f.act == 2 ? dnnl_eltwise_swish
                                                                : dnnl_eltwise_hardswish,
                                                   f.act == 2 ? 1.f : 0.f, 0.f) == dnnl_success) &&
-      dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-  // forward_training, not _inference: with the latter oneDNN 2.6 picks its brgemm convolutions
-  // here (slower on ResNet-18's layers: W9 33.5 against 40.9 images/s), and its Winograd kernel
-  // wants weights it transformed beforehand.
-  made = made && [&] {
-    for (int free_layouts = 0; free_layouts < 2; ++free_layouts) {
-      if (free_layouts) {
-        if (!f.in_block && !f.out_block) break;
-        md[0] = any_src, md[3] = any_dst;
-      }
-      for (auto alg : {dnnl_convolution_winograd, dnnl_convolution_direct}) {
-        if (alg == dnnl_convolution_winograd && !winograd) continue;
-        dnnl_convolution_desc_t cd;
-        if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &md[0],
-                                                       &md[1], f.bias ? &md[2] : nullptr, &md[3],
-                                                       st, dil, pl, pr) == dnnl_success &&
-            dnnl_primitive_desc_create(&e.pd, &cd, attr, eng, nullptr) == dnnl_success) {
-          if (!is_ref(e.pd)) return true;
-          dnnl_primitive_desc_destroy(e.pd);
-        }
-        e.pd = nullptr;
-      }
-    }
-    return false;
-  }();
-  if (attr) dnnl_primitive_attr_destroy(attr);
+      dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;  // attr keeps a copy of po
   dnnl_post_ops_destroy(po);
+  if (!made && attr) {
+    dnnl_primitive_attr_destroy(attr);
+    attr = nullptr;
+  }
+  return attr;
+}
+
+// e.pd: activations in the caller's blocks first; where oneDNN has only its reference kernel
+// for them (dilated convolutions with large padding), the primitive's own choice (its gemm
+// kernel, on NCHW), reordered to and from. Winograd first where wanted, else direct.
+// forward_training, not _inference: with the latter oneDNN 2.6 picks its brgemm convolutions
+// here (slower on ResNet-18's layers: W9 33.5 against 40.9 images/s), and its Winograd kernel
+// wants weights it transformed beforehand.
+bool fused_pd(FusedEntry& e, FusedDescs& d, dnnl_primitive_attr_t attr) {
+  const ConvFused& f = e.key;
+  const Geometry g(f.s);
+  const bool winograd = wants_winograd(f);
+  for (int free_layouts = 0; free_layouts < 2; ++free_layouts) {
+    if (free_layouts) {
+      if (!f.in_block && !f.out_block) break;
+      d.md[0] = d.any_src, d.md[3] = d.any_dst;
+    }
+    for (auto alg : {dnnl_convolution_winograd, dnnl_convolution_direct}) {
+      if (alg == dnnl_convolution_winograd && !winograd) continue;
+      dnnl_convolution_desc_t cd;
+      if (dnnl_dilated_convolution_forward_desc_init(
+              &cd, dnnl_forward_training, alg, &d.md[0], &d.md[1], f.bias ? &d.md[2] : nullptr,
+              &d.md[3], g.st, g.dil, g.pl, g.pr) == dnnl_success &&
+          dnnl_primitive_desc_create(&e.pd, &cd, attr, engine(), nullptr) == dnnl_success) {
+        if (!is_ref(e.pd)) return true;
+        dnnl_primitive_desc_destroy(e.pd);
+      }
+      e.pd = nullptr;
+    }
+  }
+  return false;
+}
+
+bool build_fused(FusedEntry& e) {
+  const ConvFused& f = e.key;
+  if (!engine()) return false;
+  FusedDescs d;
+  if (!d.init(f)) return false;
+  dnnl_primitive_attr_t attr = epilogue_attr(f);
+  if (!attr) return false;
+  const bool made = fused_pd(e, d, attr);
+  dnnl_primitive_attr_destroy(attr);
   if (!made) return false;
   if (dnnl_primitive_create(&e.prim, e.pd) != dnnl_success) {
     e.prim = nullptr;
@@ -448,21 +497,11 @@ bool build_fused(FusedEntry& e) {
                              dnnl_query_dst_md};
   for (int i = 0; i < 4; ++i) {
     if (i == 2 && !f.bias) continue;
-    if (dnnl_memory_create(&e.user[i], &umd[i], eng, DNNL_MEMORY_NONE) != dnnl_success) {
-      e.user[i] = nullptr;
+    const dnnl_memory_desc_t* want;
+    if (!bind_arg(e, i, &d.umd[i], q[i], i == 2 ? 1 : 0, i == 3, &want)) return false;
+    // The residual held in y moves into the inner dst before the convolution accumulates.
+    if (want && i == 3 && f.residual && !make_reorder(&d.umd[i], want, &e.back_pd, &e.back))
       return false;
-    }
-    const dnnl_memory_desc_t* want = dnnl_primitive_desc_query_md(e.pd, q[i], i == 2 ? 1 : 0);
-    if (!want) return false;
-    if (dnnl_memory_desc_equal(want, &umd[i])) continue;
-    if (dnnl_memory_create(&e.inner[i], want, eng, DNNL_MEMORY_ALLOCATE) != dnnl_success) {
-      e.inner[i] = nullptr;
-      return false;
-    }
-    const bool out = i == 3;
-    if (!make_reorder(out ? want : &umd[i], out ? &umd[i] : want, &e.reorder_pd[i], &e.reorder[i]))
-      return false;
-    if (out && f.residual && !make_reorder(&umd[i], want, &e.back_pd, &e.back)) return false;
   }
   return true;
 }
