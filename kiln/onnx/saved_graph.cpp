@@ -302,6 +302,45 @@ void save_graph(const std::string& path, const Graph& g, const NamedTensors& out
 
 namespace {
 
+// One graph's names while it is replayed: the values defined so far and its initializers, which
+// become graph constants only where something reads them.
+struct Scope {
+  Graph& g;
+  std::unordered_map<std::string, Tensor> values;
+  std::unordered_map<std::string, Tensor> inits;
+
+  void bind(const std::string& name, const Tensor& t) {
+    if (name.empty() || !values.emplace(name, t).second)
+      fail(kLoad, "value name '", name, "' is empty or defined twice");
+  }
+
+  Tensor value(const std::string& name) {
+    if (auto it = values.find(name); it != values.end()) return it->second;
+    if (auto it = inits.find(name); it != inits.end()) {
+      Tensor c = g.constant(it->second);
+      values[name] = c;
+      return c;
+    }
+    fail(kLoad, "value '", name, "' is used before it is defined");
+  }
+
+  void read_initializers(const ::onnx::GraphProto& gp) {
+    for (const auto& init : gp.initializer()) {
+      if (!inits.emplace(init.name(), od::tensor_from_proto(init, "initializer")).second)
+        fail(kLoad, "initializer '", init.name(), "' is defined twice");
+    }
+  }
+};
+
+// A Kiln node's attributes: the op's own, and the ones the saver adds (kiln_*) for while bodies
+// and for sizes read from trailing inputs.
+struct NodeAttrs {
+  kd::Attrs attrs;
+  const ::onnx::GraphProto* body = nullptr;
+  int64_t num_vars = -1;
+  std::vector<kd::SizePatch> patches;
+};
+
 class Loader {
  public:
   explicit Loader(Graph g) : g_(std::move(g)) {}
@@ -311,19 +350,27 @@ class Loader {
   std::vector<Tensor> load(const ::onnx::GraphProto& gp, const std::vector<Tensor>* inputs,
                            int depth, NamedTensors* placeholders) {
     if (depth > kMaxDepth) fail(kLoad, "while bodies nest deeper than ", kMaxDepth);
-    std::unordered_map<std::string, Tensor> scope;
-    std::unordered_map<std::string, Tensor> inits;
-    auto bind = [&](const std::string& name, const Tensor& t) {
-      if (name.empty() || !scope.emplace(name, t).second)
-        fail(kLoad, "value name '", name, "' is empty or defined twice");
-    };
+    Scope sc{g_, {}, {}};
+    bind_inputs(gp, inputs, placeholders, sc);
+    sc.read_initializers(gp);
+    for (const auto& node : gp.node()) load_node(node, depth, sc);
+    std::vector<Tensor> res;
+    for (const auto& o : gp.output()) res.push_back(sc.value(o.name()));
+    return res;
+  }
+
+  Graph& graph() { return g_; }
+
+ private:
+  void bind_inputs(const ::onnx::GraphProto& gp, const std::vector<Tensor>* inputs,
+                   NamedTensors* placeholders, Scope& sc) {
     if (inputs && static_cast<size_t>(gp.input_size()) != inputs->size())
       fail(kLoad, "a loop body takes ", gp.input_size(), " inputs, its node gives ",
            inputs->size());
     for (int k = 0; k < gp.input_size(); ++k) {
       const auto& v = gp.input(k);
       if (inputs) {
-        bind(v.name(), (*inputs)[k]);
+        sc.bind(v.name(), (*inputs)[k]);
         continue;
       }
       if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape())
@@ -337,106 +384,101 @@ class Loader {
         s.push_back(d.has_dim_value() ? d.dim_value() : Dim::any());
       }
       Tensor ph = g_.placeholder(v.name(), dt, s);
-      bind(v.name(), ph);
+      sc.bind(v.name(), ph);
       placeholders->emplace_back(v.name(), ph);
     }
-    for (const auto& init : gp.initializer()) {
-      if (!inits.emplace(init.name(), od::tensor_from_proto(init, "initializer")).second)
-        fail(kLoad, "initializer '", init.name(), "' is defined twice");
-    }
-    auto value = [&](const std::string& name) -> Tensor {
-      if (auto it = scope.find(name); it != scope.end()) return it->second;
-      if (auto it = inits.find(name); it != inits.end()) {
-        Tensor c = g_.constant(it->second);
-        scope[name] = c;
-        return c;
-      }
-      fail(kLoad, "value '", name, "' is used before it is defined");
-    };
-    for (const auto& node : gp.node()) {
-      if (node.domain().empty() && node.op_type() == "Identity") {
-        if (node.input_size() != 1 || node.output_size() != 1) fail(kLoad, "bad Identity node");
-        bind(node.output(0), value(node.input(0)));
-        continue;
-      }
-      if (node.domain() != kKilnDomain)
-        fail(kLoad, "node ", node.op_type(), " of domain '", node.domain(),
-             "' is not a Kiln op (use kiln::onnx::import_model for standard ONNX)");
-      if (node.op_type() == "variable") {
-        if (node.input_size() != 1 || node.output_size() != 1 || node.attribute_size() != 1 ||
-            node.attribute(0).type() != ::onnx::AttributeProto::STRING)
-          fail(kLoad, "bad variable node");
-        auto it = inits.find(node.input(0));
-        if (it == inits.end()) fail(kLoad, "variable '", node.attribute(0).s(), "' has no value");
-        if (depth > 0) fail(kLoad, "a variable inside a loop body");
-        if (g_.find(node.attribute(0).s()))
-          fail(kLoad, "variable '", node.attribute(0).s(), "' is defined twice");
-        bind(node.output(0), g_.variable(node.attribute(0).s(), it->second));
-        continue;
-      }
-      const kd::OpDef* op = kd::OpRegistry::get().find(node.op_type());
-      if (!op) fail(kLoad, "unknown op '", node.op_type(), "' (a newer Kiln?)");
-      if (kd::is_while_grad_op(op)) fail(kLoad, "while_grad nodes are not loadable");
-      std::vector<Tensor> ins;
-      for (const auto& name : node.input()) ins.push_back(value(name));
-      kd::Attrs attrs;
-      const ::onnx::GraphProto* body = nullptr;
-      int64_t num_vars = -1;
-      std::vector<kd::SizePatch> patches;
-      for (const auto& a : node.attribute()) {
-        if (a.name() == "kiln_size_patches") {
-          if (a.type() != ::onnx::AttributeProto::INTS || a.ints_size() % 2 != 0 ||
-              a.ints_size() / 2 > node.input_size())
-            fail(kLoad, node.op_type(), ": kiln_size_patches must be (attribute, element) pairs, ",
-                 "one per trailing size input (", node.input_size(), " inputs)");
-          for (int k = 0; k + 1 < a.ints_size(); k += 2) {
-            if (a.ints(k) < 0 || a.ints(k) >= 64 || a.ints(k + 1) < -1 || a.ints(k + 1) >= 4096)
-              fail(kLoad, node.op_type(), ": size patch (", a.ints(k), ", ", a.ints(k + 1),
-                   ") is out of range");
-            patches.push_back(kd::SizePatch{static_cast<int16_t>(a.ints(k)),
-                                            static_cast<int16_t>(a.ints(k + 1))});
-          }
-          continue;
-        }
-        if (a.name() == "kiln_body") {
-          if (a.type() != ::onnx::AttributeProto::GRAPH) fail(kLoad, "kiln_body must be a graph");
-          body = &a.g();
-          continue;
-        }
-        if (a.name() == "kiln_num_vars") {
-          if (a.type() != ::onnx::AttributeProto::INT) fail(kLoad, "kiln_num_vars must be an int");
-          num_vars = a.i();
-          continue;
-        }
-        attrs.push(attr_value(node, a));
-      }
-      std::vector<Tensor> outs;
-      if (kd::is_while_op(op)) {
-        outs = load_while(node, ins, attrs, body, num_vars, depth);
-      } else {
-        if (patches.size() > ins.size())
-          fail(kLoad, node.op_type(), ": more size patches than inputs");
-        for (const auto& p : patches)
-          if (static_cast<size_t>(p.attr) >= attrs.size())
-            fail(kLoad, node.op_type(), ": size patch of attribute ", p.attr, " but only ",
-                 attrs.size(), " attributes");
-        kd::TensorList r =
-            kd::call_node(*op, std::span<const Tensor>(ins.data(), ins.size()), attrs, patches);
-        outs.assign(r.begin(), r.end());
-      }
-      if (outs.size() < static_cast<size_t>(node.output_size()))
-        fail(kLoad, node.op_type(), " gives ", outs.size(), " outputs, the file names ",
-             node.output_size());
-      for (int k = 0; k < node.output_size(); ++k) bind(node.output(k), outs[k]);
-    }
-    std::vector<Tensor> res;
-    for (const auto& o : gp.output()) res.push_back(value(o.name()));
-    return res;
   }
 
-  Graph& graph() { return g_; }
+  void load_node(const ::onnx::NodeProto& node, int depth, Scope& sc) {
+    if (node.domain().empty() && node.op_type() == "Identity") {
+      if (node.input_size() != 1 || node.output_size() != 1) fail(kLoad, "bad Identity node");
+      sc.bind(node.output(0), sc.value(node.input(0)));
+      return;
+    }
+    if (node.domain() != kKilnDomain)
+      fail(kLoad, "node ", node.op_type(), " of domain '", node.domain(),
+           "' is not a Kiln op (use kiln::onnx::import_model for standard ONNX)");
+    if (node.op_type() == "variable") {
+      sc.bind(node.output(0), load_variable(node, depth, sc));
+      return;
+    }
+    const kd::OpDef* op = kd::OpRegistry::get().find(node.op_type());
+    if (!op) fail(kLoad, "unknown op '", node.op_type(), "' (a newer Kiln?)");
+    if (kd::is_while_grad_op(op)) fail(kLoad, "while_grad nodes are not loadable");
+    std::vector<Tensor> ins;
+    for (const auto& name : node.input()) ins.push_back(sc.value(name));
+    const NodeAttrs na = node_attrs(node);
+    std::vector<Tensor> outs = kd::is_while_op(op)
+                                   ? load_while(node, ins, na.attrs, na.body, na.num_vars, depth)
+                                   : call_op(node, *op, ins, na);
+    if (outs.size() < static_cast<size_t>(node.output_size()))
+      fail(kLoad, node.op_type(), " gives ", outs.size(), " outputs, the file names ",
+           node.output_size());
+    for (int k = 0; k < node.output_size(); ++k) sc.bind(node.output(k), outs[k]);
+  }
 
- private:
+  // A variable's value is the initializer it reads; it keeps its name in the new graph.
+  Tensor load_variable(const ::onnx::NodeProto& node, int depth, Scope& sc) {
+    if (node.input_size() != 1 || node.output_size() != 1 || node.attribute_size() != 1 ||
+        node.attribute(0).type() != ::onnx::AttributeProto::STRING)
+      fail(kLoad, "bad variable node");
+    auto it = sc.inits.find(node.input(0));
+    if (it == sc.inits.end()) fail(kLoad, "variable '", node.attribute(0).s(), "' has no value");
+    if (depth > 0) fail(kLoad, "a variable inside a loop body");
+    if (g_.find(node.attribute(0).s()))
+      fail(kLoad, "variable '", node.attribute(0).s(), "' is defined twice");
+    return g_.variable(node.attribute(0).s(), it->second);
+  }
+
+  static NodeAttrs node_attrs(const ::onnx::NodeProto& node) {
+    NodeAttrs na;
+    for (const auto& a : node.attribute()) {
+      if (a.name() == "kiln_size_patches") {
+        na.patches = size_patches(node, a);
+      } else if (a.name() == "kiln_body") {
+        if (a.type() != ::onnx::AttributeProto::GRAPH) fail(kLoad, "kiln_body must be a graph");
+        na.body = &a.g();
+      } else if (a.name() == "kiln_num_vars") {
+        if (a.type() != ::onnx::AttributeProto::INT) fail(kLoad, "kiln_num_vars must be an int");
+        na.num_vars = a.i();
+      } else {
+        na.attrs.push(attr_value(node, a));
+      }
+    }
+    return na;
+  }
+
+  // Bounded here so that a hostile file cannot make call_node index past its attributes.
+  static std::vector<kd::SizePatch> size_patches(const ::onnx::NodeProto& node,
+                                                 const ::onnx::AttributeProto& a) {
+    if (a.type() != ::onnx::AttributeProto::INTS || a.ints_size() % 2 != 0 ||
+        a.ints_size() / 2 > node.input_size())
+      fail(kLoad, node.op_type(), ": kiln_size_patches must be (attribute, element) pairs, ",
+           "one per trailing size input (", node.input_size(), " inputs)");
+    std::vector<kd::SizePatch> patches;
+    for (int k = 0; k + 1 < a.ints_size(); k += 2) {
+      if (a.ints(k) < 0 || a.ints(k) >= 64 || a.ints(k + 1) < -1 || a.ints(k + 1) >= 4096)
+        fail(kLoad, node.op_type(), ": size patch (", a.ints(k), ", ", a.ints(k + 1),
+             ") is out of range");
+      patches.push_back(
+          kd::SizePatch{static_cast<int16_t>(a.ints(k)), static_cast<int16_t>(a.ints(k + 1))});
+    }
+    return patches;
+  }
+
+  static std::vector<Tensor> call_op(const ::onnx::NodeProto& node, const kd::OpDef& op,
+                                     const std::vector<Tensor>& ins, const NodeAttrs& na) {
+    if (na.patches.size() > ins.size())
+      fail(kLoad, node.op_type(), ": more size patches than inputs");
+    for (const auto& p : na.patches)
+      if (static_cast<size_t>(p.attr) >= na.attrs.size())
+        fail(kLoad, node.op_type(), ": size patch of attribute ", p.attr, " but only ",
+             na.attrs.size(), " attributes");
+    kd::TensorList r =
+        kd::call_node(op, std::span<const Tensor>(ins.data(), ins.size()), na.attrs, na.patches);
+    return std::vector<Tensor>(r.begin(), r.end());
+  }
+
   static kd::AttrValue attr_value(const ::onnx::NodeProto& node, const ::onnx::AttributeProto& a) {
     switch (a.type()) {
       case ::onnx::AttributeProto::INT:
