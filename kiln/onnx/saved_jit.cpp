@@ -153,62 +153,19 @@ LoadedJit::~LoadedJit() = default;
 
 namespace {
 
-// Parses guards_text's lines; every token is checked, sizes are bounded before use.
-void parse_guards(const std::string& text, const std::string& what, je::Key& key,
-                  std::vector<std::vector<std::string>>& ph, std::vector<int>& runtime) {
-  std::istringstream lines(text);
-  std::string line;
-  size_t i = 0;
-  while (std::getline(lines, line)) {
-    auto bad = [&](const auto&... why) {
-      fail(kLoad, what, ": guard of argument ", i, ": ", why...);
-    };
-    if (i >= kMaxArgs) fail(kLoad, what, ": more than ", kMaxArgs, " arguments");
-    std::istringstream in(line);
-    auto word = [&](const char* expect) {
-      std::string w;
-      if (!(in >> w) || w.size() > 256) bad("expected ", expect);
-      return w;
-    };
-    auto dtype = [&] {
-      const std::string w = word("a dtype");
-      for (DType d : kDTypes)
-        if (w == dtype_name(d)) return d;
-      bad("unknown dtype '", w, "'");
-      return Float32;  // not reached: bad raises
-    };
-    auto shape = [&] {
-      const std::string w = word("a shape");
-      if (w.size() < 2 || w.front() != '[' || w.back() != ']') bad("bad shape '", w, "'");
-      Shape s;
-      std::string body = w.substr(1, w.size() - 2);
-      if (body.empty()) return s;
-      std::istringstream ds(body);
-      std::string d;
-      while (std::getline(ds, d, ',')) {
-        char* end = nullptr;
-        errno = 0;
-        const long long v = std::strtoll(d.c_str(), &end, 10);
-        if (d.empty() || *end || errno || v < -1 || v > (int64_t(1) << 40))
-          bad("bad dim '", d, "' in shape '", w, "'");
-        if (s.rank() >= kMaxRank) bad("rank above ", kMaxRank);
-        s.push_back(v);
-      }
-      return s;
-    };
-    je::ArgKey ak;
-    std::vector<std::string> names;
+// One line of guards_text: one argument's kind and what it guards. Every token is checked and
+// sizes are bounded before use, since the text comes from a file.
+class GuardLine {
+ public:
+  GuardLine(const std::string& line, const std::string& what, size_t i)
+      : in_(line), what_(what), i_(i) {}
+
+  // The argument's key and its placeholders' names; a runtime scalar marks itself in `runtime`.
+  void parse(je::ArgKey& ak, std::vector<std::string>& names, std::vector<int>& runtime) {
     const std::string kind = word("an argument kind");
     if (kind == "tensor" || kind == "list") {
       ak.kind = kind == "tensor" ? je::Arg::kTensor : je::Arg::kTensorList;
-      size_t n = 1;
-      if (kind == "list") {
-        const std::string w = word("a list length");
-        char* end = nullptr;
-        const unsigned long long v = std::strtoull(w.c_str(), &end, 10);
-        if (w.empty() || *end || w[0] == '-' || v > kMaxListLen) bad("bad list length '", w, "'");
-        n = static_cast<size_t>(v);
-      }
+      const size_t n = kind == "list" ? list_length() : 1;
       for (size_t t = 0; t < n; ++t) {
         ak.dtypes.push_back(dtype());
         ak.shapes.push_back(shape());
@@ -225,15 +182,77 @@ void parse_guards(const std::string& text, const std::string& what, je::Key& key
       ak.kind = kind == "runtime_bool" ? je::Arg::kBool : je::Arg::kScalar;
       ak.runtime = true;
       names.push_back(word("a placeholder name"));
-      runtime.push_back(static_cast<int>(i));
+      runtime.push_back(static_cast<int>(i_));
     } else {
       bad("unknown argument kind '", kind, "'");
     }
     std::string extra;
-    if (in >> extra) bad("unexpected '", extra, "'");
+    if (in_ >> extra) bad("unexpected '", extra, "'");
+  }
+
+ private:
+  [[noreturn]] void bad(const auto&... why) {
+    fail(kLoad, what_, ": guard of argument ", i_, ": ", why...);
+  }
+
+  std::string word(const char* expect) {
+    std::string w;
+    if (!(in_ >> w) || w.size() > 256) bad("expected ", expect);
+    return w;
+  }
+
+  size_t list_length() {
+    const std::string w = word("a list length");
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(w.c_str(), &end, 10);
+    if (w.empty() || *end || w[0] == '-' || v > kMaxListLen) bad("bad list length '", w, "'");
+    return static_cast<size_t>(v);
+  }
+
+  DType dtype() {
+    const std::string w = word("a dtype");
+    for (DType d : kDTypes)
+      if (w == dtype_name(d)) return d;
+    bad("unknown dtype '", w, "'");
+  }
+
+  Shape shape() {
+    const std::string w = word("a shape");
+    if (w.size() < 2 || w.front() != '[' || w.back() != ']') bad("bad shape '", w, "'");
+    Shape s;
+    std::string body = w.substr(1, w.size() - 2);
+    if (body.empty()) return s;
+    std::istringstream ds(body);
+    std::string d;
+    while (std::getline(ds, d, ',')) {
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(d.c_str(), &end, 10);
+      if (d.empty() || *end || errno || v < -1 || v > (int64_t(1) << 40))
+        bad("bad dim '", d, "' in shape '", w, "'");
+      if (s.rank() >= kMaxRank) bad("rank above ", kMaxRank);
+      s.push_back(v);
+    }
+    return s;
+  }
+
+  std::istringstream in_;
+  const std::string& what_;
+  size_t i_;
+};
+
+// Parses guards_text's lines, one argument each.
+void parse_guards(const std::string& text, const std::string& what, je::Key& key,
+                  std::vector<std::vector<std::string>>& ph, std::vector<int>& runtime) {
+  std::istringstream lines(text);
+  std::string line;
+  for (size_t i = 0; std::getline(lines, line); ++i) {
+    if (i >= kMaxArgs) fail(kLoad, what, ": more than ", kMaxArgs, " arguments");
+    je::ArgKey ak;
+    std::vector<std::string> names;
+    GuardLine(line, what, i).parse(ak, names, runtime);
     key.push_back(std::move(ak));
     ph.push_back(std::move(names));
-    ++i;
   }
 }
 
