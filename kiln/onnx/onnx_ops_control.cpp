@@ -70,109 +70,164 @@ struct RnnSpec {
   std::vector<std::string> acts;
 };
 
-TL recurrent(NodeIn& n, const RnnSpec& spec) {
-  Tensor x = n.req(0);
-  const Tensor &W = n.req(1), &R = n.req(2);
-  const bool batch_first = n.i("layout", 0) != 0;
-  if (batch_first) x = transpose(x, 0, 1);
-  if (x.dim() != 3 || !x.shape().is_static()) n.fail("X must be static 3-D, got ", x.shape());
-  const int64_t T = x.size(0), B = x.size(1);
-  const std::string dir = n.s("direction", "forward");
-  const int dirs = dir == "bidirectional" ? 2 : 1;
-  if (dir != "forward" && dir != "reverse" && dir != "bidirectional") n.fail("direction ", dir);
-  const int64_t H = n.req_i("hidden_size");
-  const int64_t G = spec.gates;
-  if (W.dim() != 3 || W.size(0) != dirs || W.size(1) != G * H || R.dim() != 3 ||
-      R.size(1) != G * H || R.size(2) != H)
-    n.fail("W ", W.shape(), " and R ", R.shape(), " do not match hidden_size ", H);
-  if (T > kMaxUnroll) n.fail("sequence length ", T, " is more than ", kMaxUnroll, " steps");
-  charge_nodes(n, T * 40 * (dir == "bidirectional" ? 2 : 1));
-  charge_fold(n, 2 * static_numel(Shape{B, H}) * (dir == "bidirectional" ? 2 : 1));
-  if (n.has_input(4)) {
-    const Tensor& sl = n.in[4];
-    if (!sl.is_concrete()) n.fail("sequence_lens must be known at import");
-    for (int64_t v : sl.to_vector<int64_t>())
-      if (v != T) n.fail("sequence_lens shorter than the sequence are not supported");
-  }
-  const double clip = n.f("clip", 0.0);
-  const bool lbr = n.i("linear_before_reset", 0) != 0;
-  const bool couple = n.i("input_forget", 0) != 0;
-  std::vector<Act> acts = activations(n, spec.acts, dirs);
-  auto clipped = [&](const Tensor& t) { return clip > 0 ? clamp(t, -clip, clip) : t; };
-  std::vector<Tensor> ys(dirs), hs(dirs), cs(dirs);
-  for (int d = 0; d < dirs; ++d) {
-    const bool rev = dir == "reverse" || d == 1;
-    Tensor w = squeeze(slice(W, 0, d, d + 1), 0), r = squeeze(slice(R, 0, d, d + 1), 0);
-    Tensor wb, rb;
-    if (n.has_input(3)) {
-      Tensor b = squeeze(slice(n.in[3], 0, d, d + 1), 0);
-      wb = slice(b, 0, 0, G * H);
-      rb = slice(b, 0, G * H, 2 * G * H);
+// One LSTM/GRU/RNN node unrolled over its (static) sequence: the checks and attributes are read
+// once, then each direction runs its steps on the weights sliced for it.
+class Recurrent {
+ public:
+  Recurrent(NodeIn& n, const RnnSpec& spec) : n_(n), spec_(spec), G_(spec.gates) {}
+
+  TL run() {
+    read_node();
+    std::vector<Tensor> ys(dirs_), hs(dirs_), cs(dirs_);
+    for (int d = 0; d < dirs_; ++d) run_direction(d, ys[d], hs[d], cs[d]);
+    Tensor Y = stack(ys, 1);  // [T, D, B, H]
+    Tensor Yh = stack(hs, 0), Yc = stack(cs, 0);
+    if (batch_first_) {
+      Y = permute(Y, {2, 0, 1, 3});  // [B, T, D, H]
+      Yh = transpose(Yh, 0, 1);
+      Yc = transpose(Yc, 0, 1);
     }
-    Tensor h =
-        n.has_input(5) ? squeeze(slice(n.in[5], 0, d, d + 1), 0) : zeros(Shape{B, H}, x.dtype());
-    Tensor c =
-        n.has_input(6) ? squeeze(slice(n.in[6], 0, d, d + 1), 0) : zeros(Shape{B, H}, x.dtype());
-    Tensor P = G == 4 && n.has_input(7) ? squeeze(slice(n.in[7], 0, d, d + 1), 0) : Tensor();
+    return TL{Y, Yh, G_ == 4 ? Yc : Tensor()};
+  }
+
+ private:
+  // One direction's weights and its running state.
+  struct Dir {
+    Tensor w, r, wb, rb;  // biases undefined when B is absent
+    Tensor h, c, P;       // P: LSTM peepholes, undefined when absent
+  };
+
+  void read_node() {
+    x_ = n_.req(0);
+    const Tensor &W = n_.req(1), &R = n_.req(2);
+    batch_first_ = n_.i("layout", 0) != 0;
+    if (batch_first_) x_ = transpose(x_, 0, 1);
+    if (x_.dim() != 3 || !x_.shape().is_static()) n_.fail("X must be static 3-D, got ", x_.shape());
+    T_ = x_.size(0), B_ = x_.size(1);
+    dir_ = n_.s("direction", "forward");
+    dirs_ = dir_ == "bidirectional" ? 2 : 1;
+    if (dir_ != "forward" && dir_ != "reverse" && dir_ != "bidirectional")
+      n_.fail("direction ", dir_);
+    H_ = n_.req_i("hidden_size");
+    if (W.dim() != 3 || W.size(0) != dirs_ || W.size(1) != G_ * H_ || R.dim() != 3 ||
+        R.size(1) != G_ * H_ || R.size(2) != H_)
+      n_.fail("W ", W.shape(), " and R ", R.shape(), " do not match hidden_size ", H_);
+    if (T_ > kMaxUnroll) n_.fail("sequence length ", T_, " is more than ", kMaxUnroll, " steps");
+    // The unrolled graph grows with T: charged before it is built.
+    charge_nodes(n_, T_ * 40 * dirs_);
+    charge_fold(n_, 2 * static_numel(Shape{B_, H_}) * dirs_);
+    if (n_.has_input(4)) {
+      const Tensor& sl = n_.in[4];
+      if (!sl.is_concrete()) n_.fail("sequence_lens must be known at import");
+      for (int64_t v : sl.to_vector<int64_t>())
+        if (v != T_) n_.fail("sequence_lens shorter than the sequence are not supported");
+    }
+    clip_ = n_.f("clip", 0.0);
+    lbr_ = n_.i("linear_before_reset", 0) != 0;
+    couple_ = n_.i("input_forget", 0) != 0;
+    acts_ = activations(n_, spec_.acts, dirs_);
+  }
+
+  Tensor of_dir(const Tensor& t, int d) const { return squeeze(slice(t, 0, d, d + 1), 0); }
+
+  Dir dir_inputs(int d) const {
+    Dir s;
+    s.w = of_dir(n_.in[1], d);
+    s.r = of_dir(n_.in[2], d);
+    if (n_.has_input(3)) {
+      Tensor b = of_dir(n_.in[3], d);
+      s.wb = slice(b, 0, 0, G_ * H_);
+      s.rb = slice(b, 0, G_ * H_, 2 * G_ * H_);
+    }
+    s.h = n_.has_input(5) ? of_dir(n_.in[5], d) : zeros(Shape{B_, H_}, x_.dtype());
+    s.c = n_.has_input(6) ? of_dir(n_.in[6], d) : zeros(Shape{B_, H_}, x_.dtype());
+    if (G_ == 4 && n_.has_input(7)) s.P = of_dir(n_.in[7], d);
+    return s;
+  }
+
+  void run_direction(int d, Tensor& y, Tensor& h, Tensor& c) {
+    const bool rev = dir_ == "reverse" || d == 1;
+    Dir s = dir_inputs(d);
     // The input projection of every step in one GEMM.
-    Tensor xw = matmul(x, transpose(w, 0, 1));
-    if (wb.defined()) xw = add(xw, wb);
-    const Act* a = &acts[d * spec.acts.size()];
-    Tensor rt = transpose(r, 0, 1);
-    auto gate = [&](const Tensor& t, int64_t k) { return slice(t, -1, k * H, (k + 1) * H); };
-    std::vector<Tensor> steps(T);
-    for (int64_t s = 0; s < T; ++s) {
-      const int64_t t = rev ? T - 1 - s : s;
-      Tensor xt = squeeze(slice(xw, 0, t, t + 1), 0);
-      if (G == 4) {
-        Tensor g = add(xt, matmul(h, rt));
-        if (rb.defined()) g = add(g, rb);
-        Tensor gi = gate(g, 0), go = gate(g, 1), gf = gate(g, 2), gc = gate(g, 3);
-        if (P.defined()) {
-          gi = add(gi, mul(slice(P, 0, 0, H), c));
-          gf = add(gf, mul(slice(P, 0, 2 * H, 3 * H), c));
-        }
-        Tensor i = a[0](clipped(gi));
-        Tensor f = couple ? sub(1.0, i) : a[0](clipped(gf));
-        Tensor cc = a[1](clipped(gc));
-        c = add(mul(f, c), mul(i, cc));
-        if (P.defined()) go = add(go, mul(slice(P, 0, H, 2 * H), c));
-        Tensor o = a[0](clipped(go));
-        h = mul(o, a[2](c));
-      } else if (G == 3) {
-        Tensor hr = matmul(h, rt);
-        if (rb.defined()) hr = add(hr, rb);
-        Tensor z = a[0](clipped(add(gate(xt, 0), gate(hr, 0))));
-        Tensor rr = a[0](clipped(add(gate(xt, 1), gate(hr, 1))));
-        Tensor hh;
-        if (lbr) {
-          hh = a[1](clipped(add(gate(xt, 2), mul(rr, gate(hr, 2)))));
-        } else {
-          Tensor rh = matmul(mul(rr, h), transpose(slice(r, 0, 2 * H, 3 * H), 0, 1));
-          if (rb.defined()) rh = add(rh, slice(rb, 0, 2 * H, 3 * H));
-          hh = a[1](clipped(add(gate(xt, 2), rh)));
-        }
-        h = add(mul(sub(1.0, z), hh), mul(z, h));
-      } else {
-        Tensor g = add(xt, matmul(h, rt));
-        if (rb.defined()) g = add(g, rb);
-        h = a[0](clipped(g));
-      }
-      steps[t] = h;
+    Tensor xw = matmul(x_, transpose(s.w, 0, 1));
+    if (s.wb.defined()) xw = add(xw, s.wb);
+    const Act* a = &acts_[d * spec_.acts.size()];
+    const Tensor rt = transpose(s.r, 0, 1);
+    std::vector<Tensor> steps(T_);
+    for (int64_t k = 0; k < T_; ++k) {
+      const int64_t t = rev ? T_ - 1 - k : k;
+      const Tensor xt = squeeze(slice(xw, 0, t, t + 1), 0);
+      if (G_ == 4)
+        lstm_step(xt, rt, a, s);
+      else if (G_ == 3)
+        gru_step(xt, rt, a, s);
+      else
+        rnn_step(xt, rt, a, s);
+      steps[t] = s.h;
     }
-    ys[d] = stack(steps, 0);  // [T, B, H]
-    hs[d] = h;
-    cs[d] = c;
+    y = stack(steps, 0);  // [T, B, H]
+    h = s.h;
+    c = s.c;
   }
-  Tensor Y = stack(ys, 1);  // [T, D, B, H]
-  Tensor Yh = stack(hs, 0), Yc = stack(cs, 0);
-  if (batch_first) {
-    Y = permute(Y, {2, 0, 1, 3});  // [B, T, D, H]
-    Yh = transpose(Yh, 0, 1);
-    Yc = transpose(Yc, 0, 1);
+
+  Tensor clipped(const Tensor& t) const { return clip_ > 0 ? clamp(t, -clip_, clip_) : t; }
+  Tensor gate(const Tensor& t, int64_t k) const { return slice(t, -1, k * H_, (k + 1) * H_); }
+
+  // Gates i, o, f, c in ONNX's order; peepholes P are [i, o, f].
+  void lstm_step(const Tensor& xt, const Tensor& rt, const Act* a, Dir& s) const {
+    Tensor g = add(xt, matmul(s.h, rt));
+    if (s.rb.defined()) g = add(g, s.rb);
+    Tensor gi = gate(g, 0), go = gate(g, 1), gf = gate(g, 2), gc = gate(g, 3);
+    if (s.P.defined()) {
+      gi = add(gi, mul(slice(s.P, 0, 0, H_), s.c));
+      gf = add(gf, mul(slice(s.P, 0, 2 * H_, 3 * H_), s.c));
+    }
+    Tensor i = a[0](clipped(gi));
+    Tensor f = couple_ ? sub(1.0, i) : a[0](clipped(gf));
+    Tensor cc = a[1](clipped(gc));
+    s.c = add(mul(f, s.c), mul(i, cc));
+    if (s.P.defined()) go = add(go, mul(slice(s.P, 0, H_, 2 * H_), s.c));
+    Tensor o = a[0](clipped(go));
+    s.h = mul(o, a[2](s.c));
   }
-  return TL{Y, Yh, G == 4 ? Yc : Tensor()};
-}
+
+  // Gates z, r, h; linear_before_reset applies r after the hidden GEMM instead of before.
+  void gru_step(const Tensor& xt, const Tensor& rt, const Act* a, Dir& s) const {
+    Tensor hr = matmul(s.h, rt);
+    if (s.rb.defined()) hr = add(hr, s.rb);
+    Tensor z = a[0](clipped(add(gate(xt, 0), gate(hr, 0))));
+    Tensor rr = a[0](clipped(add(gate(xt, 1), gate(hr, 1))));
+    Tensor hh;
+    if (lbr_) {
+      hh = a[1](clipped(add(gate(xt, 2), mul(rr, gate(hr, 2)))));
+    } else {
+      Tensor rh = matmul(mul(rr, s.h), transpose(slice(s.r, 0, 2 * H_, 3 * H_), 0, 1));
+      if (s.rb.defined()) rh = add(rh, slice(s.rb, 0, 2 * H_, 3 * H_));
+      hh = a[1](clipped(add(gate(xt, 2), rh)));
+    }
+    s.h = add(mul(sub(1.0, z), hh), mul(z, s.h));
+  }
+
+  void rnn_step(const Tensor& xt, const Tensor& rt, const Act* a, Dir& s) const {
+    Tensor g = add(xt, matmul(s.h, rt));
+    if (s.rb.defined()) g = add(g, s.rb);
+    s.h = a[0](clipped(g));
+  }
+
+  NodeIn& n_;
+  const RnnSpec& spec_;
+  const int64_t G_;
+  Tensor x_;
+  bool batch_first_ = false;
+  int64_t T_ = 0, B_ = 0, H_ = 0;
+  std::string dir_;
+  int dirs_ = 1;
+  double clip_ = 0.0;
+  bool lbr_ = false, couple_ = false;
+  std::vector<Act> acts_;
+};
+
+TL recurrent(NodeIn& n, const RnnSpec& spec) { return Recurrent(n, spec).run(); }
 
 KILN_ONNX_OP(LSTM) { return recurrent(n, {4, {"Sigmoid", "Tanh", "Tanh"}}); }
 KILN_ONNX_OP(GRU) { return recurrent(n, {3, {"Sigmoid", "Tanh"}}); }
