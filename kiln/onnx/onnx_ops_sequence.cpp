@@ -5,7 +5,7 @@
 // If and Loop over sequences (the branch taken or the loop unrolled at import) become list
 // operations here.
 #include <algorithm>
-#include <set>
+#include <map>
 
 #include "kiln/onnx/onnx_internal.h"
 
@@ -86,102 +86,120 @@ SeqValue sequence_of(std::vector<Tensor> items, DType dt) {
 
 Tensor bool_scalar(bool b) { return scalar_tensor(b ? 1.0 : 0.0, Bool); }
 
-void sequence_op(SeqNode& s) {
-  const std::string& op = s.node.op_type();
-  if (op == "SequenceConstruct") {
-    std::vector<Tensor> items;
-    for (int k = 0; k < s.node.input_size(); ++k) items.push_back(s.tensor(k));
-    if (items.empty()) s.n.fail("takes at least one tensor");
-    for (const Tensor& t : items)
-      if (t.dtype() != items[0].dtype())
-        s.n.fail("elements of one dtype, got ", dtype_name(items[0].dtype()), " and ",
-                 dtype_name(t.dtype()));
-    s.out(0, sequence_of(items, items[0].dtype()));
-  } else if (op == "SequenceEmpty") {
-    s.out(0, sequence_of({}, dtype_from_onnx(static_cast<int32_t>(s.n.i("dtype", 1)), "dtype")));
-  } else if (op == "SequenceInsert") {
-    SeqValue v = s.seq(0);
-    const Tensor& t = s.tensor(1);
-    if (!v.items.empty() && t.dtype() != v.dtype)
-      s.n.fail("inserts ", dtype_name(t.dtype()), " into a sequence of ", dtype_name(v.dtype));
-    const int64_t size = static_cast<int64_t>(v.items.size());
-    const int64_t p = s.has(2) ? s.position(2, size, true) : size;
-    v.items.insert(v.items.begin() + p, t);
-    v.dtype = t.dtype();
-    s.out(0, v);
-  } else if (op == "SequenceAt") {
-    const SeqValue& v = s.seq(0);
-    s.out(0, v.items[s.position(1, static_cast<int64_t>(v.items.size()), false)]);
-  } else if (op == "SequenceLength") {
-    s.out(0, scalar_tensor(static_cast<double>(s.seq(0).items.size()), Int64));
-  } else if (op == "SequenceErase") {
-    SeqValue v = s.seq(0);
-    const int64_t size = static_cast<int64_t>(v.items.size());
-    if (size == 0) s.n.fail("erases from an empty sequence");
-    v.items.erase(v.items.begin() + (s.has(1) ? s.position(1, size, false) : size - 1));
-    s.out(0, v);
-  } else if (op == "ConcatFromSequence") {
-    const SeqValue& v = s.seq(0);
-    if (v.items.empty()) s.n.fail("concatenates an empty sequence");
-    const int64_t axis = s.n.req_i("axis");
-    s.out(0, s.n.i("new_axis", 0) ? stack(v.items, axis) : cat(v.items, axis));
-  } else if (op == "Identity") {
-    s.out(0, s.value(0));
-  } else if (op == "Optional") {
-    SeqValue v;
-    if (s.has(0)) {
-      Value in = s.value(0);
-      if (in.seq) {
-        if (in.seq->kind != Kind::Sequence) s.n.fail("an optional of an optional");
-        v = *in.seq;
-        v.kind = Kind::OptionalSequence;
-      } else {
-        v.kind = Kind::OptionalTensor;
-        v.items = {in.tensor};
-        v.dtype = in.tensor.dtype();
-      }
-    } else {
-      const auto* a = s.n.attr("type");
-      if (!a || a->type() != ::onnx::AttributeProto::TYPE_PROTO)
-        s.n.fail("an empty Optional needs its 'type' attribute");
-      const ::onnx::TypeProto& t = a->tp();
-      v.present = false;
-      if (t.has_sequence_type()) {
-        v.kind = Kind::OptionalSequence;
-        if (t.sequence_type().elem_type().has_tensor_type())
-          v.dtype = dtype_from_onnx(t.sequence_type().elem_type().tensor_type().elem_type(),
-                                    "Optional type");
-      } else if (t.has_tensor_type()) {
-        v.kind = Kind::OptionalTensor;
-        v.dtype = dtype_from_onnx(t.tensor_type().elem_type(), "Optional type");
-      } else {
-        s.n.fail("'type' must be a tensor or sequence type");
-      }
-    }
-    s.out(0, v);
-  } else if (op == "OptionalHasElement") {
-    bool has = false;
-    if (s.has(0)) {
-      const SeqValue* v = s.ctx.lookup_seq(s.node.input(0));
-      has = v ? (v->kind == Kind::Sequence || v->present) : true;  // a tensor: present
-    }
-    s.out(0, bool_scalar(has));
-  } else if (op == "OptionalGetElement") {
-    Value in = s.value(0);
-    if (!in.seq || in.seq->kind == Kind::Sequence) {  // opset 18: a plain value passes through
-      s.out(0, in);
-      return;
-    }
-    if (!in.seq->present) s.n.fail("the optional holds no value");
-    if (in.seq->kind == Kind::OptionalTensor) {
-      s.out(0, in.seq->items.at(0));
-    } else {
-      SeqValue v = *in.seq;
-      v.kind = Kind::Sequence;
-      s.out(0, v);
-    }
+void sequence_construct(SeqNode& s) {
+  std::vector<Tensor> items;
+  for (int k = 0; k < s.node.input_size(); ++k) items.push_back(s.tensor(k));
+  if (items.empty()) s.n.fail("takes at least one tensor");
+  for (const Tensor& t : items)
+    if (t.dtype() != items[0].dtype())
+      s.n.fail("elements of one dtype, got ", dtype_name(items[0].dtype()), " and ",
+               dtype_name(t.dtype()));
+  s.out(0, sequence_of(items, items[0].dtype()));
+}
+
+void sequence_empty(SeqNode& s) {
+  s.out(0, sequence_of({}, dtype_from_onnx(static_cast<int32_t>(s.n.i("dtype", 1)), "dtype")));
+}
+
+void sequence_insert(SeqNode& s) {
+  SeqValue v = s.seq(0);
+  const Tensor& t = s.tensor(1);
+  if (!v.items.empty() && t.dtype() != v.dtype)
+    s.n.fail("inserts ", dtype_name(t.dtype()), " into a sequence of ", dtype_name(v.dtype));
+  const int64_t size = static_cast<int64_t>(v.items.size());
+  const int64_t p = s.has(2) ? s.position(2, size, true) : size;
+  v.items.insert(v.items.begin() + p, t);
+  v.dtype = t.dtype();
+  s.out(0, v);
+}
+
+void sequence_at(SeqNode& s) {
+  const SeqValue& v = s.seq(0);
+  s.out(0, v.items[s.position(1, static_cast<int64_t>(v.items.size()), false)]);
+}
+
+void sequence_length(SeqNode& s) {
+  s.out(0, scalar_tensor(static_cast<double>(s.seq(0).items.size()), Int64));
+}
+
+void sequence_erase(SeqNode& s) {
+  SeqValue v = s.seq(0);
+  const int64_t size = static_cast<int64_t>(v.items.size());
+  if (size == 0) s.n.fail("erases from an empty sequence");
+  v.items.erase(v.items.begin() + (s.has(1) ? s.position(1, size, false) : size - 1));
+  s.out(0, v);
+}
+
+void concat_from_sequence(SeqNode& s) {
+  const SeqValue& v = s.seq(0);
+  if (v.items.empty()) s.n.fail("concatenates an empty sequence");
+  const int64_t axis = s.n.req_i("axis");
+  s.out(0, s.n.i("new_axis", 0) ? stack(v.items, axis) : cat(v.items, axis));
+}
+
+// An Optional without an input is empty; its 'type' attribute still says what it would hold.
+SeqValue empty_optional(SeqNode& s) {
+  const auto* a = s.n.attr("type");
+  if (!a || a->type() != ::onnx::AttributeProto::TYPE_PROTO)
+    s.n.fail("an empty Optional needs its 'type' attribute");
+  const ::onnx::TypeProto& t = a->tp();
+  SeqValue v;
+  v.present = false;
+  if (t.has_sequence_type()) {
+    v.kind = Kind::OptionalSequence;
+    if (t.sequence_type().elem_type().has_tensor_type())
+      v.dtype =
+          dtype_from_onnx(t.sequence_type().elem_type().tensor_type().elem_type(), "Optional type");
+  } else if (t.has_tensor_type()) {
+    v.kind = Kind::OptionalTensor;
+    v.dtype = dtype_from_onnx(t.tensor_type().elem_type(), "Optional type");
   } else {
-    s.n.fail("unreachable sequence op");
+    s.n.fail("'type' must be a tensor or sequence type");
+  }
+  return v;
+}
+
+void optional_of_input(SeqNode& s) {
+  if (!s.has(0)) {
+    s.out(0, empty_optional(s));
+    return;
+  }
+  SeqValue v;
+  Value in = s.value(0);
+  if (in.seq) {
+    if (in.seq->kind != Kind::Sequence) s.n.fail("an optional of an optional");
+    v = *in.seq;
+    v.kind = Kind::OptionalSequence;
+  } else {
+    v.kind = Kind::OptionalTensor;
+    v.items = {in.tensor};
+    v.dtype = in.tensor.dtype();
+  }
+  s.out(0, v);
+}
+
+void optional_has_element(SeqNode& s) {
+  bool has = false;
+  if (s.has(0)) {
+    const SeqValue* v = s.ctx.lookup_seq(s.node.input(0));
+    has = v ? (v->kind == Kind::Sequence || v->present) : true;  // a tensor: present
+  }
+  s.out(0, bool_scalar(has));
+}
+
+void optional_get_element(SeqNode& s) {
+  Value in = s.value(0);
+  if (!in.seq || in.seq->kind == Kind::Sequence) {  // opset 18: a plain value passes through
+    s.out(0, in);
+    return;
+  }
+  if (!in.seq->present) s.n.fail("the optional holds no value");
+  if (in.seq->kind == Kind::OptionalTensor) {
+    s.out(0, in.seq->items.at(0));
+  } else {
+    SeqValue v = *in.seq;
+    v.kind = Kind::Sequence;
+    s.out(0, v);
   }
 }
 
@@ -278,12 +296,16 @@ void loop_over_sequences(SeqNode& s) {
   }
 }
 
-const std::set<std::string>& sequence_ops() {
-  static const std::set<std::string> s = {
-      "SequenceConstruct",  "SequenceEmpty",     "SequenceInsert",     "SequenceAt",
-      "SequenceLength",     "SequenceErase",     "ConcatFromSequence", "Optional",
-      "OptionalHasElement", "OptionalGetElement"};
-  return s;
+// The ops on sequences and optionals that need no subgraph, each one step on known elements.
+const std::map<std::string, void (*)(SeqNode&)>& sequence_rules() {
+  static const std::map<std::string, void (*)(SeqNode&)> rules = {
+      {"SequenceConstruct", sequence_construct},    {"SequenceEmpty", sequence_empty},
+      {"SequenceInsert", sequence_insert},          {"SequenceAt", sequence_at},
+      {"SequenceLength", sequence_length},          {"SequenceErase", sequence_erase},
+      {"ConcatFromSequence", concat_from_sequence}, {"Optional", optional_of_input},
+      {"OptionalHasElement", optional_has_element}, {"OptionalGetElement", optional_get_element},
+  };
+  return rules;
 }
 
 }  // namespace
@@ -298,12 +320,12 @@ bool convert_sequence_node(Ctx& ctx, const ::onnx::NodeProto& node) {
     return nullptr;
   };
   SeqNode s(ctx, node);
-  if (sequence_ops().count(op)) {
-    sequence_op(s);
+  if (auto rule = sequence_rules().find(op); rule != sequence_rules().end()) {
+    rule->second(s);
   } else if (op == "SequenceMap") {
     sequence_map(s);
   } else if (op == "Identity" && seq_in) {
-    sequence_op(s);
+    s.out(0, s.value(0));
   } else if (op == "If") {
     const auto *t = graph_named("then_branch"), *e = graph_named("else_branch");
     if (!(t && graph_gives_sequences(*t)) && !(e && graph_gives_sequences(*e))) return false;
