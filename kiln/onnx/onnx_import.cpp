@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <unordered_set>
 
 #include "kiln/io/file.h"
 #include "kiln/onnx/external_data.h"
@@ -485,126 +486,178 @@ std::vector<Value> import_subgraph_values(Ctx& ctx, const ::onnx::GraphProto& g,
 using namespace detail;
 
 namespace {
-ImportedModel import_impl(const void* data, size_t size, const ImportOptions& options,
-                          const std::string& what, bool nodes, const std::string& path = "") {
+
+::onnx::ModelProto parse_onnx(const void* data, size_t size, const std::string& what) {
   if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
     fail(kOp, what, ": ", size, " bytes, more than protobuf's 2 GiB limit");
   ::onnx::ModelProto m;
-  {
-    google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data),
-                                              static_cast<int>(size));
-    // Deeply nested messages (subgraph in attribute in node ...) are bounded here first.
-    in.SetRecursionLimit(64);
-    if (!m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
-      fail(kOp, what,
-           ": not a valid ONNX model (the protobuf does not parse; truncated or "
-           "corrupt?)");
-  }
+  google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data),
+                                            static_cast<int>(size));
+  // Deeply nested messages (subgraph in attribute in node ...) are bounded here first.
+  in.SetRecursionLimit(64);
+  if (!m.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    fail(kOp, what,
+         ": not a valid ONNX model (the protobuf does not parse; truncated or "
+         "corrupt?)");
   if (!m.has_graph()) fail(kOp, what, ": the model has no graph");
+  return m;
+}
+
+int64_t default_opset(const ::onnx::ModelProto& m, const std::string& what) {
+  int64_t opset = 0;
+  for (const auto& os : m.opset_import())
+    if (os.domain().empty() || os.domain() == "ai.onnx") opset = os.version();
+  if (opset == 0 && m.opset_import_size() == 0) opset = 1;  // IR v2 and older: opset 1
+  // A model of other domains' ops only (the training optimizers) has no default opset: its
+  // default-domain ops, if any, are read as the newest supported.
+  if (opset == 0 && m.opset_import_size() > 0) opset = 17;
+  // Opsets 1-6 are accepted where an op's meaning did not change (converters check the rest:
+  // the legacy broadcast attributes, for one); the suite and the exporters use 7-17.
+  if (opset < 1 || opset > 17)
+    fail(kOp, what, ": opset ", opset, " of the default domain is not supported (1-17)");
+  return opset;
+}
+
+// One model's import: its inputs become placeholders (or the constants given for them), its
+// nodes are converted in order, and its outputs are listed with their declared types.
+class ModelImporter {
+ public:
+  ModelImporter(const ::onnx::GraphProto& g, const ImportOptions& options, ImportedModel& out,
+                size_t size)
+      : g_(g), options_(options), out_(out) {
+    ctx_.graph = out.graph;
+    ctx_.opset = out.opset;
+    ctx_.fold_budget = kFoldBaseElements + 16 * static_cast<int64_t>(size);
+    // Unrolled Loops and RNNs: 2^18 nodes plus 8 per byte (the 12-step LSTM test model adds
+    // ~500).
+    ctx_.node_budget = (int64_t(1) << 18) + 8 * static_cast<int64_t>(size);
+    ctx_.scopes.emplace_back();
+    for (const auto& init : g.initializer()) is_init_.insert(init.name());
+  }
+
+  void bind_inputs() {
+    for (const auto& v : g_.input()) {
+      if (is_init_.count(v.name())) continue;  // IR < 4 lists initializers as inputs too
+      if (v.type().has_tensor_type())
+        bind_tensor_input(v);
+      else
+        bind_sequence_input(v);
+    }
+  }
+
+  void import_nodes_naming_dynamic_inputs() {
+    try {
+      import_nodes(ctx_, g_, &out_.op_types);
+    } catch (const Error& e) {
+      // An op that needs static sizes failed while some input has dims no one fixed: say which
+      // input and how to fix them, since the op's own message only names the op.
+      const std::string msg = e.what();
+      if (msg.find("known at import") == std::string::npos &&
+          msg.find("static") == std::string::npos)
+        throw;
+      const std::string dyn = dynamic_inputs();
+      if (dyn.empty()) throw;
+      throw Error(str_cat(msg, " (inputs with dynamic dims: ", dyn,
+                          "; give their sizes: ImportOptions::input_shapes, kiln-run --input "
+                          "NAME=FILE.npy)"));
+    }
+  }
+
+  void collect_outputs() {
+    for (const auto& o : g_.output()) {
+      if (const SeqValue* sv = ctx_.lookup_seq(o.name())) {
+        // A sequence's elements, or an optional's value if it has one, one output each.
+        const size_t count = sv->present ? sv->items.size() : 0;
+        out_.output_layout.emplace_back(o.name(), static_cast<int64_t>(count));
+        for (size_t k = 0; k < count; ++k) {
+          out_.output_names.push_back(str_cat(o.name(), "[", k, "]"));
+          out_.outputs.push_back(sv->items[k]);
+          out_.output_elem_types.push_back(0);
+        }
+        continue;
+      }
+      const Tensor* t = ctx_.lookup(o.name());
+      if (!t) fail(kOp, "output '", o.name(), "' is never computed");
+      out_.output_layout.emplace_back(o.name(), 1);
+      out_.output_names.push_back(o.name());
+      out_.outputs.push_back(*t);
+      // Kept so that a uint16/32/64 output, computed widened, is written back in its own type.
+      out_.output_elem_types.push_back(
+          o.type().has_tensor_type() ? o.type().tensor_type().elem_type() : 0);
+    }
+  }
+
+ private:
+  // A sequence or optional: its elements become placeholders, in the count and shapes given (a
+  // graph is built for a structure).
+  void bind_sequence_input(const ::onnx::ValueInfoProto& v) {
+    SeqValue sv = sequence_input(v, options_);
+    for (size_t k = 0; k < sv.items.size(); ++k) {
+      const Tensor& e = sv.items[k];
+      Tensor ph = out_.graph.placeholder(str_cat(v.name(), "[", k, "]"), e.dtype(), e.shape());
+      sv.items[k] = ph;
+      out_.input_names.push_back(str_cat(v.name(), "[", k, "]"));
+      out_.inputs.push_back(ph);
+    }
+    out_.input_layout.emplace_back(v.name(), static_cast<int64_t>(sv.items.size()));
+    ctx_.bind_seq(v.name(), sv);
+  }
+
+  void bind_tensor_input(const ::onnx::ValueInfoProto& v) {
+    out_.input_layout.emplace_back(v.name(), 1);
+    // uint16/32/64 inputs are fed widened (int32, int64), as read_tensor_pb reads them.
+    const int32_t et = v.type().tensor_type().elem_type();
+    const DType dt = boundary_dtype(et, str_cat("input '", v.name(), "'"));
+    ctx_.tag(v.name(), unsigned_of_onnx(et));
+    Tensor t;
+    if (auto c = options_.constant_inputs.find(v.name()); c != options_.constant_inputs.end()) {
+      if (!c->second.is_concrete() || c->second.dtype() != dt)
+        fail(kOp, "constant_inputs['", v.name(), "'] must be a concrete ", dtype_name(dt),
+             " tensor");
+      t = c->second;
+    } else {
+      t = out_.graph.placeholder(v.name(), dt, shape_from_value_info(v, options_));
+    }
+    ctx_.bind(v.name(), t);
+    out_.input_names.push_back(v.name());
+    out_.inputs.push_back(t);
+  }
+
+  // The inputs whose dims nothing fixed (no input_shapes, no constant), with their declared
+  // shapes, for the error message.
+  std::string dynamic_inputs() const {
+    std::string dyn;
+    for (const auto& v : g_.input()) {
+      if (is_init_.count(v.name()) || options_.input_shapes.count(v.name()) ||
+          options_.constant_inputs.count(v.name()))
+        continue;
+      const auto* ph = ctx_.lookup(v.name());
+      if (ph && !ph->shape().is_static())
+        dyn += str_cat(dyn.empty() ? "" : ", ", "'", v.name(), "' ", declared_shape(v));
+    }
+    return dyn;
+  }
+
+  const ::onnx::GraphProto& g_;
+  const ImportOptions& options_;
+  ImportedModel& out_;
+  Ctx ctx_;
+  std::unordered_set<std::string> is_init_;
+};
+
+ImportedModel import_impl(const void* data, size_t size, const ImportOptions& options,
+                          const std::string& what, bool nodes, const std::string& path = "") {
+  ::onnx::ModelProto m = parse_onnx(data, size, what);
   // External initializers, read and checked beside the model file (a model from bytes keeps
   // them and tensor_from_proto refuses them).
   if (nodes && !path.empty()) read_external_data(m, path, kOp);
   ImportedModel out;
-  for (const auto& os : m.opset_import())
-    if (os.domain().empty() || os.domain() == "ai.onnx") out.opset = os.version();
-  if (out.opset == 0 && m.opset_import_size() == 0) out.opset = 1;  // IR v2 and older: opset 1
-  // A model of other domains' ops only (the training optimizers) has no default opset: its
-  // default-domain ops, if any, are read as the newest supported.
-  if (out.opset == 0 && m.opset_import_size() > 0) out.opset = 17;
-  // Opsets 1-6 are accepted where an op's meaning did not change (converters check the rest:
-  // the legacy broadcast attributes, for one); the suite and the exporters use 7-17.
-  if (out.opset < 1 || out.opset > 17)
-    fail(kOp, what, ": opset ", out.opset, " of the default domain is not supported (1-17)");
-  Ctx ctx;
-  ctx.graph = out.graph;
-  ctx.opset = out.opset;
-  ctx.fold_budget = kFoldBaseElements + 16 * static_cast<int64_t>(size);
-  // Unrolled Loops and RNNs: 2^18 nodes plus 8 per byte (the 12-step LSTM test model adds ~500).
-  ctx.node_budget = (int64_t(1) << 18) + 8 * static_cast<int64_t>(size);
-  ctx.scopes.emplace_back();
-  const auto& g = m.graph();
-  std::unordered_map<std::string, bool> is_init;
-  for (const auto& init : g.initializer()) is_init[init.name()] = true;
-  for (const auto& v : g.input()) {
-    if (is_init.count(v.name())) continue;  // IR < 4 lists initializers as inputs too
-    if (!v.type().has_tensor_type()) {
-      // A sequence or optional: its elements become placeholders, in the count and shapes
-      // given (a graph is built for a structure).
-      out.input_layout.emplace_back(v.name(), 0);
-      SeqValue sv = sequence_input(v, options);
-      for (size_t k = 0; k < sv.items.size(); ++k) {
-        const Tensor& e = sv.items[k];
-        Tensor ph = out.graph.placeholder(str_cat(v.name(), "[", k, "]"), e.dtype(), e.shape());
-        sv.items[k] = ph;
-        out.input_names.push_back(str_cat(v.name(), "[", k, "]"));
-        out.inputs.push_back(ph);
-      }
-      out.input_layout.back().second = static_cast<int64_t>(sv.items.size());
-      ctx.bind_seq(v.name(), sv);
-      continue;
-    }
-    out.input_layout.emplace_back(v.name(), 1);
-    // uint16/32/64 inputs are fed widened (int32, int64), as read_tensor_pb reads them.
-    const int32_t et = v.type().tensor_type().elem_type();
-    const DType dt = boundary_dtype(et, str_cat("input '", v.name(), "'"));
-    ctx.tag(v.name(), unsigned_of_onnx(et));
-    if (auto c = options.constant_inputs.find(v.name()); c != options.constant_inputs.end()) {
-      if (!c->second.is_concrete() || c->second.dtype() != dt)
-        fail(kOp, "constant_inputs['", v.name(), "'] must be a concrete ", dtype_name(dt),
-             " tensor");
-      ctx.bind(v.name(), c->second);
-      out.input_names.push_back(v.name());
-      out.inputs.push_back(c->second);
-      continue;
-    }
-    Tensor ph = out.graph.placeholder(v.name(), dt, shape_from_value_info(v, options));
-    ctx.bind(v.name(), ph);
-    out.input_names.push_back(v.name());
-    out.inputs.push_back(ph);
-  }
+  out.opset = default_opset(m, what);
+  ModelImporter imp(m.graph(), options, out, size);
+  imp.bind_inputs();
   if (!nodes) return out;
-  try {
-    import_nodes(ctx, g, &out.op_types);
-  } catch (const Error& e) {
-    // An op that needs static sizes failed while some input has dims no one fixed: say which
-    // input and how to fix them, since the op's own message only names the op.
-    const std::string msg = e.what();
-    if (msg.find("known at import") == std::string::npos && msg.find("static") == std::string::npos)
-      throw;
-    std::string dyn;
-    for (const auto& v : g.input()) {
-      if (is_init.count(v.name()) || options.input_shapes.count(v.name()) ||
-          options.constant_inputs.count(v.name()))
-        continue;
-      const auto* ph = ctx.lookup(v.name());
-      if (ph && !ph->shape().is_static())
-        dyn += str_cat(dyn.empty() ? "" : ", ", "'", v.name(), "' ", declared_shape(v));
-    }
-    if (dyn.empty()) throw;
-    throw Error(str_cat(msg, " (inputs with dynamic dims: ", dyn,
-                        "; give their sizes: ImportOptions::input_shapes, kiln-run --input "
-                        "NAME=FILE.npy)"));
-  }
-  for (const auto& o : g.output()) {
-    if (const SeqValue* sv = ctx.lookup_seq(o.name())) {
-      // A sequence's elements, or an optional's value if it has one, one output each.
-      const size_t count = sv->present ? sv->items.size() : 0;
-      out.output_layout.emplace_back(o.name(), static_cast<int64_t>(count));
-      for (size_t k = 0; k < count; ++k) {
-        out.output_names.push_back(str_cat(o.name(), "[", k, "]"));
-        out.outputs.push_back(sv->items[k]);
-        out.output_elem_types.push_back(0);
-      }
-      continue;
-    }
-    const Tensor* t = ctx.lookup(o.name());
-    if (!t) fail(kOp, "output '", o.name(), "' is never computed");
-    out.output_layout.emplace_back(o.name(), 1);
-    out.output_names.push_back(o.name());
-    out.outputs.push_back(*t);
-    out.output_elem_types.push_back(o.type().has_tensor_type() ? o.type().tensor_type().elem_type()
-                                                               : 0);
-  }
+  imp.import_nodes_naming_dynamic_inputs();
+  imp.collect_outputs();
   return out;
 }
 
