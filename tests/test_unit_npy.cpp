@@ -64,4 +64,42 @@ TEST(Npy, RefusesBadFiles) {
   }
 }
 
+// uint16/32/64 (kiln-run's ONNX inputs of those types): widened on reading, narrowed back and
+// checked on writing; parse_npy itself still refuses them.
+TEST(Npy, UnsignedWidenedAndNarrowed) {
+  using io::NpyUnsigned;
+  const Tensor v =
+      tensor(std::vector<int64_t>{0, 1, 65535, 4000000000, -1}, {5});  // -1: uint64's max
+  struct Case {
+    NpyUnsigned u;
+    Tensor t;
+    DType held;
+  };
+  for (const Case& c :
+       {Case{NpyUnsigned::U16, cast(slice(v, 0, 0, 3), Int32), Int32},
+        Case{NpyUnsigned::U32, slice(v, 0, 0, 4), Int64}, Case{NpyUnsigned::U64, v, Int64}}) {
+    const std::string b = io::npy_bytes_unsigned(c.t, c.u, "x");
+    EXPECT_THROW(io::parse_npy(b.data(), b.size()), Error) << io::npy_unsigned_name(c.u);
+    NpyUnsigned source = NpyUnsigned::None;
+    Tensor r = io::parse_npy_widened(b.data(), b.size(), "x", &source);
+    EXPECT_EQ(source, c.u);
+    ASSERT_EQ(r.dtype(), c.held);
+    EXPECT_EQ(r.to_vector<int64_t>(), c.t.to_vector<int64_t>()) << io::npy_unsigned_name(c.u);
+  }
+  // A value that does not fit the narrower dtype is refused, naming the element.
+  try {
+    io::npy_bytes_unsigned(v, NpyUnsigned::U32, "y");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[write_npy] y: element 4 is -1, outside uint32"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(io::npy_bytes_unsigned(randn({2}), NpyUnsigned::U16, "z"), Error);
+  NpyUnsigned source = NpyUnsigned::U16;
+  const std::string f = io::npy_bytes(randn({2}));
+  EXPECT_EQ(io::parse_npy_widened(f.data(), f.size(), "f", &source).dtype(), Float32);
+  EXPECT_EQ(source, NpyUnsigned::None);
+}
+
 }  // namespace

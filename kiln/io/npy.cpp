@@ -1,6 +1,7 @@
 // .npy parsing and writing, .npz writing: the header dict is read with a small strict parser
 // (only the three keys numpy writes), sizes are checked before allocation, and the zip writer
-// stores entries with their CRC-32 (zlib) as numpy.savez does.
+// stores entries with their CRC-32 (zlib) as numpy.savez does. uint16/32/64 are widened on
+// reading and narrowed, checked, on writing.
 #include "kiln/io/npy.h"
 
 #include <zlib.h>
@@ -20,10 +21,18 @@ constexpr char kRead[] = "read_npy";
 struct Header {
   DType dtype = Float32;
   Shape shape;
+  NpyUnsigned source = NpyUnsigned::None;  // the file's dtype, when dtype is its widened form
+  size_t file_esz = 0;                     // bytes per element in the file
 };
 
+// The widened dtype and the file's element size of NumPy's uint16/32/64.
+DType widened_dtype(NpyUnsigned u) { return u == NpyUnsigned::U16 ? Int32 : Int64; }
+size_t unsigned_size(NpyUnsigned u) {
+  return u == NpyUnsigned::U16 ? 2 : u == NpyUnsigned::U32 ? 4 : 8;
+}
+
 // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
-Header parse_header(const std::string& h, const std::string& what) {
+Header parse_header(const std::string& h, const std::string& what, bool widen) {
   Header out;
   auto find_value = [&](const char* key) -> size_t {
     const std::string k = std::string("'") + key + "'";
@@ -58,9 +67,16 @@ Header parse_header(const std::string& h, const std::string& what) {
     out.dtype = Int8;
   else if (descr == "|u1")
     out.dtype = UInt8;
+  else if (widen && (descr == "<u2" || descr == "<u4" || descr == "<u8"))
+    out.source = descr == "<u2"   ? NpyUnsigned::U16
+                 : descr == "<u4" ? NpyUnsigned::U32
+                                  : NpyUnsigned::U64;
   else
-    fail(kRead, what, ": dtype '", descr,
-         "' is not supported (<f4, <f8, <f2, <i8, <i4, <i2, |i1, |u1, |b1)");
+    fail(kRead, what, ": dtype '", descr, "' is not supported (<f4, <f8, <f2, <i8, <i4, <i2, |i1, ",
+         widen ? "|u1, <u2, <u4, <u8, |b1)" : "|u1, |b1)");
+  if (out.source != NpyUnsigned::None) out.dtype = widened_dtype(out.source);
+  out.file_esz =
+      out.source != NpyUnsigned::None ? unsigned_size(out.source) : dtype_size(out.dtype);
   p = find_value("fortran_order");
   if (h.compare(p, 5, "False") != 0)
     fail(kRead, what, ": Fortran-ordered arrays are not supported");
@@ -91,9 +107,21 @@ void put_le(std::string& s, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-}  // namespace
+// Little-endian unsigned values of `esz` bytes into int32 (uint16) or int64 (uint32, uint64's
+// bits as they are).
+void widen_into(Tensor& t, const unsigned char* src, int64_t n, size_t esz) {
+  for (int64_t k = 0; k < n; ++k) {
+    uint64_t v = 0;
+    std::memcpy(&v, src + static_cast<size_t>(k) * esz, esz);  // the host is little-endian
+    if (t.dtype() == Int32)
+      static_cast<int32_t*>(t.raw_data())[k] = static_cast<int32_t>(v);
+    else
+      static_cast<int64_t*>(t.raw_data())[k] = static_cast<int64_t>(v);
+  }
+}
 
-Tensor parse_npy(const void* data, size_t size, const std::string& what) {
+Tensor parse_impl(const void* data, size_t size, const std::string& what, bool widen,
+                  NpyUnsigned* source) {
   const auto* b = static_cast<const unsigned char*>(data);
   if (size < 10 || std::memcmp(b, "\x93NUMPY", 6) != 0) fail(kRead, what, ": not a .npy file");
   const int major = b[6];
@@ -109,15 +137,21 @@ Tensor parse_npy(const void* data, size_t size, const std::string& what) {
     fail(kRead, what, ": format version ", major, " is not supported (1-3)");
   }
   if (hlen > size - start) fail(kRead, what, ": header of ", hlen, " bytes past the file's end");
-  Header h = parse_header(std::string(reinterpret_cast<const char*>(b + start), hlen), what);
+  Header h = parse_header(std::string(reinterpret_cast<const char*>(b + start), hlen), what, widen);
   const int64_t n = h.shape.numel();  // raises past 2^63
   const size_t avail = size - start - hlen;
-  const size_t esz = dtype_size(h.dtype);
+  const size_t esz = h.file_esz;
   if (static_cast<uint64_t>(n) > avail / esz || static_cast<size_t>(n) * esz != avail)
-    fail(kRead, what, ": shape ", h.shape, " of ", dtype_name(h.dtype), " needs ",
-         static_cast<double>(n) * static_cast<double>(esz), " bytes, the file holds ", avail);
+    fail(kRead, what, ": shape ", h.shape, " of ",
+         h.source != NpyUnsigned::None ? npy_unsigned_name(h.source) : dtype_name(h.dtype),
+         " needs ", static_cast<double>(n) * static_cast<double>(esz), " bytes, the file holds ",
+         avail);
+  if (source) *source = h.source;
   Tensor t = empty(h.shape, h.dtype);
-  if (n > 0) std::memcpy(t.raw_data(), b + start + hlen, avail);
+  if (h.source != NpyUnsigned::None)
+    widen_into(t, b + start + hlen, n, esz);
+  else if (n > 0)
+    std::memcpy(t.raw_data(), b + start + hlen, avail);
   if (h.dtype == Bool) {
     auto* p = static_cast<uint8_t*>(t.raw_data());
     for (int64_t k = 0; k < n; ++k) p[k] = p[k] != 0;
@@ -125,9 +159,59 @@ Tensor parse_npy(const void* data, size_t size, const std::string& what) {
   return t;
 }
 
+// A .npy image from its descr, shape and data.
+std::string npy_image(const char* descr, const Shape& shape_of, const void* data, size_t bytes) {
+  std::string shape = "(";
+  for (int64_t d : shape_of) shape += std::to_string(d) + ", ";
+  if (shape_of.rank() > 1) shape.resize(shape.size() - 2);
+  if (shape_of.rank() == 1) shape.resize(shape.size() - 1);
+  shape += ")";
+  std::string dict =
+      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  // Data starts at a multiple of 64 bytes, the header ends with a newline (numpy's layout).
+  const size_t total = ((10 + dict.size() + 1 + 63) / 64) * 64;
+  dict.append(total - 10 - dict.size() - 1, ' ');
+  dict += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  put_le(out, dict.size(), 2);
+  out += dict;
+  out.append(static_cast<const char*>(data), bytes);
+  return out;
+}
+
+}  // namespace
+
+const char* npy_unsigned_name(NpyUnsigned u) {
+  switch (u) {
+    case NpyUnsigned::U16:
+      return "uint16";
+    case NpyUnsigned::U32:
+      return "uint32";
+    case NpyUnsigned::U64:
+      return "uint64";
+    case NpyUnsigned::None:
+      break;
+  }
+  return "";
+}
+
+Tensor parse_npy(const void* data, size_t size, const std::string& what) {
+  return parse_impl(data, size, what, false, nullptr);
+}
+
+Tensor parse_npy_widened(const void* data, size_t size, const std::string& what,
+                         NpyUnsigned* source) {
+  return parse_impl(data, size, what, true, source);
+}
+
 Tensor read_npy(const std::string& path) {
   const MappedFile bytes(path, kRead);
   return parse_npy(bytes.data(), bytes.size(), path);
+}
+
+Tensor read_npy_widened(const std::string& path, NpyUnsigned* source) {
+  const MappedFile bytes(path, kRead);
+  return parse_npy_widened(bytes.data(), bytes.size(), path, source);
 }
 
 std::string npy_bytes(const Tensor& t) {
@@ -166,23 +250,28 @@ std::string npy_bytes(const Tensor& t) {
       fail("write_npy", "bfloat16 has no NumPy dtype (shape ", c.shape(),
            "); cast it to float32 first");
   }
-  std::string shape = "(";
-  for (int64_t d : c.shape()) shape += std::to_string(d) + ", ";
-  if (c.dim() > 1) shape.resize(shape.size() - 2);
-  if (c.dim() == 1) shape.resize(shape.size() - 1);
-  shape += ")";
-  std::string dict =
-      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-  // Data starts at a multiple of 64 bytes, the header ends with a newline (numpy's layout).
-  const size_t total = ((10 + dict.size() + 1 + 63) / 64) * 64;
-  dict.append(total - 10 - dict.size() - 1, ' ');
-  dict += '\n';
-  std::string out("\x93NUMPY\x01\x00", 8);
-  put_le(out, dict.size(), 2);
-  out += dict;
-  out.append(static_cast<const char*>(c.raw_data()),
-             static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
-  return out;
+  return npy_image(descr, c.shape(), c.raw_data(),
+                   static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
+}
+
+std::string npy_bytes_unsigned(const Tensor& t, NpyUnsigned as, const std::string& what) {
+  if (as == NpyUnsigned::None) return npy_bytes(t);
+  if (!t.is_concrete()) fail("write_npy", what, ": the tensor is not concrete");
+  if (!is_integral(t.dtype()) || t.dtype() == Bool)
+    fail("write_npy", what, ": is ", dtype_name(t.dtype()), "; a ", npy_unsigned_name(as),
+         " array is held as an integer tensor");
+  const size_t esz = unsigned_size(as);
+  const uint64_t max = as == NpyUnsigned::U16 ? 0xFFFF : as == NpyUnsigned::U32 ? 0xFFFFFFFF : 0;
+  const std::vector<int64_t> v = t.to_vector<int64_t>();
+  std::string raw(v.size() * esz, '\0');
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (max && (v[k] < 0 || static_cast<uint64_t>(v[k]) > max))
+      fail("write_npy", what, ": element ", k, " is ", v[k], ", outside ", npy_unsigned_name(as));
+    const uint64_t bits = static_cast<uint64_t>(v[k]);
+    std::memcpy(raw.data() + k * esz, &bits, esz);  // .npy '<' data is little-endian, as the host
+  }
+  const char* descr = as == NpyUnsigned::U16 ? "<u2" : as == NpyUnsigned::U32 ? "<u4" : "<u8";
+  return npy_image(descr, t.shape(), raw.data(), raw.size());
 }
 
 void write_npy(const std::string& path, const Tensor& t) {
@@ -192,11 +281,15 @@ void write_npy(const std::string& path, const Tensor& t) {
     fail("write_npy", "cannot write '", path, "'");
 }
 
-void write_npz(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& ts) {
+void write_npz(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& ts,
+               const std::vector<NpyUnsigned>& as) {
+  if (!as.empty() && as.size() != ts.size())
+    fail("write_npz", "one unsigned dtype per tensor: ", as.size(), " for ", ts.size());
   std::string out, central;
-  for (const auto& [name, t] : ts) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto& [name, t] = ts[i];
     const std::string file = name + ".npy";
-    const std::string data = npy_bytes(t);
+    const std::string data = as.empty() ? npy_bytes(t) : npy_bytes_unsigned(t, as[i], name);
     if (data.size() >= 0xffffffffu || out.size() >= 0xffffffffu)
       fail("write_npz", "'", name, "' is too large for a zip without zip64");
     const uint32_t crc = static_cast<uint32_t>(

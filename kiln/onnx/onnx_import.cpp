@@ -598,6 +598,7 @@ class ModelImporter {
       sv.items[k] = ph;
       out_.input_names.push_back(str_cat(v.name(), "[", k, "]"));
       out_.inputs.push_back(ph);
+      out_.input_elem_types.push_back(0);
     }
     out_.input_layout.emplace_back(v.name(), static_cast<int64_t>(sv.items.size()));
     ctx_.bind_seq(v.name(), sv);
@@ -621,6 +622,7 @@ class ModelImporter {
     ctx_.bind(v.name(), t);
     out_.input_names.push_back(v.name());
     out_.inputs.push_back(t);
+    out_.input_elem_types.push_back(et);
   }
 
   // The inputs whose dims nothing fixed (no input_shapes, no constant), with their declared

@@ -38,6 +38,9 @@ struct ImportedModel {
   Graph graph;
   std::vector<std::string> input_names;
   std::vector<Tensor> inputs;  ///< placeholders, in the model's input order
+  /// The ONNX element types the model declares for `inputs`, one each (0 for a sequence's
+  /// elements). A uint16/32/64 input is fed widened, as int32 (uint16) or int64.
+  std::vector<int32_t> input_elem_types;
   std::vector<std::string> output_names;
   std::vector<Tensor> outputs;
   /// The ONNX element types the model declares for its outputs (0 where it declares none).

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """kiln-run end to end (ctest, after the onnx_models fixture): feeds an exported model's input as
 .npy, writes .npz, and compares with PyTorch's output; then a Kiln saved graph written by the
-runner's own test path. Usage: check_kiln_run.py KILN_RUN MODELS_DIR"""
+runner's own test path; then uint16/32/64 arrays in and out of a small model built here.
+Usage: check_kiln_run.py KILN_RUN MODELS_DIR"""
 import os
 import subprocess
 import sys
@@ -17,6 +18,59 @@ def pb(path):
     with open(path, "rb") as f:
         t.ParseFromString(f.read())
     return numpy_helper.to_array(t)
+
+
+def unsigned_model(path, elem_type):
+    """y = max(a, b) >> s and m = max(a, b), all of one unsigned ONNX type."""
+    from onnx import helper
+    nodes = [helper.make_node("Max", ["a", "b"], ["m"]),
+             helper.make_node("BitShift", ["m", "s"], ["y"], direction="RIGHT")]
+    g = helper.make_graph(nodes, "unsigned",
+                          [helper.make_tensor_value_info(n, elem_type, [5]) for n in "abs"],
+                          [helper.make_tensor_value_info(n, elem_type, [5]) for n in "ym"])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
+def check_unsigned(kiln_run, tmp):
+    """uint16/32/64 .npy inputs are read (held widened), outputs written back in their declared
+    dtypes with numpy's values; a uint64 of 2^63 or more and a wrong dtype are refused."""
+    def run(model, arrays, check=True):
+        args = [kiln_run, model, "--output", os.path.join(tmp, "u.npz")]
+        for n, a in arrays.items():
+            np.save(os.path.join(tmp, f"u_{n}.npy"), a)
+            args += ["--input", f"{n}=" + os.path.join(tmp, f"u_{n}.npy")]
+        return subprocess.run(args, capture_output=True, text=True, check=check)
+
+    rng = np.random.default_rng(0)
+    for elem_type, dt in ((onnx.TensorProto.UINT16, np.uint16), (onnx.TensorProto.UINT32, np.uint32),
+                          (onnx.TensorProto.UINT64, np.uint64)):
+        model = os.path.join(tmp, f"{np.dtype(dt).name}.onnx")
+        unsigned_model(model, elem_type)
+        top = min(np.iinfo(dt).max, 2**63 - 1)  # uint64: Kiln holds int64's range
+        a = np.concatenate([[top, 0], rng.integers(0, top, 3, endpoint=True)]).astype(dt)
+        b = np.concatenate([[1, top], rng.integers(0, top, 3, endpoint=True)]).astype(dt)
+        s = np.array([0, 1, np.iinfo(dt).bits - 1, 3, 7], dt)
+        r = run(model, {"a": a, "b": b, "s": s})
+        got = np.load(os.path.join(tmp, "u.npz"))
+        assert got["m"].dtype == dt and got["y"].dtype == dt, (got["m"].dtype, got["y"].dtype)
+        np.testing.assert_array_equal(got["m"], np.maximum(a, b))
+        np.testing.assert_array_equal(got["y"], np.maximum(a, b) >> s)
+        assert f"m: {np.dtype(dt).name}[5]" in r.stdout, r.stdout
+        print(f"{np.dtype(dt).name}: kiln-run Max/BitShift equal numpy's")
+        # Fed in another unsigned dtype: refused, naming the input and both types.
+        other = np.uint16 if dt != np.uint16 else np.uint32
+        r = run(model, {"a": a.astype(other), "b": b, "s": s}, check=False)
+        assert r.returncode == 1 and "[kiln-run] input 'a' expects " \
+            f"{np.dtype(dt).name}[5], given {np.dtype(other).name}[5]" in r.stderr, r.stderr
+    # uint64 values of 2^63 or more do not fit the int64 Kiln holds them in.
+    big = np.array([1, 2**63 + 5, 3, 4, 5], np.uint64)
+    zero = np.zeros(5, np.uint64)
+    r = run(os.path.join(tmp, "uint64.onnx"), {"a": zero, "b": big, "s": zero}, check=False)
+    assert r.returncode == 1 and "[kiln-run] input 'b': element 1" in r.stderr \
+        and str(2**63 + 5) in r.stderr, r.stderr
+    print(r.stderr.strip())
 
 
 def main():
@@ -100,6 +154,7 @@ def main():
         r = subprocess.run([kiln_run, bad, "--input", "input_0=" + os.path.join(tmp, "x.npy")],
                            capture_output=True, text=True)
         assert r.returncode == 1 and "[" in r.stderr, r.stderr
+        check_unsigned(kiln_run, tmp)
         print("kiln-run: ok")
 
 
