@@ -234,17 +234,15 @@ void bench_runs(int64_t bench, Run&& run) {
       pct(50), pct(90), pct(99), lat.back(), mean);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Inference only: back off to one thread while other processes starve this one (the load
-  // guard, kiln/kernels/cpu/parallel.h), unless the caller said otherwise.
-  setenv("KILN_LOAD_GUARD", "1", /*overwrite=*/0);
-  const auto t0 = Clock::now();
+struct Options {
   std::string model_path, out_path;
-  std::vector<std::pair<std::string, std::string>> input_files;
+  std::vector<std::pair<std::string, std::string>> input_files;  // (name, file)
   int64_t bench = 0, threads = 0;
   bool quiet = false;
+};
+
+// False where the command line is not one kiln-run takes (the caller prints the usage).
+bool parse_args(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -255,29 +253,41 @@ int main(int argc, char** argv) {
       if (a == "--input") {
         std::string v = next();
         size_t eq = v.find('=');
-        if (eq == std::string::npos || eq == 0) return usage();
-        input_files.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+        if (eq == std::string::npos || eq == 0) return false;
+        o.input_files.emplace_back(v.substr(0, eq), v.substr(eq + 1));
       } else if (a == "--output") {
-        out_path = next();
+        o.out_path = next();
       } else if (a == "--bench") {
-        bench = std::stoll(next());
+        o.bench = std::stoll(next());
       } else if (a == "--threads") {
-        threads = std::stoll(next());
+        o.threads = std::stoll(next());
       } else if (a == "--quiet") {
-        quiet = true;
+        o.quiet = true;
       } else if (a == "-h" || a == "--help") {
-        return usage();
-      } else if (model_path.empty() && a.rfind("--", 0) != 0) {
-        model_path = a;
+        return false;
+      } else if (o.model_path.empty() && a.rfind("--", 0) != 0) {
+        o.model_path = a;
       } else {
-        return usage();
+        return false;
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kiln-run: %s\n", e.what());
-      return usage();
+      return false;
     }
   }
-  if (model_path.empty() || bench < 0) return usage();
+  return !o.model_path.empty() && o.bench >= 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Inference only: back off to one thread while other processes starve this one (the load
+  // guard, kiln/kernels/cpu/parallel.h), unless the caller said otherwise.
+  setenv("KILN_LOAD_GUARD", "1", /*overwrite=*/0);
+  const auto t0 = Clock::now();
+  Options o;
+  if (!parse_args(argc, argv, o)) return usage();
+  const auto& [model_path, out_path, input_files, bench, threads, quiet] = o;
   try {
     if (threads > 0) set_num_threads(static_cast<int>(threads));
     std::vector<Feed> fed;
