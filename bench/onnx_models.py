@@ -8,8 +8,10 @@ issue #38 (random weights, opset 17) beside onnxruntime-node.
   onnx_models.py torchvision OUT_DIR BATCH NAME...  -> OUT_DIR/NAME_b<BATCH>.onnx, _x.npy, _y.npy
   onnx_models.py table OUT_DIR BATCHES THREADS ROUNDS NAME...
       -> Kiln (kiln_onnx_bench) and onnxruntime-node (onnx_ort.js) interleaved per model, batch
-         and thread count, ROUNDS rounds; JSON lines on stderr, a markdown table of the medians
-         (ms per batch) on stdout. BATCHES, THREADS: comma lists. `bench/run TV` runs it."""
+         and thread count, ROUNDS rounds; JSON lines on stderr, a markdown table on stdout: the
+         medians (ms per batch) and the median of each round's Kiln / ORT ratio (the two runs
+         of a round are back to back, so a ratio sees one load). BATCHES, THREADS: comma lists.
+         `bench/run TV` runs it."""
 import json
 import os
 import resource
@@ -62,7 +64,10 @@ def export_torchvision(out, b, names):
 def table(out, batches, threads, rounds, names):
     import subprocess
     root = os.path.join(os.path.dirname(__file__), "..")
-    kiln = os.path.join(root, "build", "release", "bench", "kiln_onnx_bench")
+    # KILN_ONNX_BENCH_BIN: a copy of the binary (with its libraries on LD_LIBRARY_PATH), so that a
+    # rebuild of the shared build directory during the run cannot swap the library under it.
+    kiln = os.environ.get("KILN_ONNX_BENCH_BIN") or os.path.join(root, "build", "release", "bench",
+                                                                 "kiln_onnx_bench")
     node_path = os.path.join(root, "build", "node", "node_modules")
     env = dict(os.environ, NODE_PATH=node_path)
     rows = []
@@ -73,6 +78,7 @@ def table(out, batches, threads, rounds, names):
             chw = ",".join(str(d) for d in torchvision_input(name, b)[1:])
             for t in threads:
                 got = {"kiln": [], "onnxruntime": []}
+                ratios = []  # per round: the two runs back to back see about the same load
                 for _ in range(rounds):
                     for impl, cmd in (
                             ("kiln", [kiln, model, os.path.join(out, f"{name}_b{b}_x.npy"),
@@ -90,12 +96,13 @@ def table(out, batches, threads, rounds, names):
                         line = r.stdout.strip().splitlines()[-1]
                         print(line, file=sys.stderr, flush=True)
                         got[impl].append(b / json.loads(line)["value"] * 1000)
+                    ratios.append(got["kiln"][-1] / got["onnxruntime"][-1])
                 k, o = statistics.median(got["kiln"]), statistics.median(got["onnxruntime"])
-                rows.append((name, b, t, k, o))
+                rows.append((name, b, t, k, o, statistics.median(ratios)))
     print("| model | batch | threads | Kiln ms | ORT ms | Kiln / ORT |")
     print("|---|---|---|---|---|---|")
-    for name, b, t, k, o in rows:
-        print(f"| {name} | {b} | {t} | {k:.2f} | {o:.2f} | {k / o:.2f} |")
+    for name, b, t, k, o, r in rows:
+        print(f"| {name} | {b} | {t} | {k:.2f} | {o:.2f} | {r:.2f} |")
 
 
 def main():
