@@ -418,11 +418,15 @@ bool wants_winograd(const ConvFused& f) {
   // The kernel transforms the weights on every call (O x C x 36 values), which only pays off
   // over enough output pixels: measured on this host at 1 thread, Winograd and direct break
   // even near 400 pixels (N x OH x OW) for 64 to 512 channels alike (512 channels at 7x7: batch
-  // 1 3.8 ms against 1.7 direct, batch 16 13.1 against 18.4). Nor over few input channels:
-  // inception_v3's 32-channel 3x3 on 147x147 took 3.3 ms a call against 2.3 direct (its 64 and
-  // 80-channel ones 0.47 / 0.56 and 3.7 / 7.4).
+  // 1 3.8 ms against 1.7 direct, batch 16 13.1 against 18.4). Nor over few input channels on a
+  // large map (an image's input over 1 MiB: its transformed tiles leave the cache while the
+  // products over so few channels are cheap): inception_v3's 32-channel 3x3 convs on 147x147
+  // took 2.5-2.6 and 4.3 ms a call against 1.7-1.9 and 3.6-3.7 direct; squeezenet's 16-48
+  // channel ones on 27x27 and 54x54 maps are faster in Winograd (0.35 / 0.47, 0.63 / 0.85 ms),
+  // as are inception's 64- and 80-channel ones (0.47 / 0.56 and 3.7 / 7.4).
   return winograd_on && f.in_block && s.kH == 3 && s.kW == 3 && s.sH == 1 && s.sW == 1 &&
-         s.dH == 1 && s.dW == 1 && s.N * s.OH * s.OW >= 512 && s.C >= 64;
+         s.dH == 1 && s.dW == 1 && s.N * s.OH * s.OW >= 512 &&
+         (s.C >= 64 || s.H * s.W * s.C <= (int64_t{1} << 18));
 }
 
 // The fused epilogue as oneDNN post-ops: the residual sum, then the activation (1 relu, 2 SiLU,
