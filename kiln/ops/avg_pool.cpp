@@ -26,52 +26,281 @@ Tensor avg_pool2d_grad_fn(const Tensor& g, const Attrs& pool_attrs, int64_t H, i
 
 Attrs pool_only(const Attrs& a) { return Attrs{a[0], a[1], a[2]}; }
 
-// Average pooling divides by the full window (count_include_pad = true, PyTorch's default);
-// without ceil_mode no window reaches past the padding, so the divisor is always kH * kW.
+// Separable averaging. Every option's window set is a product of per-dim windows (start, count)
+// and every divisor a product of per-dim factors (or divisor_override), so a pool is 1-D passes:
+// sums of whole input rows along D and H (rows of W values), then sums along W, then a scaling.
+// Where the windows of a dim are full, at stride 1, a pass runs as one long loop over the
+// flattened plane that the compiler vectorizes; only border outputs walk their windows one by
+// one. (The direct loop per output, a chain of dependent adds, was ~10x slower.)
+
+// The interior of one dim: outputs [lo, hi) read start[lo] + (o - lo) s + j step, j < k.
+struct Run {
+  int64_t lo = 0, hi = 0, k = 0, s = 1;
+};
+
+Run interior(const Win& w) {
+  const int64_t n = static_cast<int64_t>(w.count.size());
+  auto at = [](int64_t o) { return static_cast<size_t>(o); };
+  Run r;
+  const int64_t kmax = *std::max_element(w.count.begin(), w.count.end());
+  while (r.lo < n && w.count[at(r.lo)] != kmax) ++r.lo;
+  if (r.lo == n || kmax == 0) return Run{};
+  r.k = kmax;
+  r.s = r.lo + 1 < n ? w.start[at(r.lo + 1)] - w.start[at(r.lo)] : 1;
+  if (r.s <= 0) r.s = 1;
+  r.hi = r.lo + 1;
+  while (r.hi < n && w.count[at(r.hi)] == kmax && w.start[at(r.hi)] - w.start[at(r.hi - 1)] == r.s)
+    ++r.hi;
+  return r;
+}
+
+// y[i] = sum_j x[i + j step] over n values (x is y's window start).
 template <typename T>
-void avg_pool_fwd(const Tensor& x, Tensor& y, const PoolP& p) {
-  const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
-  const T* px = x.data_ptr<T>();
-  T* py = y.data_ptr<T>();
-  const T inv = T(1) / static_cast<T>(p.kH * p.kW);
-  for_planes(x.size(0) * x.size(1), OH * OW * p.kH * p.kW, [&](int64_t pl) {
-    const T* xp = px + pl * H * W;
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      int64_t h0 = std::max<int64_t>(oh * p.sH - p.pH, 0),
-              h1 = std::min(oh * p.sH - p.pH + p.kH, H);
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        int64_t w0 = std::max<int64_t>(ow * p.sW - p.pW, 0);
-        int64_t w1 = std::min(ow * p.sW - p.pW + p.kW, W);
-        T s = 0;
-        for (int64_t ih = h0; ih < h1; ++ih)
-          for (int64_t iw = w0; iw < w1; ++iw) s += xp[ih * W + iw];
-        py[(pl * OH + oh) * OW + ow] = s * inv;
+void span_sum(const T* __restrict x, T* __restrict y, int64_t n, int64_t k, int64_t step) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+  for (int64_t j = 1; j < k; ++j) {
+    const T* xj = x + j * step;
+    for (int64_t i = 0; i < n; ++i) y[i] += xj[i];
+  }
+}
+
+// Transpose of span_sum: x[i + j step] += y[i].
+template <typename T>
+void span_spread(const T* __restrict y, T* __restrict x, int64_t n, int64_t k, int64_t step) {
+  for (int64_t j = 0; j < k; ++j) {
+    T* xj = x + j * step;
+    for (int64_t i = 0; i < n; ++i) xj[i] += y[i];
+  }
+}
+
+// Rows of len values: out row o = sum_j in row start[o] + j step (n output rows).
+template <typename T>
+void col_sum(const T* in, T* out, const Win& w, const Run& r, int64_t n, int64_t len) {
+  for (int64_t o = 0; o < n; ++o) {
+    if (o == r.lo && r.s == 1 && r.hi > r.lo) {  // the interior rows as one flat span
+      span_sum(in + w.start[static_cast<size_t>(o)] * len, out + o * len, (r.hi - r.lo) * len, r.k,
+               w.step * len);
+      o = r.hi - 1;
+      continue;
+    }
+    const size_t u = static_cast<size_t>(o);
+    if (w.count[u] == 0)
+      std::fill(out + o * len, out + (o + 1) * len, T(0));
+    else
+      span_sum(in + w.start[u] * len, out + o * len, len, w.count[u], w.step * len);
+  }
+}
+
+// Transpose of col_sum (in zeroed by the caller).
+template <typename T>
+void col_spread(const T* out, T* in, const Win& w, const Run& r, int64_t n, int64_t len) {
+  for (int64_t o = 0; o < n; ++o) {
+    if (o == r.lo && r.s == 1 && r.hi > r.lo) {
+      span_spread(out + o * len, in + w.start[static_cast<size_t>(o)] * len, (r.hi - r.lo) * len,
+                  r.k, w.step * len);
+      o = r.hi - 1;
+      continue;
+    }
+    const size_t u = static_cast<size_t>(o);
+    span_spread(out + o * len, in + w.start[u] * len, len, w.count[u], w.step * len);
+  }
+}
+
+// rows rows of L values to rows of n: y[o] = sum_j x[start[o] + j step].
+template <typename T>
+void row_sum(const T* x, T* y, const Win& w, const Run& r, int64_t rows, int64_t L, int64_t n) {
+  auto edge = [&](const T* xr, T* yr, int64_t o) {
+    const size_t u = static_cast<size_t>(o);
+    T s = 0;
+    for (int64_t j = 0; j < w.count[u]; ++j) s += xr[w.start[u] + j * w.step];
+    yr[o] = s;
+  };
+  const int64_t m = r.hi - r.lo, off = r.lo < r.hi ? w.start[static_cast<size_t>(r.lo)] : 0;
+  if (m > 0 && r.s == 1 && n == L && r.k <= 8) {
+    // Output column c of a row reads input columns c - lo + off + j step: with rows of equal
+    // length the whole map is one span, from the first row's lo to the last row's hi. The
+    // border columns it wrote with the neighbour row's values are then redone.
+    span_sum(x + off, y + r.lo, (rows - 1) * n + m, r.k, w.step);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t o = 0; o < r.lo; ++o) edge(x + i * L, y + i * n, o);
+      for (int64_t o = r.hi; o < n; ++o) edge(x + i * L, y + i * n, o);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* xr = x + i * L;
+    T* yr = y + i * n;
+    for (int64_t o = 0; o < r.lo; ++o) edge(xr, yr, o);
+    for (int64_t o = r.hi; o < n; ++o) edge(xr, yr, o);
+    if (m <= 0) continue;
+    if (r.s == 1 && r.k <= 8) {
+      span_sum(xr + off, yr + r.lo, m, r.k, w.step);
+    } else {
+      // Strided or wide windows: one reduction per output, in independent partial sums.
+      for (int64_t o = 0; o < m; ++o) {
+        const T* p = xr + off + o * r.s;
+        T a[4] = {0, 0, 0, 0};
+        int64_t j = 0;
+        for (; j + 4 <= r.k; j += 4)
+          for (int t = 0; t < 4; ++t) a[t] += p[(j + t) * w.step];
+        for (; j < r.k; ++j) a[0] += p[j * w.step];
+        yr[r.lo + o] = (a[0] + a[1]) + (a[2] + a[3]);
       }
+    }
+  }
+}
+
+// Transpose of row_sum: x[start[o] + j step] += y[o] (x zeroed by the caller; y is scratch and
+// its border columns are zeroed here).
+template <typename T>
+void row_spread(T* y, T* x, const Win& w, const Run& r, int64_t rows, int64_t L, int64_t n) {
+  auto edge = [&](T* yr, T* xr, int64_t o) {
+    const size_t u = static_cast<size_t>(o);
+    for (int64_t j = 0; j < w.count[u]; ++j) xr[w.start[u] + j * w.step] += yr[o];
+  };
+  const int64_t m = r.hi - r.lo, off = r.lo < r.hi ? w.start[static_cast<size_t>(r.lo)] : 0;
+  if (m > 0 && r.s == 1 && n == L && r.k <= 8) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t o = 0; o < r.lo; ++o) edge(y + i * n, x + i * L, o), y[i * n + o] = 0;
+      for (int64_t o = r.hi; o < n; ++o) edge(y + i * n, x + i * L, o), y[i * n + o] = 0;
+    }
+    span_spread(y + r.lo, x + off, (rows - 1) * n + m, r.k, w.step);
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    T* yr = y + i * n;
+    T* xr = x + i * L;
+    for (int64_t o = 0; o < r.lo; ++o) edge(yr, xr, o);
+    for (int64_t o = r.hi; o < n; ++o) edge(yr, xr, o);
+    if (m <= 0) continue;
+    if (r.s == 1)
+      span_spread(yr + r.lo, xr + off, m, r.k, w.step);
+    else
+      for (int64_t o = 0; o < m; ++o)
+        for (int64_t j = 0; j < r.k; ++j) xr[off + o * r.s + j * w.step] += yr[r.lo + o];
+  }
+}
+
+// One plane's window tables, interiors and reciprocal divisors.
+template <typename T>
+struct SepPlan {
+  std::array<Win, 3> w;
+  std::array<Run, 3> run;
+  std::array<int64_t, 3> L, O;
+  bool has_d = false;  // a real D dim (3-D pooling) to sum over
+  T uniform = 0;       // the reciprocal divisor when all outputs share it, else 0
+  std::vector<T> inv;  // else 1 / divisor of each output
+
+  SepPlan(const NdP& q, const std::array<int64_t, 3>& L_, const std::array<int64_t, 3>& O_)
+      : L(L_), O(O_) {
+    w = nd_windows(q, L.data() + 3 - q.nd, O.data() + 3 - q.nd);
+    for (size_t i = 0; i < 3; ++i) run[i] = interior(w[i]);
+    has_d = L[0] != 1 || O[0] != 1 || w[0].count[0] != 1 || w[0].start[0] != 0;
+    auto same = [](const std::vector<int64_t>& f) {
+      return std::all_of(f.begin(), f.end(), [&](int64_t v) { return v == f[0]; });
+    };
+    if (q.divisor > 0 || (same(w[0].factor) && same(w[1].factor) && same(w[2].factor))) {
+      const int64_t d =
+          q.divisor > 0 ? q.divisor : w[0].factor[0] * w[1].factor[0] * w[2].factor[0];
+      if (d > 0) {
+        uniform = T(1) / static_cast<T>(d);
+        return;
+      }
+    }
+    inv.resize(static_cast<size_t>(O[0] * O[1] * O[2]));
+    size_t i = 0;
+    for (int64_t a : w[0].factor)
+      for (int64_t b : w[1].factor)
+        for (int64_t c : w[2].factor) {
+          const int64_t d = q.divisor > 0 ? q.divisor : a * b * c;
+          inv[i++] = d > 0 ? T(1) / static_cast<T>(d) : T(0);
+        }
+  }
+
+  void scale(const T* src, T* dst) const {
+    const int64_t n = O[0] * O[1] * O[2];
+    if (inv.empty()) {
+      const T u = uniform;
+      for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * u;
+    } else {
+      const T* m = inv.data();
+      for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * m[i];
+    }
+  }
+};
+
+// y = A x for one plane: D, then H sums of whole input rows, W sums, the scaling.
+template <typename T>
+void sep_fwd(const SepPlan<T>& P, const T* x, T* y, std::vector<T>& s1, std::vector<T>& s2) {
+  const auto &L = P.L, &O = P.O;
+  const T* t = x;
+  if (P.has_d) {
+    s1.resize(static_cast<size_t>(O[0] * L[1] * L[2]));
+    col_sum(x, s1.data(), P.w[0], P.run[0], O[0], L[1] * L[2]);
+    t = s1.data();
+  }
+  s2.resize(static_cast<size_t>(O[0] * O[1] * L[2]));
+  for (int64_t a = 0; a < O[0]; ++a)
+    col_sum(t + a * L[1] * L[2], s2.data() + a * O[1] * L[2], P.w[1], P.run[1], O[1], L[2]);
+  row_sum(s2.data(), y, P.w[2], P.run[2], O[0] * O[1], L[2], O[2]);
+  P.scale(y, y);
+}
+
+// dx = A^T g for one plane: the transposed passes in reverse order.
+template <typename T>
+void sep_bwd(const SepPlan<T>& P, const T* g, T* dx, std::vector<T>& s1, std::vector<T>& s2) {
+  const auto &L = P.L, &O = P.O;
+  s1.resize(static_cast<size_t>(O[0] * O[1] * O[2]));
+  P.scale(g, s1.data());
+  s2.assign(static_cast<size_t>(O[0] * O[1] * L[2]), T(0));
+  row_spread(s1.data(), s2.data(), P.w[2], P.run[2], O[0] * O[1], L[2], O[2]);
+  T* t = dx;
+  if (P.has_d) {
+    s1.assign(static_cast<size_t>(O[0] * L[1] * L[2]), T(0));
+    t = s1.data();
+  } else {
+    std::fill(dx, dx + L[1] * L[2], T(0));
+  }
+  for (int64_t a = 0; a < O[0]; ++a)
+    col_spread(s2.data() + a * O[1] * L[2], t + a * L[1] * L[2], P.w[1], P.run[1], O[1], L[2]);
+  if (P.has_d) {
+    std::fill(dx, dx + L[0] * L[1] * L[2], T(0));
+    col_spread(s1.data(), dx, P.w[0], P.run[0], O[0], L[1] * L[2]);
+  }
+}
+
+// forward = true: y = A x (average over each window); false: dx = A^T g.
+template <typename T>
+void sep_avg(const Tensor& src, Tensor& dst, const NdP& q, bool forward) {
+  const Tensor& xin = forward ? src : dst;  // the input-shaped tensor
+  const Tensor& yout = forward ? dst : src;
+  const SepPlan<T> P(q, sp3(xin, q.nd), sp3(yout, q.nd));
+  const int64_t In = P.L[0] * P.L[1] * P.L[2], On = P.O[0] * P.O[1] * P.O[2];
+  const T* ps = src.data_ptr<T>();
+  T* pd = dst.data_ptr<T>();
+  // (as for_planes, with scratch per chunk of planes: thread_local storage would not fit the
+  // static TLS block that dlopen leaves once torch or numpy are loaded)
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(In + On * 4, 1));
+  parallel_for(planes_of(xin), grain, [&](int64_t lo, int64_t hi) {
+    std::vector<T> s1, s2;
+    for (int64_t pl = lo; pl < hi; ++pl) {
+      if (forward)
+        sep_fwd(P, ps + pl * In, pd + pl * On, s1, s2);
+      else
+        sep_bwd(P, ps + pl * On, pd + pl * In, s1, s2);
     }
   });
 }
 
-template <typename T>
-void avg_pool_bwd(const Tensor& g, Tensor& dx, const PoolP& p) {
-  const int64_t H = dx.size(2), W = dx.size(3), OH = g.size(2), OW = g.size(3);
-  const T* pg = g.data_ptr<T>();
-  T* pd = dx.data_ptr<T>();
-  const T inv = T(1) / static_cast<T>(p.kH * p.kW);
-  std::fill(pd, pd + dx.numel(), T(0));
-  for_planes(g.size(0) * g.size(1), OH * OW * p.kH * p.kW, [&](int64_t pl) {
-    T* dp = pd + pl * H * W;
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      int64_t h0 = std::max<int64_t>(oh * p.sH - p.pH, 0),
-              h1 = std::min(oh * p.sH - p.pH + p.kH, H);
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        int64_t w0 = std::max<int64_t>(ow * p.sW - p.pW, 0);
-        int64_t w1 = std::min(ow * p.sW - p.pW + p.kW, W);
-        T v = pg[(pl * OH + oh) * OW + ow] * inv;
-        for (int64_t ih = h0; ih < h1; ++ih)
-          for (int64_t iw = w0; iw < w1; ++iw) dp[ih * W + iw] += v;
-      }
-    }
-  });
+// The 2-D op's windows: count_include_pad, no ceil_mode, divisor kH kW.
+NdP nd_of(const PoolP& p) {
+  NdP q;
+  q.nd = 2;
+  q.k = {p.kH, p.kW};
+  q.s = {p.sH, p.sW};
+  q.p = {p.pH, p.pW};
+  q.d = {1, 1};
+  return q;
 }
 
 const OpDef& kAvgPool2d = def_op(
@@ -88,7 +317,7 @@ const OpDef& kAvgPool2d = def_op(
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            PoolP p = pool_params("avg_pool2d", a);
            KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool2d",
-                               [&] { avg_pool_fwd<scalar_t>(in[0], out[0], p); });
+                               [&] { sep_avg<scalar_t>(in[0], out[0], nd_of(p), true); });
          },
      // y = A x with A[o, i] = 1/(kH kW) for i in window o: dx = A^T g (avg_pool2d_grad).
      .grad =
@@ -111,7 +340,7 @@ const OpDef& kAvgPool2dGrad =
                 [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
                   PoolP p = pool_params("avg_pool2d_grad", a);
                   KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool2d_grad",
-                                      [&] { avg_pool_bwd<scalar_t>(in[0], out[0], p); });
+                                      [&] { sep_avg<scalar_t>(in[0], out[0], nd_of(p), false); });
                 },
             // dx = A^T g is linear in g; its adjoint is A: the g-gradient is avg_pool2d(gg).
             .grad = [](const GradCtx& c) { return TensorList{avg_pool2d_fn(c.g(), c.attrs)}; },
@@ -123,49 +352,6 @@ Tensor avg_pool2d_fn(const Tensor& x, const Attrs& a) {
 }
 Tensor avg_pool2d_grad_fn(const Tensor& g, const Attrs& a, int64_t H, int64_t W) {
   return call1(kAvgPool2dGrad, {g}, {a[0], a[1], a[2], Ints{H, W}});
-}
-
-// forward = true: y = A x (average over each window); false: dx = A^T g.
-template <typename T>
-void nd_avg(const Tensor& src, Tensor& dst, const NdP& q, bool forward) {
-  const Tensor& xin = forward ? src : dst;  // the input-shaped tensor
-  const Tensor& yout = forward ? dst : src;
-  const auto L = sp3(xin, q.nd), O = sp3(yout, q.nd);
-  const auto w = nd_windows(q, L.data() + 3 - q.nd, O.data() + 3 - q.nd);
-  const int64_t P = L[0] * L[1] * L[2], Q = O[0] * O[1] * O[2];
-  const T* ps = src.data_ptr<T>();
-  T* pd = dst.data_ptr<T>();
-  for_planes(planes_of(xin), Q * 8, [&](int64_t pl) {
-    const T* sp = ps + pl * (forward ? P : Q);
-    T* dp = pd + pl * (forward ? Q : P);
-    if (!forward) std::fill(dp, dp + P, T(0));
-    int64_t q_ = 0;
-    for (int64_t a = 0; a < O[0]; ++a)
-      for (int64_t b = 0; b < O[1]; ++b)
-        for (int64_t c = 0; c < O[2]; ++c, ++q_) {
-          const size_t ua = static_cast<size_t>(a), ub = static_cast<size_t>(b),
-                       uc = static_cast<size_t>(c);
-          const int64_t div =
-              q.divisor > 0 ? q.divisor : w[0].factor[ua] * w[1].factor[ub] * w[2].factor[uc];
-          const T inv = div > 0 ? T(1) / static_cast<T>(div) : T(0);
-          T acc = 0;
-          const T gv = forward ? T(0) : sp[q_] * inv;
-          for (int64_t i0 = 0; i0 < w[0].count[ua]; ++i0) {
-            const int64_t z = w[0].start[ua] + i0 * w[0].step;
-            for (int64_t i1 = 0; i1 < w[1].count[ub]; ++i1) {
-              const int64_t r = (z * L[1] + w[1].start[ub] + i1 * w[1].step) * L[2];
-              for (int64_t i2 = 0; i2 < w[2].count[uc]; ++i2) {
-                const int64_t at = r + w[2].start[uc] + i2 * w[2].step;
-                if (forward)
-                  acc += sp[at];
-                else
-                  dp[at] += gv;
-              }
-            }
-          }
-          if (forward) dp[q_] = acc * inv;
-        }
-  });
 }
 
 Tensor nd_avg_fn(const Tensor& x, const Attrs& a);
@@ -187,7 +373,7 @@ const OpDef& kAvgPoolNd = def_op(
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            NdP q = nd_params("avg_pool_nd", a);
            KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool_nd",
-                               [&] { nd_avg<scalar_t>(in[0], out[0], q, true); });
+                               [&] { sep_avg<scalar_t>(in[0], out[0], q, true); });
          },
      // y = A x: dx = A^T g (avg_pool_nd_grad).
      .grad = [](const GradCtx& c) { return TensorList{nd_avg_grad_fn(c.g(), c.attrs, c.in(0))}; },
@@ -235,7 +421,7 @@ const OpDef& kAvgPoolNdGrad = def_op(
          [](std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
            NdP q = nd_params("avg_pool_nd_grad", a);
            KILN_DISPATCH_FLOAT(in[0].dtype(), "avg_pool_nd_grad",
-                               [&] { nd_avg<scalar_t>(in[0], out[0], q, false); });
+                               [&] { sep_avg<scalar_t>(in[0], out[0], q, false); });
          },
      // dx = A^T g is linear in g; its adjoint is A.
      .grad =
