@@ -1,8 +1,8 @@
-// Passes "conv_epilogue" and "block_layout": an inference CNN's convolutions with what follows
-// them in one kernel, computing in oneDNN's channel-blocked layout from one convolution to the
-// next. ResNet-18 at batch 32 (W9) spent 60 ms of 880 on relus, 13 on residual adds and 70 on
-// reorders between NCHW and nChw16c around every convolution: onnxruntime fuses the first two
-// and keeps NCHWc throughout, and these passes do the same.
+// Pass "block_layout" (and the node builders it shares with "conv_epilogue", conv_epilogue.cpp):
+// an inference CNN's convolutions computing in oneDNN's channel-blocked layout from one
+// convolution to the next. ResNet-18 at batch 32 (W9) spent 70 ms of 880 on reorders between
+// NCHW and nChw16c around every convolution: onnxruntime keeps NCHWc throughout, and this pass
+// does the same.
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -18,44 +18,14 @@
 #include "kiln/passes/passes.h"
 
 namespace kiln::detail {
-namespace {
 
-using namespace conv_layout;
-
-using Ints = std::vector<int64_t>;
-
-// Ops this pass rewrites besides those kiln/ops/handles.h names.
-const OpHandle mean_op{"mean"}, mean_hw_blocked{"mean_hw_blocked"},
-    scale_channels_blocked{"scale_channels_blocked"}, sigmoid_op{"sigmoid"},
-    hardswish_op{"hardswish"}, max_pool2d_values{"max_pool2d_values"}, slice_op{"slice"},
-    hardsigmoid_op{"hardsigmoid"}, clamp_op{"clamp"}, tanh_op{"tanh"},
-    gather_op{"gather_channels_blocked"}, avg_pool2d_op{"avg_pool2d"},
-    avg_pool2d_values{"avg_pool2d_values"};
-
-// Elementwise ops that may run over channel-padded blocks (a block_layout value whose channel
-// count is not a multiple of the block carries extra lanes up to the next one): each maps
-// finite lanes to finite ones, so the padded lanes, which start at zero and meet only zero
-// weight columns in the next convolution, never turn into a NaN that would reach real channels.
-bool padding_safe(const Node* n) {
-  return n->is(ops::add) || n->is(ops::sub) || n->is(ops::mul) || n->is(ops::neg) ||
-         n->is(ops::relu) || n->is(hardswish_op) || n->is(hardsigmoid_op) || n->is(sigmoid_op) ||
-         n->is(clamp_op) || n->is(tanh_op);
-}
+namespace conv_layout {
 
 const TensorMeta& meta(ValueRef v) { return v.node->outputs[static_cast<size_t>(v.index)]; }
 
 bool has_control_flow(const Program& p) {
   for (const auto& n : p.graph->nodes)
     if (n->kind == NodeKind::Op && n->op->has(kControlFlow)) return true;
-  return false;
-}
-
-// A per-channel vector that broadcasts over [N, O, H, W]: [O], [O, 1, 1] or [1, O, 1, 1].
-bool channel_vector(const Shape& s, int64_t O) {
-  if (!s.is_static()) return false;
-  if (s.rank() == 1) return s[0] == O;
-  if (s.rank() == 3) return s[0] == O && s[1] == 1 && s[2] == 1;
-  if (s.rank() == 4) return s[0] == 1 && s[1] == O && s[2] == 1 && s[3] == 1;
   return false;
 }
 
@@ -78,12 +48,36 @@ std::unique_ptr<Node> constant_node(const Tensor& v) {
   return n;
 }
 
-// The conv attributes {stride, padding, dilation, groups} followed by conv2d_fused's own.
-// act: a cpu::ConvAct.
 Attrs fused_attrs(const Attrs& conv, bool bias, int64_t act, int64_t in_block, int64_t out_block,
                   bool w_blocked) {
   return Attrs{conv[0], conv[1],  conv[2],   conv[3],           int64_t{bias},
                act,     in_block, out_block, int64_t{w_blocked}};
+}
+
+}  // namespace conv_layout
+
+namespace {
+
+using namespace conv_layout;
+
+using Ints = std::vector<int64_t>;
+
+// Ops this pass rewrites besides those kiln/ops/handles.h names.
+const OpHandle mean_op{"mean"}, mean_hw_blocked{"mean_hw_blocked"},
+    scale_channels_blocked{"scale_channels_blocked"}, sigmoid_op{"sigmoid"},
+    hardswish_op{"hardswish"}, max_pool2d_values{"max_pool2d_values"}, slice_op{"slice"},
+    hardsigmoid_op{"hardsigmoid"}, clamp_op{"clamp"}, tanh_op{"tanh"},
+    gather_op{"gather_channels_blocked"}, avg_pool2d_op{"avg_pool2d"},
+    avg_pool2d_values{"avg_pool2d_values"};
+
+// Elementwise ops that may run over channel-padded blocks (a block_layout value whose channel
+// count is not a multiple of the block carries extra lanes up to the next one): each maps
+// finite lanes to finite ones, so the padded lanes, which start at zero and meet only zero
+// weight columns in the next convolution, never turn into a NaN that would reach real channels.
+bool padding_safe(const Node* n) {
+  return n->is(ops::add) || n->is(ops::sub) || n->is(ops::mul) || n->is(ops::neg) ||
+         n->is(ops::relu) || n->is(hardswish_op) || n->is(hardsigmoid_op) || n->is(sigmoid_op) ||
+         n->is(clamp_op) || n->is(tanh_op);
 }
 
 // a with attribute k replaced by v.
@@ -138,142 +132,7 @@ std::unique_ptr<Node> crop_const_weight(Node* n, int wi) {
   return cn;
 }
 
-// Rebuilds the node list with `before[n]` inserted ahead of n (each list already in order).
-void insert_before(Program& p,
-                   std::unordered_map<const Node*, std::vector<std::unique_ptr<Node>>>& before) {
-  if (before.empty()) return;
-  std::vector<std::unique_ptr<Node>> out;
-  for (auto& up : p.graph->nodes) {
-    auto it = before.find(up.get());
-    if (it != before.end())
-      for (auto& x : it->second) out.push_back(std::move(x));
-    out.push_back(std::move(up));
-  }
-  p.graph->nodes = std::move(out);
-}
-
 }  // namespace
-
-int fuse_conv_epilogue(Program& p) {
-  if (has_control_flow(p)) return 0;
-  std::unordered_map<const Node*, std::vector<Node*>> users;
-  std::set<const Node*> fetched;
-  for (const auto& n : p.graph->nodes)
-    for (const auto& in : n->inputs) users[in.node].push_back(n.get());
-  for (const auto& f : p.fetches) fetched.insert(f.node);
-  // The one node reading n's value, when nothing else does (a value the gradient or a fetch
-  // reads must stay).
-  auto only_user = [&](const Node* n) -> Node* {
-    if (fetched.count(n) || n->outputs.size() != 1) return nullptr;
-    auto it = users.find(n);
-    return it != users.end() && it->second.size() == 1 ? it->second[0] : nullptr;
-  };
-  // add(v, other) or add(other, v) with v read once: other.
-  auto other_addend = [](const Node* add, const Node* v) -> const ValueRef* {
-    if (!add->is(ops::add) || add->inputs.size() != 2) return nullptr;
-    const bool l = add->inputs[0].node == v, r = add->inputs[1].node == v;
-    if (l == r) return nullptr;
-    return &add->inputs[l ? 1 : 0];
-  };
-  std::unordered_map<const Node*, std::vector<std::unique_ptr<Node>>> before;
-  std::vector<Node*> convs;
-  for (const auto& n : p.graph->nodes)
-    if (n->is(ops::conv2d) && n->outputs[0].dtype == Float32 && n->outputs[0].shape.rank() == 4 &&
-        n->outputs[0].shape[1] >= 0)
-      convs.push_back(n.get());
-  std::set<const Node*> absorbed;
-  int fused = 0;
-  for (Node* c : convs) {
-    const TensorMeta out = c->outputs[0];
-    const int64_t O = out.shape[1];
-    if (absorbed.count(c)) continue;
-    Node* last = c;
-    ValueRef bias{}, residual{};
-    int64_t act = cpu::kConvActNone;
-    // The nodes the fused one replaces (all but `last`, which it becomes); a later
-    // convolution's chain must not take them again (a residual add reads two convolutions).
-    std::vector<Node*> chain{c};
-    auto next = [&](Node* n) {
-      Node* u = only_user(n);
-      return u && !absorbed.count(u) ? u : nullptr;
-    };
-    Node* u = next(last);
-    if (u) {
-      const ValueRef* b = other_addend(u, last);
-      if (b && meta(*b).dtype == Float32 && channel_vector(meta(*b).shape, O) &&
-          u->outputs[0].shape == out.shape) {
-        bias = *b;
-        last = u;
-        chain.push_back(u);
-        u = next(last);
-      }
-    }
-    if (u) {
-      const ValueRef* r = other_addend(u, last);
-      // Static and equal: a dynamic dim of the residual could be 1 at run time and broadcast.
-      if (r && meta(*r).dtype == Float32 && meta(*r).shape.is_static() &&
-          meta(*r).shape == out.shape && u->outputs[0].shape == out.shape) {
-        residual = *r;
-        last = u;
-        chain.push_back(u);
-        u = next(last);
-      }
-    }
-    if (u && (u->is(ops::relu) || u->is(hardswish_op)) && u->inputs.size() == 1) {
-      act = u->is(ops::relu) ? cpu::kConvActRelu : cpu::kConvActHardswish;
-      last = u;
-      chain.push_back(u);
-    } else if (!u && !fetched.count(last) && users.count(last) && users[last].size() == 2) {
-      // SiLU as exported, v * sigmoid(v): v's two readers are the sigmoid and the product,
-      // which alone reads the sigmoid.
-      Node *sg = users[last][0], *m = users[last][1];
-      if (!sg->is(sigmoid_op)) std::swap(sg, m);
-      if (sg->is(sigmoid_op) && sg->inputs.size() == 1 && !absorbed.count(sg) &&
-          only_user(sg) == m && m->is(ops::mul) && m->inputs.size() == 2 && !absorbed.count(m) &&
-          ((m->inputs[0].node == last && m->inputs[1].node == sg) ||
-           (m->inputs[1].node == last && m->inputs[0].node == sg)) &&
-          m->outputs[0].shape == out.shape) {
-        act = cpu::kConvActSwish;
-        chain.push_back(sg);
-        last = m;
-        chain.push_back(m);
-      }
-    }
-    if (last == c) continue;
-    chain.pop_back();  // `last` stays, as the fused node
-    std::vector<ValueRef> inputs;
-    if (residual.node) inputs.push_back(residual);
-    inputs.push_back(c->inputs[0]);
-    inputs.push_back(c->inputs[1]);
-    if (bias.node) {
-      // The kernel takes the bias as [O]: a constant is reshaped here, anything else by a
-      // reshape view placed just before the fused node.
-      const Shape& bs = meta(bias).shape;
-      if (bs.rank() != 1) {
-        std::unique_ptr<Node> r;
-        if (bias.node->kind == NodeKind::Constant && bias.node->value.is_concrete()) {
-          NoGradGuard ng;
-          r = constant_node(reshape(bias.node->value, Shape{O}).contiguous());
-        } else {
-          r = op_node(*ops::reshape, Attrs{Ints{O}}, {bias}, TensorMeta{Float32, Shape{O}});
-        }
-        bias = ValueRef{r.get(), 0};
-        before[last].push_back(std::move(r));
-      }
-      inputs.push_back(bias);
-    }
-    last->op = residual.node ? &*ops::conv2d_fused_add : &*ops::conv2d_fused;
-    last->attrs = fused_attrs(c->attrs, bias.node != nullptr, act, 0, 0, false);
-    last->inputs = std::move(inputs);
-    last->outputs = {out};
-    for (Node* n : chain) absorbed.insert(n);
-    ++fused;
-  }
-  if (!fused) return 0;
-  insert_before(p, before);
-  dce(p);
-  return fused;
-}
 
 int block_layout(Program& p) {
   const int64_t b = cpu::dnnl_channel_block();

@@ -1,7 +1,9 @@
-// Helpers of the block_layout pass (conv_layout.cpp): channel gathers and zero paddings on
-// channel-blocked values (conv_layout_gather.cpp).
+// Helpers of the conv_epilogue and block_layout passes (conv_epilogue.cpp, conv_layout.cpp):
+// the node builders both use, and channel gathers and zero paddings on channel-blocked values
+// (conv_layout_gather.cpp).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -9,10 +11,29 @@
 #include <vector>
 
 #include "kiln/graph/node.h"
+#include "kiln/passes/passes.h"
 
 namespace kiln::detail::conv_layout {
 
 using Ints = std::vector<int64_t>;
+
+/// The metadata of value v.
+const TensorMeta& meta(ValueRef v);
+
+/// Whether p has switch/merge nodes (the passes leave such programs alone).
+bool has_control_flow(const Program& p);
+
+/// A new node of op with one output.
+std::unique_ptr<Node> op_node(const OpDef& op, Attrs attrs, std::vector<ValueRef> inputs,
+                              TensorMeta out);
+
+/// A new constant node holding v.
+std::unique_ptr<Node> constant_node(const Tensor& v);
+
+/// The conv attributes {stride, padding, dilation, groups} followed by conv2d_fused's own.
+/// act: a cpu::ConvAct.
+Attrs fused_attrs(const Attrs& conv, bool bias, int64_t act, int64_t in_block, int64_t out_block,
+                  bool w_blocked);
 
 /// A concrete constant's value, or an undefined tensor.
 Tensor const_value(ValueRef v);
