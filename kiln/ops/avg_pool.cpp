@@ -54,13 +54,34 @@ Run interior(const Win& w) {
   return r;
 }
 
-// y[i] = sum_j x[i + j step] over n values (x is y's window start).
+// y[i] = sum_j x[i s + j step] over n values (x is y's window start): the first two or three
+// taps in one loop, as a copy loop would be a pass of its own.
 template <typename T>
-void span_sum(const T* __restrict x, T* __restrict y, int64_t n, int64_t k, int64_t step) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i];
-  for (int64_t j = 1; j < k; ++j) {
+void span_sum(const T* __restrict x, T* __restrict y, int64_t n, int64_t k, int64_t step,
+              int64_t s = 1) {
+  const T *x1 = x + step, *x2 = x + 2 * step;
+  if (s == 1) {
+    if (k == 1)
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+    else if (k == 2)
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] + x1[i];
+    else
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] + x1[i] + x2[i];
+    for (int64_t j = 3; j < k; ++j) {
+      const T* xj = x + j * step;
+      for (int64_t i = 0; i < n; ++i) y[i] += xj[i];
+    }
+    return;
+  }
+  if (k == 1)
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i * s];
+  else if (k == 2)
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i * s] + x1[i * s];
+  else
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i * s] + x1[i * s] + x2[i * s];
+  for (int64_t j = 3; j < k; ++j) {
     const T* xj = x + j * step;
-    for (int64_t i = 0; i < n; ++i) y[i] += xj[i];
+    for (int64_t i = 0; i < n; ++i) y[i] += xj[i * s];
   }
 }
 
@@ -91,19 +112,40 @@ void col_sum(const T* in, T* out, const Win& w, const Run& r, int64_t n, int64_t
   }
 }
 
-// Transpose of col_sum (in zeroed by the caller).
+// Transpose of col_sum: nin input rows, each written. At stride 1 an input row t is covered by
+// the interior output rows o with o + base <= t < o + base + k, so the transpose is itself a
+// window sum (a gather that writes each row once, not k read-modify-write passes); border
+// output rows are then spread onto it.
 template <typename T>
-void col_spread(const T* out, T* in, const Win& w, const Run& r, int64_t n, int64_t len) {
-  for (int64_t o = 0; o < n; ++o) {
-    if (o == r.lo && r.s == 1 && r.hi > r.lo) {
-      span_spread(out + o * len, in + w.start[static_cast<size_t>(o)] * len, (r.hi - r.lo) * len,
-                  r.k, w.step * len);
-      o = r.hi - 1;
-      continue;
+void col_spread(const T* out, T* in, const Win& w, const Run& r, int64_t n, int64_t nin,
+                int64_t len) {
+  auto spread_edges = [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const size_t u = static_cast<size_t>(o);
+      span_spread(out + o * len, in + w.start[u] * len, len, w.count[u], w.step * len);
     }
-    const size_t u = static_cast<size_t>(o);
-    span_spread(out + o * len, in + w.start[u] * len, len, w.count[u], w.step * len);
+  };
+  if (r.hi > r.lo && r.s == 1 && w.step == 1) {
+    const int64_t base = w.start[static_cast<size_t>(r.lo)] - r.lo, k = r.k;
+    const int64_t f0 = r.lo + base + k - 1, f1 = r.hi + base;  // input rows with k covers
+    for (int64_t t = 0; t < nin; ++t) {
+      if (t == f0 && f1 > f0) {
+        span_sum(out + r.lo * len, in + t * len, (f1 - f0) * len, k, len);
+        t = f1 - 1;
+        continue;
+      }
+      const int64_t a = std::max(r.lo, t - base - k + 1), b = std::min(r.hi, t - base + 1);
+      if (b <= a)
+        std::fill(in + t * len, in + (t + 1) * len, T(0));
+      else
+        span_sum(out + a * len, in + t * len, len, b - a, len);
+    }
+    spread_edges(0, r.lo);
+    spread_edges(r.hi, n);
+    return;
   }
+  std::fill(in, in + nin * len, T(0));
+  spread_edges(0, n);
 }
 
 // rows rows of L values to rows of n: y[o] = sum_j x[start[o] + j step].
@@ -133,8 +175,8 @@ void row_sum(const T* x, T* y, const Win& w, const Run& r, int64_t rows, int64_t
     for (int64_t o = 0; o < r.lo; ++o) edge(xr, yr, o);
     for (int64_t o = r.hi; o < n; ++o) edge(xr, yr, o);
     if (m <= 0) continue;
-    if (r.s == 1 && r.k <= 8) {
-      span_sum(xr + off, yr + r.lo, m, r.k, w.step);
+    if (r.k <= 8) {
+      span_sum(xr + off, yr + r.lo, m, r.k, w.step, r.s);
     } else {
       // Strided or wide windows: one reduction per output, in independent partial sums.
       for (int64_t o = 0; o < m; ++o) {
@@ -150,28 +192,49 @@ void row_sum(const T* x, T* y, const Win& w, const Run& r, int64_t rows, int64_t
   }
 }
 
-// Transpose of row_sum: x[start[o] + j step] += y[o] (x zeroed by the caller; y is scratch and
-// its border columns are zeroed here).
+// Transpose of row_sum: x[start[o] + j step] += y[o] over rows rows of L values, each written.
+// The flat stride-1 case gathers as col_spread does: x[i] = sum_j y[i + d + j] over the map
+// with the border outputs taken out (the windows of a row's interior stay in that row, so a
+// neighbour row's values read across the row end are border ones), then spreads those.
 template <typename T>
-void row_spread(T* y, T* x, const Win& w, const Run& r, int64_t rows, int64_t L, int64_t n) {
-  auto edge = [&](T* yr, T* xr, int64_t o) {
+void row_spread(const T* y, T* x, const Win& w, const Run& r, int64_t rows, int64_t L, int64_t n,
+                std::vector<T>& ev) {
+  auto edge = [&](T v, T* xr, int64_t o) {
     const size_t u = static_cast<size_t>(o);
-    for (int64_t j = 0; j < w.count[u]; ++j) xr[w.start[u] + j * w.step] += yr[o];
+    for (int64_t j = 0; j < w.count[u]; ++j) xr[w.start[u] + j * w.step] += v;
   };
   const int64_t m = r.hi - r.lo, off = r.lo < r.hi ? w.start[static_cast<size_t>(r.lo)] : 0;
-  if (m > 0 && r.s == 1 && n == L && r.k <= 8) {
+  if (m > 0 && r.s == 1 && n == L && r.k <= 8 && w.step == 1) {
+    const int64_t N = rows * n, k = r.k, d = r.lo - off - (k - 1);
+    ev.assign(y, y + N);
+    T* yz = ev.data();
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t o = 0; o < r.lo; ++o) edge(y + i * n, x + i * L, o), y[i * n + o] = 0;
-      for (int64_t o = r.hi; o < n; ++o) edge(y + i * n, x + i * L, o), y[i * n + o] = 0;
+      std::fill(yz + i * n, yz + i * n + r.lo, T(0));
+      std::fill(yz + i * n + r.hi, yz + (i + 1) * n, T(0));
     }
-    span_spread(y + r.lo, x + off, (rows - 1) * n + m, r.k, w.step);
+    const int64_t i0 = std::min(N, std::max<int64_t>(0, -d)),
+                  i1 = std::max(i0, std::min(N, N - d - k + 1));
+    auto tail = [&](int64_t i) {
+      T s = 0;
+      for (int64_t j = std::max<int64_t>(0, -(i + d)); j < k && i + d + j < N; ++j)
+        s += yz[i + d + j];
+      x[i] = s;
+    };
+    for (int64_t i = 0; i < i0; ++i) tail(i);
+    span_sum(yz + i0 + d, x + i0, i1 - i0, k, 1);
+    for (int64_t i = i1; i < N; ++i) tail(i);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t o = 0; o < r.lo; ++o) edge(y[i * n + o], x + i * L, o);
+      for (int64_t o = r.hi; o < n; ++o) edge(y[i * n + o], x + i * L, o);
+    }
     return;
   }
+  std::fill(x, x + rows * L, T(0));
   for (int64_t i = 0; i < rows; ++i) {
-    T* yr = y + i * n;
+    const T* yr = y + i * n;
     T* xr = x + i * L;
-    for (int64_t o = 0; o < r.lo; ++o) edge(yr, xr, o);
-    for (int64_t o = r.hi; o < n; ++o) edge(yr, xr, o);
+    for (int64_t o = 0; o < r.lo; ++o) edge(yr[o], xr, o);
+    for (int64_t o = r.hi; o < n; ++o) edge(yr[o], xr, o);
     if (m <= 0) continue;
     if (r.s == 1)
       span_spread(yr + r.lo, xr + off, m, r.k, w.step);
@@ -248,25 +311,22 @@ void sep_fwd(const SepPlan<T>& P, const T* x, T* y, std::vector<T>& s1, std::vec
 
 // dx = A^T g for one plane: the transposed passes in reverse order.
 template <typename T>
-void sep_bwd(const SepPlan<T>& P, const T* g, T* dx, std::vector<T>& s1, std::vector<T>& s2) {
+void sep_bwd(const SepPlan<T>& P, const T* g, T* dx, std::vector<T>& s1, std::vector<T>& s2,
+             std::vector<T>& s3) {
   const auto &L = P.L, &O = P.O;
   s1.resize(static_cast<size_t>(O[0] * O[1] * O[2]));
   P.scale(g, s1.data());
-  s2.assign(static_cast<size_t>(O[0] * O[1] * L[2]), T(0));
-  row_spread(s1.data(), s2.data(), P.w[2], P.run[2], O[0] * O[1], L[2], O[2]);
+  s2.resize(static_cast<size_t>(O[0] * O[1] * L[2]));
+  row_spread(s1.data(), s2.data(), P.w[2], P.run[2], O[0] * O[1], L[2], O[2], s3);
   T* t = dx;
   if (P.has_d) {
-    s1.assign(static_cast<size_t>(O[0] * L[1] * L[2]), T(0));
+    s1.resize(static_cast<size_t>(O[0] * L[1] * L[2]));
     t = s1.data();
-  } else {
-    std::fill(dx, dx + L[1] * L[2], T(0));
   }
   for (int64_t a = 0; a < O[0]; ++a)
-    col_spread(s2.data() + a * O[1] * L[2], t + a * L[1] * L[2], P.w[1], P.run[1], O[1], L[2]);
-  if (P.has_d) {
-    std::fill(dx, dx + L[0] * L[1] * L[2], T(0));
-    col_spread(s1.data(), dx, P.w[0], P.run[0], O[0], L[1] * L[2]);
-  }
+    col_spread(s2.data() + a * O[1] * L[2], t + a * L[1] * L[2], P.w[1], P.run[1], O[1], L[1],
+               L[2]);
+  if (P.has_d) col_spread(s1.data(), dx, P.w[0], P.run[0], O[0], L[0], L[1] * L[2]);
 }
 
 // forward = true: y = A x (average over each window); false: dx = A^T g.
@@ -282,12 +342,12 @@ void sep_avg(const Tensor& src, Tensor& dst, const NdP& q, bool forward) {
   // static TLS block that dlopen leaves once torch or numpy are loaded)
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(In + On * 4, 1));
   parallel_for(planes_of(xin), grain, [&](int64_t lo, int64_t hi) {
-    std::vector<T> s1, s2;
+    std::vector<T> s1, s2, s3;
     for (int64_t pl = lo; pl < hi; ++pl) {
       if (forward)
         sep_fwd(P, ps + pl * In, pd + pl * On, s1, s2);
       else
-        sep_bwd(P, ps + pl * On, pd + pl * In, s1, s2);
+        sep_bwd(P, ps + pl * On, pd + pl * In, s1, s2, s3);
     }
   });
 }
