@@ -382,10 +382,7 @@ void Session::run_generic(Plan& p) {
   TensorList ins;
   std::optional<NoInterruptGuard> writing;
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    if (i < p.first_write) [[likely]]
-      interruption_point("Session::run");
-    else if (i == p.first_write)
-      writing.emplace();
+    before_step(p, i, writing);
     const auto& st = p.steps[i];
     ins.clear();
     bool dead = false;

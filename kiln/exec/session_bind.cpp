@@ -427,10 +427,7 @@ void Session::run_bound(Plan& p) {
   TensorList ins, outs;
   std::optional<NoInterruptGuard> writing;
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    if (i < p.first_write) [[likely]]
-      interruption_point("Session::run");
-    else if (i == p.first_write)
-      writing.emplace();
+    before_step(p, i, writing);
     const auto& st = p.steps[i];
     switch (b.kind[i]) {
       case Plan::StepKind::View:

@@ -2,9 +2,11 @@
 // an arena and replays it): shared by the two files, seen by no one else.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kiln/core/interrupt.h"
 #include "kiln/exec/session.h"
 #include "kiln/exec/sym_layout.h"
 #include "kiln/graph/node.h"
@@ -86,6 +88,16 @@ struct Session::Plan {
 
 inline bool same_strides(const Strides& a, const Strides& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+/// Interrupts are taken only before the plan's first variable write (`writing` holds them off
+/// from there on), so an interrupted run leaves every variable as it was.
+inline void before_step(const Session::Plan& p, size_t i,
+                        std::optional<NoInterruptGuard>& writing) {
+  if (i < p.first_write) [[likely]]
+    interruption_point("Session::run");
+  else if (i == p.first_write)
+    writing.emplace();
 }
 
 /// Runs a step whose size attributes are symbolic (Step::patches), checking its static dims.
