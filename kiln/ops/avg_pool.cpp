@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "kiln/kernels/cpu/parallel.h"
@@ -163,10 +164,17 @@ void row_sum(const T* x, T* y, const Win& w, const Run& r, int64_t rows, int64_t
     // length the whole map is one span, from the first row's lo to the last row's hi. The
     // border columns it wrote with the neighbour row's values are then redone.
     span_sum(x + off, y + r.lo, (rows - 1) * n + m, r.k, w.step);
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t o = 0; o < r.lo; ++o) edge(x + i * L, y + i * n, o);
-      for (int64_t o = r.hi; o < n; ++o) edge(x + i * L, y + i * n, o);
-    }
+    // A border column at a time, down the rows (not a window walk per row and column).
+    auto column = [&](int64_t o) {
+      const size_t u = static_cast<size_t>(o);
+      const T* xc = x + w.start[u];
+      T* yc = y + o;
+      for (int64_t i = 0; i < rows; ++i) yc[i * n] = 0;
+      for (int64_t j = 0; j < w.count[u]; ++j)
+        for (int64_t i = 0; i < rows; ++i) yc[i * n] += xc[i * L + j * w.step];
+    };
+    for (int64_t o = 0; o < r.lo; ++o) column(o);
+    for (int64_t o = r.hi; o < n; ++o) column(o);
     return;
   }
   for (int64_t i = 0; i < rows; ++i) {
@@ -197,8 +205,7 @@ void row_sum(const T* x, T* y, const Win& w, const Run& r, int64_t rows, int64_t
 // with the border outputs taken out (the windows of a row's interior stay in that row, so a
 // neighbour row's values read across the row end are border ones), then spreads those.
 template <typename T>
-void row_spread(const T* y, T* x, const Win& w, const Run& r, int64_t rows, int64_t L, int64_t n,
-                std::vector<T>& ev) {
+void row_spread(T* y, T* x, const Win& w, const Run& r, int64_t rows, int64_t L, int64_t n, T* ev) {
   auto edge = [&](T v, T* xr, int64_t o) {
     const size_t u = static_cast<size_t>(o);
     for (int64_t j = 0; j < w.count[u]; ++j) xr[w.start[u] + j * w.step] += v;
@@ -206,12 +213,13 @@ void row_spread(const T* y, T* x, const Win& w, const Run& r, int64_t rows, int6
   const int64_t m = r.hi - r.lo, off = r.lo < r.hi ? w.start[static_cast<size_t>(r.lo)] : 0;
   if (m > 0 && r.s == 1 && n == L && r.k <= 8 && w.step == 1) {
     const int64_t N = rows * n, k = r.k, d = r.lo - off - (k - 1);
-    ev.assign(y, y + N);
-    T* yz = ev.data();
-    for (int64_t i = 0; i < rows; ++i) {
-      std::fill(yz + i * n, yz + i * n + r.lo, T(0));
-      std::fill(yz + i * n + r.hi, yz + (i + 1) * n, T(0));
-    }
+    // The border columns move to ev (column e of the n - m at ev + e rows), zeros in their place.
+    auto take = [&](int64_t o, T* e) {
+      for (int64_t i = 0; i < rows; ++i) e[i] = y[i * n + o], y[i * n + o] = 0;
+    };
+    for (int64_t o = 0; o < r.lo; ++o) take(o, ev + o * rows);
+    for (int64_t o = r.hi; o < n; ++o) take(o, ev + (o - m) * rows);
+    const T* yz = y;
     const int64_t i0 = std::min(N, std::max<int64_t>(0, -d)),
                   i1 = std::max(i0, std::min(N, N - d - k + 1));
     auto tail = [&](int64_t i) {
@@ -223,10 +231,15 @@ void row_spread(const T* y, T* x, const Win& w, const Run& r, int64_t rows, int6
     for (int64_t i = 0; i < i0; ++i) tail(i);
     span_sum(yz + i0 + d, x + i0, i1 - i0, k, 1);
     for (int64_t i = i1; i < N; ++i) tail(i);
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t o = 0; o < r.lo; ++o) edge(y[i * n + o], x + i * L, o);
-      for (int64_t o = r.hi; o < n; ++o) edge(y[i * n + o], x + i * L, o);
-    }
+    auto give = [&](int64_t o, const T* e) {
+      const size_t u = static_cast<size_t>(o);
+      for (int64_t j = 0; j < w.count[u]; ++j) {
+        T* xc = x + w.start[u] + j * w.step;
+        for (int64_t i = 0; i < rows; ++i) xc[i * L] += e[i];
+      }
+    };
+    for (int64_t o = 0; o < r.lo; ++o) give(o, ev + o * rows);
+    for (int64_t o = r.hi; o < n; ++o) give(o, ev + (o - m) * rows);
     return;
   }
   std::fill(x, x + rows * L, T(0));
@@ -292,41 +305,32 @@ struct SepPlan {
   }
 };
 
-// y = A x for one plane: D, then H sums of whole input rows, W sums, the scaling.
+// y = A x for one plane: D, then H sums of whole input rows, W sums, the scaling. s1, s2:
+// scratch (see sep_avg).
 template <typename T>
-void sep_fwd(const SepPlan<T>& P, const T* x, T* y, std::vector<T>& s1, std::vector<T>& s2) {
+void sep_fwd(const SepPlan<T>& P, const T* x, T* y, T* s1, T* s2) {
   const auto &L = P.L, &O = P.O;
   const T* t = x;
   if (P.has_d) {
-    s1.resize(static_cast<size_t>(O[0] * L[1] * L[2]));
-    col_sum(x, s1.data(), P.w[0], P.run[0], O[0], L[1] * L[2]);
-    t = s1.data();
+    col_sum(x, s1, P.w[0], P.run[0], O[0], L[1] * L[2]);
+    t = s1;
   }
-  s2.resize(static_cast<size_t>(O[0] * O[1] * L[2]));
   for (int64_t a = 0; a < O[0]; ++a)
-    col_sum(t + a * L[1] * L[2], s2.data() + a * O[1] * L[2], P.w[1], P.run[1], O[1], L[2]);
-  row_sum(s2.data(), y, P.w[2], P.run[2], O[0] * O[1], L[2], O[2]);
+    col_sum(t + a * L[1] * L[2], s2 + a * O[1] * L[2], P.w[1], P.run[1], O[1], L[2]);
+  row_sum(s2, y, P.w[2], P.run[2], O[0] * O[1], L[2], O[2]);
   P.scale(y, y);
 }
 
 // dx = A^T g for one plane: the transposed passes in reverse order.
 template <typename T>
-void sep_bwd(const SepPlan<T>& P, const T* g, T* dx, std::vector<T>& s1, std::vector<T>& s2,
-             std::vector<T>& s3) {
+void sep_bwd(const SepPlan<T>& P, const T* g, T* dx, T* s1, T* s2, T* s3) {
   const auto &L = P.L, &O = P.O;
-  s1.resize(static_cast<size_t>(O[0] * O[1] * O[2]));
-  P.scale(g, s1.data());
-  s2.resize(static_cast<size_t>(O[0] * O[1] * L[2]));
-  row_spread(s1.data(), s2.data(), P.w[2], P.run[2], O[0] * O[1], L[2], O[2], s3);
-  T* t = dx;
-  if (P.has_d) {
-    s1.resize(static_cast<size_t>(O[0] * L[1] * L[2]));
-    t = s1.data();
-  }
+  P.scale(g, s3);
+  row_spread(s3, s2, P.w[2], P.run[2], O[0] * O[1], L[2], O[2], s1);
+  T* t = P.has_d ? s1 : dx;
   for (int64_t a = 0; a < O[0]; ++a)
-    col_spread(s2.data() + a * O[1] * L[2], t + a * L[1] * L[2], P.w[1], P.run[1], O[1], L[1],
-               L[2]);
-  if (P.has_d) col_spread(s1.data(), dx, P.w[0], P.run[0], O[0], L[0], L[1] * L[2]);
+    col_spread(s2 + a * O[1] * L[2], t + a * L[1] * L[2], P.w[1], P.run[1], O[1], L[1], L[2]);
+  if (P.has_d) col_spread(s1, dx, P.w[0], P.run[0], O[0], L[0], L[1] * L[2]);
 }
 
 // forward = true: y = A x (average over each window); false: dx = A^T g.
@@ -342,7 +346,11 @@ void sep_avg(const Tensor& src, Tensor& dst, const NdP& q, bool forward) {
   // static TLS block that dlopen leaves once torch or numpy are loaded)
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(In + On * 4, 1));
   parallel_for(planes_of(xin), grain, [&](int64_t lo, int64_t hi) {
-    std::vector<T> s1, s2, s3;
+    // Scratch: s1 holds O0 L1 L2 (or the border outputs, at most O0 O1 O2), s2 O0 O1 L2, s3
+    // O0 O1 O2; uninitialized, as every pass writes before it reads.
+    const int64_t n1 = std::max(P.O[0] * P.L[1] * P.L[2], On), n2 = P.O[0] * P.O[1] * P.L[2];
+    std::unique_ptr<T[]> buf(new T[static_cast<size_t>(n1 + n2 + On)]);
+    T *s1 = buf.get(), *s2 = s1 + n1, *s3 = s2 + n2;
     for (int64_t pl = lo; pl < hi; ++pl) {
       if (forward)
         sep_fwd(P, ps + pl * In, pd + pl * On, s1, s2);
