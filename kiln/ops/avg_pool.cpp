@@ -86,12 +86,16 @@ void span_sum(const T* __restrict x, T* __restrict y, int64_t n, int64_t k, int6
   }
 }
 
-// Transpose of span_sum: x[i + j step] += y[i].
+// Transpose of span_sum: x[i s + j step] += y[i].
 template <typename T>
-void span_spread(const T* __restrict y, T* __restrict x, int64_t n, int64_t k, int64_t step) {
+void span_spread(const T* __restrict y, T* __restrict x, int64_t n, int64_t k, int64_t step,
+                 int64_t s = 1) {
   for (int64_t j = 0; j < k; ++j) {
     T* xj = x + j * step;
-    for (int64_t i = 0; i < n; ++i) xj[i] += y[i];
+    if (s == 1)
+      for (int64_t i = 0; i < n; ++i) xj[i] += y[i];
+    else
+      for (int64_t i = 0; i < n; ++i) xj[i * s] += y[i];
   }
 }
 
@@ -249,11 +253,7 @@ void row_spread(T* y, T* x, const Win& w, const Run& r, int64_t rows, int64_t L,
     for (int64_t o = 0; o < r.lo; ++o) edge(yr[o], xr, o);
     for (int64_t o = r.hi; o < n; ++o) edge(yr[o], xr, o);
     if (m <= 0) continue;
-    if (r.s == 1)
-      span_spread(yr + r.lo, xr + off, m, r.k, w.step);
-    else
-      for (int64_t o = 0; o < m; ++o)
-        for (int64_t j = 0; j < r.k; ++j) xr[off + o * r.s + j * w.step] += yr[r.lo + o];
+    span_spread(yr + r.lo, xr + off, m, r.k, w.step, r.s);
   }
 }
 
