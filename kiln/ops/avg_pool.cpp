@@ -264,6 +264,7 @@ struct SepPlan {
   std::array<Run, 3> run;
   std::array<int64_t, 3> L, O;
   bool has_d = false;  // a real D dim (3-D pooling) to sum over
+  bool whole = false;  // one window, the whole plane (global pooling)
   T uniform = 0;       // the reciprocal divisor when all outputs share it, else 0
   std::vector<T> inv;  // else 1 / divisor of each output
 
@@ -272,6 +273,9 @@ struct SepPlan {
     w = nd_windows(q, L.data() + 3 - q.nd, O.data() + 3 - q.nd);
     for (size_t i = 0; i < 3; ++i) run[i] = interior(w[i]);
     has_d = L[0] != 1 || O[0] != 1 || w[0].count[0] != 1 || w[0].start[0] != 0;
+    whole = true;
+    for (size_t i = 0; i < 3; ++i)
+      whole = whole && O[i] == 1 && w[i].start[0] == 0 && w[i].count[0] == L[i];
     auto same = [](const std::vector<int64_t>& f) {
       return std::all_of(f.begin(), f.end(), [&](int64_t v) { return v == f[0]; });
     };
@@ -310,6 +314,15 @@ struct SepPlan {
 template <typename T>
 void sep_fwd(const SepPlan<T>& P, const T* x, T* y, T* s1, T* s2) {
   const auto &L = P.L, &O = P.O;
+  if (P.whole) {  // one contiguous sum, in vector lanes (as reduce_rows)
+    const int64_t n = L[0] * L[1] * L[2];
+    T a = 0;
+#pragma omp simd reduction(+ : a)
+    for (int64_t i = 0; i < n; ++i) a += x[i];
+    y[0] = a;
+    P.scale(y, y);
+    return;
+  }
   const T* t = x;
   if (P.has_d) {
     col_sum(x, s1, P.w[0], P.run[0], O[0], L[1] * L[2]);
@@ -326,6 +339,10 @@ template <typename T>
 void sep_bwd(const SepPlan<T>& P, const T* g, T* dx, T* s1, T* s2, T* s3) {
   const auto &L = P.L, &O = P.O;
   P.scale(g, s3);
+  if (P.whole) {
+    std::fill(dx, dx + L[0] * L[1] * L[2], s3[0]);
+    return;
+  }
   row_spread(s3, s2, P.w[2], P.run[2], O[0] * O[1], L[2], O[2], s1);
   T* t = P.has_d ? s1 : dx;
   for (int64_t a = 0; a < O[0]; ++a)
