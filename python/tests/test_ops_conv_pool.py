@@ -188,6 +188,42 @@ def test_avg_pool(nd, kernel, stride, padding, ceil, cip):
               lambda a: tf(a, kernel, stride, padding, ceil, cip, div), x)
 
 
+# Stride-1 and mixed-stride windows (inception's 3x3/1/1): the kernel's flattened-plane
+# interior passes, their border columns and the gradient's gather form.
+@pytest.mark.parametrize("nd,kernel,stride,padding", [
+    (1, 3, 1, 1), (1, 4, 1, 2), (2, 3, 1, 1), (2, 3, 1, 0), (2, (5, 3), 1, (2, 1)),
+    (2, (3, 5), (1, 2), (1, 2)), (2, (3, 2), (2, 1), (0, 1)), (2, 7, 1, 3), (3, 3, 1, 1),
+    (3, (3, 1, 3), (2, 1, 1), (1, 0, 1))])
+@pytest.mark.parametrize("ceil,cip,div", [(False, True, None), (True, False, None),
+                                          (False, False, None), (True, True, 5)])
+def test_avg_pool_stride1(nd, kernel, stride, padding, ceil, cip, div):
+    x = R.randn(*([2, 3] + [9, 8, 7][:nd]))
+    if nd == 1:
+        check(lambda a: KF.avg_pool1d(a, kernel, stride, padding, ceil, cip),
+              lambda a: F.avg_pool1d(a, kernel, stride, padding, ceil, cip), x)
+        return
+    kf = KF.avg_pool2d if nd == 2 else KF.avg_pool3d
+    tf = F.avg_pool2d if nd == 2 else F.avg_pool3d
+    check(lambda a: kf(a, kernel, stride, padding, ceil, cip, div),
+          lambda a: tf(a, kernel, stride, padding, ceil, cip, div), x)
+    check(lambda a: kf(a, kernel, stride, padding, ceil, cip, div),
+          lambda a: tf(a, kernel, stride, padding, ceil, cip, div), x[0])  # unbatched
+
+
+def test_avg_pool_float32_inception():
+    # A float32 map large enough to split into chunks of planes, and a global 7x7 pool.
+    for shape, k, s, p in [((2, 24, 17, 17), 3, 1, 1), ((1, 40, 7, 7), 7, None, 0)]:
+        x = R.randn(*shape).astype(np.float32)
+        kx, tx = kiln.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        ky, ty = KF.avg_pool2d(kx, k, s, p), F.avg_pool2d(tx, k, s, p)
+        assert ky.dtype == kiln.float32
+        np.testing.assert_allclose(ky.detach().numpy(), ty.detach().numpy(), rtol=1e-5, atol=1e-6)
+        g = R.randn(*ty.shape).astype(np.float32)
+        (ky * kiln.tensor(g)).sum().backward()
+        (ty * torch.tensor(g)).sum().backward()
+        np.testing.assert_allclose(kx.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("nd,kernel,stride", [(1, 2, 2), (2, 2, 2), (2, 3, 1), (3, 2, 2), (2, (2, 3), (2, 1))])
 def test_max_unpool(nd, kernel, stride):
     x = torch.tensor(R.randn(*([2, 3] + [8, 6, 4][:nd])))
