@@ -2,7 +2,7 @@
 """W9, imported-CNN inference: exports a ResNet-18 (torchvision's layout: 7x7 stem, 4 stages of
 2 BasicBlocks, 64-512 channels, 1000 classes; the classes of tests/onnx/export_models.py) at
 224x224 for a given batch, and times PyTorch 1.13 eager on it. Also the torchvision models of
-issue #38 (random weights, opset 17) beside onnxruntime-node.
+issue #38 and two sequence models (random weights, opset 17) beside onnxruntime-node.
   onnx_models.py export OUT_DIR BATCH     -> OUT_DIR/resnet18_b<BATCH>.onnx (+ input .npy)
   onnx_models.py pytorch BATCH THREADS    -> one JSON line (images/s, median of timed runs)
   onnx_models.py torchvision OUT_DIR BATCH NAME...  -> OUT_DIR/NAME_b<BATCH>.onnx, _x.npy, _y.npy
@@ -33,27 +33,60 @@ def model():
 
 
 VIDEO = ("r3d_18", "mc3_18", "r2plus1d_18")
+# Sequence models beside the vision ones: torch.nn's transformer encoder (4 layers, d 256, 4
+# heads, ffn 1024) and a 2-layer LSTM (256 hidden) with a linear head, over 128 steps of 256.
+SEQUENCE = ("transformer_encoder", "lstm2")
+
+
+class TransformerEncoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.enc(x)
+
+
+class Lstm2(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(256, 256, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(256, 256)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
 
 
 def torchvision_input(name, b):
     if name in VIDEO:
         return (b, 3, 16, 112, 112)
+    if name in SEQUENCE:
+        return (b, 128, 256)
     return (b, 3, 299, 299) if name == "inception_v3" else (b, 3, 224, 224)
 
 
-def export_torchvision(out, b, names):
+def make_model(name):
+    if name in SEQUENCE:
+        return {"transformer_encoder": TransformerEncoder, "lstm2": Lstm2}[name]()
     import torchvision
+    mod = torchvision.models.video if name in VIDEO else torchvision.models
+    return getattr(mod, name)()
+
+
+def export_torchvision(out, b, names):
     os.makedirs(out, exist_ok=True)
     for name in names:
         path = os.path.join(out, f"{name}_b{b}.onnx")
         if os.path.exists(path):
             continue
         torch.manual_seed(0)
-        mod = torchvision.models.video if name in VIDEO else torchvision.models
-        m = getattr(mod, name)().eval()
+        m = make_model(name).eval()
         x = torch.randn(*torchvision_input(name, b))
         with torch.no_grad():
             y = m(x)
+        # Exported with autograd on: under no_grad torch 1.13's transformer layers take their
+        # fused inference path, which has no ONNX export.
         torch.onnx.export(m, (x,), path, opset_version=17, input_names=["x"],
                           output_names=["y"])
         np.save(os.path.join(out, f"{name}_b{b}_x.npy"), x.numpy())
