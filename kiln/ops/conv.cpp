@@ -732,6 +732,25 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
 // The transposed convolution is conv2d's input gradient: x plays the gradient of a conv2d whose
 // input has the output size below, w [C_in, C_out / groups, kH, kW] its weight. Its own
 // gradients are that op's (conv2d for x, conv2d_grad_weight for w).
+namespace conv_detail {
+
+void check_transposed_params(const char* op, const std::vector<int64_t>& s,
+                             const std::vector<int64_t>& p, const std::vector<int64_t>& o,
+                             const std::vector<int64_t>& d) {
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (s[k] <= 0 || d[k] <= 0 || p[k] < 0 || o[k] < 0)
+      fail(op, "stride and dilation must be positive, padding and output_padding >= 0, got ",
+           "stride ", Shape(s), ", padding ", Shape(p), ", output_padding ", Shape(o),
+           ", dilation ", Shape(d));
+    // (torch's rule: a larger output_padding would not be reached by any input position)
+    if (o[k] >= s[k] && o[k] >= d[k])
+      fail(op, "output_padding ", Shape(o), " must be smaller than the stride ", Shape(s),
+           " or the dilation ", Shape(d));
+  }
+}
+
+}  // namespace conv_detail
+
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b,
                         std::vector<int64_t> stride, std::vector<int64_t> padding,
                         std::vector<int64_t> output_padding, std::vector<int64_t> dilation,
@@ -754,16 +773,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b,
         fail(op, "stride, padding, output_padding and dilation must each be at most 2^30, got ",
              "stride ", Shape(s), ", padding ", Shape(p), ", output_padding ", Shape(o),
              ", dilation ", Shape(d));
-  for (int k = 0; k < 2; ++k) {
-    if (s[k] <= 0 || d[k] <= 0 || p[k] < 0 || o[k] < 0)
-      fail(op, "stride and dilation must be positive, padding and output_padding >= 0, got ",
-           "stride ", Shape(s), ", padding ", Shape(p), ", output_padding ", Shape(o),
-           ", dilation ", Shape(d));
-    // (torch's rule: a larger output_padding would not be reached by any input position)
-    if (o[k] >= s[k] && o[k] >= d[k])
-      fail(op, "output_padding ", Shape(o), " must be smaller than the stride ", Shape(s),
-           " or the dilation ", Shape(d));
-  }
+  conv_detail::check_transposed_params(op, s, p, o, d);
   if (x.size(1) >= 0 && w.size(0) >= 0 && x.size(1) != w.size(0))
     fail(op, "input has ", x.size(1), " channels, the weight expects ", w.size(0), " (input ",
          x.shape(), ", weight ", w.shape(), ")");

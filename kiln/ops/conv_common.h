@@ -1,6 +1,7 @@
-// Helpers of the convolution ops that conv.cpp (conv2d and its gradient ops) and conv_fused.cpp
-// (the fused inference convolution) share: parameters and shape checks, oneDNN's shape, the
-// crop of taps that only meet padding, the column split and the forward convolution itself.
+// Helpers of the convolution ops that conv.cpp (conv2d and its gradient ops), conv_fused.cpp
+// (the fused inference convolution) and conv_composite.cpp (transposed and 3-D) share: parameters
+// and shape checks, oneDNN's shape, the crop of taps that only meet padding, the column split and
+// the forward convolution itself.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -17,6 +18,13 @@ struct ConvP {
   int64_t sH, sW, pH, pW, dH, dW, G;
 };
 ConvP conv_params(const char* op, const detail::Attrs& a);
+
+/// A transposed convolution's stride, padding, output_padding and dilation (one entry per
+/// spatial dim): positive stride and dilation, non-negative paddings, and output_padding below
+/// the stride or the dilation (torch's rule); kiln::Error naming `op` and all four otherwise.
+void check_transposed_params(const char* op, const std::vector<int64_t>& s,
+                             const std::vector<int64_t>& p, const std::vector<int64_t>& o,
+                             const std::vector<int64_t>& d);
 
 /// Checks x [N, C, H, W] and w [O, C/groups, kH, kW] (dynamic dims pass); the output shape.
 Shape check_conv(const char* op, const Shape& xs, const Shape& ws, const ConvP& p);

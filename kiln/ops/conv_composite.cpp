@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kiln/ops/conv_common.h"
 #include "kiln/ops/op_util.h"
 
 using namespace kiln::detail;
@@ -139,15 +140,7 @@ Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const Tensor& b,
   const Ints s = expand3(op, "stride", stride), p = expand3(op, "padding", padding),
              o = expand3(op, "output_padding", output_padding),
              d = expand3(op, "dilation", dilation);
-  for (int k = 0; k < 3; ++k) {
-    if (s[k] <= 0 || d[k] <= 0 || p[k] < 0 || o[k] < 0)
-      fail(op, "stride and dilation must be positive, padding and output_padding >= 0, got ",
-           "stride ", Shape(s), ", padding ", Shape(p), ", output_padding ", Shape(o),
-           ", dilation ", Shape(d));
-    if (o[k] >= s[k] && o[k] >= d[k])
-      fail(op, "output_padding ", Shape(o), " must be smaller than the stride ", Shape(s),
-           " or the dilation ", Shape(d));
-  }
+  conv_detail::check_transposed_params(op, s, p, o, d);
   for (const Ints* v : {&s, &p, &o, &d}) op_util::check_window_params(op, "window", *v);
   require_static(op, x, "input");
   require_static(op, w, "weight");
