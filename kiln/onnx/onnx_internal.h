@@ -59,6 +59,17 @@ struct RegisterConverter {
   RegisterConverter(const char* op, Converter c) { converters().emplace(op, std::move(c)); }
 };
 
+/// Defines the converter of ONNX op NAME and registers it: `KILN_ONNX_OP(Relu) { ... }`, the body
+/// reading the node through `n` and returning the outputs (used in an onnx_ops*.cpp file's
+/// anonymous namespace).
+#define KILN_ONNX_OP(NAME)                                \
+  std::vector<Tensor> conv_##NAME(NodeIn& n);             \
+  const RegisterConverter reg_##NAME(#NAME, conv_##NAME); \
+  std::vector<Tensor> conv_##NAME(NodeIn& n)
+
+/// A converter's outputs.
+using TL = std::vector<Tensor>;
+
 /// ONNX's unsigned types past uint8, which Kiln holds widened (onnx_ops_unsigned.cpp): uint16
 /// as int32, uint32 as int64, uint64 as int64 bit for bit (below 2^63 where read; U64Wrapped
 /// after wrapping arithmetic, whose bits may stand for 2^63 or more).

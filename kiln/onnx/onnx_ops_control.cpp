@@ -10,13 +10,6 @@
 namespace kiln::onnx::detail {
 namespace {
 
-#define KILN_ONNX_OP(NAME)                                \
-  std::vector<Tensor> conv_##NAME(NodeIn& n);             \
-  const RegisterConverter reg_##NAME(#NAME, conv_##NAME); \
-  std::vector<Tensor> conv_##NAME(NodeIn& n)
-
-using TL = std::vector<Tensor>;
-
 // Unrolling creates nodes per step and per iteration: bounded so that a small file cannot ask
 // for millions of nodes.
 constexpr int64_t kMaxUnroll = 4096;

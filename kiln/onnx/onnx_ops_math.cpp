@@ -7,13 +7,6 @@
 namespace kiln::onnx::detail {
 namespace {
 
-#define KILN_ONNX_OP(NAME)                                \
-  std::vector<Tensor> conv_##NAME(NodeIn& n);             \
-  const RegisterConverter reg_##NAME(#NAME, conv_##NAME); \
-  std::vector<Tensor> conv_##NAME(NodeIn& n)
-
-using TL = std::vector<Tensor>;
-
 // Kiln promotes where ONNX keeps the input's type (integer sums, int pow): cast back.
 Tensor keep(DType dt, const Tensor& t) { return cast(t, dt); }
 

@@ -9,12 +9,6 @@
 namespace kiln::onnx::detail {
 namespace {
 
-#define KILN_ONNX_OP(NAME)                                \
-  std::vector<Tensor> conv_##NAME(NodeIn& n);             \
-  const RegisterConverter reg_##NAME(#NAME, conv_##NAME); \
-  std::vector<Tensor> conv_##NAME(NodeIn& n)
-
-using TL = std::vector<Tensor>;
 using Ints = std::vector<int64_t>;
 
 // Spatial geometry of a conv or pool over 2 dims (1-D lifted to H = 1).

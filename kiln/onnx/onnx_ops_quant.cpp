@@ -7,13 +7,6 @@
 namespace kiln::onnx::detail {
 namespace {
 
-#define KILN_ONNX_OP(NAME)                                \
-  std::vector<Tensor> conv_##NAME(NodeIn& n);             \
-  const RegisterConverter reg_##NAME(#NAME, conv_##NAME); \
-  std::vector<Tensor> conv_##NAME(NodeIn& n)
-
-using TL = std::vector<Tensor>;
-
 // A scale or zero point (scalar, or 1-D along `axis` of x) shaped to broadcast over x.
 Tensor along(const Tensor& p, const Tensor& x, int64_t axis) {
   if (p.dim() == 0 || (p.dim() == 1 && p.size(0) == 1)) return reshape(p, Shape{});

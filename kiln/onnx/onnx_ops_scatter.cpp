@@ -6,13 +6,6 @@
 namespace kiln::onnx::detail {
 namespace {
 
-#define KILN_ONNX_OP(NAME)                                \
-  std::vector<Tensor> conv_##NAME(NodeIn& n);             \
-  const RegisterConverter reg_##NAME(#NAME, conv_##NAME); \
-  std::vector<Tensor> conv_##NAME(NodeIn& n)
-
-using TL = std::vector<Tensor>;
-
 // Negative indices count from the end of `size`.
 Tensor wrap(const Tensor& idx, int64_t size) {
   Tensor i = cast(idx, Int64);

@@ -8,13 +8,6 @@
 namespace kiln::onnx::detail {
 namespace {
 
-#define KILN_ONNX_OP(NAME)                                \
-  std::vector<Tensor> conv_##NAME(NodeIn& n);             \
-  const RegisterConverter reg_##NAME(#NAME, conv_##NAME); \
-  std::vector<Tensor> conv_##NAME(NodeIn& n)
-
-using TL = std::vector<Tensor>;
-
 // One integer known at import (a scalar or a 1-element input).
 int64_t const_int(const NodeIn& n, size_t i, const char* what) {
   auto v = const_ints(n, i, what);

@@ -7,13 +7,6 @@
 namespace kiln::onnx::detail {
 namespace {
 
-#define KILN_ONNX_OP(NAME)                                \
-  std::vector<Tensor> conv_##NAME(NodeIn& n);             \
-  const RegisterConverter reg_##NAME(#NAME, conv_##NAME); \
-  std::vector<Tensor> conv_##NAME(NodeIn& n)
-
-using TL = std::vector<Tensor>;
-
 // As onnxruntime (whose results the suite holds): in each row, an n-gram of the pool is counted
 // at every start i and distance d in 1..max_skip_count+1 where X[i + j d] is its j-th token;
 // 1-grams once per position (the distance does not change them). Counts of the n-grams that map

@@ -14,8 +14,6 @@ namespace {
   const RegisterConverter reg_##NAME("ai.onnx.preview.training." #NAME, conv_##NAME); \
   std::vector<Tensor> conv_##NAME(NodeIn& n)
 
-using TL = std::vector<Tensor>;
-
 // The number of optimized tensors: inputs are R, T and `groups` lists of n tensors.
 size_t tensors(const NodeIn& n, size_t groups) {
   const size_t k = n.in.size();

@@ -8,13 +8,6 @@
 namespace kiln::onnx::detail {
 namespace {
 
-#define KILN_ONNX_OP(NAME)                                \
-  std::vector<Tensor> conv_##NAME(NodeIn& n);             \
-  const RegisterConverter reg_##NAME(#NAME, conv_##NAME); \
-  std::vector<Tensor> conv_##NAME(NodeIn& n)
-
-using TL = std::vector<Tensor>;
-
 // ONNX's GridSample (opset 16) is torch's grid_sample on 4-D input, with the same mode and
 // padding names.
 KILN_ONNX_OP(GridSample) {
