@@ -114,6 +114,21 @@ Tensor cross(const Tensor& a, const Tensor& b, int64_t dim = -1);
 }  // namespace linalg
 /// x @ w^T + b, w is [out, in] (PyTorch layout).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+/// Every step's hidden state h [T, B, H] and, for an LSTM, cell state c [T, B, H] (undefined
+/// otherwise) of rnn_sequence; the final state is the last step's (the first's when reversed).
+struct RnnSequenceOut {
+  Tensor h, c;
+};
+/// A recurrent layer's time loop in one op, torch.nn.LSTM / GRU / RNN after the input
+/// projection: xw [T, B, G H] = x @ w_ih^T + b_ih for every step, w_hh [G H, H] the recurrent
+/// weight (torch's layout; packed for the kernel by ops that a graph folds when it is a
+/// constant), b_hh [G H], h0 and c0 [B, H] (undefined: zeros; c0 for an LSTM only).
+/// mode "lstm" (G = 4: gates i, f, g, o), "gru" (3: r, z, n with n = tanh(x_n + r (W_hn h +
+/// b_hn))), "rnn_tanh" or "rnn_relu" (1); reverse runs the steps from the last. Differentiable
+/// once (the gradient op has no gradient of its own).
+RnnSequenceOut rnn_sequence(const Tensor& xw, const Tensor& w_hh, const Tensor& b_hh,
+                            const Tensor& h0, const Tensor& c0, const std::string& mode,
+                            bool reverse = false);
 /// x [N, C, H, W], w [O, C/groups, kH, kW].
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
               std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},

@@ -1399,6 +1399,8 @@ def repeat(input: Tensor, repeats: Any) -> Tensor: ...
 def repeat_interleave(input: Tensor, repeats: Any = None, dim: Any = None, *, output_size: Any = None) -> Tensor:
     """Each element (slice along dim) repeated; repeats an int or a tensor of counts."""
 def reshape(input: Tensor, shape: Any) -> Tensor: ...
+def rnn_sequence(xw: Tensor, w_hh: Tensor, b_hh: Any = None, h0: Any = None, c0: Any = None, mode: str = 'lstm', reverse: bool = False) -> tuple:
+    """A recurrent layer's time loop in one op, after its input projection xw [T, B, G H] (x @ w_ih^T + b_ih): (every step's h [T, B, H], every step's c for an LSTM else None). mode 'lstm', 'gru', 'rnn_tanh' or 'rnn_relu' (torch's gate orders); w_hh [G H, H]."""
 def roi_align(input: Tensor, boxes: Tensor, output_size: Any, spatial_scale: float = 1.0, sampling_ratio: int = -1, aligned: bool = False) -> Tensor:
     """torchvision.ops.roi_align with boxes [K, 5] (batch index, x1, y1, x2, y2)."""
 def roll(input: Tensor, shifts: int, dims: int) -> Tensor:

@@ -60,6 +60,23 @@ void init_ops_nn(py::module_& m, TensorClass& cls) {
       },
       py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), "x @ w^T + b.");
   m.def(
+      "rnn_sequence",
+      [](const Tensor& xw, const Tensor& w_hh, py::object b_hh, py::object h0, py::object c0,
+         const std::string& mode, bool reverse) {
+        const Tensor b = opt_tensor(b_hh), h = opt_tensor(h0), c = opt_tensor(c0);
+        RnnSequenceOut r;
+        {
+          MaybeNoGil g(concrete(xw));  // (the tuple below needs the GIL again)
+          r = rnn_sequence(xw, w_hh, b, h, c, mode, reverse);
+        }
+        return py::make_tuple(r.h, r.c.defined() ? py::cast(r.c) : py::none());
+      },
+      py::arg("xw"), py::arg("w_hh"), py::arg("b_hh") = py::none(), py::arg("h0") = py::none(),
+      py::arg("c0") = py::none(), py::arg("mode") = "lstm", py::arg("reverse") = false,
+      "A recurrent layer's time loop in one op, after its input projection xw [T, B, G H] (x @ "
+      "w_ih^T + b_ih): (every step's h [T, B, H], every step's c for an LSTM else None). mode "
+      "'lstm', 'gru', 'rnn_tanh' or 'rnn_relu' (torch's gate orders); w_hh [G H, H].");
+  m.def(
       "conv_transpose2d",
       [](const Tensor& x, const Tensor& w, py::object b, py::object stride, py::object padding,
          py::object output_padding, int64_t groups, py::object dilation) {

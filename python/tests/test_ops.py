@@ -330,6 +330,8 @@ ELSEWHERE |= {
     "pixel_unshuffle", "group_norm", "instance_norm", "local_response_norm", "grid_sample",
     "roi_align", "nms",
 }
+# A recurrent layer's fused time loop: against torch's layers in test_pt_nn_rnn.py.
+ELSEWHERE |= {"rnn_sequence"}
 # Compared with torch in test_ops_index_shape.py.
 ELSEWHERE |= {
     "argwhere", "atleast_1d", "atleast_2d", "atleast_3d", "broadcast_shapes", "broadcast_tensors",

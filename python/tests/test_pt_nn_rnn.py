@@ -169,3 +169,70 @@ def test_dynamic_length_under_jit_runs_the_cpp_loop():
         ref = eager[0].sum() + eager[1][0].sum()
         np.testing.assert_allclose(f(x).item(), ref.item(), rtol=1e-4)
     assert "_cpp_rnn" in lstm.__dict__   # the dynamic-length path ran
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+def test_rnn_sequence_is_a_torch_layer(mode, reverse, dtype):
+    """kiln._C.rnn_sequence after the input projection is one torch layer direction (the reverse
+    half of a bidirectional layer when reversed): outputs, final state and gradients of every
+    input, at 40 units (vector blocks and a remainder) and batch 7 (a block of 6 rows and one)."""
+    cls = {"lstm": "LSTM", "gru": "GRU"}.get(mode, "RNN")
+    kw = {"nonlinearity": mode[4:]} if cls == "RNN" else {}
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(3)
+    tm = getattr(torch.nn, cls)(5, 40, bidirectional=reverse, **kw).to(tdt)
+    d = 1 if reverse else 0
+    sfx = "_l0_reverse" if reverse else "_l0"
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    tp = [getattr(tm, n + sfx) for n in names]
+    x = torch.randn(6, 7, 5, dtype=tdt, requires_grad=True)
+    h0 = torch.randn(d + 1, 7, 40, dtype=tdt, requires_grad=True)
+    c0 = torch.randn(d + 1, 7, 40, dtype=tdt, requires_grad=True)
+    to, ts = tm(x, (h0, c0) if mode == "lstm" else h0)
+    want = to[..., 40:] if reverse else to
+    r = torch.randn(want.shape, dtype=tdt)
+    ((want * r).sum() + (ts[1][d].sum() if mode == "lstm" else 0)).backward()
+
+    kp = [kt(p.detach().numpy(), True) for p in tp]
+    kx, kh, kc = (kt(v.detach().numpy(), True) for v in (x, h0, c0))
+    xw = kiln.linear(kx, kp[0], kp[2])
+    y, cs = kiln._C.rnn_sequence(xw, kp[1], kp[3], kh[d], kc[d] if mode == "lstm" else None,
+                                 mode, reverse)
+    tol = 2e-5 if dtype == "float32" else 1e-10
+    close(y, want, tol)
+    last = 0 if reverse else 5
+    close(y[last], ts[0][d] if mode == "lstm" else ts[d], tol)
+    if mode == "lstm":
+        close(cs[last], ts[1][d], tol)
+    else:
+        assert cs is None
+    ((y * kt(r.numpy())).sum() + (cs[last].sum() if mode == "lstm" else 0)).backward()
+    for k, t in zip(kp, tp):
+        close(k.grad, t.grad, 10 * tol)
+    close(kx.grad, x.grad, 10 * tol)
+    close(kh.grad[d], h0.grad[d], 10 * tol)
+    if mode == "lstm":
+        close(kc.grad[d], c0.grad[d], 10 * tol)
+
+
+def test_rnn_sequence_refuses_bad_input():
+    xw = kt(np.zeros((3, 2, 24), np.float32))
+    w = kt(np.zeros((24, 6), np.float32))
+    for call, needle in [
+            (lambda: kiln._C.rnn_sequence(xw, w, mode="lstm2"), "mode must be"),
+            (lambda: kiln._C.rnn_sequence(xw, kt(np.zeros((20, 6), np.float32))), "w_hh [4 H, H]"),
+            (lambda: kiln._C.rnn_sequence(xw, kt(np.zeros((20, 5), np.float32))), "w_hh [4 H, H]"),
+            (lambda: kiln._C.rnn_sequence(kt(np.zeros((3, 2, 18), np.float32)), w, mode="gru"),
+             "expects xw [T, B, 3 H]"),
+            (lambda: kiln._C.rnn_sequence(xw, w, c0=kt(np.zeros((2, 6), np.float32)),
+                                          mode="rnn_tanh"), "only an LSTM"),
+            (lambda: kiln._C.rnn_sequence(xw, kt(np.zeros((24, 6)))), "dtypes differ"),
+            (lambda: kiln._C.rnn_sequence(xw, w, h0=kt(np.zeros((3, 6), np.float32))),
+             "h0 [B, H]"),
+            (lambda: kiln._C.rnn_sequence(kt(np.zeros((0, 2, 24), np.float32)), w),
+             "no time steps")]:
+        with pytest.raises(kiln.Error, match=r"\[rnn_sequence\]") as e:
+            call()
+        assert needle in str(e.value), str(e.value)

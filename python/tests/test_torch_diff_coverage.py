@@ -47,6 +47,9 @@ INTERNAL = {
     "nms_batched": "internal",
     # behind ONNX's Unique in a graph (torch.unique reads the values on the host instead)
     "unique_rows": "internal",
+    # behind kiln.nn's RNN/LSTM/GRU and ONNX's (no torch namesake): against torch's layers in
+    # test_pt_nn_rnn.py
+    "rnn_sequence": "internal", "rnn_sequence_grad": "gradient",
 }
 _OP_RE = re.compile(r"= ([A-Za-z_0-9]+)\(")
 

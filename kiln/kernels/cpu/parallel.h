@@ -111,4 +111,31 @@ KILN_NO_TSAN void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (error) std::rethrow_exception(error);
 }
 
+/// Runs f(thread, threads, barrier) on up to `threads` OpenMP threads at once (the team may be
+/// smaller: f partitions by the `threads` it is given); barrier() waits for the whole team (an
+/// OpenMP barrier whose happens-before edge TSan sees, as parallel_for's fork and join). For
+/// loops whose steps depend on each other (a recurrent layer's time steps): one region for all
+/// of them instead of one per step. f must not throw (an exception cannot leave the region).
+template <typename F>
+KILN_NO_TSAN void parallel_team(int threads, F&& f) {
+  char fork = 0, sync = 0, join = 0;  // TSan sync addresses
+  auto barrier = [&sync] {
+    KILN_TSAN_RELEASE(&sync);
+#pragma omp barrier
+    KILN_TSAN_ACQUIRE(&sync);
+  };
+  if (threads <= 1 || omp_in_parallel()) {
+    f(0, 1, [] {});
+    return;
+  }
+  KILN_TSAN_RELEASE(&fork);
+#pragma omp parallel num_threads(threads)
+  {
+    KILN_TSAN_ACQUIRE(&fork);
+    f(omp_get_thread_num(), omp_get_num_threads(), barrier);
+    KILN_TSAN_RELEASE(&join);
+  }
+  KILN_TSAN_ACQUIRE(&join);
+}
+
 }  // namespace kiln
