@@ -1,7 +1,8 @@
-// ONNX converters for recurrent layers and control flow: LSTM, GRU and RNN unrolled over the
-// (static) sequence length, If as Kiln's cond (Switch/Merge) or, with a condition known at
-// import, the taken branch inline, and Loop unrolled when its trip count is known at import or
-// as a while_loop otherwise; Scan unrolled over its static scan length.
+// ONNX converters for recurrent layers and control flow: LSTM, GRU and RNN as one rnn_sequence
+// op per direction where they are torch's cells, else unrolled over the (static) sequence
+// length (clip, peepholes, other activations), If as Kiln's cond (Switch/Merge) or, with a
+// condition known at import, the taken branch inline, and Loop unrolled when its trip count is
+// known at import or as a while_loop otherwise; Scan unrolled over its static scan length.
 #include <algorithm>
 #include <cmath>
 
@@ -73,8 +74,10 @@ class Recurrent {
     read_node();
     std::vector<Tensor> ys(dirs_), hs(dirs_), cs(dirs_);
     for (int d = 0; d < dirs_; ++d) run_direction(d, ys[d], hs[d], cs[d]);
-    Tensor Y = stack(ys, 1);  // [T, D, B, H]
-    Tensor Yh = stack(hs, 0), Yc = stack(cs, 0);
+    // [T, D, B, H] and [D, B, H]; one direction's are views, not copies
+    Tensor Y = dirs_ == 1 ? unsqueeze(ys[0], 1) : stack(ys, 1);
+    Tensor Yh = dirs_ == 1 ? unsqueeze(hs[0], 0) : stack(hs, 0);
+    Tensor Yc = dirs_ == 1 ? unsqueeze(cs[0], 0) : stack(cs, 0);
     if (batch_first_) {
       Y = permute(Y, {2, 0, 1, 3});  // [B, T, D, H]
       Yh = transpose(Yh, 0, 1);
@@ -141,6 +144,7 @@ class Recurrent {
   void run_direction(int d, Tensor& y, Tensor& h, Tensor& c) {
     const bool rev = dir_ == "reverse" || d == 1;
     Dir s = dir_inputs(d);
+    if (const char* mode = fused_mode(d)) return run_fused(s, mode, rev, y, h, c);
     // The input projection of every step in one GEMM.
     Tensor xw = matmul(x_, transpose(s.w, 0, 1));
     if (s.wb.defined()) xw = add(xw, s.wb);
@@ -161,6 +165,44 @@ class Recurrent {
     y = stack(steps, 0);  // [T, B, H]
     h = s.h;
     c = s.c;
+  }
+
+  // rnn_sequence's mode for direction d when the node is one it computes (torch's cells: the
+  // default activations, no clip, peepholes or coupled gates, GRU with linear_before_reset);
+  // null for the step-by-step graph below.
+  const char* fused_mode(int d) const {
+    const Act* a = &acts_[d * spec_.acts.size()];
+    if (clip_ > 0 || couple_ || (G_ == 4 && n_.has_input(7))) return nullptr;
+    if (G_ == 4 && a[0].name == "Sigmoid" && a[1].name == "Tanh" && a[2].name == "Tanh")
+      return "lstm";
+    if (G_ == 3 && lbr_ && a[0].name == "Sigmoid" && a[1].name == "Tanh") return "gru";
+    if (G_ == 1 && a[0].name == "Tanh") return "rnn_tanh";
+    if (G_ == 1 && a[0].name == "Relu") return "rnn_relu";
+    return nullptr;
+  }
+
+  // ONNX's gate blocks (LSTM i, o, f, c; GRU z, r, h) in torch's order (i, f, g, o; r, z, n),
+  // along dim 0. Folded at import when the weights are initializers.
+  Tensor torch_gate_order(const Tensor& t) const {
+    static const std::vector<int64_t> lstm{0, 2, 3, 1}, gru{1, 0, 2}, one{0};
+    std::vector<Tensor> parts;
+    for (int64_t k : G_ == 4 ? lstm : G_ == 3 ? gru : one)
+      parts.push_back(slice(t, 0, k * H_, (k + 1) * H_));
+    return G_ == 1 ? t : cat(parts, 0);
+  }
+
+  // The whole direction as one rnn_sequence: the input projection of every step in one GEMM,
+  // then the steps in one kernel (the recurrent weight packed for it at import).
+  void run_fused(const Dir& s, const char* mode, bool rev, Tensor& y, Tensor& h, Tensor& c) const {
+    const Tensor xw = linear(x_, torch_gate_order(s.w),  // the bias in the GEMM's epilogue
+                             s.wb.defined() ? torch_gate_order(s.wb) : Tensor());
+    const Tensor rb = s.rb.defined() ? torch_gate_order(s.rb) : Tensor();
+    RnnSequenceOut out =
+        rnn_sequence(xw, torch_gate_order(s.r), rb, s.h, G_ == 4 ? s.c : Tensor(), mode, rev);
+    const int64_t last = rev ? 0 : T_ - 1;
+    y = out.h;
+    h = squeeze(slice(y, 0, last, last + 1), 0);
+    c = G_ == 4 ? squeeze(slice(out.c, 0, last, last + 1), 0) : s.c;
   }
 
   Tensor clipped(const Tensor& t) const { return clip_ > 0 ? clamp(t, -clip_, clip_) : t; }

@@ -85,6 +85,25 @@ class LSTMModel(nn.Module):
         return self.fc(y)
 
 
+class RecurrentMix(nn.Module):
+    """The recurrent forms torch exports, through the importer's fused rnn_sequence: a
+    bidirectional 2-layer GRU (batch_first, its initial state an input), a bidirectional relu RNN
+    and an LSTM of 17 units (a partial vector block), with its final states as outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(8, 24, num_layers=2, batch_first=True, bidirectional=True)
+        self.rnn = nn.RNN(48, 20, nonlinearity="relu", batch_first=True, bidirectional=True)
+        self.lstm = nn.LSTM(40, 17, batch_first=True)
+        self.fc = nn.Linear(17, 5)
+
+    def forward(self, x, h0):
+        y, _ = self.gru(x, h0)
+        y, _ = self.rnn(y)
+        y, (h, c) = self.lstm(y)
+        return self.fc(y), h, c
+
+
 class Video3d(nn.Module):
     """torchvision's r3d_18 pattern at small widths: Conv3d stems and blocks with BatchNorm3d
     folded, a strided 3-D conv, 3-D max and average pools, a residual add."""
@@ -138,6 +157,7 @@ def cases():
     yield "transformer", TransformerBlock(), (torch.randn(2, 10, 64),), 17
     yield "transformer_op13", TransformerBlock(), (torch.randn(2, 10, 64),), 13
     yield "lstm", LSTMModel(), (torch.randn(12, 3, 16),), 14
+    yield "recurrent", RecurrentMix(), (torch.randn(3, 10, 8), torch.randn(4, 3, 24)), 17
     # A dynamic batch axis named "batch": its Reshapes read the batch from Shape, so Kiln needs
     # the size at import (ImportOptions::input_shapes; kiln-run takes it from the fed array).
     yield "transformer_dynamic", TransformerBlock(), (torch.randn(2, 10, 64),), 17

@@ -1,7 +1,8 @@
 // Real models exported by PyTorch 1.13 (tests/onnx/export_models.py, run by ctest as the
 // onnx_models fixture): a torchvision-style ResNet with BatchNorm and residual blocks, a
 // Transformer encoder block (opset 17 LayerNormalization and opset 13 decomposed), a 2-layer
-// LSTM. Each is imported, run by a Session through Kiln's passes, and compared with PyTorch's
+// LSTM, a mix of recurrent layers (bidirectional GRU and RNN, an LSTM with its final states).
+// Each is imported, run by a Session through Kiln's passes, and compared with PyTorch's
 // outputs: max |kiln - torch| <= 1e-4 max |torch| in float32.
 #include <gtest/gtest.h>
 
@@ -10,8 +11,10 @@
 #include <filesystem>
 #include <iostream>
 
+#include "kiln/graph/node.h"
 #include "kiln/kiln.h"
 #include "kiln/onnx/onnx_import.h"
+#include "kiln/registry/op_def.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -69,6 +72,12 @@ TEST_P(OnnxModels, AgreesWithPyTorch) {
   for (size_t k = 0; k < got.size(); ++k)
     EXPECT_EQ(contiguous(again[k]).to_vector<float>(), contiguous(got[k]).to_vector<float>());
   EXPECT_EQ(sess.plans_built(), 1u);
+  if (std::string(GetParam()) == "recurrent") {  // every direction of every layer fused
+    const auto fused = std::count_if(m.graph.nodes().begin(), m.graph.nodes().end(), [](auto& n) {
+      return n->op && n->op->name == "rnn_sequence";
+    });
+    EXPECT_EQ(fused, 4 + 2 + 1);
+  }
   if (std::string(GetParam()) == "resnet_bn") {
     EXPECT_NE(std::find(m.op_types.begin(), m.op_types.end(), "BatchNormalization"),
               m.op_types.end());
@@ -77,7 +86,7 @@ TEST_P(OnnxModels, AgreesWithPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Exported, OnnxModels,
                          ::testing::Values("resnet", "resnet_bn", "transformer", "transformer_op13",
-                                           "lstm", "video3d", "swin_tiny"));
+                                           "lstm", "recurrent", "video3d", "swin_tiny"));
 
 fs::path model_path(const char* name) { return fs::path(KILN_ONNX_MODELS_DIR) / name; }
 
