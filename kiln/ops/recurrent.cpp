@@ -49,7 +49,7 @@ Tensor pack_transposed(const Tensor& wt, int64_t G) {
 
 Dims check_inputs(const char* op, std::span<const Tensor> in, const Attrs& a, size_t extra) {
   const RnnMode mode = parse_mode(op, a.s(0));
-  (void)a.b(1);
+  (void)a.b(1), (void)a.b(2);
   const bool lstm = mode == RnnMode::kLstm;
   const size_t want = (lstm ? 5 : 4) + extra;
   if (in.size() != want) fail(op, "mode '", a.s(0), "' takes ", want, " inputs, got ", in.size());
@@ -83,6 +83,7 @@ MetaList infer_rnn_sequence(std::span<const Tensor> in, const Attrs& a) {
   MetaList m;
   for (int k = 0; k < (d.lstm ? 2 : 1); ++k)
     m.push_back(TensorMeta{in[0].dtype(), Shape{d.T, d.B, d.H}});
+  if (a.b(2)) m.push_back(TensorMeta{in[0].dtype(), in[0].shape()});  // the hidden products
   return m;
 }
 
@@ -101,8 +102,9 @@ cpu::RnnSeq<T> seq_of(std::span<const Tensor> in, const Attrs& a) {
 template <typename T>
 void forward_typed(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
   const cpu::RnnSeq<T> s = seq_of<T>(in, a);
-  cpu::rnn_sequence_forward<T>(s, out[0].data_ptr<T>(),
-                               out.size() > 1 ? out[1].data_ptr<T>() : nullptr);
+  const bool lstm = s.mode == RnnMode::kLstm;
+  cpu::rnn_sequence_forward<T>(s, out[0].data_ptr<T>(), lstm ? out[1].data_ptr<T>() : nullptr,
+                               a.b(2) ? out[lstm ? 2 : 1].data_ptr<T>() : nullptr);
 }
 
 void rnn_sequence_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -112,16 +114,21 @@ void rnn_sequence_kernel(std::span<const Tensor> in, std::span<Tensor> out, cons
     forward_typed<float>(in, out, a);
 }
 
-// The gradient op's inputs: the forward's (xw, w_hh_t, b_hh, h0[, c0]), then y and dy, then
-// (LSTM) c and dc. Outputs: dgx, dgh [T, B, G H], hprev [T, B, H], dh0 [B, H][, dc0].
+// The gradient op's inputs: the forward's (xw, wp, b_hh, h0[, c0]), then y and dy, then (LSTM)
+// c and dc, then (save) the forward's hidden products [T, B, G H]. Outputs: dgx, dgh [T, B, G
+// H], hprev [T, B, H], dh0 [B, H][, dc0].
 MetaList infer_rnn_sequence_grad(std::span<const Tensor> in, const Attrs& a) {
   const bool lstm = parse_mode(kGradName, a.s(0)) == RnnMode::kLstm;
-  const Dims d = check_inputs(kGradName, in, a, lstm ? 4 : 2);
+  const bool save = a.b(2);
+  const Dims d = check_inputs(kGradName, in, a, (lstm ? 4 : 2) + (save ? 1 : 0));
   const Shape seq{d.T, d.B, d.H};
-  const size_t first = lstm ? 5 : 4;
-  for (size_t k = first; k < in.size(); ++k)
+  const size_t first = lstm ? 5 : 4, last = in.size() - (save ? 1 : 0);
+  for (size_t k = first; k < last; ++k)
     if (!op_util::dims_agree(in[k].shape(), seq))
       fail(kGradName, "y, dy (and c, dc) must be [T, B, H] = ", seq, ", got ", in[k].shape());
+  if (save && !op_util::dims_agree(in[last].shape(), in[0].shape()))
+    fail(kGradName, "the saved hidden products must be ", in[0].shape(), ", got ",
+         in[last].shape());
   const DType dt = in[0].dtype();
   MetaList m;
   m.push_back(TensorMeta{dt, in[0].shape()});
@@ -137,9 +144,10 @@ void backward_typed(std::span<const Tensor> in, std::span<Tensor> out, const Att
   const bool lstm = s.mode == RnnMode::kLstm;
   const size_t y = lstm ? 5 : 4;
   cpu::rnn_sequence_backward<T>(s, in[y].data_ptr<T>(), lstm ? in[7].data_ptr<T>() : nullptr,
-                                in[y + 1].data_ptr<T>(), lstm ? in[8].data_ptr<T>() : nullptr,
-                                out[0].data_ptr<T>(), out[1].data_ptr<T>(), out[2].data_ptr<T>(),
-                                out[3].data_ptr<T>(), lstm ? out[4].data_ptr<T>() : nullptr);
+                                a.b(2) ? in.back().data_ptr<T>() : nullptr, in[y + 1].data_ptr<T>(),
+                                lstm ? in[8].data_ptr<T>() : nullptr, out[0].data_ptr<T>(),
+                                out[1].data_ptr<T>(), out[2].data_ptr<T>(), out[3].data_ptr<T>(),
+                                lstm ? out[4].data_ptr<T>() : nullptr);
 }
 
 void rnn_sequence_grad_kernel(std::span<const Tensor> in, std::span<Tensor> out, const Attrs& a) {
@@ -153,7 +161,7 @@ const OpDef& kRnnSequenceGrad =
     def_op({.name = kGradName,
             .num_inputs = -1,
             .num_outputs = -1,
-            .attr_names = {"mode", "reverse"},
+            .attr_names = {"mode", "reverse", "save"},
             .infer = infer_rnn_sequence_grad,
             .kernel = rnn_sequence_grad_kernel,
             .contiguous_inputs = true,
@@ -173,6 +181,7 @@ TensorList rnn_sequence_rule(const GradCtx& c) {
     ins.push_back(c.out(1));
     ins.push_back(c.g(1));
   }
+  if (c.attrs.b(2)) ins.push_back(c.out(lstm ? 2 : 1));
   TensorList r = call(kRnnSequenceGrad, ins, c.attrs);
   TensorList g{c.need(0) ? r[0] : Tensor(), Tensor(), Tensor(), c.need(3) ? r[3] : Tensor()};
   if (c.need(1))
@@ -187,7 +196,7 @@ const OpDef& kRnnSequence =
     def_op({.name = kOp,
             .num_inputs = -1,
             .num_outputs = -1,
-            .attr_names = {"mode", "reverse"},
+            .attr_names = {"mode", "reverse", "save"},
             .infer = infer_rnn_sequence,
             .kernel = rnn_sequence_kernel,
             .grad = rnn_sequence_rule,
@@ -221,7 +230,12 @@ RnnSequenceOut rnn_sequence(const Tensor& xw, const Tensor& w_hh, const Tensor& 
                           b_hh.defined() ? b_hh : zeros(Shape{G * H}, xw.dtype()),
                           h0.defined() ? h0 : zero_state()};
   if (lstm) ins.push_back(c0.defined() ? c0 : zero_state());
-  TensorList r = call(kRnnSequence, ins, {mode, reverse});
+  // The hidden products are kept when a gradient may follow (eager or traced code under grad
+  // mode with an input needing one): the backward then skips recomputing them (one GEMM).
+  bool save = false;
+  if (grad_mode_enabled())
+    for (const Tensor& t : ins) save = save || t.requires_grad();
+  TensorList r = call(kRnnSequence, ins, {mode, reverse, save});
   return RnnSequenceOut{r[0], lstm ? r[1] : Tensor()};
 }
 

@@ -147,8 +147,8 @@ void cell_update(RnnMode mode, int64_t H, int64_t u0, int64_t w, const T* pre, c
 
 // One thread's part of one step: unit blocks [lo, hi) for every batch row.
 template <typename T, int G>
-void step_blocks(const RnnSeq<T>& s, int64_t t, const T* hp, const T* cp, T* h, T* c, int64_t lo,
-                 int64_t hi) {
+void step_blocks(const RnnSeq<T>& s, int64_t t, const T* hp, const T* cp, T* h, T* c, T* hg,
+                 int64_t lo, int64_t hi) {
   constexpr int64_t W = kW<T>;
   const int64_t H = s.hidden, B = s.batch, GH = G * H;
   alignas(64) T pre[kMaxRows * G * W];
@@ -159,6 +159,9 @@ void step_blocks(const RnnSeq<T>& s, int64_t t, const T* hp, const T* cp, T* h, 
       rows_dot<T, G>(mr, H, hp + b0 * H, s.wp + blk * H * G * W, pre);  // zeros past H
       for (int64_t r = 0; r < mr; ++r) {
         const int64_t b = b0 + r;
+        if (hg)  // kept for the backward
+          for (int64_t g = 0; g < G; ++g)
+            std::memcpy(hg + (t * B + b) * GH + g * H + u0, pre + (r * G + g) * W, w * sizeof(T));
         cell_update<T>(s.mode, H, u0, w, pre + r * G * W, s.xw + (t * B + b) * GH, s.bias,
                        hp + b * H, cp ? cp + b * H : nullptr, h + b * H, c ? c + b * H : nullptr);
       }
@@ -167,7 +170,7 @@ void step_blocks(const RnnSeq<T>& s, int64_t t, const T* hp, const T* cp, T* h, 
 }
 
 template <typename T, int G>
-void forward_gates(const RnnSeq<T>& s, T* y, T* c) {
+void forward_gates(const RnnSeq<T>& s, T* y, T* c, T* hg) {
   constexpr int64_t W = kW<T>;
   const int64_t H = s.hidden, B = s.batch, S = s.steps;
   const int64_t blocks = (H + W - 1) / W;
@@ -184,74 +187,106 @@ void forward_gates(const RnnSeq<T>& s, T* y, T* c) {
       const int64_t t = s.reverse ? S - 1 - k : k, tp = s.reverse ? t + 1 : t - 1;
       const T* hp = k ? y + tp * B * H : s.h0;
       const T* cp = lstm ? (k ? c + tp * B * H : s.c0) : nullptr;
-      step_blocks<T, G>(s, t, hp, cp, y + t * B * H, lstm ? c + t * B * H : nullptr, lo, hi);
+      step_blocks<T, G>(s, t, hp, cp, y + t * B * H, lstm ? c + t * B * H : nullptr, hg, lo, hi);
       barrier();
     }
   });
 }
 
-// Gate gradients of one step for batch row b and unit u (dh: the gradient reaching h_t). Writes
-// dgx and dgh at [g H + u] of the step's row; returns what flows into c_{t-1} (LSTM) or
-// directly into h_{t-1} (GRU's z h_{t-1} term); 0 otherwise.
+// One step's gate gradients for one batch row, n units (every pointer at the first; gates H
+// apart): dy the gradient of the step's output
+// h_t, carry what later steps sent into h_t (GRU: replaced by its direct term z dh for h_{t-1},
+// which the GEMM then adds to), dcy and dcc the same for an LSTM's c_t (dcc replaced by the part
+// for c_{t-1}); x, hg the gates' input parts and hidden products (bias not added), hp/cp the
+// state the step read, ct/ht the one it wrote. Writes dgx and dgh [G H]. Gate values are
+// recomputed with the forward's formulas, so they are the forward's to the bit.
 template <typename T>
-T unit_grad(RnnMode mode, int64_t H, int64_t u, T dh, T dc_in, const T* x, const T* hg, const T* b,
-            T hp, T cp, T ct, T ht, T* dgx, T* dgh) {
+void row_grads(RnnMode mode, int64_t H, int64_t n, const T* dy, T* carry, const T* dcy, T* dcc,
+               const T* x, const T* hg, const T* b, const T* hp, const T* cp, const T* ct,
+               const T* ht, T* dgx, T* dgh) {
   using vec_math::sigmoid;
   using vec_math::tanh;
   switch (mode) {
-    case RnnMode::kLstm: {
-      const T i = sigmoid<T>(x[u] + (hg[u] + b[u]));
-      const T f = sigmoid<T>(x[H + u] + (hg[H + u] + b[H + u]));
-      const T g = tanh<T>(x[2 * H + u] + (hg[2 * H + u] + b[2 * H + u]));
-      const T o = sigmoid<T>(x[3 * H + u] + (hg[3 * H + u] + b[3 * H + u]));
-      const T tc = tanh<T>(ct);
-      const T dct = dc_in + dh * o * (T(1) - tc * tc);
-      const T d[4] = {dct * g * i * (T(1) - i), dct * cp * f * (T(1) - f), dct * i * (T(1) - g * g),
-                      dh * tc * o * (T(1) - o)};
-      for (int k = 0; k < 4; ++k) dgx[k * H + u] = dgh[k * H + u] = d[k];
-      return dct * f;
-    }
-    case RnnMode::kGru: {
-      const T hr = hg[u] + b[u], hz = hg[H + u] + b[H + u], hn = hg[2 * H + u] + b[2 * H + u];
-      const T r = sigmoid<T>(x[u] + hr), z = sigmoid<T>(x[H + u] + hz);
-      const T n = tanh<T>(x[2 * H + u] + r * hn);
-      const T dn = dh * (T(1) - z) * (T(1) - n * n);
-      const T dz = dh * (hp - n) * z * (T(1) - z);
-      const T dr = dn * hn * r * (T(1) - r);
-      dgx[u] = dgh[u] = dr;
-      dgx[H + u] = dgh[H + u] = dz;
-      dgx[2 * H + u] = dn;
-      dgh[2 * H + u] = dn * r;
-      return dh * z;
-    }
+    case RnnMode::kLstm:
+#pragma omp simd
+      for (int64_t u = 0; u < n; ++u) {
+        const T i = sigmoid<T>(x[u] + (hg[u] + b[u]));
+        const T f = sigmoid<T>(x[H + u] + (hg[H + u] + b[H + u]));
+        const T g = tanh<T>(x[2 * H + u] + (hg[2 * H + u] + b[2 * H + u]));
+        const T o = sigmoid<T>(x[3 * H + u] + (hg[3 * H + u] + b[3 * H + u]));
+        const T dh = dy[u] + carry[u], tc = tanh<T>(ct[u]);
+        const T dct = dcy[u] + dcc[u] + dh * o * (T(1) - tc * tc);
+        dgx[u] = dgh[u] = dct * g * i * (T(1) - i);
+        dgx[H + u] = dgh[H + u] = dct * cp[u] * f * (T(1) - f);
+        dgx[2 * H + u] = dgh[2 * H + u] = dct * i * (T(1) - g * g);
+        dgx[3 * H + u] = dgh[3 * H + u] = dh * tc * o * (T(1) - o);
+        dcc[u] = dct * f;
+      }
+      break;
+    case RnnMode::kGru:
+#pragma omp simd
+      for (int64_t u = 0; u < n; ++u) {
+        const T hr = hg[u] + b[u], hz = hg[H + u] + b[H + u], hn = hg[2 * H + u] + b[2 * H + u];
+        const T r = sigmoid<T>(x[u] + hr), z = sigmoid<T>(x[H + u] + hz);
+        const T n = tanh<T>(x[2 * H + u] + r * hn);
+        const T dh = dy[u] + carry[u];
+        const T dn = dh * (T(1) - z) * (T(1) - n * n);
+        dgx[u] = dgh[u] = dn * hn * r * (T(1) - r);
+        dgx[H + u] = dgh[H + u] = dh * (hp[u] - n) * z * (T(1) - z);
+        dgx[2 * H + u] = dn;
+        dgh[2 * H + u] = dn * r;
+        carry[u] = dh * z;
+      }
+      break;
     case RnnMode::kRnnTanh:
-      dgx[u] = dgh[u] = dh * (T(1) - ht * ht);
-      return 0;
+#pragma omp simd
+      for (int64_t u = 0; u < n; ++u) dgx[u] = dgh[u] = (dy[u] + carry[u]) * (T(1) - ht[u] * ht[u]);
+      break;
     case RnnMode::kRnnRelu:
-      dgx[u] = dgh[u] = ht > 0 ? dh : T(0);
-      return 0;
+#pragma omp simd
+      for (int64_t u = 0; u < n; ++u) dgx[u] = dgh[u] = ht[u] > 0 ? dy[u] + carry[u] : T(0);
+      break;
   }
-  return 0;
 }
 
 }  // namespace
 
 template <typename T>
-void rnn_sequence_forward(const RnnSeq<T>& s, T* y, T* c) {
+void rnn_sequence_forward(const RnnSeq<T>& s, T* y, T* c, T* hg) {
   if (s.steps == 0 || s.batch == 0 || s.hidden == 0) return;
   switch (s.mode) {
     case RnnMode::kLstm:
-      return forward_gates<T, 4>(s, y, c);
+      return forward_gates<T, 4>(s, y, c, hg);
     case RnnMode::kGru:
-      return forward_gates<T, 3>(s, y, c);
+      return forward_gates<T, 3>(s, y, c, hg);
     default:
-      return forward_gates<T, 1>(s, y, c);
+      return forward_gates<T, 1>(s, y, c, hg);
+  }
+}
+
+// carry[b][c0, c0 + n) (+)= dg[b] @ w[:, c0, c0 + n) for every row b, w = the recurrent weight
+// [G H, H] held as one panel of 4 W units: panel[k][4 W] (zeros past H); `add` keeps what carry
+// holds (GRU's direct term).
+template <typename T>
+void carry_product(int64_t B, int64_t GH, int64_t H, const T* dg, const T* panel, int64_t c0,
+                   int64_t n, bool add, T* carry) {
+  constexpr int64_t PW = 4 * kW<T>;
+  alignas(64) T out[kMaxRows * PW];
+  for (int64_t b0 = 0; b0 < B; b0 += kMaxRows) {
+    const int64_t mr = std::min(kMaxRows, B - b0);
+    rows_dot<T, 4>(mr, GH, dg + b0 * GH, panel, out);
+    for (int64_t r = 0; r < mr; ++r) {
+      T* dst = carry + (b0 + r) * H + c0;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) dst[j] = (add ? dst[j] : T(0)) + out[r * PW + j];
+    }
   }
 }
 
 template <typename T>
-void rnn_sequence_backward(const RnnSeq<T>& s, const T* y, const T* c, const T* dy, const T* dc,
-                           T* dgx, T* dgh, T* hprev, T* dh0, T* dc0) {
+void rnn_sequence_backward(const RnnSeq<T>& s, const T* y, const T* c, const T* hg_saved,
+                           const T* dy, const T* dc, T* dgx, T* dgh, T* hprev, T* dh0, T* dc0) {
+  constexpr int64_t W = kW<T>, PW = 4 * W;
   const int G = rnn_gates(s.mode);
   const int64_t H = s.hidden, B = s.batch, S = s.steps, GH = G * H, BH = B * H;
   const bool lstm = s.mode == RnnMode::kLstm, gru = s.mode == RnnMode::kGru;
@@ -259,49 +294,65 @@ void rnn_sequence_backward(const RnnSeq<T>& s, const T* y, const T* c, const T* 
   auto step_at = [&](int64_t k) { return s.reverse ? S - 1 - k : k; };
   for (int64_t k = 0; k < S; ++k)
     std::memcpy(hprev + step_at(k) * BH, k ? y + step_at(k - 1) * BH : s.h0, BH * sizeof(T));
-  // The weight as [H, G H] for the GEMMs (a copy against the steps' T GEMMs).
-  constexpr int64_t W = kW<T>;
-  std::vector<T> wt(static_cast<size_t>(H * GH));
+  // The weight unpacked twice: wt [H, G H] for the GEMM that recomputes every step's hidden
+  // products at once when the forward did not keep them (the bias is added per element, as
+  // forward), and panels of 4 W units of w [G H, H] for each step's product into h_{t-1}.
+  const int64_t panels = (H + PW - 1) / PW;
+  std::vector<T> wt(hg_saved ? 0 : static_cast<size_t>(H * GH));
+  std::vector<T> wq(static_cast<size_t>(panels * GH * PW), T(0));
   for (int64_t k = 0; k < H; ++k)
     for (int64_t g = 0; g < G; ++g)
-      for (int64_t u = 0; u < H; ++u)
-        wt[static_cast<size_t>(k * GH + g * H + u)] = s.wp[((u / W * H + k) * G + g) * W + u % W];
-  // Every step's hidden products at once (the bias is added per element below, as forward).
-  std::vector<T> hg(static_cast<size_t>(S * B * GH));
-  gemm<T>(false, false, S * B, GH, H, hprev, H, wt.data(), GH, T(0), hg.data(), GH);
-  std::vector<T> carry(static_cast<size_t>(BH), T(0)), dcc(static_cast<size_t>(BH), T(0));
-  for (int64_t k = S - 1; k >= 0; --k) {
-    const int64_t t = step_at(k);
-    const T* cp = lstm ? (k ? c + step_at(k - 1) * BH : s.c0) : nullptr;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t row = t * B + b;
       for (int64_t u = 0; u < H; ++u) {
-        const int64_t e = b * H + u;
-        const T dh = (dy ? dy[row * H + u] : T(0)) + carry[static_cast<size_t>(e)];
-        const T dc_in = lstm ? (dc ? dc[row * H + u] : T(0)) + dcc[static_cast<size_t>(e)] : T(0);
-        const T back =
-            unit_grad<T>(s.mode, H, u, dh, dc_in, s.xw + row * GH, hg.data() + row * GH, s.bias,
-                         hprev[row * H + u], lstm ? cp[e] : T(0), lstm ? c[row * H + u] : T(0),
-                         y[row * H + u], dgx + row * GH, dgh + row * GH);
-        if (lstm) dcc[static_cast<size_t>(e)] = back;
-        if (gru) carry[static_cast<size_t>(e)] = back;  // h_t's direct term; the GEMM adds on
+        const T v = s.wp[((u / W * H + k) * G + g) * W + u % W];
+        if (!hg_saved) wt[static_cast<size_t>(k * GH + g * H + u)] = v;
+        wq[static_cast<size_t>((k / PW * GH + g * H + u) * PW + k % PW)] = v;
       }
+  std::vector<T> hg_own(hg_saved ? 0 : static_cast<size_t>(S * B * GH));
+  if (!hg_saved)
+    gemm<T>(false, false, S * B, GH, H, hprev, H, wt.data(), GH, T(0), hg_own.data(), GH);
+  const T* hg = hg_saved ? hg_saved : hg_own.data();
+  // carry: the gradient reaching h_t from later steps (GRU: then its direct term z dh); dcc the
+  // same for an LSTM's c_t. Each thread owns whole panels of units for every step, as forward.
+  std::vector<T> carry(static_cast<size_t>(BH), T(0)), dcc(static_cast<size_t>(BH), T(0));
+  int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (B * H * GH < (int64_t(1) << 16)) threads = 1;
+  threads = static_cast<int>(std::min<int64_t>(threads, panels));
+  LoadScope load;
+  parallel_team(threads, [&](int tid, int team, auto&& barrier) {
+    const int64_t p0 = panels * tid / team, p1 = panels * (tid + 1) / team;
+    const int64_t u0 = p0 * PW, n = std::min(H, p1 * PW) - u0;
+    auto into_h = [&](int64_t t_next, T* dst) {  // dgh of step t_next into the h it read
+      for (int64_t p = p0; p < p1; ++p)
+        carry_product<T>(B, GH, H, dgh + t_next * B * GH, wq.data() + p * GH * PW, p * PW,
+                         std::min(PW, H - p * PW), gru, dst);
+    };
+    for (int64_t k = S - 1; k >= 0; --k) {
+      const int64_t t = step_at(k);
+      if (k < S - 1) into_h(step_at(k + 1), carry.data());
+      const T* cp = lstm ? (k ? c + step_at(k - 1) * BH : s.c0) : nullptr;
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t row = t * B + b, e = b * H + u0;
+        row_grads<T>(s.mode, H, n, dy + row * H + u0, carry.data() + e,
+                     lstm ? dc + row * H + u0 : nullptr, lstm ? dcc.data() + e : nullptr,
+                     s.xw + row * GH + u0, hg + row * GH + u0, s.bias + u0, hprev + row * H + u0,
+                     lstm ? cp + e : nullptr, lstm ? c + row * H + u0 : nullptr, y + row * H + u0,
+                     dgx + row * GH + u0, dgh + row * GH + u0);
+      }
+      barrier();  // the next step's product reads every unit's dgh
     }
-    // The gradient into h_{t-1} through the hidden products: dgh_t @ wt^T.
-    gemm<T>(false, true, B, H, GH, dgh + t * B * GH, GH, wt.data(), GH, gru ? T(1) : T(0),
-            carry.data(), H);
-  }
+    into_h(step_at(0), carry.data());
+  });
   std::memcpy(dh0, carry.data(), BH * sizeof(T));
   if (dc0) std::memcpy(dc0, dcc.data(), BH * sizeof(T));
 }
 
-template void rnn_sequence_forward<float>(const RnnSeq<float>&, float*, float*);
-template void rnn_sequence_forward<double>(const RnnSeq<double>&, double*, double*);
+template void rnn_sequence_forward<float>(const RnnSeq<float>&, float*, float*, float*);
+template void rnn_sequence_forward<double>(const RnnSeq<double>&, double*, double*, double*);
 template void rnn_sequence_backward<float>(const RnnSeq<float>&, const float*, const float*,
-                                           const float*, const float*, float*, float*, float*,
-                                           float*, float*);
+                                           const float*, const float*, const float*, float*, float*,
+                                           float*, float*, float*);
 template void rnn_sequence_backward<double>(const RnnSeq<double>&, const double*, const double*,
-                                            const double*, const double*, double*, double*, double*,
-                                            double*, double*);
+                                            const double*, const double*, const double*, double*,
+                                            double*, double*, double*, double*);
 
 }  // namespace kiln::cpu

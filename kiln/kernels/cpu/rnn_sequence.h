@@ -36,25 +36,29 @@ struct RnnSeq {
   const T* c0 = nullptr;    ///< [batch, hidden], LSTM only
 };
 
-/// y [steps, batch, hidden] gets every step's h; c (LSTM only) every step's cell state.
+/// y [steps, batch, hidden] gets every step's h; c (LSTM only) every step's cell state; hg
+/// (null: not kept) every step's hidden products h_prev @ wt [steps, batch, G hidden], which
+/// spares the backward their recomputation.
 template <typename T>
-void rnn_sequence_forward(const RnnSeq<T>& s, T* y, T* c);
+void rnn_sequence_forward(const RnnSeq<T>& s, T* y, T* c, T* hg = nullptr);
 
-/// Gradients from dy (and dc, LSTM; either may be null for zeros) at every step, given the
-/// forward's y and c: dgx [steps, batch, G hidden] of the gates' input parts (= of xw), dgh of
-/// their hidden parts (= of h_prev @ wt + bias; differs from dgx for GRU's n gate only),
-/// hprev [steps, batch, hidden] the h each step read, dh0 and dc0 (LSTM) of the initial state.
+/// Gradients from dy (and dc, LSTM) [steps, batch, hidden] at every step, given the
+/// forward's y, c and hg (null: recomputed, one GEMM): dgx [steps, batch, G hidden] of the gates'
+/// input parts (= of xw), dgh of their hidden parts (= of h_prev @ wt + bias; differs from dgx for
+/// GRU's n gate only), hprev [steps, batch, hidden] the h each step read, dh0 and dc0 (LSTM) of the
+/// initial state.
 template <typename T>
-void rnn_sequence_backward(const RnnSeq<T>& s, const T* y, const T* c, const T* dy, const T* dc,
-                           T* dgx, T* dgh, T* hprev, T* dh0, T* dc0);
+void rnn_sequence_backward(const RnnSeq<T>& s, const T* y, const T* c, const T* hg, const T* dy,
+                           const T* dc, T* dgx, T* dgh, T* hprev, T* dh0, T* dc0);
 
-extern template void rnn_sequence_forward<float>(const RnnSeq<float>&, float*, float*);
-extern template void rnn_sequence_forward<double>(const RnnSeq<double>&, double*, double*);
+extern template void rnn_sequence_forward<float>(const RnnSeq<float>&, float*, float*, float*);
+extern template void rnn_sequence_forward<double>(const RnnSeq<double>&, double*, double*, double*);
 extern template void rnn_sequence_backward<float>(const RnnSeq<float>&, const float*, const float*,
-                                                  const float*, const float*, float*, float*,
-                                                  float*, float*, float*);
+                                                  const float*, const float*, const float*, float*,
+                                                  float*, float*, float*, float*);
 extern template void rnn_sequence_backward<double>(const RnnSeq<double>&, const double*,
                                                    const double*, const double*, const double*,
-                                                   double*, double*, double*, double*, double*);
+                                                   const double*, double*, double*, double*,
+                                                   double*, double*);
 
 }  // namespace kiln::cpu
