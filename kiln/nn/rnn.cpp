@@ -1,4 +1,5 @@
-// RNN / LSTM / GRU: one input GEMM per layer for all time steps, then a loop of small ops.
+// RNN / LSTM / GRU: one input GEMM per layer for all time steps, then the steps in one
+// rnn_sequence op (a while_loop of small ops when the length is dynamic).
 #include "kiln/nn/rnn.h"
 
 #include <cmath>
@@ -121,32 +122,26 @@ void cell(const RnnLayer& ly, const Tensor& xt, Tensor& h, Tensor& c) {
 }
 
 // A layer whose number of steps is known when building (the batch may be dynamic): all time
-// steps' input projections in one GEMM, then the steps, from layer l's slice of `state`
-// (zeros where it is empty). Returns the outputs [T, B, H]; h and c get the last state.
+// steps' input projections in one GEMM, then the steps in one rnn_sequence op, from layer l's
+// slice of `state` (zeros where it is empty). Returns the outputs [T, B, H]; h and c get the
+// last state.
 Tensor layer_steps(const RnnLayer& ly, const Tensor& layer_in, const RNNState& state, int64_t l,
                    Tensor& h, Tensor& c) {
   const int64_t T = layer_in.size(0), B = layer_in.size(1), H = ly.opts.hidden_size;
   // [T*B, in] -> [T, B, G*H] (a dynamic batch is the reshapes' -1).
   Tensor xp = linear(reshape(layer_in, {B < 0 ? -1 : T * B, layer_in.size(2)}), ly.w_ih, ly.b_ih);
   xp = reshape(xp, {T, B < 0 ? -1 : B, ly.gates * H});
-  // Zeros [B, H]; with a dynamic batch shaped from the input at run time.
-  auto zero_state = [&] {
-    if (B >= 0) return zeros({B, H}, layer_in.dtype());
-    Tensor first = squeeze(slice(xp, 0, 0, 1), 0);
-    return add(zeros_like(slice(first, 1, 0, 1)), zeros({H}, layer_in.dtype()));
-  };
-  h = state.h.defined() ? state.h.select(0, l) : zero_state();
-  c = Tensor();
-  if (ly.mode == Mode::LSTM) c = state.c.defined() ? state.c.select(0, l) : zero_state();
-  std::vector<Tensor> outs;
-  outs.reserve(static_cast<size_t>(T));
-  // One split into time steps (its gradient is one cat) rather than a select per step.
-  std::vector<Tensor> steps = split(xp, 1, 0);
-  for (int64_t t = 0; t < T; ++t) {
-    cell(ly, squeeze(steps[static_cast<size_t>(t)], 0), h, c);  // ([B, G*H] step input)
-    outs.push_back(h);
-  }
-  return stack(outs, 0);
+  const bool lstm = ly.mode == Mode::LSTM;
+  const char* mode = lstm                             ? "lstm"
+                     : ly.mode == Mode::GRU           ? "gru"
+                     : ly.opts.nonlinearity == "relu" ? "rnn_relu"
+                                                      : "rnn_tanh";
+  RnnSequenceOut r =
+      rnn_sequence(xp, ly.w_hh, ly.b_hh, state.h.defined() ? state.h.select(0, l) : Tensor(),
+                   lstm && state.c.defined() ? state.c.select(0, l) : Tensor(), mode);
+  h = squeeze(slice(r.h, 0, T - 1, T), 0);
+  c = lstm ? squeeze(slice(r.c, 0, T - 1, T), 0) : Tensor();
+  return r.h;
 }
 
 // A layer whose length is known only at run time (a graph or a jit trace with a dynamic time

@@ -1,8 +1,9 @@
 """RNN, LSTM and GRU (and their cells) with torch.nn's constructor, parameter names
 (weight_ih_l0, ..., _reverse), shapes, gate order (LSTM i, f, g, o; GRU r, z, n) and
-initialization, so torch state_dicts load and give the same outputs. Composed of Kiln ops: per
-layer and direction, one input GEMM for all steps, then one small GEMM and the gate math a step.
-Inputs may be PackedSequences (kiln.nn.utils.rnn), as torch's."""
+initialization, so torch state_dicts load and give the same outputs. Per layer and direction:
+one input GEMM for all steps, then the steps in one rnn_sequence op (with proj_size or a packed
+batch, one small GEMM and the gate math a step). Inputs may be PackedSequences
+(kiln.nn.utils.rnn), as torch's."""
 import math
 
 from ... import _C
@@ -34,6 +35,9 @@ def _gru_step(xg, h, w_hh, b_hh):
 def _rnn_step(xg, h, w_hh, b_hh, relu):
     pre = xg + _C.linear(h, w_hh, b_hh)
     return _C.relu(pre) if relu else _C.tanh(pre)
+
+
+_SEQUENCE_MODE = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 
 
 class RNNBase(Module):
@@ -112,6 +116,11 @@ class RNNBase(Module):
         w_ih, w_hh, b_ih, b_hh, w_hr = weights
         T = x.shape[0]
         xg = _C.linear(x, w_ih, b_ih)  # one GEMM for all time steps
+        if lengths is None and w_hr is None:
+            # The steps in one op (its kernel splits each step across the threads).
+            y, cs = _C.rnn_sequence(xg, w_hh, b_hh, h, c, _SEQUENCE_MODE[self.mode], reverse)
+            last = 0 if reverse else T - 1
+            return y, y[last], (cs[last] if cs is not None else None)
         outs = [None] * T
         steps = range(T - 1, -1, -1) if reverse else range(T)
         for t in steps:
