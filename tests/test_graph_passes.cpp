@@ -17,6 +17,7 @@
 #include "kiln/optim/optim.h"
 #include "kiln/passes/memory_plan.h"
 #include "kiln/passes/simplify.h"
+#include "test_util.h"
 
 using namespace kiln::detail;
 
@@ -287,6 +288,12 @@ TEST(PassTransposeFold, MatmulTakesTransposedOperandsWithoutACopy) {
   // Control: an operand with a step in its inner dim is neither layout, so it is copied.
   Tensor wide = randn({8, 10});
   EXPECT_EQ(allocations([&] { return matmul(wide.slice(1, 0, 10, 2), c.t()); }), 2u);
+  // Strided batches of matrices too large for the batch-parallel loop (a batch_first sequence
+  // read time-major, times a weight): copied once into one tall GEMM, same numbers.
+  Tensor seq = randn({32, 16, 64}), proj = randn({2048, 64});
+  Tensor strided;
+  EXPECT_EQ(allocations([&] { return strided = matmul(seq.transpose(0, 1), proj.t()); }), 2u);
+  EXPECT_LE(max_diff(strided, matmul(contiguous(seq.transpose(0, 1)), proj.t())), 1e-4);
 }
 
 TEST(PassTransposeFold, SwitchedOffByNameAndSameNumbersInASession) {
