@@ -2,7 +2,7 @@
 """W9, imported-CNN inference: exports a ResNet-18 (torchvision's layout: 7x7 stem, 4 stages of
 2 BasicBlocks, 64-512 channels, 1000 classes; the classes of tests/onnx/export_models.py) at
 224x224 for a given batch, and times PyTorch 1.13 eager on it. Also the torchvision models of
-issue #38 and two sequence models (random weights, opset 17) beside onnxruntime-node.
+issue #38 and three sequence models (random weights, opset 17) beside onnxruntime-node.
   onnx_models.py export OUT_DIR BATCH     -> OUT_DIR/resnet18_b<BATCH>.onnx (+ input .npy)
   onnx_models.py pytorch BATCH THREADS    -> one JSON line (images/s, median of timed runs)
   onnx_models.py torchvision OUT_DIR BATCH NAME...  -> OUT_DIR/NAME_b<BATCH>.onnx, _x.npy, _y.npy
@@ -34,8 +34,9 @@ def model():
 
 VIDEO = ("r3d_18", "mc3_18", "r2plus1d_18")
 # Sequence models beside the vision ones: torch.nn's transformer encoder (4 layers, d 256, 4
-# heads, ffn 1024) and a 2-layer LSTM (256 hidden) with a linear head, over 128 steps of 256.
-SEQUENCE = ("transformer_encoder", "lstm2")
+# heads, ffn 1024), a 2-layer LSTM (256 hidden) and a bidirectional 2-layer GRU (256 hidden
+# each way), each RNN with a linear head, over 128 steps of 256.
+SEQUENCE = ("transformer_encoder", "lstm2", "gru2")
 
 
 class TransformerEncoder(torch.nn.Module):
@@ -58,6 +59,16 @@ class Lstm2(torch.nn.Module):
         return self.head(self.rnn(x)[0])
 
 
+class Gru2(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(256, 256, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = torch.nn.Linear(512, 256)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
 def torchvision_input(name, b):
     if name in VIDEO:
         return (b, 3, 16, 112, 112)
@@ -68,7 +79,7 @@ def torchvision_input(name, b):
 
 def make_model(name):
     if name in SEQUENCE:
-        return {"transformer_encoder": TransformerEncoder, "lstm2": Lstm2}[name]()
+        return {"transformer_encoder": TransformerEncoder, "lstm2": Lstm2, "gru2": Gru2}[name]()
     import torchvision
     mod = torchvision.models.video if name in VIDEO else torchvision.models
     return getattr(mod, name)()
