@@ -89,7 +89,8 @@ test-asan: asan
 # own threads out of TSan's sight: ignore_noninstrumented_modules keeps their memcpy/memset
 # (TSan's interceptors) out of the reports; Kiln's own code is all checked. Only the library and
 # these binaries are built. A report fails the run (TSan's exit code 66).
-TSAN_TESTS := test_threads_shared test_ops_nn test_ops_linalg test_ops_attention test_unit_errors
+TSAN_TESTS := test_threads_shared test_ops_nn test_ops_linalg test_ops_attention test_unit_errors \
+              test_ops_recurrent
 TSAN_ENV := TSAN_OPTIONS="ignore_noninstrumented_modules=1 second_deadlock_stack=1 $$TSAN_OPTIONS" \
             OMP_NUM_THREADS=4
 tsan: deps

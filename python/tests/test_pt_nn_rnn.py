@@ -236,3 +236,16 @@ def test_rnn_sequence_refuses_bad_input():
         with pytest.raises(kiln.Error, match=r"\[rnn_sequence\]") as e:
             call()
         assert needle in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("cls,batch", [("LSTM", 1), ("GRU", 1), ("LSTM", 9)])
+def test_threaded_steps_match_torch(cls, batch):
+    """Layers large enough that the kernel splits each step's units across two threads (forward
+    and backward): the same outputs and gradients as torch's."""
+    prev = kiln.get_num_threads()
+    kiln.set_num_threads(2)
+    try:
+        x = rng.standard_normal((12, batch, 32)).astype(np.float32)
+        run_pair(cls, {"input_size": 32, "hidden_size": 160, "num_layers": 2}, x)
+    finally:
+        kiln.set_num_threads(prev)

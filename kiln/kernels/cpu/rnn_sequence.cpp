@@ -314,10 +314,10 @@ void rnn_sequence_backward(const RnnSeq<T>& s, const T* y, const T* c, const T* 
   // carry: the gradient reaching h_t from later steps (GRU: then its direct term z dh); dcc the
   // same for an LSTM's c_t. Each thread owns whole panels of units for every step, as forward.
   std::vector<T> carry(static_cast<size_t>(BH), T(0)), dcc(static_cast<size_t>(BH), T(0));
+  LoadScope load;  // before the thread count: it may lower it (parallel.h)
   int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (B * H * GH < (int64_t(1) << 16)) threads = 1;
   threads = static_cast<int>(std::min<int64_t>(threads, panels));
-  LoadScope load;
   parallel_team(threads, [&](int tid, int team, auto&& barrier) {
     const int64_t p0 = panels * tid / team, p1 = panels * (tid + 1) / team;
     const int64_t u0 = p0 * PW, n = std::min(H, p1 * PW) - u0;
