@@ -202,22 +202,49 @@ inline void window_max(const T* xp, int64_t W, int64_t h0, int64_t h1, int64_t w
   for (int64_t i = 0; i < B; ++i) out[i] = nan[i] ? std::numeric_limits<T>::quiet_NaN() : best[i];
 }
 
-// The mean over one window of B-lane vectors with padding counted (count_include_pad, torch's
-// and ONNX's default for a Pad before the pool): the positions inside, summed in order, over
-// the whole window's size.
+// The sum over one row's part [w0, w1) of a window, added element by element in order onto
+// acc (so a window's sum is the same row-major sequence of additions as in one loop).
 template <typename T, int64_t B>
-inline void window_mean(const T* xp, int64_t W, int64_t h0, int64_t h1, int64_t w0, int64_t w1,
-                        T size, T* out) {
-  T acc[B] = {};
-  for (int64_t ih = h0; ih < h1; ++ih)
-    for (int64_t iw = w0; iw < w1; ++iw) {
-      const T* v = xp + (ih * W + iw) * B;
-      for (int64_t i = 0; i < B; ++i) acc[i] += v[i];
+inline void row_sum(const T* __restrict xr, int64_t w0, int64_t w1, T* __restrict acc) {
+  T s[B];  // in registers: acc's stores would otherwise be reloaded after each row element
+  for (int64_t i = 0; i < B; ++i) s[i] = acc[i];
+  for (int64_t iw = w0; iw < w1; ++iw)
+    for (int64_t i = 0; i < B; ++i) s[i] += xr[iw * B + i];
+  for (int64_t i = 0; i < B; ++i) acc[i] = s[i];
+}
+
+// acc = the max of acc and r, lane by lane, as max_pool2d's rule: a larger value or a NaN takes
+// the place (a NaN already there, or an equal earlier value, stays).
+template <typename T, int64_t B>
+inline void combine_max(const T* r, T* acc) {
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float> && B == 16) {  // (GCC left the loop below scalar)
+    const __m512 v = _mm512_loadu_ps(r), a = _mm512_loadu_ps(acc);
+    const __mmask16 take = static_cast<__mmask16>(_mm512_cmp_ps_mask(v, a, _CMP_GT_OQ) |
+                                                  _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+    _mm512_storeu_ps(acc, _mm512_mask_mov_ps(a, take, v));
+    return;
+  }
+#endif
+#ifdef __AVX2__
+  if constexpr (std::is_same_v<T, float> && B % 8 == 0) {
+    for (int64_t k = 0; k < B; k += 8) {
+      const __m256 v = _mm256_loadu_ps(r + k), a = _mm256_loadu_ps(acc + k);
+      const __m256 take =
+          _mm256_or_ps(_mm256_cmp_ps(v, a, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      _mm256_storeu_ps(acc + k, _mm256_blendv_ps(a, v, take));
     }
-  for (int64_t i = 0; i < B; ++i) out[i] = acc[i] / size;
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < B; ++i) acc[i] = (r[i] > acc[i] || r[i] != r[i]) ? r[i] : acc[i];
 }
 
 // B (lanes per position) a constant, so the lane loops vectorize. kAvg: the mean (else max).
+// Each output row is built one window row at a time, the input row read in order and folded
+// into the output row: the window-at-a-time loop read three input rows interleaved, which the
+// hardware prefetcher did not follow (squeezenet's [32, 96, 109, 109] 3x3/2 pool at 1 thread:
+// 17.0 ms, 8.6 GB/s, against 5.4 ms row by row).
 template <typename T, int64_t B, bool kAvg = false>
 void max_pool_pad(const Tensor& x, Tensor& y, const PadPool& p) {
   const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
@@ -225,23 +252,35 @@ void max_pool_pad(const Tensor& x, Tensor& y, const PadPool& p) {
   const T* px = x.data_ptr<T>();
   T* py = y.data_ptr<T>();
   const PadPool q = p;  // by value: no reload of the geometry after each store
+  const T size = static_cast<T>(q.kH * q.kW);
   parallel_for(planes, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, OH * OW * B)),
                [&](int64_t b0, int64_t e0) {
+                 alignas(64) T r[B];
                  for (int64_t pl = b0; pl < e0; ++pl) {
                    const T* xp = px + pl * H * W * B;
-                   T* yp = py + pl * OH * OW * B;
                    for (int64_t oh = 0; oh < OH; ++oh) {
                      const int64_t h0 = std::max<int64_t>(oh * q.sH - q.pt, 0);
                      const int64_t h1 = std::min(oh * q.sH - q.pt + q.kH, H);
-                     for (int64_t ow = 0; ow < OW; ++ow) {
-                       const int64_t w0 = std::max<int64_t>(ow * q.sW - q.pl, 0);
-                       const int64_t w1 = std::min(ow * q.sW - q.pl + q.kW, W);
-                       if constexpr (kAvg)
-                         window_mean<T, B>(xp, W, h0, h1, w0, w1, static_cast<T>(q.kH * q.kW),
-                                           yp + (oh * OW + ow) * B);
-                       else
-                         window_max<T, B>(xp, W, h0, h1, w0, w1, yp + (oh * OW + ow) * B);
+                     T* yr = py + (pl * OH + oh) * OW * B;
+                     for (int64_t ih = h0; ih < h1; ++ih) {
+                       const T* xr = xp + ih * W * B;
+                       for (int64_t ow = 0; ow < OW; ++ow) {
+                         const int64_t w0 = std::max<int64_t>(ow * q.sW - q.pl, 0);
+                         const int64_t w1 = std::min(ow * q.sW - q.pl + q.kW, W);
+                         T* acc = yr + ow * B;
+                         if constexpr (kAvg) {
+                           if (ih == h0) std::fill(acc, acc + B, T(0));
+                           row_sum<T, B>(xr, w0, w1, acc);
+                         } else if (ih == h0) {
+                           window_max<T, B>(xr, W, 0, 1, w0, w1, acc);
+                         } else {
+                           window_max<T, B>(xr, W, 0, 1, w0, w1, r);
+                           combine_max<T, B>(r, acc);
+                         }
+                       }
                      }
+                     if constexpr (kAvg)
+                       for (int64_t i = 0; i < OW * B; ++i) yr[i] /= size;
                    }
                  }
                });
