@@ -33,6 +33,21 @@ void require_blocked(const char* op, const Tensor& x, const char* what) {
   op_util::require_float(op, x);
 }
 
+// The sum of one plane's HW b-lane vectors: four partial sums over interleaved positions, so
+// the adds do not wait on each other (one running sum was bound by the add's latency:
+// efficientnet_b0's squeeze-excite pools at batch 1, 15.7 us a call against onnxruntime's 7.4).
+template <typename T, int64_t B>
+void plane_sum(const T* __restrict p, int64_t HW, T* __restrict out) {
+  T acc[4][B] = {};
+  int64_t q = 0;
+  for (; q + 4 <= HW; q += 4)
+    for (int64_t u = 0; u < 4; ++u)
+      for (int64_t i = 0; i < B; ++i) acc[u][i] += p[(q + u) * B + i];
+  for (; q < HW; ++q)
+    for (int64_t i = 0; i < B; ++i) acc[0][i] += p[q * B + i];
+  for (int64_t i = 0; i < B; ++i) out[i] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
+}
+
 // mean over H and W: [N, C/b, H, W, b] -> [N, C/b, 1, 1, b] (the bytes of [N, C, 1, 1]).
 template <typename T>
 void mean_hw(const Tensor& x, Tensor& y) {
@@ -43,11 +58,12 @@ void mean_hw(const Tensor& x, Tensor& y) {
   parallel_for(planes, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, HW * B)),
                [&](int64_t b, int64_t e) {
                  for (int64_t pl = b; pl < e; ++pl) {
-                   T acc[16] = {};
-                   const T* p = px + pl * HW * B;
-                   for (int64_t q = 0; q < HW; ++q)
-                     for (int64_t i = 0; i < B; ++i) acc[i] += p[q * B + i];
-                   for (int64_t i = 0; i < B; ++i) py[pl * B + i] = acc[i] * inv;
+                   T* o = py + pl * B;
+                   if (B == 16)
+                     plane_sum<T, 16>(px + pl * HW * B, HW, o);
+                   else
+                     plane_sum<T, 8>(px + pl * HW * B, HW, o);
+                   for (int64_t i = 0; i < B; ++i) o[i] *= inv;
                  }
                });
 }
