@@ -543,6 +543,46 @@ TEST(MemoryPlan, InPlaceRefusedWhenInputLivesOnOrSizesDiffer) {
   EXPECT_NE(why.find("overlap"), std::string::npos) << why;
 }
 
+ValueLife piece(ValueLife v, int within, int64_t offset) {
+  v.within = within;
+  v.within_offset = offset;
+  return v;
+}
+
+TEST(MemoryPlan, PiecesLieInsideTheirConcatenation) {
+  // a and b (made at steps 0 and 1, read last by the cat at step 2) inside c; d is read after
+  // the cat, so it stays out; e would overlap a inside c, so it stays out too.
+  std::vector<ValueLife> v{piece(life(100, 0, 2), 2, 0), piece(life(128, 1, 2), 2, 128),
+                           life(320, 2, 3), piece(life(64, 1, 3), 2, 256),
+                           piece(life(64, 0, 2), 2, 64)};
+  MemoryPlan plan = plan_memory(v);
+  expect_valid(v, plan);
+  EXPECT_EQ(plan.nested, 2);
+  EXPECT_EQ(plan.offset[0], plan.offset[2]);
+  EXPECT_EQ(plan.offset[1], plan.offset[2] + 128);
+  EXPECT_NE(plan.offset[3], plan.offset[2] + 256);
+  EXPECT_NE(plan.summary().find("2 inside a concatenation"), std::string::npos) << plan.summary();
+  // validate_plan refuses a forged piece read after its container is made.
+  MemoryPlan forged = plan;
+  forged.offset[3] = forged.offset[2] + 256;
+  std::string why;
+  EXPECT_FALSE(validate_plan(v, forged, &why));
+  EXPECT_NE(why.find("overlap"), std::string::npos) << why;
+  // Malformed pieces are refused by name.
+  kiln_test::expect_error(
+      [&] {
+        plan_memory({piece(life(64, 0, 1), 1, 32), life(128, 1, 2)});
+      },
+      "plan_memory", {"lies 32 bytes into value 1", "multiple of 64"});
+  kiln_test::expect_error(
+      [&] {
+        plan_memory({piece(life(128, 0, 1), 1, 64), life(128, 1, 2)});
+      },
+      "plan_memory", {"expected a piece inside it"});
+  kiln_test::expect_error([&] { plan_memory({piece(life(64, 0, 1), 5, 0)}); }, "plan_memory",
+                          {"has within 5"});
+}
+
 TEST(MemoryPlan, Diamond) {
   // a feeds b and c; d = b + c may take b's buffer (b dies at d).
   std::vector<ValueLife> v{life(4096, 0, 2), life(4096, 1, 3), life(4096, 2, 3),

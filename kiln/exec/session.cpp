@@ -299,6 +299,7 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& fetches, const FeedD
   std::vector<Tensor> out = fetched_results(p, slots, bound, vars_, dead_passthrough_);
   stats_.arena_bytes = p.bound.ok ? p.bound.arena_bytes : 0;
   stats_.unplanned_bytes = p.bound.ok ? p.bound.unplanned_bytes : 0;
+  stats_.pieces_in_place = p.bound.ok ? p.bound.pieces_in_place : 0;
   // Drop this run's fresh buffers and feeds from the bound slots (the caller owns them now).
   if (bound) {
     for (int f : p.fetch_slots)

@@ -30,6 +30,9 @@ struct RunStats {
   int64_t arena_bytes = 0;      ///< planned arena of the plan in use (0 until it is bound)
   int64_t unplanned_bytes = 0;  ///< what its planned buffers would take without reuse
   int64_t donated_writes = 0;   ///< results written into donated feeds' buffers (set_donated)
+  /// Concatenation inputs of the plan in use that their producers write where they land in the
+  /// result, so the concatenation copies nothing (batch-1 channel concatenations).
+  int64_t pieces_in_place = 0;
   /// Feeds with dynamic dims: times the plan in use was laid out again by symbol for new feed
   /// shapes (arena offsets evaluated, no generic run, no new plan), and whether this run was.
   int64_t relayouts = 0;

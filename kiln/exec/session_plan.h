@@ -64,6 +64,7 @@ struct Session::Plan {
     std::vector<std::vector<int>> release;  // per step: fresh slots to drop after it
     std::shared_ptr<Storage> arena;
     int64_t arena_bytes = 0, unplanned_bytes = 0;
+    int64_t pieces_in_place = 0;  // concatenation pieces written where they land
     // Per slot: the placeholder (index into placeholders) whose buffer this fetched result may
     // be written into when that placeholder is donated, or -1 (see set_donated).
     std::vector<int> reuse;

@@ -127,6 +127,7 @@ const OpDef& kCat =
     def_op({.name = "cat",
             .num_inputs = -1,
             .attr_names = {"dim"},
+            .traits = kConcat,
             .infer =
                 [](std::span<const Tensor> in, const Attrs& a) {
                   if (in.empty()) fail("cat", "expected at least one tensor");
@@ -168,7 +169,12 @@ const OpDef& kCat =
                     Shape vs = o.shape();
                     vs[d] = t.shape()[d];
                     Tensor dst = make_view(o, vs, o.strides(), o.offset() + at * o.strides()[d]);
-                    if (t.numel() > 0) op_util::copy_cast_kernel(t, dst);
+                    // A piece a Session planned in place is already there (kConcat); strides
+                    // of size-1 dims do not matter.
+                    bool placed = t.dtype() == o.dtype() && t.raw_data() == dst.raw_data();
+                    for (int64_t k = 0; placed && k < t.dim(); ++k)
+                      placed = t.shape()[k] == 1 || t.strides()[k] == dst.strides()[k];
+                    if (t.numel() > 0 && !placed) op_util::copy_cast_kernel(t, dst);
                     at += t.shape()[d];
                   }
                 },

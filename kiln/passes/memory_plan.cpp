@@ -33,6 +33,9 @@ struct Buffer {
   int start = 0, end = 0;
   std::vector<int> members;
   int64_t offset = -1;
+  int parent = -1;     // the buffer this one lies inside (a concatenation's piece), or -1
+  int64_t delta = 0;   // bytes into the parent
+  bool holds = false;  // some piece lies inside this buffer
 };
 
 bool overlap_time(int s0, int e0, int s1, int e1) { return s0 <= e1 && s1 <= e0; }
@@ -54,6 +57,16 @@ void check_lifetimes(const std::vector<ValueLife>& values, int64_t alignment) {
     if (v.inplace_from < -1 || v.inplace_from >= n || v.inplace_from == i)
       fail("plan_memory", "value ", i, " has inplace_from ", v.inplace_from, "; expected -1 or ",
            "another value's index in [0, ", n, ")");
+    if (v.within < -1 || v.within >= n || v.within == i)
+      fail("plan_memory", "value ", i, " has within ", v.within, "; expected -1 or ",
+           "another value's index in [0, ", n, ")");
+    if (v.within < 0) continue;
+    const ValueLife& c = values[static_cast<size_t>(v.within)];
+    if (v.within_offset < 0 || v.within_offset % alignment != 0 ||
+        v.within_offset + v.bytes > c.bytes)
+      fail("plan_memory", "value ", i, " (", v.bytes, " bytes) lies ", v.within_offset,
+           " bytes into value ", v.within, " (", c.bytes, " bytes); expected a piece inside it ",
+           "at a multiple of ", alignment);
   }
 }
 
@@ -98,6 +111,52 @@ std::vector<Buffer> chain_buffers(const std::vector<ValueLife>& values, int64_t 
   return bufs;
 }
 
+// Pieces placed inside the value they are concatenated into: a piece's buffer (the piece ends
+// its chain, and everything in it dies by the time the container is made) goes inside the
+// container's buffer, which then lives from the piece's start. No piece inside a piece: a
+// buffer that holds pieces stays where it is, and its value is copied into an outer container;
+// a piece overlapping one already inside stays out too.
+void nest_pieces(const std::vector<ValueLife>& values, std::vector<Buffer>& bufs,
+                 MemoryPlan& plan) {
+  std::vector<int> buffer_of(values.size(), -1);
+  for (size_t b = 0; b < bufs.size(); ++b)
+    for (int m : bufs[b].members) buffer_of[static_cast<size_t>(m)] = static_cast<int>(b);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> taken(bufs.size());  // [lo, hi) inside
+  std::vector<int> pieces;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].within >= 0) pieces.push_back(static_cast<int>(i));
+  // Inner containers first: an inner concatenation holds its pieces before an outer one asks.
+  std::stable_sort(pieces.begin(), pieces.end(), [&](int a, int b) {
+    return values[static_cast<size_t>(values[static_cast<size_t>(a)].within)].def <
+           values[static_cast<size_t>(values[static_cast<size_t>(b)].within)].def;
+  });
+  for (int i : pieces) {
+    const ValueLife& v = values[static_cast<size_t>(i)];
+    const ValueLife& c = values[static_cast<size_t>(v.within)];
+    const int pb = buffer_of[static_cast<size_t>(i)];
+    const int cb = buffer_of[static_cast<size_t>(v.within)];
+    if (pb < 0 || cb < 0 || pb == cb) continue;
+    Buffer& p = bufs[static_cast<size_t>(pb)];
+    Buffer& k = bufs[static_cast<size_t>(cb)];
+    // The container's buffer must begin with it (an in-place chain into it would still hold
+    // the earlier value there while the pieces are written).
+    if (p.members.back() != i || p.end > c.def || p.holds || p.parent >= 0 || k.parent >= 0 ||
+        k.members.front() != v.within)
+      continue;
+    const int64_t lo = v.within_offset, hi = v.within_offset + p.size;
+    auto& in_k = taken[static_cast<size_t>(cb)];
+    if (std::any_of(in_k.begin(), in_k.end(),
+                    [&](auto r) { return lo < r.second && r.first < hi; }))
+      continue;
+    in_k.push_back({lo, hi});
+    p.parent = cb;
+    p.delta = v.within_offset;
+    k.holds = true;
+    k.start = std::min(k.start, p.start);
+    plan.nested += static_cast<int64_t>(p.members.size());
+  }
+}
+
 // Greedy by size: largest first (earlier start breaks ties, then creation order), each at the
 // lowest offset clear of the buffers placed so far that live at the same time. Returns the
 // arena's size.
@@ -114,6 +173,7 @@ int64_t place_by_size(std::vector<Buffer>& bufs) {
   std::vector<const Buffer*> live;
   for (int bi : by_size) {
     Buffer& b = bufs[static_cast<size_t>(bi)];
+    if (b.parent >= 0) continue;  // placed with its container
     live.clear();
     for (int pi : placed) {
       const Buffer& o = bufs[static_cast<size_t>(pi)];
@@ -130,6 +190,8 @@ int64_t place_by_size(std::vector<Buffer>& bufs) {
     arena = std::max(arena, off + b.size);
     placed.push_back(bi);
   }
+  for (Buffer& b : bufs)
+    if (b.parent >= 0) b.offset = bufs[static_cast<size_t>(b.parent)].offset + b.delta;
   return arena;
 }
 
@@ -138,7 +200,8 @@ int64_t reusing_values(const std::vector<Buffer>& bufs) {
   int64_t reused = 0;
   for (const Buffer& b : bufs)
     for (const Buffer& o : bufs)
-      if (&o != &b && o.end < b.start && overlap_space(b.offset, b.size, o.offset, o.size)) {
+      if (&o != &b && o.end < b.start && b.parent < 0 && o.parent < 0 &&
+          overlap_space(b.offset, b.size, o.offset, o.size)) {
         reused += static_cast<int64_t>(b.members.size());
         break;
       }
@@ -283,6 +346,7 @@ std::string MemoryPlan::summary() const {
   s += ", " + std::to_string(planned) + " values planned, " + std::to_string(inplace) +
        " in place, " + std::to_string(reused) + " reusing memory, " + std::to_string(not_planned) +
        " not planned";
+  if (nested > 0) s += ", " + std::to_string(nested) + " inside a concatenation";
   if (dynamic > 0) s += " (" + std::to_string(dynamic) + " with dynamic dims)";
   return s;
 }
@@ -292,6 +356,7 @@ MemoryPlan plan_memory(const std::vector<ValueLife>& values, int64_t alignment) 
   MemoryPlan plan;
   plan.offset.assign(values.size(), -1);
   std::vector<Buffer> bufs = chain_buffers(values, alignment, plan);
+  nest_pieces(values, bufs, plan);
   plan.arena_bytes = place_by_size(bufs);
   for (const Buffer& b : bufs)
     for (int m : b.members) plan.offset[static_cast<size_t>(m)] = b.offset;
@@ -322,6 +387,10 @@ bool validate_plan(const std::vector<ValueLife>& values, const MemoryPlan& plan,
     return values[b].inplace_from == static_cast<int>(a) && values[a].last_use == values[b].def &&
            plan.offset[a] == plan.offset[b];
   };
+  auto inside = [&](size_t a, size_t b) {  // b is a piece placed inside a, read last there
+    return values[b].within == static_cast<int>(a) && values[b].last_use <= values[a].def &&
+           plan.offset[b] == plan.offset[a] + values[b].within_offset;
+  };
   for (size_t i = 0; i < n; ++i) {
     if (!values[i].plannable) continue;
     for (size_t j = i + 1; j < n; ++j) {
@@ -330,7 +399,7 @@ bool validate_plan(const std::vector<ValueLife>& values, const MemoryPlan& plan,
       if (!overlap_time(a.def, a.last_use, b.def, b.last_use) ||
           !overlap_space(plan.offset[i], a.bytes, plan.offset[j], b.bytes))
         continue;
-      if (in_place(i, j) || in_place(j, i)) continue;
+      if (in_place(i, j) || in_place(j, i) || inside(i, j) || inside(j, i)) continue;
       return bad(str_cat("values ", i, " [", a.def, ", ", a.last_use, "] at ", plan.offset[i], "+",
                          a.bytes, " and ", j, " [", b.def, ", ", b.last_use, "] at ",
                          plan.offset[j], "+", b.bytes, " overlap in time and space"));

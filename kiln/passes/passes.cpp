@@ -210,10 +210,11 @@ int dce(Program& p) {
 
 namespace {
 // Every name KILN_DISABLE_PASSES accepts: each pass's function name, plan_memory (a Session's
-// bound arenas), all and none.
+// bound arenas), concat_in_place (its concatenations' pieces written in place), all and none.
 constexpr const char* kPassNames[] = {
-    "const_fold", "simplify",           "fold_transposes", "merge_matmul_sums", "cse",        "dce",
-    "fuse_addmm", "fuse_conv_epilogue", "block_layout",    "fuse_elementwise",  "plan_memory"};
+    "const_fold",  "simplify",       "fold_transposes",    "merge_matmul_sums", "cse",
+    "dce",         "fuse_addmm",     "fuse_conv_epilogue", "block_layout",      "fuse_elementwise",
+    "plan_memory", "concat_in_place"};
 }  // namespace
 
 bool pass_enabled(const std::string& name) {

@@ -137,6 +137,10 @@ enum OpTrait : uint32_t {
   /// (GradCtx::flows false) instead of zeros, so autograd does not materialize them: jit_call,
   /// whose hidden outputs (saved activations) never get one.
   kUndefinedGradOutputs = 1u << 13,
+  /// The output is the inputs laid end to end along the dim in attr 0 (cat): a Session may have
+  /// the producers write their pieces in place, and the kernel then skips a piece whose data
+  /// already sits where it goes.
+  kConcat = 1u << 14,
 };
 
 /// What an autocast scope (kiln/dispatch/autocast.h) does to an op's floating inputs before it
