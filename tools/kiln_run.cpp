@@ -320,8 +320,9 @@ int main(int argc, char** argv) {
                   model_path.c_str(), m.kind.c_str(), m.graph.nodes().size(), load_ms, first_ms);
       print_results(m, results);
     }
-    if (!out_path.empty()) write_outputs(out_path, m, results);
+    // With --bench the file holds the last run's results: a bound (planned) run, not the first.
     if (bench > 0) bench_runs(bench, run);
+    if (!out_path.empty()) write_outputs(out_path, m, results);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln-run: %s\n", e.what());
     return 1;
