@@ -302,37 +302,40 @@ TEST(ConvPaths, BlockedDepthwiseAndSqueezeExcite) {
 // ONNX's ceil_mode and asymmetric max pools (googlenet's) run as max_pool2d_values, which skips
 // padded positions: equal to max_pool2d over an input padded with -inf, NCHW and, after a
 // convolution in a Session, in channel blocks; a NaN wins its window as in max_pool2d.
+// A plane of 13 x 13 blocks takes whole windows, one of 70 x 70 (over 256 KiB) row by row.
 TEST(ConvPaths, PaddedMaxPoolOnBlocks) {
   manual_seed(31);
   const auto& pool = detail::OpRegistry::get().at("max_pool2d_values");
-  const int64_t N = 2, C = 32, H = 13;
-  Tensor xv = randn({N, C, H, H});
-  xv.data_ptr<float>()[5] = NAN;
-  const std::vector<int64_t> k{3, 3}, s{2, 2}, pb{0, 1}, pe{1, 2};
-  auto reference = [&](const Tensor& x) {
-    return max_pool2d(pad(x, {pb[1], pe[1], pb[0], pe[0]}, -INFINITY), k, s);
-  };
-  detail::Attrs a{k, s, pb, pe, int64_t{0}};
-  Tensor got = detail::call1(pool, {xv}, a), want = reference(xv);
-  ASSERT_EQ(got.shape(), want.shape());
-  auto g = values(got), w = values(want);
-  for (size_t i = 0; i < g.size(); ++i)
-    ASSERT_TRUE(g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]))) << "NCHW at " << i;
-  // After a convolution the pool reads and writes channel blocks.
-  Tensor wv = randn({C, C, 1, 1});
-  Graph gr;
-  Tensor x = gr.placeholder("x", Float32, {N, C, H, H});
-  Tensor y = detail::call1(pool, {conv2d(x, gr.constant(wv))}, a);
-  Tensor yb = conv2d(y, gr.constant(wv));
-  Session sess(gr);
-  Tensor sv = sess.run({yb}, {{x, xv}})[0];
-  Tensor ref = conv2d(reference(conv2d(xv, wv)), wv);
-  auto p = values(sv), q = values(ref);
-  ASSERT_EQ(p.size(), q.size());
-  for (size_t i = 0; i < p.size(); ++i)
-    ASSERT_TRUE(std::fabs(p[i] - q[i]) <= 1e-4 * (1 + std::fabs(q[i])) ||
-                (std::isnan(p[i]) && std::isnan(q[i])))
-        << "blocked at " << i;
+  for (const int64_t H : {13, 70}) {
+    const int64_t N = 2, C = 32;
+    Tensor xv = randn({N, C, H, H});
+    xv.data_ptr<float>()[5] = NAN;
+    const std::vector<int64_t> k{3, 3}, s{2, 2}, pb{0, 1}, pe{1, 2};
+    auto reference = [&](const Tensor& x) {
+      return max_pool2d(pad(x, {pb[1], pe[1], pb[0], pe[0]}, -INFINITY), k, s);
+    };
+    detail::Attrs a{k, s, pb, pe, int64_t{0}};
+    Tensor got = detail::call1(pool, {xv}, a), want = reference(xv);
+    ASSERT_EQ(got.shape(), want.shape());
+    auto g = values(got), w = values(want);
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_TRUE(g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]))) << "NCHW at " << i;
+    // After a convolution the pool reads and writes channel blocks.
+    Tensor wv = randn({C, C, 1, 1});
+    Graph gr;
+    Tensor x = gr.placeholder("x", Float32, {N, C, H, H});
+    Tensor y = detail::call1(pool, {conv2d(x, gr.constant(wv))}, a);
+    Tensor yb = conv2d(y, gr.constant(wv));
+    Session sess(gr);
+    Tensor sv = sess.run({yb}, {{x, xv}})[0];
+    Tensor ref = conv2d(reference(conv2d(xv, wv)), wv);
+    auto p = values(sv), q = values(ref);
+    ASSERT_EQ(p.size(), q.size());
+    for (size_t i = 0; i < p.size(); ++i)
+      ASSERT_TRUE(std::fabs(p[i] - q[i]) <= 1e-4 * (1 + std::fabs(q[i])) ||
+                  (std::isnan(p[i]) && std::isnan(q[i])))
+          << "blocked at " << i << ", H " << H;
+  }
 }
 
 // With busy processes on every core, the guard (opt-in: KILN_LOAD_GUARD=1, set here unless the

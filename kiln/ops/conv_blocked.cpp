@@ -269,6 +269,10 @@ void max_pool_pad(const Tensor& x, Tensor& y, const PadPool& p) {
   T* py = y.data_ptr<T>();
   const PadPool q = p;  // by value: no reload of the geometry after each store
   const T size = static_cast<T>(q.kH * q.kW);
+  // Row by row keeps the input's reads in order for the prefetcher, which matters once a
+  // plane is beyond L2; within it a window's kH kW vectors max in registers (googlenet's
+  // batch-1 pools).
+  const bool whole = H * W * B * static_cast<int64_t>(sizeof(T)) <= (int64_t{256} << 10);
   parallel_for(planes, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, OH * OW * B)),
                [&](int64_t b0, int64_t e0) {
                  alignas(64) T r[B];
@@ -278,14 +282,15 @@ void max_pool_pad(const Tensor& x, Tensor& y, const PadPool& p) {
                      const int64_t h0 = std::max<int64_t>(oh * q.sH - q.pt, 0);
                      const int64_t h1 = std::min(oh * q.sH - q.pt + q.kH, H);
                      T* yr = py + (pl * OH + oh) * OW * B;
-                     if constexpr (B == 1 && !kAvg) {
-                       // One lane a position: whole windows (rows of scalars folded into the
-                       // output row ran 2x slower at two threads).
-                       for (int64_t ow = 0; ow < OW; ++ow)
-                         window_max<T, B>(xp, W, h0, h1, std::max<int64_t>(ow * q.sW - q.pl, 0),
-                                          std::min(ow * q.sW - q.pl + q.kW, W), yr + ow);
-                       continue;
-                     }
+                     if constexpr (!kAvg)
+                       if (B == 1 || whole) {
+                         // One lane a position, or a plane that fits in L2: whole windows (rows
+                         // of scalars folded into the output row ran 2x slower at two threads).
+                         for (int64_t ow = 0; ow < OW; ++ow)
+                           window_max<T, B>(xp, W, h0, h1, std::max<int64_t>(ow * q.sW - q.pl, 0),
+                                            std::min(ow * q.sW - q.pl + q.kW, W), yr + ow * B);
+                         continue;
+                       }
                      for (int64_t ih = h0; ih < h1; ++ih) {
                        const T* xr = xp + ih * W * B;
                        for (int64_t ow = 0; ow < OW; ++ow) {
