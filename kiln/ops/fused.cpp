@@ -109,11 +109,14 @@ State& state_for(const Attrs& a) {
 using vec_math::gelu_erf;
 using vec_math::gelu_tanh;
 
-template <typename T>
-void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64_t n) {
 #define KILN_LOOP(EXPR)                          \
   for (int64_t j = 0; j < n; ++j) d[j] = (EXPR); \
   break;
+
+// The two- and three-operand instructions (arithmetic, comparisons, logic, where); false for
+// any other opcode.
+template <typename T>
+bool run_binary_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64_t n) {
   switch (ins.code) {
     case kAdd:
       KILN_LOOP(a[j] + b[j])
@@ -149,6 +152,16 @@ void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64
       KILN_LOOP(T(a[j] == T(0)))
     case kWhere:
       KILN_LOOP(a[j] != T(0) ? b[j] : c[j])
+    default:
+      return false;
+  }
+  return true;
+}
+
+template <typename T>
+void run_instr(const Instr& ins, T* d, const T* a, const T* b, const T* c, int64_t n) {
+  if (run_binary_instr(ins, d, a, b, c, n)) return;
+  switch (ins.code) {
     case kNeg:
       KILN_LOOP(-a[j])
     case kExp:
