@@ -167,11 +167,88 @@ const OpDef& kRnnSequenceGrad =
             .contiguous_inputs = true,
             .doc = "gradients of rnn_sequence: of the gates' input and hidden parts [T, B, G H], "
                    "the h each step read [T, B, H], and of the initial state. Not differentiable "
-                   "itself (no second derivatives through a fused recurrent layer)"});
+                   "itself: a backward building a graph takes rnn_sequence's rule as ops"});
+
+// ---- the gradient as ordinary ops, for a backward that builds a graph -------------------------
+// rnn_sequence_grad has no rule of its own, so under create_graph (gradients of gradients) the
+// rule walks the steps back to front with differentiable ops instead: each step's gates are
+// recomputed from the states the forward kept (outputs of rnn_sequence, which the engine hands
+// the rule as differentiable outputs there), torch's cell formulas.
+
+// One step's gradients: dx into the gates' input part, dhp into their hidden part (h_prev's
+// product with the weight, plus the bias), dh_direct into h_prev other than through dhp (GRU's
+// z h_prev), dc into c_prev (LSTM).
+struct StepGrad {
+  Tensor dx, dhp, dh_direct, dc;
+};
+
+Tensor one_minus_sq(const Tensor& t) { return sub(1.0, mul(t, t)); }
+Tensor sigmoid_slope(const Tensor& s) { return mul(s, sub(1.0, s)); }
+
+StepGrad step_grad(RnnMode m, const Tensor& xt, const Tensor& hp, const Tensor& h_prev,
+                   const Tensor& h_t, const Tensor& c_prev, const Tensor& c_t, const Tensor& dh,
+                   const Tensor& dc_next) {
+  if (m == RnnMode::kLstm) {
+    auto a = chunk(add(xt, hp), 4, 1);
+    Tensor i = sigmoid(a[0]), f = sigmoid(a[1]), g = tanh(a[2]), o = sigmoid(a[3]), tc = tanh(c_t);
+    Tensor dc = add(dc_next, mul(mul(dh, o), one_minus_sq(tc)));
+    Tensor da = cat({mul(mul(dc, g), sigmoid_slope(i)), mul(mul(dc, c_prev), sigmoid_slope(f)),
+                     mul(mul(dc, i), one_minus_sq(g)), mul(mul(dh, tc), sigmoid_slope(o))},
+                    1);
+    return {da, da, Tensor(), mul(dc, f)};
+  }
+  if (m == RnnMode::kGru) {
+    auto x = chunk(xt, 3, 1), h = chunk(hp, 3, 1);
+    Tensor r = sigmoid(add(x[0], h[0])), z = sigmoid(add(x[1], h[1]));
+    Tensor n = tanh(add(x[2], mul(r, h[2])));
+    Tensor dan = mul(mul(dh, sub(1.0, z)), one_minus_sq(n));
+    Tensor dar = mul(mul(dan, h[2]), sigmoid_slope(r));
+    Tensor daz = mul(mul(dh, sub(h_prev, n)), sigmoid_slope(z));
+    return {cat({dar, daz, dan}, 1), cat({dar, daz, mul(dan, r)}, 1), mul(dh, z), Tensor()};
+  }
+  // relu's slope: sign(h) is 1 where the step's output is positive, else 0.
+  Tensor da = mul(dh, m == RnnMode::kRnnTanh ? one_minus_sq(h_t) : sign(h_t));
+  return {da, da, Tensor(), Tensor()};
+}
+
+TensorList rule_as_ops(const GradCtx& c, RnnMode m, bool reverse) {
+  const bool lstm = m == RnnMode::kLstm;
+  const Tensor &xw = c.in(0), &wp = c.in(1);
+  const int64_t T = xw.size(0), H = wp.size(1), G = cpu::rnn_gates(m);
+  // The packed weight back to w_hh^T [H, G H] (the padded units dropped).
+  Tensor wt = reshape(permute(wp, {1, 2, 0, 3}), Shape{H, G, wp.size(0) * wp.size(3)});
+  wt = reshape(slice(wt, 2, 0, H), Shape{H, G * H});
+  auto at = [](const Tensor& s, int64_t t) { return squeeze(slice(s, 0, t, t + 1), 0); };
+  Tensor dh = zeros(c.in(3).shape(), xw.dtype()), dc = lstm ? zeros_like(dh) : Tensor();
+  Tensor dw = zeros(wt.shape(), xw.dtype()), db = zeros(c.in(2).shape(), xw.dtype());
+  std::vector<Tensor> dx(static_cast<size_t>(T));
+  for (int64_t k = T - 1; k >= 0; --k) {  // k: the step's place in the forward's order
+    const int64_t t = reverse ? T - 1 - k : k, tp = reverse ? t + 1 : t - 1;
+    const Tensor h_prev = k == 0 ? c.in(3) : at(c.out(0), tp);
+    const Tensor c_prev = !lstm ? Tensor() : k == 0 ? c.in(4) : at(c.out(1), tp);
+    dh = add(dh, at(c.g(0), t));
+    if (lstm) dc = add(dc, at(c.g(1), t));
+    const StepGrad s =
+        step_grad(m, at(xw, t), add(matmul(h_prev, wt), c.in(2)), h_prev, at(c.out(0), t), c_prev,
+                  lstm ? at(c.out(1), t) : Tensor(), dh, dc);
+    dx[static_cast<size_t>(t)] = s.dx;
+    dw = add(dw, matmul(transpose(h_prev, 0, 1), s.dhp));
+    db = add(db, sum(s.dhp, {0}));
+    dh = matmul(s.dhp, transpose(wt, 0, 1));
+    if (s.dh_direct.defined()) dh = add(dh, s.dh_direct);
+    if (lstm) dc = s.dc;
+  }
+  TensorList g{c.need(0) ? stack(dx, 0) : Tensor(), c.need(1) ? pack_transposed(dw, G) : Tensor(),
+               c.need(2) ? db : Tensor(), c.need(3) ? dh : Tensor()};
+  if (lstm) g.push_back(c.need(4) ? dc : Tensor());
+  return g;
+}
 
 // xw's gradient is the gates' input part; the weight's and bias's sum the hidden part over the
-// steps against the h each step read; the initial state's come from the kernel.
+// steps against the h each step read; the initial state's come from the kernel. A backward
+// building a graph (grad mode on in the rule) takes the ops above.
 TensorList rnn_sequence_rule(const GradCtx& c) {
+  if (grad_mode_enabled()) return rule_as_ops(c, parse_mode(kOp, c.attrs.s(0)), c.attrs.b(1));
   const bool lstm = parse_mode(kOp, c.attrs.s(0)) == RnnMode::kLstm;
   std::vector<Tensor> ins{c.in(0), c.in(1), c.in(2), c.in(3)};
   if (lstm) ins.push_back(c.in(4));

@@ -249,3 +249,29 @@ def test_threaded_steps_match_torch(cls, batch):
         run_pair(cls, {"input_size": 32, "hidden_size": 160, "num_layers": 2}, x)
     finally:
         kiln.set_num_threads(prev)
+
+
+@pytest.mark.parametrize("cls,kwargs", [
+    ("LSTM", {"num_layers": 2}), ("GRU", {"bidirectional": True}),
+    ("RNN", {"nonlinearity": "tanh"}), ("RNN", {"nonlinearity": "relu", "batch_first": True})])
+def test_gradients_of_gradients_match_torch(cls, kwargs):
+    """A gradient taken with create_graph (a gradient penalty) is differentiable through the
+    fused layer as through torch's: the second backward gives torch's input and parameter
+    gradients (float64, 18 units: a partial block of the packed weight)."""
+    torch.manual_seed(0)
+    kw = {"input_size": 3, "hidden_size": 18, **kwargs}
+    tm = getattr(torch.nn, cls)(**kw).double()
+    km = getattr(nn, cls)(**kw).double()
+    copy_weights(tm, km)
+    x = rng.standard_normal((4, 2, 3))
+    w = rng.standard_normal((4, 2, 18 * (2 if kw.get("bidirectional") else 1)))
+    grads = []
+    for lib, m in ((torch, tm), (kiln, km)):
+        xt = lib.tensor(x, requires_grad=True)
+        y, _ = m(xt)
+        g, = lib.autograd.grad((y * lib.tensor(w)).sum(), xt, create_graph=True)
+        (g * g).sum().backward()
+        grads.append([xt.grad] + [p.grad for p in m.parameters()])
+    for k, t in zip(grads[1], grads[0]):
+        assert k is not None
+        close(k, t, 1e-9)
