@@ -245,10 +245,13 @@ TensorList rule_as_ops(const GradCtx& c, RnnMode m, bool reverse) {
 }
 
 // xw's gradient is the gates' input part; the weight's and bias's sum the hidden part over the
-// steps against the h each step read; the initial state's come from the kernel. A backward
-// building a graph (grad mode on in the rule) takes the ops above.
+// steps against the h each step read; the initial state's come from the kernel. An eager
+// backward building a graph (create_graph: grad mode on in the rule) takes the ops above; a
+// graph's or a trace's gradient nodes (symbolic inputs, the length possibly dynamic) keep the
+// fused op.
 TensorList rnn_sequence_rule(const GradCtx& c) {
-  if (grad_mode_enabled()) return rule_as_ops(c, parse_mode(kOp, c.attrs.s(0)), c.attrs.b(1));
+  if (grad_mode_enabled() && c.in(0).is_concrete())
+    return rule_as_ops(c, parse_mode(kOp, c.attrs.s(0)), c.attrs.b(1));
   const bool lstm = parse_mode(kOp, c.attrs.s(0)) == RnnMode::kLstm;
   std::vector<Tensor> ins{c.in(0), c.in(1), c.in(2), c.in(3)};
   if (lstm) ins.push_back(c.in(4));
