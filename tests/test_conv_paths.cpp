@@ -156,7 +156,8 @@ TEST(ConvPaths, CroppedKernelsWithStridesGroupsAndOtherPaddings) {
 }
 
 // Wide maps with width padding past oneDNN's direct kernels' reach (dilation 12 and 24, 33 and
-// more columns): the forward runs as column spans, each an unpadded-width convolution.
+// more columns): the forward runs as a GEMM per tap (one group; strides, float64, ASPP's whole
+// 33x33 map) or as column spans, each an unpadded-width convolution (groups).
 TEST(ConvPaths, WidePaddedMapsRunAsColumnSpans) {
   manual_seed(5);
   for (int64_t d : {12, 24})
@@ -164,6 +165,15 @@ TEST(ConvPaths, WidePaddedMapsRunAsColumnSpans) {
       // (128 channels: with fewer, oneDNN's direct kernels take the padding themselves)
       Cfg c{1, 128, 128, 1, {1, 4, W}, {1, 3, 3}, {1, 1, 1}, {0, d, d}, {1, d, d}};
       check(c, 2, Float32);
+      check(c, 2, Float64);
+      Cfg s = c;
+      s.s[1] = 2, s.s[2] = 3;
+      check(s, 2, Float32);
+      if (d == 24 && W == 33) {  // ASPP's whole map (taps meeting the input on 9-33 rows)
+        Cfg m = c;
+        m.in[1] = 33;
+        check(m, 2, Float32);
+      }
       Cfg g = c;
       g.G = 2;
       g.s[2] = 2;

@@ -15,6 +15,7 @@
 #include "kiln/kernels/cpu/conv_direct.h"
 #include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kernels/cpu/conv_lanes.h"
+#include "kiln/kernels/cpu/conv_tap_gemm.h"
 #include "kiln/kernels/cpu/conv_taps.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/im2col.h"
@@ -234,11 +235,9 @@ std::optional<cpu::LaneConv> lanes_conv(const ConvP& p, int64_t N, int64_t C, in
 // oneDNN's direct (jit) kernels take a left or right padding in width only up to their unroll
 // over output columns (about 28); past it (ASPP's dilation 12 and 24 on a 33x33 map) it runs
 // im2col + GEMM over the whole kernel, multiplying the padding too: 3.8x the useful work at
-// dilation 24. The output columns split into a few spans over which the width taps that meet
-// the input are fixed; each span is a convolution without width padding on a window of the
-// input's columns, with the kernel cropped to those taps (height padding, which the jit kernels
-// take at any size, stays).
-
+// dilation 24. One group: a GEMM per tap on the outputs it reaches (cpu::conv2d_tap_gemms).
+// Groups: the output columns split into spans over which the width taps that meet the input
+// are fixed, each a convolution without width padding on a window of the input's columns.
 using cpu::TapSpan;
 
 // Whether to split: float32 NCHW on oneDNN, column spans (cpu::column_spans), and oneDNN would
@@ -343,7 +342,9 @@ void conv2d_fwd(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p, boo
   if constexpr (std::is_same_v<T, float>) {
     std::vector<TapSpan> sw;
     if (!direct && split_columns(p, N, C, H, W, O, kH, kW, OH, OW, &sw))
-      return conv2d_columns<T>(x, w, y, p, sw, w_const);
+      return p.G == 1 ? cpu::conv2d_tap_gemms<T>(x.data_ptr<T>(), w.data_ptr<T>(), y.data_ptr<T>(),
+                                                 N, O, geo)
+                      : conv2d_columns<T>(x, w, y, p, sw, w_const);
   }
   if constexpr (std::is_same_v<T, float>)
     if (!direct &&
