@@ -44,6 +44,11 @@ std::optional<TapCrop> find_crop(const ConvP& p, int64_t H, int64_t W, int64_t k
 ConvP cropped_params(ConvP p, const TapCrop& c);
 /// w with only the kept taps of its spatial dims (which start at dim kdim).
 Tensor crop_weight(const Tensor& w, int64_t kdim, const TapCrop& c);
+/// A weight shape with its spatial dims (from kdim) cropped.
+Shape cropped_shape(const Shape& s, int64_t kdim, const TapCrop& c);
+/// The kept taps of `from` into `to` (crop_weight's copy); back: a cropped `from` into the
+/// full-size `to`, zeroed first (a weight gradient: the dropped taps get 0).
+void copy_taps(const Tensor& from, Tensor& to, int64_t kdim, const TapCrop& c, bool back);
 
 /// Whether a padded map runs as column spans (oneDNN would take its gemm kernel on the whole
 /// map); their spans in *sw.
