@@ -34,6 +34,12 @@ template <typename U>
 void copy_taps_as(const U* src, U* dst, int64_t A, int64_t kH, int64_t kW, int64_t B,
                   const TapCrop& c, bool back) {
   const int64_t row = c.w.n * B;
+  if (row == 1 && c.h.n == 1) {  // one tap per (o, c), as a 1x1 crop: a strided gather
+    const int64_t step = kH * kW, at = c.h.lo * kW + c.w.lo;
+    for (int64_t a = 0; a < A; ++a)
+      (back ? dst[a * step + at] : dst[a]) = src[back ? a : a * step + at];
+    return;
+  }
   for (int64_t a = 0; a < A; ++a)
     for (int64_t i = 0; i < c.h.n; ++i) {
       const int64_t full_at = ((a * kH + c.h.lo + i) * kW + c.w.lo) * B;
