@@ -156,8 +156,9 @@ TEST(ConvPaths, CroppedKernelsWithStridesGroupsAndOtherPaddings) {
 }
 
 // Wide maps with width padding past oneDNN's direct kernels' reach (dilation 12 and 24, 33 and
-// more columns): the forward runs as a GEMM per tap (one group; strides, float64, ASPP's whole
-// 33x33 map) or as column spans, each an unpadded-width convolution (groups).
+// more columns): the float32 forward runs as a GEMM per tap (one group; strides, ASPP's whole
+// 33x33 map) or as column spans, each an unpadded-width convolution (groups); float64 is the
+// im2col reference path beside them.
 TEST(ConvPaths, WidePaddedMapsRunAsColumnSpans) {
   manual_seed(5);
   for (int64_t d : {12, 24})

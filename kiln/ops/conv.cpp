@@ -175,37 +175,55 @@ bool split_columns(const ConvP& p, int64_t N, int64_t C, int64_t H, int64_t W, i
          !cpu::dnnl_conv2d_forward_direct(conv_shape(p, N, C, H, W, O, kH, kW, OH, OW));
 }
 
-// The cropped copy of a constant weight, made once per weight, crop and version (a thread's
-// last 256; the weight's storage held weakly, so a freed one never matches), so that the spans
-// of a Session's convolution find their weights, and oneDNN their layouts, from the last run.
-Tensor const_crop(const Tensor& w, const TapCrop& c) {
+// A constant weight's derived form (kind 0: its crop for the column spans; 1: its taps packed
+// for the per-tap GEMMs), made once per weight, kind, crop and version (a thread's last 256; the
+// weight's storage held weakly, so a freed one never matches), so that a Session's convolution
+// finds its weights, and oneDNN their layouts, from the last run.
+Tensor const_form(const Tensor& w, int kind, const TapCrop& c,
+                  Tensor (*make)(const Tensor&, const TapCrop&)) {
   struct Kept {
     std::weak_ptr<const void> owner;
     const void* data;
     uint32_t version;
+    int kind;
     TapCrop crop;
-    Tensor cropped;
+    Tensor form;
   };
   thread_local std::deque<Kept> kept;
   const std::shared_ptr<const void> owner = w.impl_ptr()->storage;
   const uint32_t version = w.impl_ptr()->version();
   auto same = [&](const Kept& k) {
-    return k.data == w.raw_data() && k.crop.h.lo == c.h.lo && k.crop.h.n == c.h.n &&
-           k.crop.w.lo == c.w.lo && k.crop.w.n == c.w.n && !k.owner.owner_before(owner) &&
-           !owner.owner_before(k.owner);
+    return k.data == w.raw_data() && k.kind == kind && k.crop.h.lo == c.h.lo &&
+           k.crop.h.n == c.h.n && k.crop.w.lo == c.w.lo && k.crop.w.n == c.w.n &&
+           !k.owner.owner_before(owner) && !owner.owner_before(k.owner);
   };
   for (Kept& k : kept)
     if (same(k)) {
       if (k.version != version) {  // a new tensor: oneDNN's cache keys on its storage
-        k.cropped = crop_weight(w, 2, c);
+        k.form = make(w, c);
         k.version = version;
       }
-      return k.cropped;
+      return k.form;
     }
   std::erase_if(kept, [](const Kept& k) { return k.owner.expired(); });
   if (kept.size() >= 256) kept.pop_front();
-  kept.push_back({owner, w.raw_data(), version, c, crop_weight(w, 2, c)});
-  return kept.back().cropped;
+  kept.push_back({owner, w.raw_data(), version, kind, c, make(w, c)});
+  return kept.back().form;
+}
+
+Tensor crop_w(const Tensor& w, const TapCrop& c) { return crop_weight(w, 2, c); }
+Tensor const_crop(const Tensor& w, const TapCrop& c) { return const_form(w, 0, c, crop_w); }
+
+// The float32 weight [O, C, kH, kW] as kH kW matrices [O, C] (cpu::conv2d_tap_gemms), packed once
+// for a constant (its version checked, as const_crop), on every call otherwise.
+Tensor pack_taps(const Tensor& w, const TapCrop&) {
+  const int64_t O = w.size(0), C = w.size(1), taps = w.size(2) * w.size(3);
+  Tensor wt = empty(Shape{taps, O, C}, Float32);
+  cpu::pack_tap_weights(w.data_ptr<float>(), wt.data_ptr<float>(), O, C, taps);
+  return wt;
+}
+Tensor tap_weights(const Tensor& w, bool w_const) {
+  return w_const ? const_form(w, 1, TapCrop{}, pack_taps) : pack_taps(w, TapCrop{});
 }
 
 template <typename T>
@@ -267,8 +285,9 @@ void conv2d_fwd(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p, boo
   if constexpr (std::is_same_v<T, float>) {
     std::vector<TapSpan> sw;
     if (!direct && split_columns(p, N, C, H, W, O, kH, kW, OH, OW, &sw))
-      return p.G == 1 ? cpu::conv2d_tap_gemms<T>(x.data_ptr<T>(), w.data_ptr<T>(), y.data_ptr<T>(),
-                                                 N, O, geo)
+      return p.G == 1 ? cpu::conv2d_tap_gemms(x.data_ptr<float>(),
+                                              tap_weights(w, w_const).data_ptr<float>(),
+                                              y.data_ptr<float>(), N, O, geo)
                       : conv2d_columns<T>(x, w, y, p, sw, w_const);
   }
   if constexpr (std::is_same_v<T, float>)

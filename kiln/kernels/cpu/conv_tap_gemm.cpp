@@ -22,15 +22,16 @@ void tap_range(int64_t out, int64_t in, int64_t pad, int64_t s, int64_t d, int64
 
 }  // namespace
 
-template <typename T>
-void conv2d_tap_gemms(const T* x, const T* w, T* y, int64_t N, int64_t O, const Conv2dGeom& g) {
-  const int64_t C = g.C, HW = g.H * g.W, OHW = g.OH * g.OW, K = g.kH * g.kW;
-  // The weight as K matrices [O, C], one per tap (GEMM wants one unit stride).
-  std::vector<T> wt(static_cast<size_t>(K * O * C));
+void pack_tap_weights(const float* w, float* wt, int64_t O, int64_t C, int64_t taps) {
   for (int64_t o = 0; o < O; ++o)
     for (int64_t c = 0; c < C; ++c)
-      for (int64_t t = 0; t < K; ++t)
-        wt[static_cast<size_t>((t * O + o) * C + c)] = w[(o * C + c) * K + t];
+      for (int64_t t = 0; t < taps; ++t) wt[(t * O + o) * C + c] = w[(o * C + c) * taps + t];
+}
+
+void conv2d_tap_gemms(const float* x, const float* wt, float* y, int64_t N, int64_t O,
+                      const Conv2dGeom& g) {
+  using T = float;
+  const int64_t C = g.C, HW = g.H * g.W, OHW = g.OH * g.OW;
   std::vector<T> pack, tmp;
   for (int64_t n = 0; n < N; ++n) {
     const T* xn = x + n * C * HW;
@@ -43,7 +44,7 @@ void conv2d_tap_gemms(const T* x, const T* w, T* y, int64_t N, int64_t O, const 
         tap_range(g.OW, g.W, g.pW, g.sW, g.dW, kx, &w0, &w1);
         const int64_t rh = h1 - h0, rw = w1 - w0, P = rh * rw;
         if (P == 0) continue;
-        const T* a = wt.data() + (ky * g.kW + kx) * O * C;
+        const T* a = wt + (ky * g.kW + kx) * O * C;
         const int64_t iy0 = h0 * g.sH - g.pH + ky * g.dH, ix0 = w0 * g.sW - g.pW + kx * g.dW;
         if (P == OHW && g.sH == 1 && g.sW == 1 && iy0 == 0 && ix0 == 0 && g.H == g.OH &&
             g.W == g.OW) {  // the whole output from x as it is
@@ -71,10 +72,5 @@ void conv2d_tap_gemms(const T* x, const T* w, T* y, int64_t N, int64_t O, const 
       }
   }
 }
-
-template void conv2d_tap_gemms<float>(const float*, const float*, float*, int64_t, int64_t,
-                                      const Conv2dGeom&);
-template void conv2d_tap_gemms<double>(const double*, const double*, double*, int64_t, int64_t,
-                                       const Conv2dGeom&);
 
 }  // namespace kiln::cpu

@@ -9,11 +9,15 @@
 
 namespace kiln::cpu {
 
-/// y [N, O, OH, OW] = the convolution of x [N, C, H, W] with w [O, C, kH, kW] (one group, no
-/// bias), all contiguous. Each tap (ky, kx) adds W[:, :, ky, kx] times the input it reads onto
-/// the rectangle of outputs where it meets the input: a tap covering the whole output reads x in
-/// place when it is unshifted, the others read a packed copy of their window.
-template <typename T>
-void conv2d_tap_gemms(const T* x, const T* w, T* y, int64_t N, int64_t O, const Conv2dGeom& g);
+/// The weight w [O, C, kH, kW] as kH kW matrices [O, C], one per tap, into wt (a GEMM operand
+/// needs one unit stride): what conv2d_tap_gemms takes.
+void pack_tap_weights(const float* w, float* wt, int64_t O, int64_t C, int64_t taps);
+
+/// y [N, O, OH, OW] = the convolution of x [N, C, H, W] with the packed weight wt (one group, no
+/// bias), all contiguous float32. Each tap (ky, kx) adds its [O, C] matrix times the input it
+/// reads onto the rectangle of outputs where it meets the input: a tap covering the whole output
+/// reads x in place when it is unshifted, the others read a packed copy of their window.
+void conv2d_tap_gemms(const float* x, const float* wt, float* y, int64_t N, int64_t O,
+                      const Conv2dGeom& g);
 
 }  // namespace kiln::cpu
