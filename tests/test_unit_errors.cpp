@@ -283,6 +283,30 @@ TEST(Errors, ParallelForRethrowsFromWorkerChunks) {
   set_num_threads(before);
 }
 
+// One chunk runs on the caller outside any OpenMP region: a one-thread region around it made
+// an OpenMP region inside the chunk (oneDNN's sgemm under a batch-1 convolution) a nested team
+// that libgomp started afresh each call (15x slower at two threads).
+TEST(Errors, ParallelForRunsOneChunkOutsideAnyRegion) {
+#ifdef __SANITIZE_THREAD__
+  GTEST_SKIP() << "a bare OpenMP region: TSan does not see libgomp's fork and join (parallel.h "
+                  "annotates its own)";
+#endif
+  const int before = get_num_threads();
+  set_num_threads(2);
+  int level = -1, inner = 0;
+  parallel_for(64, 64, [&](int64_t, int64_t) {
+    level = omp_get_level();
+#pragma omp parallel num_threads(2)
+    {
+#pragma omp single
+      inner = omp_get_num_threads();
+    }
+  });
+  EXPECT_EQ(level, 0);
+  EXPECT_EQ(inner, 2);
+  set_num_threads(before);
+}
+
 TEST(Errors, MaxOverEmptyDim) {
   expect_error([] { max(f32({0, 3}), {0}); }, "max", {"[0, 3]"});
   expect_error([] { min(f32({2, 0})); }, "min", {"[2, 0]"});
