@@ -155,6 +155,22 @@ TEST(ConvPaths, CroppedKernelsWithStridesGroupsAndOtherPaddings) {
   }
 }
 
+// Taps that mostly read padding (dilation 12 with padding 12 on a 14x14 map: 18% of the
+// output-tap pairs read the input) run as a GEMM per tap even where oneDNN has a direct kernel;
+// with enough work the output channels split across two threads, and a corner tap reaching 4
+// outputs takes the transposed product.
+TEST(ConvPaths, SparseTapsRunAsPerTapGemmsOnThreads) {
+  manual_seed(6);
+  const int prev = get_num_threads();
+  set_num_threads(2);
+  Cfg c{2, 160, 160, 1, {1, 14, 14}, {1, 3, 3}, {1, 1, 1}, {0, 12, 12}, {1, 12, 12}};
+  check(c, 2, Float32);
+  Cfg s = c;  // strided: the corner rectangles shrink to one output
+  s.s[1] = s.s[2] = 2;
+  check(s, 2, Float32);
+  set_num_threads(prev);
+}
+
 // Wide maps with width padding past oneDNN's direct kernels' reach (dilation 12 and 24, 33 and
 // more columns): the float32 forward runs as a GEMM per tap (one group; strides, ASPP's whole
 // 33x33 map) or as column spans, each an unpadded-width convolution (groups); float64 is the

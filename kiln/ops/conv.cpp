@@ -170,6 +170,8 @@ using cpu::TapSpan;
 bool split_columns(const ConvP& p, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
                    int64_t kH, int64_t kW, int64_t OH, int64_t OW, std::vector<TapSpan>* sw) {
   if (cpu::dnnl_channel_block() == 0) return false;
+  if (p.G == 1 && cpu::sparse_taps(H, W, kH, kW, p.pH, p.pW, p.sH, p.sW, p.dH, p.dW, OH, OW))
+    return true;  // the per-tap GEMMs, even where oneDNN has a direct kernel
   *sw = cpu::column_spans(W, kW, p.pW, p.sW, p.dW, OW);
   return !sw->empty() &&
          !cpu::dnnl_conv2d_forward_direct(conv_shape(p, N, C, H, W, O, kH, kW, OH, OW));

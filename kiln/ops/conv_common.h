@@ -50,8 +50,9 @@ Shape cropped_shape(const Shape& s, int64_t kdim, const TapCrop& c);
 /// full-size `to`, zeroed first (a weight gradient: the dropped taps get 0).
 void copy_taps(const Tensor& from, Tensor& to, int64_t kdim, const TapCrop& c, bool back);
 
-/// Whether a padded map runs as column spans (oneDNN would take its gemm kernel on the whole
-/// map); their spans in *sw.
+/// Whether a padded map runs as column spans or, for one group, per-tap GEMMs (oneDNN would take
+/// its gemm kernel on the whole map, or most taps read padding: cpu::sparse_taps); the spans in
+/// *sw (empty where only the taps' sparsity decided).
 bool split_columns(const ConvP& p, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
                    int64_t kH, int64_t kW, int64_t OH, int64_t OW, std::vector<cpu::TapSpan>* sw);
 

@@ -311,10 +311,15 @@ class BlockLayout {
     if (G != 1 &&
         (!in_blocked || (!(C == G && O == G) && (padded || (C / G) % b != 0 || (O / G) % b != 0))))
       return false;
-    // One that the conv op runs as column spans (kernels/cpu/conv_taps.h: oneDNN would take
-    // its gemm kernel over the whole map) stays NCHW, its weight OIHW.
+    // One that the conv op runs as column spans or per-tap GEMMs (kernels/cpu/conv_taps.h:
+    // oneDNN would take its gemm kernel over the whole map, or most taps read padding) stays
+    // NCHW, its weight OIHW.
     const Shape& ws = meta(n->inputs[first + 1]).shape;
     const Ints &st = n->attrs.ints(0), &pd = n->attrs.ints(1), &dl = n->attrs.ints(2);
+    if (ws.rank() == 4 && ws.is_static() && G == 1 &&
+        cpu::sparse_taps(xs[2], xs[3], ws[2], ws[3], pd[0], pd[1], st[0], st[1], dl[0], dl[1],
+                         o.shape[2], o.shape[3]))
+      return false;
     if (ws.rank() == 4 && ws.is_static() &&
         !cpu::column_spans(xs[3], ws[3], pd[1], st[1], dl[1], o.shape[3]).empty() &&
         !cpu::dnnl_conv2d_forward_direct(cpu::ConvShape{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2],
