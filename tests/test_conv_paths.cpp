@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "kiln/dispatch/dispatch.h"
+#include "kiln/kernels/cpu/conv_depthwise.h"
+#include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
 
@@ -169,6 +171,81 @@ TEST(ConvPaths, SparseTapsRunAsPerTapGemmsOnThreads) {
   s.s[1] = s.s[2] = 2;
   check(s, 2, Float32);
   set_num_threads(prev);
+}
+
+// The NCHW depthwise kernel (kernels/cpu/conv_depthwise.h: 3x3, stride 1 or 2) against float64
+// loops: widths around its 16-lane vectors and 4-vector blocks, heights around its 4-row
+// blocks, paddings 0 to 2, with bias, each activation and a residual in y.
+TEST(ConvPaths, NchwDepthwiseKernelMatchesLoops) {
+  cpu::DepthwiseConv probe{1, 1, 8, 8, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1};
+  if (!cpu::conv_depthwise_suits(probe)) GTEST_SKIP() << "no AVX-512: oneDNN runs them";
+  manual_seed(31);
+  int cases = 0;
+  for (int64_t st : {1, 2})
+    for (int64_t W : {1, 5, 16, 17, 33, 56, 64, 71, 130})
+      for (int64_t H : {1, 3, 4, 6, 9})
+        for (int64_t pad : {0, 1, 2}) {
+          const int64_t OH = (H + 2 * pad - 3) / st + 1, OW = (W + 2 * pad - 3) / st + 1;
+          if (OH <= 0 || OW <= 0) continue;
+          const int64_t N = 2, C = 3;
+          const int act = cases % 4, acc = cases % 3 == 0;
+          ++cases;
+          cpu::DepthwiseConv s{N, C, H, W, 3, 3, OH, OW, st, st, pad, pad, 1, 1};
+          ASSERT_TRUE(cpu::conv_depthwise_suits(s));
+          std::vector<float> x(size_t(N * C * H * W)), w(size_t(C * 9)), b(static_cast<size_t>(C)),
+              y(size_t(N * C * OH * OW));
+          for (auto* v : {&x, &w, &b, &y})
+            for (float& f : *v) f = float(std::rand() % 2001 - 1000) / 500.f;
+          std::vector<double> want(y.size());
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t c = 0; c < C; ++c)
+              for (int64_t oy = 0; oy < OH; ++oy)
+                for (int64_t ox = 0; ox < OW; ++ox) {
+                  double a = b[size_t(c)];
+                  for (int64_t ky = 0; ky < 3; ++ky)
+                    for (int64_t kx = 0; kx < 3; ++kx) {
+                      const int64_t iy = oy * st - pad + ky, ix = ox * st - pad + kx;
+                      if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+                        a += double(x[size_t(((n * C + c) * H + iy) * W + ix)]) *
+                             w[size_t(c * 9 + ky * 3 + kx)];
+                    }
+                  const size_t yi = size_t(((n * C + c) * OH + oy) * OW + ox);
+                  if (acc) a += y[yi];
+                  if (act == cpu::kConvActRelu) a = std::max(a, 0.0);
+                  if (act == cpu::kConvActSwish) a = a / (1 + std::exp(-a));
+                  if (act == cpu::kConvActHardswish) a = a * std::clamp(a + 3, 0.0, 6.0) / 6;
+                  want[yi] = a;
+                }
+          cpu::conv_depthwise_fwd(s, x.data(), w.data(), b.data(), act, acc, y.data());
+          for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_NEAR(y[i], want[i], 1e-5 * (1 + std::abs(want[i])))
+                << "stride " << st << " " << H << "x" << W << " pad " << pad << " act " << act
+                << " residual " << acc << " at " << i;
+        }
+  EXPECT_GT(cases, 200);
+}
+
+// The same kernel behind the ops: eager depthwise conv2d (its gradients on oneDNN) against the
+// float64 loops, and a Session's conv + bias + relu on an NCHW input (conv2d_fused's epilogue).
+TEST(ConvPaths, NchwDepthwiseThroughTheOps) {
+  manual_seed(32);
+  for (int64_t st : {1, 2})
+    for (int64_t hw : {7, 20, 56}) {
+      Cfg c{2, 16, 16, 16, {1, hw, hw + 3}, {1, 3, 3}, {1, st, st}, {0, 1, 1}, {1, 1, 1}};
+      check(c, 2, Float32);
+      Tensor w = randn({16, 1, 3, 3}), b = randn({16}), xv = randn({2, 16, hw, hw + 3});
+      Graph g;
+      Tensor x = g.placeholder("x", Float32, {2, 16, hw, hw + 3});
+      Tensor y = relu(conv2d(x, g.constant(w), g.constant(b), {st, st}, {1, 1}, {1, 1}, 16));
+      Session s(g);
+      Tensor got = s.run({y}, {{x, xv}})[0];
+      Tensor want =
+          relu(conv2d(xv.to(Float64), w.to(Float64), b.to(Float64), {st, st}, {1, 1}, {1, 1}, 16));
+      const auto a = values(got), e = values(want);
+      ASSERT_EQ(a.size(), e.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], e[i], 1e-5 * (1 + std::abs(e[i]))) << "stride " << st << " at " << i;
+    }
 }
 
 // Wide maps with width padding past oneDNN's direct kernels' reach (dilation 12 and 24, 33 and

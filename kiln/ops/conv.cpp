@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/kernels/cpu/conv_depthwise.h"
 #include "kiln/kernels/cpu/conv_direct.h"
 #include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kernels/cpu/conv_lanes.h"
@@ -143,6 +144,18 @@ void for_samples(int64_t N, int64_t chunks, F&& f) {
 bool small_direct(const ConvP& p, int64_t C, int64_t kH, int64_t kW, int64_t OW) {
   return p.G == 1 && p.sH == 1 && p.sW == 1 && p.dH == 1 && p.dW == 1 && C * kH * kW <= 32 &&
          OW >= 8;
+}
+
+// Depthwise 3x3 on NCHW (MobileNet's, in a PyTorch program) runs on kernels/cpu/conv_depthwise
+// straight from the planes: oneDNN's depthwise kernels reorder the whole map into and out of
+// channel blocks around each call.
+std::optional<cpu::DepthwiseConv> depthwise_conv(const ConvP& p, int64_t N, int64_t C, int64_t H,
+                                                 int64_t W, int64_t O, int64_t Cg, int64_t kH,
+                                                 int64_t kW, int64_t OH, int64_t OW) {
+  if (p.G != C || O != C || Cg != 1) return std::nullopt;
+  cpu::DepthwiseConv s{N, C, H, W, kH, kW, OH, OW, p.sH, p.sW, p.pH, p.pW, p.dH, p.dW};
+  if (!cpu::conv_depthwise_suits(s)) return std::nullopt;
+  return s;
 }
 
 // Few channels and a batch that fills the vector lanes (LeNet's 6 -> 16 layer) run on
@@ -278,6 +291,12 @@ void conv2d_fwd(const Tensor& x, const Tensor& w, Tensor& y, const ConvP& p, boo
   const cpu::Conv2dGeom geo = conv_geom(p, Cg, H, W, kH, kW, OH, OW);
   const int64_t K = geo.rows(), P = geo.cols();
   const bool direct = is_pointwise(geo);
+  if constexpr (std::is_same_v<T, float>)
+    if (auto s = depthwise_conv(p, N, C, H, W, O, Cg, kH, kW, OH, OW)) {
+      cpu::conv_depthwise_fwd(*s, x.data_ptr<float>(), w.data_ptr<float>(), nullptr,
+                              cpu::kConvActNone, false, y.data_ptr<float>());
+      return;
+    }
   if constexpr (std::is_same_v<T, float>)
     if (!direct && small_direct(p, C, kH, kW, OW)) {
       cpu::conv_direct_fwd(x.data_ptr<float>(), w.data_ptr<float>(), y.data_ptr<float>(), N, C, H,

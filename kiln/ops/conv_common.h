@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "kiln/kernels/cpu/conv_depthwise.h"
 #include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kernels/cpu/conv_taps.h"
 #include "kiln/ops/op_util.h"
@@ -49,6 +50,12 @@ Shape cropped_shape(const Shape& s, int64_t kdim, const TapCrop& c);
 /// The kept taps of `from` into `to` (crop_weight's copy); back: a cropped `from` into the
 /// full-size `to`, zeroed first (a weight gradient: the dropped taps get 0).
 void copy_taps(const Tensor& from, Tensor& to, int64_t kdim, const TapCrop& c, bool back);
+
+/// The depthwise kernel's geometry (kernels/cpu/conv_depthwise.h) when it should run this
+/// NCHW convolution: groups = in = out channels, a geometry it takes.
+std::optional<cpu::DepthwiseConv> depthwise_conv(const ConvP& p, int64_t N, int64_t C, int64_t H,
+                                                 int64_t W, int64_t O, int64_t Cg, int64_t kH,
+                                                 int64_t kW, int64_t OH, int64_t OW);
 
 /// Whether a padded map runs as column spans or, for one group, per-tap GEMMs (oneDNN would take
 /// its gemm kernel on the whole map, or most taps read padding: cpu::sparse_taps); the spans in

@@ -178,6 +178,14 @@ void conv2d_fused_kernel(std::span<const Tensor> in, Tensor& y, const FusedP& f,
   const int64_t O = f.out_block ? y.size(1) * f.out_block : y.size(1);
   const int64_t kH = w.size(2), kW = w.size(3), OH = y.size(2), OW = y.size(3);
   if (y.numel() == 0) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (!f.in_block && !f.out_block && !f.w_blocked)
+      if (auto s = depthwise_conv(f.c, N, C, H, W, O, w.size(1), kH, kW, OH, OW)) {
+        cpu::conv_depthwise_fwd(*s, x.data_ptr<float>(), w.data_ptr<float>(),
+                                bias ? bias->data_ptr<float>() : nullptr, static_cast<int>(f.act),
+                                first == 1, y.data_ptr<float>());
+        return;
+      }
   if constexpr (std::is_same_v<T, float>) {
     cpu::ConvFused cf{conv_shape(f.c, N, C, H, W, O, kH, kW, OH, OW),
                       f.in_block,
