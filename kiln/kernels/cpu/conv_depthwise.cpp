@@ -93,7 +93,9 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
   const int64_t W = s.W, H = s.H;
   const float* wt = p.w;
   const float* x0 = p.x + cb.ox0 * SW - s.pW;  // the block's first column
-  V acc[R][NV];
+  V acc[R][NV], wr[9];  // the weights broadcast once a block (in registers where they fit)
+#pragma GCC unroll 9
+  for (int k = 0; k < 9; ++k) wr[k] = _mm512_set1_ps(wt[k]);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -116,9 +118,9 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
         for (int r = 0; r < R; ++r) {
           const int ky = i - r;
           if (ky < 0 || ky > 2) continue;
-          const V w = _mm512_set1_ps(wt[ky * 3 + kx]);
 #pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(w, xv[v], acc[r][v]);
+          for (int v = 0; v < NV; ++v)
+            acc[r][v] = _mm512_fmadd_ps(wr[ky * 3 + kx], xv[v], acc[r][v]);
         }
       }
     } else {
@@ -137,13 +139,11 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
       for (int r = 0; r < R; ++r) {
         const int ky = i - 2 * r;
         if (ky < 0 || ky > 2) continue;
-        const V w0 = _mm512_set1_ps(wt[ky * 3]), w1 = _mm512_set1_ps(wt[ky * 3 + 1]),
-                w2 = _mm512_set1_ps(wt[ky * 3 + 2]);
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
-          acc[r][v] = _mm512_fmadd_ps(w0, e[v], acc[r][v]);
-          acc[r][v] = _mm512_fmadd_ps(w1, o[v], acc[r][v]);
-          acc[r][v] = _mm512_fmadd_ps(w2, e2[v], acc[r][v]);
+          acc[r][v] = _mm512_fmadd_ps(wr[ky * 3], e[v], acc[r][v]);
+          acc[r][v] = _mm512_fmadd_ps(wr[ky * 3 + 1], o[v], acc[r][v]);
+          acc[r][v] = _mm512_fmadd_ps(wr[ky * 3 + 2], e2[v], acc[r][v]);
         }
       }
     }
