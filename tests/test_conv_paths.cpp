@@ -248,6 +248,35 @@ TEST(ConvPaths, NchwDepthwiseThroughTheOps) {
     }
 }
 
+// Eager inference puts the bias in the convolution's epilogue (conv2d_fused): the values of the
+// convolution and a separate add (what runs with autograd or in a trace) within float rounding
+// (oneDNN adds the bias where it chooses in its sums), on the dense, grouped, depthwise and
+// per-tap paths.
+TEST(ConvPaths, EagerInferenceBiasInTheEpilogueMatchesTheAdd) {
+  manual_seed(33);
+  struct C {
+    int64_t Cin, O, G, hw, k, s, p, d;
+  };
+  for (const C& c :
+       {C{16, 32, 1, 12, 3, 1, 1, 1}, C{16, 16, 4, 9, 3, 2, 1, 1}, C{32, 32, 32, 20, 3, 1, 1, 1},
+        C{32, 32, 32, 21, 3, 2, 1, 1}, C{64, 64, 1, 14, 3, 1, 12, 12}, C{8, 8, 1, 7, 1, 1, 0, 1}}) {
+    Tensor x = randn({2, c.Cin, c.hw, c.hw}), w = randn({c.O, c.Cin / c.G, c.k, c.k}),
+           b = randn({c.O});
+    Tensor want = add(conv2d(x, w, Tensor(), {c.s, c.s}, {c.p, c.p}, {c.d, c.d}, c.G),
+                      reshape(b, {1, c.O, 1, 1}));
+    Tensor got;
+    {
+      NoGradGuard ng;
+      got = conv2d(x, w, b, {c.s, c.s}, {c.p, c.p}, {c.d, c.d}, c.G);
+    }
+    ASSERT_EQ(got.shape(), want.shape());
+    const auto a = got.to_vector<float>(), e = want.to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], e[i], 2e-6 * (1 + std::abs(e[i])))
+          << "groups " << c.G << " stride " << c.s << " at " << i;
+  }
+}
+
 // Wide maps with width padding past oneDNN's direct kernels' reach (dilation 12 and 24, 33 and
 // more columns): the float32 forward runs as a GEMM per tap (one group; strides, ASPP's whole
 // 33x33 map) or as column spans, each an unpadded-width convolution (groups); float64 is the

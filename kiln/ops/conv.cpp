@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/dispatch/autocast.h"
+#include "kiln/dispatch/grad_mode.h"
 #include "kiln/kernels/cpu/conv_depthwise.h"
 #include "kiln/kernels/cpu/conv_direct.h"
 #include "kiln/kernels/cpu/conv_dnnl.h"
@@ -686,9 +688,19 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::vector<int
       (b.dim() != 1 || (b.size(0) >= 0 && w.size(0) >= 0 && b.size(0) != w.size(0))))
     fail("conv2d", "bias must be 1-D [", w.size(0), "], got shape ", b.shape(), " (weight shape ",
          w.shape(), ")");
-  Tensor y = call1(kConv2d, {x, w},
-                   {pair2("conv2d", "stride", stride), pair2("conv2d", "padding", padding),
-                    pair2("conv2d", "dilation", dilation), groups});
+  const Attrs a{pair2("conv2d", "stride", stride), pair2("conv2d", "padding", padding),
+                pair2("conv2d", "dilation", dilation), groups};
+  // Eager inference (no trace, nothing to differentiate, float32, autocast off): the bias in
+  // the convolution's epilogue (conv2d_fused, what a Session's passes make of conv + add), not
+  // a second pass over the output; torch adds its bias inside the convolution too. The values
+  // agree within float rounding (oneDNN adds the bias where it chooses in its sums).
+  if (b.defined() && !capturing() && !x.is_symbolic() && !w.is_symbolic() && !b.is_symbolic() &&
+      x.dtype() == Float32 && w.dtype() == Float32 && b.dtype() == Float32 && !autocast_enabled() &&
+      !(grad_mode_enabled() && (x.requires_grad() || w.requires_grad() || b.requires_grad()))) {
+    check_conv("conv2d", x.shape(), w.shape(), conv_params("conv2d", a));
+    return conv2d_fused(x, w, b, Tensor(), stride, padding, dilation, groups);
+  }
+  Tensor y = call1(kConv2d, {x, w}, a);
   if (!b.defined()) return y;
   // Bias as a broadcast add: its gradient is the engine's sum_to over N, H, W. Under autocast
   // it is cast as conv2d's own inputs were (torch casts the bias with them).
