@@ -173,24 +173,26 @@ TEST(ConvPaths, SparseTapsRunAsPerTapGemmsOnThreads) {
   set_num_threads(prev);
 }
 
-// The NCHW depthwise kernel (kernels/cpu/conv_depthwise.h: 3x3, stride 1 or 2) against float64
-// loops: widths around its 16-lane vectors and 4-vector blocks, heights around its 4-row
-// blocks, paddings 0 to 2, with bias, each activation and a residual in y.
+// The NCHW depthwise kernel (kernels/cpu/conv_depthwise.h: 3x3, stride 1 or 2, dilation 2 at
+// stride 1) against float64 loops: widths around its 16-lane vectors and 4-vector blocks,
+// heights around its 4-row blocks, paddings 0 to 2, with bias, each activation and a residual.
 TEST(ConvPaths, NchwDepthwiseKernelMatchesLoops) {
   cpu::DepthwiseConv probe{1, 1, 8, 8, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1};
   if (!cpu::conv_depthwise_suits(probe)) GTEST_SKIP() << "no AVX-512: oneDNN runs them";
   manual_seed(31);
   int cases = 0;
-  for (int64_t st : {1, 2})
+  for (int64_t sd : {1, 2, 3})  // stride 1, stride 2, dilation 2
     for (int64_t W : {1, 5, 16, 17, 33, 56, 64, 71, 130})
       for (int64_t H : {1, 3, 4, 6, 9})
         for (int64_t pad : {0, 1, 2}) {
-          const int64_t OH = (H + 2 * pad - 3) / st + 1, OW = (W + 2 * pad - 3) / st + 1;
+          const int64_t st = sd == 2 ? 2 : 1, dl = sd == 3 ? 2 : 1;
+          const int64_t OH = (H + 2 * pad - 2 * dl - 1) / st + 1,
+                        OW = (W + 2 * pad - 2 * dl - 1) / st + 1;
           if (OH <= 0 || OW <= 0) continue;
           const int64_t N = 2, C = 3;
           const int act = cases % 4, acc = cases % 3 == 0;
           ++cases;
-          cpu::DepthwiseConv s{N, C, H, W, 3, 3, OH, OW, st, st, pad, pad, 1, 1};
+          cpu::DepthwiseConv s{N, C, H, W, 3, 3, OH, OW, st, st, pad, pad, dl, dl};
           ASSERT_TRUE(cpu::conv_depthwise_suits(s));
           std::vector<float> x(size_t(N * C * H * W)), w(size_t(C * 9)), b(static_cast<size_t>(C)),
               y(size_t(N * C * OH * OW));
@@ -204,7 +206,7 @@ TEST(ConvPaths, NchwDepthwiseKernelMatchesLoops) {
                   double a = b[size_t(c)];
                   for (int64_t ky = 0; ky < 3; ++ky)
                     for (int64_t kx = 0; kx < 3; ++kx) {
-                      const int64_t iy = oy * st - pad + ky, ix = ox * st - pad + kx;
+                      const int64_t iy = oy * st - pad + ky * dl, ix = ox * st - pad + kx * dl;
                       if (iy >= 0 && iy < H && ix >= 0 && ix < W)
                         a += double(x[size_t(((n * C + c) * H + iy) * W + ix)]) *
                              w[size_t(c * 9 + ky * 3 + kx)];
@@ -219,10 +221,10 @@ TEST(ConvPaths, NchwDepthwiseKernelMatchesLoops) {
           cpu::conv_depthwise_fwd(s, x.data(), w.data(), b.data(), act, acc, y.data());
           for (size_t i = 0; i < y.size(); ++i)
             ASSERT_NEAR(y[i], want[i], 1e-5 * (1 + std::abs(want[i])))
-                << "stride " << st << " " << H << "x" << W << " pad " << pad << " act " << act
-                << " residual " << acc << " at " << i;
+                << "stride " << st << " dilation " << dl << " " << H << "x" << W << " pad " << pad
+                << " act " << act << " residual " << acc << " at " << i;
         }
-  EXPECT_GT(cases, 200);
+  EXPECT_GT(cases, 300);
 }
 
 // The same kernel behind the ops: eager depthwise conv2d (its gradients on oneDNN) against the

@@ -77,17 +77,17 @@ struct Plane {
   float* y;  ///< its output plane
 };
 
-// Output rows [oy, oy + R), vectors [ox0, ox0 + 16 NV) of a 3x3 kernel at stride SW in both
-// dims: sums in registers, then the epilogue. Each input row the block reads is loaded once and
-// added into every output row it feeds (up to 3 at stride 1): one load a multiply-add ran at a
-// third of the FMA units' rate here (2.9 ns for 8 against 1.0 from registers). The loops over
-// input and output rows unroll, so which tap row an input row gives each output row is known
-// when compiled (tested at run time, those branches mispredicted more than the sums cost).
-// Stride 1: one unaligned load a tap column. Stride 2: columns c .. c + 32 as even and odd
-// lanes (two loads, two permutes), tap 2 the even lanes moved on by one (a third load's first
-// lane). Loads at an edge are masked to the input's columns (a masked lane never touches
-// memory, so an address may start before a row or run past it).
-template <int R, int NV, int SW, bool EDGE>
+// Output rows [oy, oy + R), vectors [ox0, ox0 + 16 NV) of a 3x3 kernel at stride SW and
+// dilation D in both dims (D 2 only at stride 1): sums in registers, then the epilogue. Each input
+// row the block reads is loaded once and added into every output row it feeds (up to 3 at stride
+// 1): one load a multiply-add ran at a third of the FMA units' rate here (2.9 ns for 8 against 1.0
+// from registers). The loops over input and output rows unroll, so which tap row an input row gives
+// each output row is known when compiled (tested at run time, those branches mispredicted more than
+// the sums cost). Stride 1: one unaligned load a tap column (D apart). Stride 2: columns c .. c +
+// 32 as even and odd lanes (two loads, two permutes), tap 2 the even lanes moved on by one (a third
+// load's first lane). Loads at an edge are masked to the input's columns (a masked lane never
+// touches memory, so an address may start before a row or run past it).
+template <int R, int NV, int SW, int D, bool EDGE>
 void block(const Plane& p, const ColBlock& cb, int64_t oy) {
   const DepthwiseConv& s = p.s;
   const int64_t W = s.W, H = s.H;
@@ -102,7 +102,7 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  constexpr int kRowsIn = (R - 1) * SW + 3;
+  constexpr int kRowsIn = (R - 1) * SW + 2 * D + 1;
 #pragma GCC unroll 16
   for (int i = 0; i < kRowsIn; ++i) {
     const int64_t ir = oy * SW - s.pH + i;
@@ -113,11 +113,11 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
       for (int kx = 0; kx < 3; ++kx) {
         V xv[NV];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) xv[v] = load<EDGE>(cb.mk[v][kx], xr + v * VW + kx);
+        for (int v = 0; v < NV; ++v) xv[v] = load<EDGE>(cb.mk[v][kx], xr + v * VW + kx * D);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-          const int ky = i - r;
-          if (ky < 0 || ky > 2) continue;
+          const int t = i - r, ky = t / D;
+          if (t < 0 || t % D != 0 || ky > 2) continue;
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v)
             acc[r][v] = _mm512_fmadd_ps(wr[ky * 3 + kx], xv[v], acc[r][v]);
@@ -160,7 +160,7 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
 // Whether vector ox0's loads all lie inside the input's columns.
 bool interior(const DepthwiseConv& s, int64_t ox0) {
   const int64_t first = ox0 * s.sW - s.pW;
-  const int64_t end = s.sW == 1 ? first + VW + 2 : first + 3 * VW;
+  const int64_t end = s.sW == 1 ? first + VW + 2 * s.dW : first + 3 * VW;
   return first >= 0 && end <= s.W;
 }
 
@@ -176,7 +176,7 @@ std::vector<ColBlock> col_blocks(const DepthwiseConv& s) {
       const int64_t ox = b.ox0 + i * VW;
       b.edge = b.edge || !interior(s, ox);
       for (int j = 0; j < 3; ++j)
-        b.mk[i][j] = inside(ox * s.sW - s.pW + (s.sW == 1 ? j : j * VW), s.W);
+        b.mk[i][j] = inside(ox * s.sW - s.pW + (s.sW == 1 ? j * s.dW : j * VW), s.W);
       b.out[i] = inside(ox, s.OW);
     }
     v.push_back(b);
@@ -184,31 +184,31 @@ std::vector<ColBlock> col_blocks(const DepthwiseConv& s) {
   return v;
 }
 
-template <int R, int SW, bool EDGE>
+template <int R, int SW, int D, bool EDGE>
 void run_block(const Plane& p, const ColBlock& cb, int64_t oy) {
   if constexpr (SW == 1) {
-    if (cb.nv == 4) block<R, 4, SW, EDGE>(p, cb, oy);
-    if (cb.nv == 3) block<R, 3, SW, EDGE>(p, cb, oy);
+    if (cb.nv == 4) block<R, 4, SW, D, EDGE>(p, cb, oy);
+    if (cb.nv == 3) block<R, 3, SW, D, EDGE>(p, cb, oy);
   }
-  if (cb.nv == 2) block<R, 2, SW, EDGE>(p, cb, oy);
-  if (cb.nv == 1) block<R, 1, SW, EDGE>(p, cb, oy);
+  if (cb.nv == 2) block<R, 2, SW, D, EDGE>(p, cb, oy);
+  if (cb.nv == 1) block<R, 1, SW, D, EDGE>(p, cb, oy);
 }
 
-template <int R, int SW>
+template <int R, int SW, int D>
 void rows(const Plane& p, const std::vector<ColBlock>& cbs, int64_t oy) {
   for (const ColBlock& cb : cbs) {
     if (cb.edge)
-      run_block<R, SW, true>(p, cb, oy);
+      run_block<R, SW, D, true>(p, cb, oy);
     else
-      run_block<R, SW, false>(p, cb, oy);
+      run_block<R, SW, D, false>(p, cb, oy);
   }
 }
 
-template <int SW>
+template <int SW, int D>
 void plane(const Plane& p, const std::vector<ColBlock>& cbs) {
   int64_t oy = 0;
-  for (; oy + 4 <= p.s.OH; oy += 4) rows<4, SW>(p, cbs, oy);  // an input row feeds up to 3
-  for (; oy < p.s.OH; ++oy) rows<1, SW>(p, cbs, oy);
+  for (; oy + 4 <= p.s.OH; oy += 4) rows<4, SW, D>(p, cbs, oy);  // an input row feeds up to 3
+  for (; oy < p.s.OH; ++oy) rows<1, SW, D>(p, cbs, oy);
 }
 
 }  // namespace
@@ -217,8 +217,8 @@ bool conv_depthwise_suits(const DepthwiseConv& s) {
   if (s.N <= 0 || s.C <= 0 || s.H <= 0 || s.W <= 0 || s.OH <= 0 || s.OW <= 0 || s.pH < 0 ||
       s.pW < 0)
     return false;
-  return s.kH == 3 && s.kW == 3 && s.dH == 1 && s.dW == 1 && s.sH == s.sW &&
-         (s.sW == 1 || s.sW == 2);
+  if (s.kH != 3 || s.kW != 3 || s.sH != s.sW || s.dH != s.dW) return false;
+  return (s.sW == 1 && (s.dW == 1 || s.dW == 2)) || (s.sW == 2 && s.dW == 1);
 }
 
 void conv_depthwise_fwd(const DepthwiseConv& s, const float* x, const float* w, const float* bias,
@@ -232,10 +232,12 @@ void conv_depthwise_fwd(const DepthwiseConv& s, const float* x, const float* w, 
       const Plane p{
           s,   x + i * s.H * s.W, w + c * K,          _mm512_set1_ps(bias ? bias[c] : 0.f),
           act, accumulate,        y + i * s.OH * s.OW};
-      if (s.sW == 1)
-        plane<1>(p, cbs);
+      if (s.sW == 1 && s.dW == 1)
+        plane<1, 1>(p, cbs);
+      else if (s.sW == 1)
+        plane<1, 2>(p, cbs);
       else
-        plane<2>(p, cbs);
+        plane<2, 1>(p, cbs);
     }
   });
 }
