@@ -93,6 +93,11 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
   const int64_t W = s.W, H = s.H;
   const float* wt = p.w;
   const float* x0 = p.x + cb.ox0 * SW - s.pW;  // the block's first column
+  __mmask16 mk[NV][3];                         // (copied: read from cb, they were reloaded)
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v)
+#pragma GCC unroll 3
+    for (int j = 0; j < 3; ++j) mk[v][j] = EDGE ? cb.mk[v][j] : __mmask16(0xFFFF);
   V acc[R][NV], wr[9];  // the weights broadcast once a block (in registers where they fit)
 #pragma GCC unroll 9
   for (int k = 0; k < 9; ++k) wr[k] = _mm512_set1_ps(wt[k]);
@@ -113,7 +118,7 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
       for (int kx = 0; kx < 3; ++kx) {
         V xv[NV];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) xv[v] = load<EDGE>(cb.mk[v][kx], xr + v * VW + kx * D);
+        for (int v = 0; v < NV; ++v) xv[v] = load<EDGE>(mk[v][kx], xr + v * VW + kx * D);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
           const int t = i - r, ky = t / D;
@@ -128,8 +133,8 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         const float* xc = xr + 2 * v * VW;
-        const V a = load<EDGE>(cb.mk[v][0], xc), b = load<EDGE>(cb.mk[v][1], xc + VW);
-        const V next = load<EDGE>(cb.mk[v][2], xc + 2 * VW);
+        const V a = load<EDGE>(mk[v][0], xc), b = load<EDGE>(mk[v][1], xc + VW);
+        const V next = load<EDGE>(mk[v][2], xc + 2 * VW);
         e[v] = _mm512_permutex2var_ps(a, even, b);
         o[v] = _mm512_permutex2var_ps(a, odd, b);
         e2[v] = _mm512_castsi512_ps(
