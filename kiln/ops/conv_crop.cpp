@@ -2,8 +2,10 @@
 // the weight, take their span off the padding) before any kernel runs. The output size stays
 // that of the full convolution: the kernels take it from the output tensor, and a right padding
 // that differs from the left is implied by it.
+#include <algorithm>
 #include <cstring>
 
+#include "kiln/kernels/cpu/parallel.h"
 #include "kiln/ops/conv_common.h"
 
 using namespace kiln::detail;
@@ -34,20 +36,28 @@ template <typename U>
 void copy_taps_as(const U* src, U* dst, int64_t A, int64_t kH, int64_t kW, int64_t B,
                   const TapCrop& c, bool back) {
   const int64_t row = c.w.n * B;
+  // Split across the threads: an eager call crops its weight every time, and the full weight
+  // is read whichever taps are kept (ASPP's 256 -> 256 3x3 cropped to 1x1: 2.4 MB, 127 us on
+  // one thread).
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, kH * kW * B));
   if (row == 1 && c.h.n == 1) {  // one tap per (o, c), as a 1x1 crop: a strided gather
     const int64_t step = kH * kW, at = c.h.lo * kW + c.w.lo;
-    for (int64_t a = 0; a < A; ++a)
-      (back ? dst[a * step + at] : dst[a]) = src[back ? a : a * step + at];
+    parallel_for(A, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t a = lo; a < hi; ++a)
+        (back ? dst[a * step + at] : dst[a]) = src[back ? a : a * step + at];
+    });
     return;
   }
-  for (int64_t a = 0; a < A; ++a)
-    for (int64_t i = 0; i < c.h.n; ++i) {
-      const int64_t full_at = ((a * kH + c.h.lo + i) * kW + c.w.lo) * B;
-      const int64_t crop_at = (a * c.h.n + i) * row;
-      U* d = dst + (back ? full_at : crop_at);
-      const U* f = src + (back ? crop_at : full_at);
-      for (int64_t j = 0; j < row; ++j) d[j] = f[j];
-    }
+  parallel_for(A, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t a = lo; a < hi; ++a)
+      for (int64_t i = 0; i < c.h.n; ++i) {
+        const int64_t full_at = ((a * kH + c.h.lo + i) * kW + c.w.lo) * B;
+        const int64_t crop_at = (a * c.h.n + i) * row;
+        U* d = dst + (back ? full_at : crop_at);
+        const U* f = src + (back ? crop_at : full_at);
+        for (int64_t j = 0; j < row; ++j) d[j] = f[j];
+      }
+  });
 }
 
 void copy_taps(const Tensor& from, Tensor& to, int64_t kdim, const TapCrop& c, bool back) {
