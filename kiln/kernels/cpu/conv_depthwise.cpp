@@ -129,14 +129,15 @@ void block(const Plane& p, const ColBlock& cb, int64_t oy) {
         }
       }
     } else {
-      V e[NV], o[NV], e2[NV];
+      V e[NV], o[NV], e2[NV], a[NV + 1];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) a[v] = load<EDGE>(mk[v][0], xr + 2 * v * VW);
+      a[NV] = load<EDGE>(mk[NV - 1][2], xr + 2 * NV * VW);  // vector v's third load: a[v + 1]
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
-        const float* xc = xr + 2 * v * VW;
-        const V a = load<EDGE>(mk[v][0], xc), b = load<EDGE>(mk[v][1], xc + VW);
-        const V next = load<EDGE>(mk[v][2], xc + 2 * VW);
-        e[v] = _mm512_permutex2var_ps(a, even, b);
-        o[v] = _mm512_permutex2var_ps(a, odd, b);
+        const V b = load<EDGE>(mk[v][1], xr + 2 * v * VW + VW), next = a[v + 1];
+        e[v] = _mm512_permutex2var_ps(a[v], even, b);
+        o[v] = _mm512_permutex2var_ps(a[v], odd, b);
         e2[v] = _mm512_castsi512_ps(
             _mm512_alignr_epi32(_mm512_castps_si512(next), _mm512_castps_si512(e[v]), 1));
       }
