@@ -54,90 +54,106 @@ struct TapWork {
 // matrix (4 x 256 x 256: 10.1 -> 4.0 us; at 28 outputs the plain form is faster, 16.5 vs 19.6).
 constexpr int64_t kFewOutputs = 8;
 
+// The input window a tap reads (rows from iy0, columns from ix0, at the strides) into dst:
+// [C, rh rw], or [rh rw, C] when transposed.
+void pack_window(const float* xn, const Conv2dGeom& g, int64_t iy0, int64_t ix0, int64_t rh,
+                 int64_t rw, bool transposed, float* dst) {
+  const int64_t C = g.C, HW = g.H * g.W, P = rh * rw;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t r = 0; r < rh; ++r) {
+      const float* src = xn + c * HW + (iy0 + r * g.sH) * g.W + ix0;
+      if (transposed) {
+        for (int64_t q = 0; q < rw; ++q) dst[(r * rw + q) * C + c] = src[q * g.sW];
+        continue;
+      }
+      float* d = dst + c * P + r * rw;
+      if (g.sW == 1)
+        std::memcpy(d, src, sizeof(float) * static_cast<size_t>(rw));
+      else
+        for (int64_t q = 0; q < rw; ++q) d[q] = src[q * g.sW];
+    }
+}
+
+// The taps that reach some output for sample xn, their windows packed into `pack` (small: the
+// taps' rectangles times C).
+std::vector<TapWork> sample_taps(const float* xn, const float* wt, int64_t O, const Conv2dGeom& g,
+                                 std::vector<float>& pack) {
+  const int64_t C = g.C, OHW = g.OH * g.OW;
+  std::vector<TapWork> taps;
+  for (int pass = 0; pass < 2; ++pass) {  // sizes, then windows
+    int64_t at = 0;
+    for (int64_t ky = 0; ky < g.kH; ++ky)
+      for (int64_t kx = 0; kx < g.kW; ++kx) {
+        int64_t h0, h1, w0, w1;
+        tap_range(g.OH, g.H, g.pH, g.sH, g.dH, ky, &h0, &h1);
+        tap_range(g.OW, g.W, g.pW, g.sW, g.dW, kx, &w0, &w1);
+        const int64_t rh = h1 - h0, rw = w1 - w0, P = rh * rw;
+        if (P == 0) continue;
+        const float* a = wt + (ky * g.kW + kx) * O * C;
+        const int64_t iy0 = h0 * g.sH - g.pH + ky * g.dH, ix0 = w0 * g.sW - g.pW + kx * g.dW;
+        if (P == OHW && g.sH == 1 && g.sW == 1 && iy0 == 0 && ix0 == 0 && g.H == g.OH &&
+            g.W == g.OW) {  // the whole output from x as it is
+          if (pass) taps.push_back({a, xn, g.H * g.W, h0, rh, w0, rw, true, false});
+          continue;
+        }
+        if (pass) {
+          const bool tr = P <= kFewOutputs;
+          pack_window(xn, g, iy0, ix0, rh, rw, tr, pack.data() + at);
+          taps.push_back({a, pack.data() + at, tr ? C : P, h0, rh, w0, rw, false, tr});
+        }
+        at += C * P;
+      }
+    if (!pass) pack.resize(static_cast<size_t>(at));
+  }
+  return taps;
+}
+
+// Every tap's product on output channels [lo, hi) of one sample's zeroed yn.
+void run_taps(const std::vector<TapWork>& taps, int64_t lo, int64_t hi, const Conv2dGeom& g,
+              float* yn) {
+  using T = float;
+  const int64_t C = g.C, OHW = g.OH * g.OW, m = hi - lo;
+  std::vector<T> tmp;
+  for (const TapWork& t : taps) {
+    const int64_t P = t.rh * t.rw;
+    if (t.whole) {
+      gemm<T>(false, false, m, P, C, t.a + lo * C, C, t.b, t.ldb, T(1), yn + lo * OHW, OHW);
+      continue;
+    }
+    tmp.resize(static_cast<size_t>(m * P));
+    if (t.transposed) {  // tmp [P, m]
+      gemm<T>(false, true, P, m, C, t.b, t.ldb, t.a + lo * C, C, T(0), tmp.data(), m);
+      for (int64_t i = 0; i < P; ++i) {
+        T* dst = yn + lo * OHW + (t.h0 + i / t.rw) * g.OW + t.w0 + i % t.rw;
+        for (int64_t o = 0; o < m; ++o) dst[o * OHW] += tmp[i * m + o];
+      }
+      continue;
+    }
+    gemm<T>(false, false, m, P, C, t.a + lo * C, C, t.b, t.ldb, T(0), tmp.data(), P);
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t r = 0; r < t.rh; ++r) {
+        T* dst = yn + (lo + o) * OHW + (t.h0 + r) * g.OW + t.w0;
+        const T* src = tmp.data() + o * P + r * t.rw;
+        for (int64_t q = 0; q < t.rw; ++q) dst[q] += src[q];
+      }
+  }
+}
+
 }  // namespace
 
+// The windows first, then the GEMMs with the output channels split across the threads, each
+// thread running every tap on its rows.
 void conv2d_tap_gemms(const float* x, const float* wt, float* y, int64_t N, int64_t O,
                       const Conv2dGeom& g) {
-  using T = float;
   const int64_t C = g.C, HW = g.H * g.W, OHW = g.OH * g.OW;
-  std::vector<T> pack;
-  std::vector<TapWork> taps;
+  const double macs = double(O) * double(C) * double(OHW);
+  const int64_t grain = macs < double(1 << 22) ? O : std::min<int64_t>(O, 32);
+  std::vector<float> pack;
   for (int64_t n = 0; n < N; ++n) {
-    const T* xn = x + n * C * HW;
-    T* yn = y + n * O * OHW;
-    // The windows first (small: the taps' rectangles times C), then the GEMMs with the output
-    // channels split across the threads, each thread running every tap on its rows.
-    taps.clear();
-    int64_t packed = 0;
-    for (int pass = 0; pass < 2; ++pass) {
-      int64_t at = 0;
-      for (int64_t ky = 0; ky < g.kH; ++ky)
-        for (int64_t kx = 0; kx < g.kW; ++kx) {
-          int64_t h0, h1, w0, w1;
-          tap_range(g.OH, g.H, g.pH, g.sH, g.dH, ky, &h0, &h1);
-          tap_range(g.OW, g.W, g.pW, g.sW, g.dW, kx, &w0, &w1);
-          const int64_t rh = h1 - h0, rw = w1 - w0, P = rh * rw;
-          if (P == 0) continue;
-          const T* a = wt + (ky * g.kW + kx) * O * C;
-          const int64_t iy0 = h0 * g.sH - g.pH + ky * g.dH, ix0 = w0 * g.sW - g.pW + kx * g.dW;
-          if (P == OHW && g.sH == 1 && g.sW == 1 && iy0 == 0 && ix0 == 0 && g.H == g.OH &&
-              g.W == g.OW) {
-            if (pass) taps.push_back({a, xn, HW, h0, rh, w0, rw, true, false});
-            continue;
-          }
-          if (pass) {
-            T* dst0 = pack.data() + at;
-            const bool tr = P <= kFewOutputs;
-            for (int64_t c = 0; c < C; ++c)
-              for (int64_t r = 0; r < rh; ++r) {
-                const T* src = xn + c * HW + (iy0 + r * g.sH) * g.W + ix0;
-                if (tr) {
-                  for (int64_t q = 0; q < rw; ++q) dst0[(r * rw + q) * C + c] = src[q * g.sW];
-                  continue;
-                }
-                T* dst = dst0 + c * P + r * rw;
-                if (g.sW == 1)
-                  std::memcpy(dst, src, sizeof(T) * static_cast<size_t>(rw));
-                else
-                  for (int64_t q = 0; q < rw; ++q) dst[q] = src[q * g.sW];
-              }
-            taps.push_back({a, dst0, tr ? C : P, h0, rh, w0, rw, false, tr});
-          }
-          at += C * P;
-        }
-      if (!pass) pack.resize(static_cast<size_t>(packed = at));
-    }
-    (void)packed;
-    std::fill(yn, yn + O * OHW, T(0));
-    const double macs = double(O) * double(C) * double(OHW);
-    const int64_t grain = macs < double(1 << 22) ? O : std::min<int64_t>(O, 32);
-    parallel_for(O, grain, [&](int64_t lo, int64_t hi) {
-      std::vector<T> tmp;
-      const int64_t m = hi - lo;
-      for (const TapWork& t : taps) {
-        const int64_t P = t.rh * t.rw;
-        if (t.whole) {
-          gemm<T>(false, false, m, P, C, t.a + lo * C, C, t.b, t.ldb, T(1), yn + lo * OHW, OHW);
-          continue;
-        }
-        tmp.resize(static_cast<size_t>(m * P));
-        if (t.transposed) {  // tmp [P, m]
-          gemm<T>(false, true, P, m, C, t.b, t.ldb, t.a + lo * C, C, T(0), tmp.data(), m);
-          for (int64_t i = 0; i < P; ++i) {
-            T* dst = yn + lo * OHW + (t.h0 + i / t.rw) * g.OW + t.w0 + i % t.rw;
-            for (int64_t o = 0; o < m; ++o) dst[o * OHW] += tmp[i * m + o];
-          }
-          continue;
-        }
-        gemm<T>(false, false, m, P, C, t.a + lo * C, C, t.b, t.ldb, T(0), tmp.data(), P);
-        for (int64_t o = 0; o < m; ++o)
-          for (int64_t r = 0; r < t.rh; ++r) {
-            T* dst = yn + (lo + o) * OHW + (t.h0 + r) * g.OW + t.w0;
-            const T* src = tmp.data() + o * P + r * t.rw;
-            for (int64_t q = 0; q < t.rw; ++q) dst[q] += src[q];
-          }
-      }
-    });
+    const std::vector<TapWork> taps = sample_taps(x + n * C * HW, wt, O, g, pack);
+    float* yn = y + n * O * OHW;
+    std::fill(yn, yn + O * OHW, 0.f);
+    parallel_for(O, grain, [&](int64_t lo, int64_t hi) { run_taps(taps, lo, hi, g, yn); });
   }
 }
 
