@@ -252,8 +252,8 @@ TEST(ConvPaths, NchwDepthwiseThroughTheOps) {
 
 // Eager inference puts the bias in the convolution's epilogue (conv2d_fused): the values of the
 // convolution and a separate add (what runs with autograd or in a trace) within float rounding
-// (oneDNN adds the bias where it chooses in its sums), on the dense, grouped, depthwise and
-// per-tap paths.
+// (oneDNN adds the bias where it chooses in its sums), on the dense, grouped, depthwise,
+// per-tap and first-layer direct paths.
 TEST(ConvPaths, EagerInferenceBiasInTheEpilogueMatchesTheAdd) {
   manual_seed(33);
   struct C {
@@ -261,7 +261,8 @@ TEST(ConvPaths, EagerInferenceBiasInTheEpilogueMatchesTheAdd) {
   };
   for (const C& c :
        {C{16, 32, 1, 12, 3, 1, 1, 1}, C{16, 16, 4, 9, 3, 2, 1, 1}, C{32, 32, 32, 20, 3, 1, 1, 1},
-        C{32, 32, 32, 21, 3, 2, 1, 1}, C{64, 64, 1, 14, 3, 1, 12, 12}, C{8, 8, 1, 7, 1, 1, 0, 1}}) {
+        C{32, 32, 32, 21, 3, 2, 1, 1}, C{64, 64, 1, 14, 3, 1, 12, 12}, C{8, 8, 1, 7, 1, 1, 0, 1},
+        C{1, 6, 1, 28, 5, 1, 2, 1}, C{3, 16, 1, 32, 3, 1, 1, 1}}) {
     Tensor x = randn({2, c.Cin, c.hw, c.hw}), w = randn({c.O, c.Cin / c.G, c.k, c.k}),
            b = randn({c.O});
     Tensor want = add(conv2d(x, w, Tensor(), {c.s, c.s}, {c.p, c.p}, {c.d, c.d}, c.G),

@@ -148,6 +148,11 @@ bool small_direct(const ConvP& p, int64_t C, int64_t kH, int64_t kW, int64_t OW)
          OW >= 8;
 }
 
+bool runs_direct(const ConvP& p, int64_t C, int64_t kH, int64_t kW, int64_t OW) {
+  const bool pointwise = kH == 1 && kW == 1 && p.sH == 1 && p.sW == 1 && p.pH == 0 && p.pW == 0;
+  return !pointwise && small_direct(p, C, kH, kW, OW);
+}
+
 // Depthwise 3x3 on NCHW (MobileNet's, in a PyTorch program) runs on kernels/cpu/conv_depthwise
 // straight from the planes: oneDNN's depthwise kernels reorder the whole map into and out of
 // channel blocks around each call.

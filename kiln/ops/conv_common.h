@@ -51,6 +51,10 @@ Shape cropped_shape(const Shape& s, int64_t kdim, const TapCrop& c);
 /// full-size `to`, zeroed first (a weight gradient: the dropped taps get 0).
 void copy_taps(const Tensor& from, Tensor& to, int64_t kdim, const TapCrop& c, bool back);
 
+/// Whether conv2d_fwd runs this NCHW float32 convolution on the direct kernel for tiny
+/// reductions (C kH kW <= 32 at stride 1: a first layer on image channels), ahead of oneDNN.
+bool runs_direct(const ConvP& p, int64_t C, int64_t kH, int64_t kW, int64_t OW);
+
 /// The depthwise kernel's geometry (kernels/cpu/conv_depthwise.h) when it should run this
 /// NCHW convolution: groups = in = out channels, a geometry it takes.
 std::optional<cpu::DepthwiseConv> depthwise_conv(const ConvP& p, int64_t N, int64_t C, int64_t H,
