@@ -19,6 +19,7 @@
 #include "kiln/dispatch/dispatch.h"
 #include "kiln/kernels/cpu/conv_depthwise.h"
 #include "kiln/kernels/cpu/conv_dnnl.h"
+#include "kiln/kernels/cpu/conv_tap_gemm.h"
 #include "kiln/kernels/cpu/parallel.h"
 #include "kiln/kiln.h"
 
@@ -171,6 +172,24 @@ TEST(ConvPaths, SparseTapsRunAsPerTapGemmsOnThreads) {
   s.s[1] = s.s[2] = 2;
   check(s, 2, Float32);
   set_num_threads(prev);
+}
+
+// The per-tap weight layout [taps, O, C] from [O, C, taps]: 16-channel transposes where the taps
+// fit 16 lanes, the channels past the last 16 and wider kernels element by element.
+TEST(ConvPaths, TapWeightsPackAsTheirDefinition) {
+  for (int64_t taps : {1, 2, 9, 16, 25})
+    for (int64_t C : {1, 15, 16, 33, 160})
+      for (int64_t O : {1, 3, 17}) {
+        std::vector<float> w(size_t(O * C * taps)), wt(w.size(), -1.f);
+        for (size_t i = 0; i < w.size(); ++i) w[i] = float(i);
+        cpu::pack_tap_weights(w.data(), wt.data(), O, C, taps);
+        for (int64_t t = 0; t < taps; ++t)
+          for (int64_t o = 0; o < O; ++o)
+            for (int64_t c = 0; c < C; ++c)
+              ASSERT_EQ(wt[size_t((t * O + o) * C + c)], w[size_t((o * C + c) * taps + t)])
+                  << "taps " << taps << " C " << C << " O " << O << " at " << t << ", " << o << ", "
+                  << c;
+      }
 }
 
 // The NCHW depthwise kernel (kernels/cpu/conv_depthwise.h: 3x3, stride 1 or 2, dilation 2 at

@@ -7,6 +7,7 @@
 
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/parallel.h"
+#include "kiln/kernels/cpu/transpose16.h"
 
 namespace kiln::cpu {
 namespace {
@@ -24,16 +25,23 @@ void tap_range(int64_t out, int64_t in, int64_t pad, int64_t s, int64_t d, int64
 }  // namespace
 
 // Rows of output channels split across the threads: an eager call packs its weight every time
-// (2.4 MB for 256 -> 256 3x3), 138 us on one thread.
+// (2.4 MB for 256 -> 256 3x3). A row [C, taps] becomes taps rows [C] by 16 x 16 transposes of 16
+// channels (up to 16 taps): 89 -> 46 us on one thread, where a strided scalar copy a tap row
+// stalled on its loads (an AVX-512 gather, 175 us, more so).
 void pack_tap_weights(const float* w, float* wt, int64_t O, int64_t C, int64_t taps) {
   parallel_for(O, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, C * taps)),
                [&](int64_t lo, int64_t hi) {
-                 for (int64_t o = lo; o < hi; ++o)
-                   for (int64_t t = 0; t < taps; ++t) {  // one row out, its reads in L1
-                     const float* src = w + o * C * taps + t;
-                     float* dst = wt + (t * O + o) * C;
-                     for (int64_t c = 0; c < C; ++c) dst[c] = src[c * taps];
-                   }
+                 for (int64_t o = lo; o < hi; ++o) {
+                   const float* src = w + o * C * taps;
+                   float* dst = wt + o * C;  // tap t's row at dst + t O C
+                   int64_t c = 0;
+                   if (taps <= 16)
+                     for (; c + 16 <= C; c += 16)
+                       transpose16_narrow(src + c * taps, taps, static_cast<int>(taps), dst + c,
+                                          O * C);
+                   for (int64_t t = 0; t < taps; ++t)
+                     for (int64_t k = c; k < C; ++k) dst[t * O * C + k] = src[k * taps + t];
+                 }
                });
 }
 

@@ -1,20 +1,23 @@
 // 16 x 16 float transpose in registers, shared by the kernels that change layouts on the fly
-// (attention's K^T / V^T per head, conv_lanes' samples-in-lanes operands).
+// (attention's K^T / V^T per head, conv_lanes' samples-in-lanes operands, the per-tap weights of
+// conv_tap_gemm).
 #pragma once
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace kiln::cpu {
 
-/// dst[c * ld + r] = src[r * rs + c] for r, c < 16. For each bit s of the index, rows i and
-/// i + s (bit s clear in i) swap their blocks at columns with bit s set, (r, c) -> (c, r) bit by
-/// bit: 64 two-input shuffles against 256 scalar loads and stores. GCC vector extensions, so it
-/// compiles to AVX-512 permutes where available and to narrower shuffles elsewhere.
-[[gnu::always_inline]] inline void transpose16(const float* src, int64_t rs, float* dst,
-                                               int64_t ld) {
-  typedef float V __attribute__((vector_size(64)));
-  V r[16];
-  for (int i = 0; i < 16; ++i) std::memcpy(&r[i], src + i * rs, sizeof(V));
+typedef float Vec16 __attribute__((vector_size(64)));
+
+/// r[c][i] = r[i][c] for i, c < 16. For each bit s of the index, rows i and i + s (bit s clear
+/// in i) swap their blocks at columns with bit s set, (r, c) -> (c, r) bit by bit: 64 two-input
+/// shuffles against 256 scalar loads and stores. GCC vector extensions, so it compiles to AVX-512
+/// permutes where available and to narrower shuffles elsewhere.
+[[gnu::always_inline]] inline void transpose16_regs(Vec16 (&r)[16]) {
+  typedef Vec16 V;
   for (int i = 0; i < 16; i += 2) {
     const V a = r[i], b = r[i + 1];
     r[i] = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
@@ -41,7 +44,35 @@ namespace kiln::cpu {
     r[i + 8] =
         __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
   }
-  for (int i = 0; i < 16; ++i) std::memcpy(dst + i * ld, &r[i], sizeof(V));
+}
+
+/// dst[c * ld + r] = src[r * rs + c] for r, c < 16.
+[[gnu::always_inline]] inline void transpose16(const float* src, int64_t rs, float* dst,
+                                               int64_t ld) {
+  Vec16 r[16];
+  for (int i = 0; i < 16; ++i) std::memcpy(&r[i], src + i * rs, sizeof(Vec16));
+  transpose16_regs(r);
+  for (int i = 0; i < 16; ++i) std::memcpy(dst + i * ld, &r[i], sizeof(Vec16));
+}
+
+/// dst[c * ld + r] = src[r * rs + c] for r < 16, c < cols (at most 16): reads and writes only
+/// those (a row of cols floats can end the buffer).
+[[gnu::always_inline]] inline void transpose16_narrow(const float* src, int64_t rs, int cols,
+                                                      float* dst, int64_t ld) {
+  Vec16 r[16];
+#if defined(__AVX512F__)
+  const __mmask16 m = static_cast<__mmask16>((1u << cols) - 1);
+  for (int i = 0; i < 16; ++i) r[i] = (Vec16)_mm512_maskz_loadu_ps(m, src + i * rs);
+#else
+  for (int i = 0; i < 16; ++i) {
+    r[i] = Vec16{};
+    std::memcpy(&r[i], src + i * rs, sizeof(float) * static_cast<size_t>(cols));
+  }
+#endif
+  transpose16_regs(r);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)  // (constant indices: with i < cols as the bound, r went to memory)
+    if (i < cols) std::memcpy(dst + i * ld, &r[i], sizeof(Vec16));
 }
 
 }  // namespace kiln::cpu
