@@ -11,8 +11,8 @@
 #include <cstring>
 #include <utility>
 
-#include "kiln/core/allocator.h"
 #include "kiln/kernels/cpu/parallel.h"
+#include "kiln/kernels/cpu/scratch.h"
 #include "kiln/kernels/cpu/transpose16.h"
 
 namespace kiln::cpu {
@@ -34,18 +34,6 @@ inline vf load(const float* p) {
   return v;
 }
 inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-
-// Scratch from the caching allocator (these buffers are 0.1-2 MB and come back every step).
-struct Scratch {
-  float* p = nullptr;
-  size_t cap = 0;
-  explicit Scratch(int64_t n) {
-    p = static_cast<float*>(cached_alloc(static_cast<size_t>(n) * sizeof(float), &cap));
-  }
-  ~Scratch() { cached_free(p, cap); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
 
 int64_t padded(int64_t n) { return (n + kVL - 1) / kVL * kVL; }
 

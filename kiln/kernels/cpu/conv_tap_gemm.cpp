@@ -7,6 +7,7 @@
 
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/parallel.h"
+#include "kiln/kernels/cpu/scratch.h"
 #include "kiln/kernels/cpu/transpose16.h"
 
 namespace kiln::cpu {
@@ -62,30 +63,40 @@ struct TapWork {
 // matrix (4 x 256 x 256: 10.1 -> 4.0 us; at 28 outputs the plain form is faster, 16.5 vs 19.6).
 constexpr int64_t kFewOutputs = 8;
 
+// Rows of rw floats, ls apart at stride sw, from src into dst one after another.
+[[gnu::noinline]] void copy_rows(const float* __restrict src, int64_t ls, int64_t sw, int64_t rh,
+                                 int64_t rw, float* __restrict dst) {
+  if (sw == 1 && rw >= 16) {
+    for (int64_t r = 0; r < rh; ++r)
+      std::memcpy(dst + r * rw, src + r * ls, sizeof(float) * static_cast<size_t>(rw));
+    return;
+  }
+  for (int64_t r = 0; r < rh; ++r)
+    for (int64_t q = 0; q < rw; ++q) dst[r * rw + q] = src[r * ls + q * sw];
+}
+
 // The input window a tap reads (rows from iy0, columns from ix0, at the strides) into dst:
-// [C, rh rw], or [rh rw, C] when transposed.
+// [C, rh rw], or [rh rw, C] when transposed. A channel's rows copy in a small function of its
+// own: inlined in the loops over channels and taps, its counters lived on the stack (ASPP's
+// 2-column edge windows took 10% of the convolution).
 void pack_window(const float* xn, const Conv2dGeom& g, int64_t iy0, int64_t ix0, int64_t rh,
                  int64_t rw, bool transposed, float* dst) {
   const int64_t C = g.C, HW = g.H * g.W, P = rh * rw;
+  const float* x0 = xn + iy0 * g.W + ix0;
+  if (!transposed) {
+    for (int64_t c = 0; c < C; ++c) copy_rows(x0 + c * HW, g.sH * g.W, g.sW, rh, rw, dst + c * P);
+    return;
+  }
   for (int64_t c = 0; c < C; ++c)
-    for (int64_t r = 0; r < rh; ++r) {
-      const float* src = xn + c * HW + (iy0 + r * g.sH) * g.W + ix0;
-      if (transposed) {
-        for (int64_t q = 0; q < rw; ++q) dst[(r * rw + q) * C + c] = src[q * g.sW];
-        continue;
-      }
-      float* d = dst + c * P + r * rw;
-      if (g.sW == 1)
-        std::memcpy(d, src, sizeof(float) * static_cast<size_t>(rw));
-      else
-        for (int64_t q = 0; q < rw; ++q) d[q] = src[q * g.sW];
-    }
+    for (int64_t r = 0; r < rh; ++r)
+      for (int64_t q = 0; q < rw; ++q)
+        dst[(r * rw + q) * C + c] = x0[c * HW + r * g.sH * g.W + q * g.sW];
 }
 
 // The taps that reach some output for sample xn, their windows packed into `pack` (small: the
 // taps' rectangles times C).
 std::vector<TapWork> sample_taps(const float* xn, const float* wt, int64_t O, const Conv2dGeom& g,
-                                 std::vector<float>& pack) {
+                                 Scratch& pack) {
   const int64_t C = g.C, OHW = g.OH * g.OW;
   std::vector<TapWork> taps;
   for (int pass = 0; pass < 2; ++pass) {  // sizes, then windows
@@ -106,42 +117,50 @@ std::vector<TapWork> sample_taps(const float* xn, const float* wt, int64_t O, co
         }
         if (pass) {
           const bool tr = P <= kFewOutputs;
-          pack_window(xn, g, iy0, ix0, rh, rw, tr, pack.data() + at);
-          taps.push_back({a, pack.data() + at, tr ? C : P, h0, rh, w0, rw, false, tr});
+          pack_window(xn, g, iy0, ix0, rh, rw, tr, pack.p + at);
+          taps.push_back({a, pack.p + at, tr ? C : P, h0, rh, w0, rw, false, tr});
         }
         at += C * P;
       }
-    if (!pass) pack.resize(static_cast<size_t>(at));
+    if (!pass) pack.grow(at);
   }
+  // A tap over the whole output first: it writes the sums (beta 0) and no pass zeroes them.
+  std::stable_partition(taps.begin(), taps.end(), [](const TapWork& t) { return t.whole; });
   return taps;
 }
 
-// Every tap's product on output channels [lo, hi) of one sample's zeroed yn.
+// Every tap's product on output channels [lo, hi) of one sample's yn: the first tap writes
+// the sums when it covers the whole output, else the rows are zeroed first. A rectangle of
+// whole output rows is contiguous in each channel's plane: its GEMM adds into yn in place.
 void run_taps(const std::vector<TapWork>& taps, int64_t lo, int64_t hi, const Conv2dGeom& g,
               float* yn) {
   using T = float;
   const int64_t C = g.C, OHW = g.OH * g.OW, m = hi - lo;
-  std::vector<T> tmp;
-  for (const TapWork& t : taps) {
+  if (taps.empty() || !taps[0].whole) std::fill(yn + lo * OHW, yn + hi * OHW, 0.f);
+  int64_t most = 0;  // the largest product buffer a tap needs
+  for (const TapWork& t : taps) most = std::max(most, m * t.rh * t.rw);
+  Scratch tmp(most);  // (a fresh std::vector a call was mapped and faulted in)
+  for (size_t i = 0; i < taps.size(); ++i) {
+    const TapWork& t = taps[i];
     const int64_t P = t.rh * t.rw;
-    if (t.whole) {
-      gemm<T>(false, false, m, P, C, t.a + lo * C, C, t.b, t.ldb, T(1), yn + lo * OHW, OHW);
+    if (t.whole || (t.rw == g.OW && !t.transposed)) {
+      gemm<T>(false, false, m, P, C, t.a + lo * C, C, t.b, t.ldb, T(i == 0 && t.whole ? 0 : 1),
+              yn + lo * OHW + t.h0 * g.OW, OHW);
       continue;
     }
-    tmp.resize(static_cast<size_t>(m * P));
     if (t.transposed) {  // tmp [P, m]
-      gemm<T>(false, true, P, m, C, t.b, t.ldb, t.a + lo * C, C, T(0), tmp.data(), m);
-      for (int64_t i = 0; i < P; ++i) {
-        T* dst = yn + lo * OHW + (t.h0 + i / t.rw) * g.OW + t.w0 + i % t.rw;
-        for (int64_t o = 0; o < m; ++o) dst[o * OHW] += tmp[i * m + o];
+      gemm<T>(false, true, P, m, C, t.b, t.ldb, t.a + lo * C, C, T(0), tmp.p, m);
+      for (int64_t q = 0; q < P; ++q) {
+        T* dst = yn + lo * OHW + (t.h0 + q / t.rw) * g.OW + t.w0 + q % t.rw;
+        for (int64_t o = 0; o < m; ++o) dst[o * OHW] += tmp.p[q * m + o];
       }
       continue;
     }
-    gemm<T>(false, false, m, P, C, t.a + lo * C, C, t.b, t.ldb, T(0), tmp.data(), P);
+    gemm<T>(false, false, m, P, C, t.a + lo * C, C, t.b, t.ldb, T(0), tmp.p, P);
     for (int64_t o = 0; o < m; ++o)
       for (int64_t r = 0; r < t.rh; ++r) {
         T* dst = yn + (lo + o) * OHW + (t.h0 + r) * g.OW + t.w0;
-        const T* src = tmp.data() + o * P + r * t.rw;
+        const T* src = tmp.p + o * P + r * t.rw;
         for (int64_t q = 0; q < t.rw; ++q) dst[q] += src[q];
       }
   }
@@ -156,11 +175,10 @@ void conv2d_tap_gemms(const float* x, const float* wt, float* y, int64_t N, int6
   const int64_t C = g.C, HW = g.H * g.W, OHW = g.OH * g.OW;
   const double macs = double(O) * double(C) * double(OHW);
   const int64_t grain = macs < double(1 << 22) ? O : std::min<int64_t>(O, 32);
-  std::vector<float> pack;
+  Scratch pack;  // (as a std::vector, 131 KB for ASPP's d12 was mapped and faulted in a call)
   for (int64_t n = 0; n < N; ++n) {
     const std::vector<TapWork> taps = sample_taps(x + n * C * HW, wt, O, g, pack);
     float* yn = y + n * O * OHW;
-    std::fill(yn, yn + O * OHW, 0.f);
     parallel_for(O, grain, [&](int64_t lo, int64_t hi) { run_taps(taps, lo, hi, g, yn); });
   }
 }
