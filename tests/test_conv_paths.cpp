@@ -454,6 +454,43 @@ TEST(ConvPaths, BlockedDepthwiseAndSqueezeExcite) {
   EXPECT_NE(s.last_run().passes.find("block_layout"), std::string::npos) << s.last_run().passes;
 }
 
+// A Session's 3x3 convolutions with constant weights (blocked by block_layout) in each Winograd
+// mode: off, always the inference form (weights transformed once, through OIHW from their
+// blocks), and timed on the first call, which runs both forms on the call's own buffers: the
+// residual the second convolution adds must survive those runs. Against float64 loops, three
+// runs each (the first chooses, the others reuse the transformed weights).
+TEST(ConvPaths, SessionWinogradFormsMatchDirect) {
+  manual_seed(23);
+  const int64_t N = 1, C = 32, O = 48, H = 14;
+  Tensor w1 = mul(randn({O, C, 3, 3}), 0.2), b1 = randn({O}), w2 = mul(randn({O, O, 3, 3}), 0.1),
+         b2 = randn({O});
+  auto net = [&](const Tensor& x, auto k) {
+    Tensor h = relu(conv2d(x, k(w1), k(b1), {1, 1}, {1, 1}));
+    return relu(add(conv2d(h, k(w2), k(b2), {1, 1}, {1, 1}), h));
+  };
+  Tensor xv = randn({N, C, H, H}), want;
+  {
+    NoGradGuard ng;
+    want = net(xv.to(Float64), [](const Tensor& t) { return t.to(Float64); });
+  }
+  for (int mode : {cpu::kWinogradOff, cpu::kWinogradAlways, cpu::kWinogradTimed}) {
+    cpu::set_winograd_mode(mode);
+    Graph g;
+    Tensor x = g.placeholder("x", Float32, {N, C, H, H});
+    Tensor y = net(x, [&](const Tensor& t) { return g.constant(t); });
+    Session s(g);
+    for (int run = 0; run < 3; ++run) {
+      const auto a = values(s.run({y}, {{x, xv}})[0]), b = values(want);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i])))
+            << "mode " << mode << " run " << run << " at " << i;
+    }
+    EXPECT_NE(s.last_run().passes.find("block_layout"), std::string::npos) << s.last_run().passes;
+  }
+  cpu::set_winograd_mode(cpu::kWinogradTimed);
+}
+
 // ONNX's ceil_mode and asymmetric max pools (googlenet's) run as max_pool2d_values, which skips
 // padded positions: equal to max_pool2d over an input padded with -inf, NCHW and, after a
 // convolution in a Session, in channel blocks; a NaN wins its window as in max_pool2d.

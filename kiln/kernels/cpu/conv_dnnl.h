@@ -68,6 +68,12 @@ struct ConvFused {
 bool dnnl_conv2d_fused(const ConvFused& f, const float* x, const float* w, const float* bias,
                        float* y, const std::shared_ptr<const void>& w_owner = nullptr,
                        uint32_t w_version = 0);
+/// Winograd for inference convolutions (dnnl_conv2d_fused with a constant 3x3 weight at stride
+/// 1): never (nor the training form on large maps), wherever oneDNN has a kernel, or the faster
+/// of it and the direct form, timed on each shape's first call (the default).
+/// KILN_CONV_WINOGRAD=0 / 1 / unset pick the same at start-up; set_winograd_mode overrides it.
+enum WinogradMode { kWinogradOff = 0, kWinogradAlways = 1, kWinogradTimed = 2 };
+void set_winograd_mode(int mode);
 /// The channel block oneDNN's float32 jit convolutions use on this CPU (16 with AVX-512, 8 with
 /// AVX2), 0 without oneDNN or without either.
 int64_t dnnl_channel_block();
