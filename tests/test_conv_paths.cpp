@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kernels/cpu/conv_tap_gemm.h"
 #include "kiln/kernels/cpu/parallel.h"
+#include "kiln/kernels/cpu/silu_avx512.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
@@ -190,6 +192,34 @@ TEST(ConvPaths, TapWeightsPackAsTheirDefinition) {
                   << "taps " << taps << " C " << C << " O " << O << " at " << t << ", " << o << ", "
                   << c;
       }
+}
+
+// The convolution epilogues' SiLU (kernels/cpu/silu_avx512.h) against double x / (1 + exp(-x)):
+// a sweep over [-100, 100] (both signs of the exp's range reduction, results that underflow),
+// lengths off the 16-lane vectors, and the edges: zeros keep their sign, NaN stays NaN, inf
+// stays inf, -inf gives NaN as the formula does.
+TEST(ConvPaths, EpilogueSiluMatchesItsFormula) {
+  std::vector<float> x;
+  for (int i = -100000; i <= 100000; ++i) x.push_back(float(i) / 1000.f);
+  for (float v : {0.f, -0.f, 1e-30f, -1e-30f, 88.f, -88.f, 89.f, -89.f, 150.f, -150.f})
+    x.push_back(v);
+  for (size_t n : {x.size(), size_t{1}, size_t{17}}) {
+    std::vector<float> y(x.begin(), x.begin() + static_cast<long>(n));
+    cpu::silu_inplace(y.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+      const double want = double(x[i]) / (1 + std::exp(-double(x[i])));
+      ASSERT_NEAR(y[i], want, 1e-6 * std::abs(want) + 1e-37) << "silu(" << x[i] << ")";
+      if (x[i] == 0) {
+        EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i]));
+      }
+    }
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> e{std::nanf(""), inf, -inf};
+  cpu::silu_inplace(e.data(), 3);
+  EXPECT_TRUE(std::isnan(e[0]));
+  EXPECT_EQ(e[1], inf);
+  EXPECT_TRUE(std::isnan(e[2]));
 }
 
 // The NCHW depthwise kernel (kernels/cpu/conv_depthwise.h: 3x3, stride 1 or 2, dilation 2 at

@@ -12,7 +12,7 @@
 
 #include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kernels/cpu/parallel.h"
-#include "kiln/kernels/cpu/vec_math.h"
+#include "kiln/kernels/cpu/silu_avx512.h"
 
 namespace kiln::cpu {
 
@@ -49,13 +49,7 @@ inline void finish(V v, V bias, bool acc, float* y, __mmask16 m) {
                               _mm512_set1_ps(6.f));
     v = _mm512_div_ps(_mm512_mul_ps(v, t), _mm512_set1_ps(6.f));
   }
-  if constexpr (ACT == kConvActSwish) {  // vec_math's exp lane by lane (GCC vectorizes it)
-    alignas(64) float a[VW];
-    _mm512_store_ps(a, v);
-#pragma omp simd
-    for (int i = 0; i < VW; ++i) a[i] = a[i] / (1.f + vec_math::expf_fast(-a[i]));
-    v = _mm512_load_ps(a);
-  }
+  if constexpr (ACT == kConvActSwish) v = silu16(v);
   _mm512_mask_storeu_ps(y, m, v);
 }
 
