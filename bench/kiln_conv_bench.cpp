@@ -6,7 +6,9 @@
 // FLOPs count only multiply-adds whose tap lands on the input (a tap in the padding is no
 // work), so a cropped convolution is not credited for the zeros it skips. A row whose eager or
 // Session run is below half the best dense path (the faster of its eager and Session runs) is a
-// cliff, printed "< half". kiln_conv_bench THREADS [NAME_PART].
+// cliff, printed "< half". All of it with Winograd off (it skips multiplications the count
+// credits); the dense counterparts' Winograd rate is printed after the table.
+// kiln_conv_bench THREADS [NAME_PART].
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "kiln/kernels/cpu/conv_dnnl.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
@@ -209,15 +212,27 @@ int main(int argc, char** argv) {
     const double t0 = now_s();
     while (now_s() - t0 < 0.7) Tensor c = matmul(a, a);
   }
+  // Every path in the table does the multiplications its GFLOP/s count: Winograd, which a
+  // Session takes for a constant 3x3 at stride 1 (the dense counterparts of most rows) and
+  // which does 2.25x fewer, would be credited with ones it skips, as a kernel multiplying
+  // padding would be with ones it wastes. It is off for the table and measured after it.
+  cpu::set_winograd_mode(cpu::kWinogradOff);
   std::fprintf(stderr,
                "GFLOP/s (multiply-adds on the input only), %d thread(s); dense: the same "
-               "channels and map at dilation 1, stride 1 (best: the faster of its two paths)\n"
+               "channels and map at dilation 1, stride 1 (best: the faster of its two paths); "
+               "direct convolutions (Winograd below)\n"
                "%-18s %8s %8s %6s %8s %8s %6s %8s\n",
                threads, "config", "eager", "dense", "ratio", "session", "dense", "ratio",
                "vs best");
   const std::string only = argc > 2 ? argv[2] : "";
+  std::vector<Conv> winograd;  // the dense counterparts a Session would run as Winograd
   for (const Conv& c : sweep()) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    const Conv dc = c.dense();
+    if (dc.G == 1 && dc.in.size() == 2 && dc.k == Ints{3, 3} &&
+        std::none_of(winograd.begin(), winograd.end(),
+                     [&](const Conv& w) { return w.params() == dc.params(); }))
+      winograd.push_back(dc);
     const Result t = measure(c);
     const double best = std::max(t.dense_eager, t.dense_session);
     emit("CONV", c.name, "kiln", "eager", threads, c.params(), "GFLOP/s", t.eager);
@@ -229,6 +244,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%-18s %8.1f %8.1f %6.2f %8.1f %8.1f %6.2f %8.2f%s\n", c.name.c_str(),
                  t.eager, t.dense_eager, re, t.session, t.dense_session, rs, worst,
                  worst < 0.5 ? "  < half" : "");
+  }
+  // Winograd on the dense counterparts (its first call times it against direct and keeps the
+  // faster): GFLOP/s counting the direct multiply-adds it stands for.
+  cpu::set_winograd_mode(cpu::kWinogradTimed);
+  for (const Conv& dc : winograd) {
+    NoGradGuard ng;
+    Runner r(dc);
+    r.session();  // the choice
+    const int inner = calibrate([&] { r.session(); }, 0.02);
+    std::vector<double> t;
+    for (int round = 0; round < 7; ++round) {
+      const double t0 = now_s();
+      for (int k = 0; k < inner; ++k) r.session();
+      t.push_back((now_s() - t0) / inner);
+    }
+    std::sort(t.begin(), t.end());
+    const double g = dc.flops() / t[t.size() / 2] / 1e9;
+    emit("CONV", dc.name, "kiln", "session_winograd", threads, dc.params(), "GFLOP/s", g);
+    std::fprintf(stderr, "%-18s Session with Winograd: %.1f direct-equivalent GFLOP/s\n",
+                 dc.name.c_str(), g);
   }
   return 0;
 }
