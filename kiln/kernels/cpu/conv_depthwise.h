@@ -16,7 +16,8 @@ struct DepthwiseConv {
 
 /// Whether conv_depthwise_fwd runs it: an AVX-512 build, a 3x3 kernel with the same stride and
 /// dilation in both dims: stride 1 at dilation 1 or 2 (DeepLab's MobileNet backbone), stride 2
-/// undilated (MobileNet's and ShuffleNet's downsampling); others stay on oneDNN.
+/// undilated with a width padding of at most 2 (MobileNet's and ShuffleNet's downsampling: 1);
+/// others stay on oneDNN.
 bool conv_depthwise_suits(const DepthwiseConv& s);
 
 /// y = act(conv(x, w) + bias + (accumulate ? y : 0)), all contiguous; bias may be null; act a
